@@ -1,0 +1,315 @@
+#!/usr/bin/env bash
+# A real, local Kubernetes control plane for tests and demos (no Docker, no kubelet):
+# etcd -> kube-apiserver -> kube-controller-manager, all on 127.0.0.1 and free ports.
+#
+# Usage: hack/cluster.sh up DIR       start (or, if already healthy, just report) the cluster
+#        hack/cluster.sh down DIR     stop it (fine when not running)
+#        hack/cluster.sh status DIR   exit 0 when running and ready
+#
+# `up` prints the admin kubeconfig path (DIR/kubeconfig) on stdout; progress goes to stderr.
+# Layout of DIR: kubeconfig, pki/ (CA, serving cert, service-account keys, token file),
+# etcd/ (data, wiped at each fresh start), logs/{etcd,kube-apiserver,kube-controller-manager}.log,
+# pids/<name>.pid, state.env (ports).
+#
+# Env: HOSTPOOL_BIN_DIR          binaries (default <repo>/.cluster/bin, filled by hack/tools.sh)
+#      HOSTPOOL_KCM_CONTROLLERS  kube-controller-manager --controllers value
+#      HOSTPOOL_READY_TIMEOUT    seconds to wait for each component (default 60)
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN_DIR="${HOSTPOOL_BIN_DIR:-$REPO_ROOT/.cluster/bin}"
+KCM_CONTROLLERS="${HOSTPOOL_KCM_CONTROLLERS:-garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller}"
+READY_TIMEOUT="${HOSTPOOL_READY_TIMEOUT:-60}"
+COMPONENTS=(etcd kube-apiserver kube-controller-manager)
+
+log() { printf 'cluster: %s\n' "$*" >&2; }
+
+usage() {
+  echo "usage: $0 {up|down|status} DIR" >&2
+  exit 2
+}
+
+[[ $# -eq 2 ]] || usage
+CMD="$1"
+mkdir -p "$2"
+DIR="$(cd "$2" && pwd)"
+PKI="$DIR/pki"
+LOGS="$DIR/logs"
+PIDS="$DIR/pids"
+KUBECONFIG_PATH="$DIR/kubeconfig"
+STATE="$DIR/state.env"
+
+last_lines() { # name -> last log lines, indented
+  local f="$LOGS/$1.log"
+  if [[ -s "$f" ]]; then
+    tail -n "${2:-20}" "$f" | sed 's/^/    /'
+  else
+    echo "    (no log at $f)"
+  fi
+}
+
+fail() { # step message [component-whose-log-to-show]
+  local msg="cluster: $1"
+  if [[ -n "${2:-}" ]]; then
+    msg+=$'\n'"  last lines of $LOGS/$2.log:"$'\n'"$(last_lines "$2")"
+  fi
+  printf '%s\n' "$msg" >&2
+  exit 1
+}
+
+pid_of() { # name -> pid of the running component, or nothing
+  local f="$PIDS/$1.pid" pid
+  [[ -f "$f" ]] || return 1
+  pid="$(<"$f")"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  # Guard against a reused pid: the process must be our binary.
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "/$1 " || return 1
+  echo "$pid"
+}
+
+apiserver_get() { # path -> body on HTTP 200, else fails
+  # shellcheck disable=SC1090
+  source "$STATE"
+  curl -fsS --max-time 3 --cacert "$PKI/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" \
+    "https://127.0.0.1:$APISERVER_PORT$1" 2>/dev/null
+}
+
+healthy() {
+  [[ -f "$STATE" && -f "$KUBECONFIG_PATH" ]] || return 1
+  local c
+  for c in "${COMPONENTS[@]}"; do
+    pid_of "$c" >/dev/null || return 1
+  done
+  [[ "$(apiserver_get /readyz)" == "ok" ]]
+}
+
+stop_all() {
+  local c pid i
+  for c in kube-controller-manager kube-apiserver etcd; do
+    if pid="$(pid_of "$c")"; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for ((i = 0; i < 100; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+      done
+      if kill -0 "$pid" 2>/dev/null; then
+        log "$c (pid $pid) ignored SIGTERM for 10s; killing it"
+        kill -KILL "$pid" 2>/dev/null || true
+      fi
+      log "stopped $c (pid $pid)"
+    fi
+    rm -f "$PIDS/$c.pid"
+  done
+}
+
+free_ports() { # n -> n distinct free loopback ports, one per line
+  python3 - "$1" <<'EOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+for s in socks:
+    print(s.getsockname()[1])
+EOF
+}
+
+start() { # name args... : start a component detached, logging to LOGS/name.log
+  local name="$1"
+  shift
+  # setsid: own session, so it outlives the caller's terminal or process group; all
+  # standard streams redirected so that a caller reading our output is not held open.
+  # The pid is written by the process itself just before it execs the binary, so it is right
+  # even when setsid has to fork.
+  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PIDS/$name.pid" "$BIN_DIR/$name" "$@" \
+    </dev/null >"$LOGS/$name.log" 2>&1 &
+  local i
+  for ((i = 0; i < 50; i++)); do
+    [[ -s "$PIDS/$name.pid" ]] && break
+    sleep 0.02
+  done
+}
+
+wait_for() { # name description command... : poll until command succeeds
+  local name="$1" what="$2"
+  shift 2
+  local deadline=$((SECONDS + READY_TIMEOUT))
+  while ! "$@"; do
+    if ! pid_of "$name" >/dev/null; then
+      fail "$name exited before $what" "$name"
+    fi
+    if ((SECONDS >= deadline)); then
+      fail "$name did not become ready ($what) within ${READY_TIMEOUT}s" "$name"
+    fi
+    sleep 0.2
+  done
+}
+
+etcd_healthy() {
+  curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'
+}
+apiserver_ready() { [[ "$(apiserver_get /readyz)" == "ok" ]]; }
+default_sa_exists() { apiserver_get /api/v1/namespaces/default/serviceaccounts/default >/dev/null; }
+
+make_pki() {
+  mkdir -p "$PKI"
+  local o="$PKI/openssl.log"
+  : >"$o"
+  {
+    # Cluster CA and the API server's serving certificate (127.0.0.1 and localhost).
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+      -keyout "$PKI/ca.key" -out "$PKI/ca.crt" -days 3650 -subj "/CN=hostpool-local-ca"
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+      -keyout "$PKI/apiserver.key" -out "$PKI/apiserver.csr" -subj "/CN=kube-apiserver"
+    printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1" \
+      "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" \
+      >"$PKI/apiserver.ext"
+    openssl x509 -req -in "$PKI/apiserver.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" \
+      -CAcreateserial -days 3650 -extfile "$PKI/apiserver.ext" -out "$PKI/apiserver.crt"
+    # Service-account token signing key pair.
+    openssl genrsa -out "$PKI/sa.key" 2048
+    openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub"
+  } >>"$o" 2>&1 || fail "generating certificates and keys with openssl failed; see $o: $(tail -n 5 "$o")"
+  ADMIN_TOKEN="$(openssl rand -hex 24)"
+  echo "$ADMIN_TOKEN,admin,admin,system:masters" >"$PKI/tokens.csv"
+  chmod 600 "$PKI"/*.key "$PKI/tokens.csv"
+}
+
+write_kubeconfig() {
+  local tmp="$KUBECONFIG_PATH.tmp"
+  cat >"$tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: hostpool-local
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $(base64 -w0 <"$PKI/ca.crt")
+users:
+- name: admin
+  user:
+    token: $ADMIN_TOKEN
+contexts:
+- name: hostpool-local
+  context:
+    cluster: hostpool-local
+    user: admin
+    namespace: default
+current-context: hostpool-local
+preferences: {}
+EOF
+  chmod 600 "$tmp"
+  mv -f "$tmp" "$KUBECONFIG_PATH"
+}
+
+cmd_up() {
+  if healthy; then
+    log "already running and ready"
+    echo "$KUBECONFIG_PATH"
+    return 0
+  fi
+  # Leftovers of a partial or crashed run: stop what is left, start afresh.
+  stop_all 2>/dev/null
+
+  local c
+  for c in "${COMPONENTS[@]}" kubectl; do
+    [[ -x "$BIN_DIR/$c" ]] ||
+      fail "binary $BIN_DIR/$c not found; run hack/tools.sh (make tools) first or set HOSTPOOL_BIN_DIR"
+  done
+  for c in openssl curl python3 setsid base64; do
+    command -v "$c" >/dev/null || fail "required command '$c' not found on PATH"
+  done
+
+  local t0=$SECONDS
+  rm -rf "$DIR/etcd" "$PKI" "$KUBECONFIG_PATH" "$STATE"
+  mkdir -p "$LOGS" "$PIDS" "$DIR/etcd"
+  make_pki
+
+  local ports
+  mapfile -t ports < <(free_ports 3)
+  ETCD_PORT="${ports[0]}"
+  ETCD_PEER_PORT="${ports[1]}"
+  APISERVER_PORT="${ports[2]}"
+  cat >"$STATE" <<EOF
+ETCD_PORT=$ETCD_PORT
+ETCD_PEER_PORT=$ETCD_PEER_PORT
+APISERVER_PORT=$APISERVER_PORT
+ADMIN_TOKEN=$ADMIN_TOKEN
+EOF
+  chmod 600 "$STATE"
+
+  log "starting etcd on 127.0.0.1:$ETCD_PORT"
+  start etcd \
+    --name=hostpool-local \
+    --data-dir="$DIR/etcd" \
+    --listen-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster="hostpool-local=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --unsafe-no-fsync \
+    --quota-backend-bytes=1073741824 \
+    --log-level=warn
+  wait_for etcd "health check on port $ETCD_PORT" etcd_healthy
+
+  log "starting kube-apiserver on https://127.0.0.1:$APISERVER_PORT"
+  start kube-apiserver \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 \
+    --advertise-address=127.0.0.1 \
+    --secure-port="$APISERVER_PORT" \
+    --cert-dir="$PKI/apiserver-generated" \
+    --tls-cert-file="$PKI/apiserver.crt" \
+    --tls-private-key-file="$PKI/apiserver.key" \
+    --token-auth-file="$PKI/tokens.csv" \
+    --authorization-mode=RBAC \
+    --service-cluster-ip-range=10.0.0.0/24 \
+    --allow-privileged=true \
+    --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
+    --service-account-key-file="$PKI/sa.pub" \
+    --service-account-signing-key-file="$PKI/sa.key" \
+    --endpoint-reconciler-type=none
+  write_kubeconfig
+  wait_for kube-apiserver "/readyz on port $APISERVER_PORT" apiserver_ready
+
+  log "starting kube-controller-manager ($KCM_CONTROLLERS)"
+  start kube-controller-manager \
+    --kubeconfig="$KUBECONFIG_PATH" \
+    --controllers="$KCM_CONTROLLERS" \
+    --leader-elect=false \
+    --secure-port=0 \
+    --service-account-private-key-file="$PKI/sa.key" \
+    --root-ca-file="$PKI/ca.crt"
+  if [[ ",$KCM_CONTROLLERS," == *,serviceaccount-controller,* ]]; then
+    wait_for kube-controller-manager "the default ServiceAccount in namespace default" default_sa_exists
+  else
+    sleep 1
+    pid_of kube-controller-manager >/dev/null || fail "kube-controller-manager exited at start" kube-controller-manager
+  fi
+
+  log "ready in $((SECONDS - t0))s; kubeconfig: $KUBECONFIG_PATH"
+  echo "$KUBECONFIG_PATH"
+}
+
+cmd_down() {
+  stop_all
+  log "stopped (logs kept in $LOGS)"
+}
+
+cmd_status() {
+  if healthy; then
+    echo "running: $KUBECONFIG_PATH"
+  else
+    echo "not running"
+    return 1
+  fi
+}
+
+case "$CMD" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  *) usage ;;
+esac

@@ -1,0 +1,688 @@
+"""The hostpool.io/v1alpha1 API: pydantic models, the single source of truth.
+
+The CRDs in ``crds/`` are generated from these models (``hostpool-operator crds``), and a
+test fails when they drift. Cross-field rules live twice on purpose: as CEL on the CRD (so
+the API server refuses bad manifests with a message naming the field) and as pydantic
+validators (so the simulator and the operator refuse the same input the same way).
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, model_validator
+from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
+
+GROUP = "hostpool.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+#: The largest session limit, and the limit of a pool that sets none.
+MAX_SESSION_LIMIT = 999_999
+DEFAULT_CONNECTING_TIMEOUT_SECONDS = 60
+
+# Generous but finite bounds, so every number and string in the schema is bounded.
+MAX_NAME = 253
+MAX_USER = 256
+MAX_ADDRESS = 253
+MAX_MESSAGE = 32_768
+MAX_REASON = 1_024
+MAX_COUNT = 10_000_000
+MAX_HOSTS = 10_000
+MAX_THRESHOLD = 1_000_000
+MAX_CONDITIONS = 16
+MAX_LABELS = 64
+MAX_LABEL_VALUE = 1_024
+MAX_ANNOTATION_VALUE = 8_192
+
+
+class _Model(BaseModel):
+    """Base for every API model: camelCase on the wire, snake_case in Python."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=False,
+        validate_default=True,
+    )
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # Carry each model's CEL rules into its JSON schema, so the CRD generator sees them.
+        schema = handler(core_schema)
+        rules = cls.__dict__.get("x_kubernetes_validations")
+        if rules:
+            handler.resolve_ref_schema(schema)["x-kubernetes-validations"] = rules
+        return schema
+
+    def to_api(self) -> dict[str, Any]:
+        """The wire form: camelCase keys, enums as strings, unset optionals left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class LoadBalancerType(enum.StrEnum):
+    """How the pool chooses a host for a new session."""
+
+    BREADTH_FIRST = "BreadthFirst"
+    DEPTH_FIRST = "DepthFirst"
+    HORIZON = "Horizon"
+
+
+class Protocol(enum.StrEnum):
+    """A display protocol a session host supports and a client may ask for."""
+
+    RDP = "RDP"
+    PCOIP = "PCOIP"
+    BLAST = "BLAST"
+
+
+ALL_PROTOCOLS: tuple[Protocol, ...] = (Protocol.RDP, Protocol.PCOIP, Protocol.BLAST)
+
+
+class Phase(enum.StrEnum):
+    """Where a SessionRequest stands."""
+
+    PENDING = "Pending"
+    ASSIGNED = "Assigned"
+    FAILED = "Failed"
+
+
+class Reason(enum.StrEnum):
+    """Why a request was placed where it was, or why it is still pending."""
+
+    NEW_SESSION = "NewSession"
+    RECONNECTED = "Reconnected"
+    POOL_NOT_FOUND = "PoolNotFound"
+    POOL_SATURATED = "PoolSaturated"
+    NO_ELIGIBLE_HOST = "NoEligibleHost"
+
+
+class SessionState(enum.StrEnum):
+    """The state of an assigned session; the operator writes Connecting, agents the rest."""
+
+    CONNECTING = "Connecting"
+    ACTIVE = "Active"
+    DISCONNECTED = "Disconnected"
+
+
+class ConditionStatus(enum.StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+# ---------------------------------------------------------------------------------------
+# Shared pieces
+
+
+class Condition(_Model):
+    """A condition in the shape of metav1.Condition."""
+
+    type: str = Field(
+        min_length=1, max_length=316, description="Type of the condition, e.g. Ready."
+    )
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(
+        default="",
+        max_length=MAX_REASON,
+        description="A CamelCase word saying why the condition has this status.",
+    )
+    message: str = Field(
+        default="", max_length=MAX_MESSAGE, description="A human-readable explanation."
+    )
+    last_transition_time: datetime | None = Field(
+        default=None, description="When status last changed (not reason or message)."
+    )
+    observed_generation: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**53,
+        description="The .metadata.generation this condition was computed from.",
+    )
+
+
+Conditions = Annotated[
+    list[Condition],
+    Field(
+        default_factory=list,
+        max_length=MAX_CONDITIONS,
+        description="The object's conditions, in the Kubernetes API conventions' shape.",
+    ),
+]
+
+
+class PoolRef(_Model):
+    """A reference to a HostPool in the same namespace."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=MAX_NAME,
+        description="Name of the HostPool, in the same namespace as this object.",
+    )
+
+
+class SessionCounts(_Model):
+    """Sessions by state."""
+
+    total: int = Field(default=0, ge=0, le=MAX_COUNT, description="All sessions.")
+    connecting: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_COUNT,
+        description="Sessions still logging on (Connecting, within connectingTimeoutSeconds).",
+    )
+    active: int = Field(default=0, ge=0, le=MAX_COUNT, description="Active sessions.")
+    disconnected: int = Field(
+        default=0, ge=0, le=MAX_COUNT, description="Disconnected sessions, kept for reconnects."
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# HostPool
+
+
+class LoadBalancer(_Model):
+    """The pool's load-balancing algorithm and session limit."""
+
+    x_kubernetes_validations: ClassVar[list[dict[str, str]]] = [
+        {
+            "rule": "self.type != 'DepthFirst' || has(self.maxSessionLimit)",
+            "message": "maxSessionLimit is required when type is DepthFirst",
+            "fieldPath": ".maxSessionLimit",
+            "reason": "FieldValueRequired",
+        }
+    ]
+
+    type: LoadBalancerType = Field(
+        description=(
+            "BreadthFirst spreads sessions (a random host among the least-loaded half); "
+            "DepthFirst fills the fullest host first; Horizon uses load-index buckets."
+        )
+    )
+    max_session_limit: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_SESSION_LIMIT,
+        description=(
+            "Most sessions per host, 1..999999. Absent means 999999. Must be set when type "
+            "is DepthFirst. Lowering it ends no session; a host above it just takes no new ones."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _depth_first_needs_limit(self) -> LoadBalancer:
+        if self.type is LoadBalancerType.DEPTH_FIRST and self.max_session_limit is None:
+            raise ValueError("maxSessionLimit is required when type is DepthFirst")
+        return self
+
+    @property
+    def session_limit(self) -> int:
+        """The limit in force: the configured one, or 999999 when none is set."""
+        return MAX_SESSION_LIMIT if self.max_session_limit is None else self.max_session_limit
+
+
+class LoadIndexSettings(_Model):
+    """Which inputs make up a host's load index (0..100)."""
+
+    use_custom_script: bool = Field(
+        default=False,
+        description=(
+            "Use the host's own status.metrics.customLoadValue as its load index and ignore "
+            "every other input."
+        ),
+    )
+    include_session_count: bool = Field(
+        default=True,
+        description=(
+            "Count sessions/maxSessionLimit as a factor. The session count is also used when "
+            "no metric threshold is set."
+        ),
+    )
+    cpu_threshold_percent: int = Field(
+        default=0, ge=0, le=100, description="CPU percent that counts as full load; 0 = ignore."
+    )
+    memory_threshold_percent: int = Field(
+        default=0, ge=0, le=100, description="Memory percent that counts as full load; 0 = ignore."
+    )
+    disk_queue_length_threshold: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_THRESHOLD,
+        description="Average disk queue length that counts as full load; 0 = ignore.",
+    )
+    disk_read_latency_threshold_ms: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_THRESHOLD,
+        description="Disk read latency (ms) that counts as full load; 0 = ignore.",
+    )
+    disk_write_latency_threshold_ms: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_THRESHOLD,
+        description="Disk write latency (ms) that counts as full load; 0 = ignore.",
+    )
+
+
+class LogonStorm(_Model):
+    """Per-host limits that turn new logons away during a logon storm (reconnects exempt)."""
+
+    connecting_session_threshold: int = Field(
+        default=0,
+        ge=0,
+        le=150,
+        description=(
+            "Most sessions logging on at once on one host; a host at it takes no new session. "
+            "0 disables."
+        ),
+    )
+    load_index_threshold: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="A host whose load index is at or above this takes no new session. 0 disables.",
+    )
+
+
+class ConnectionServer(_Model):
+    """Pool-level bucketing of hosts, as Horizon's Connection Server does it."""
+
+    rds_load_index_threshold: int = Field(
+        default=20,
+        ge=0,
+        le=100,
+        description="Hosts below this load index (and the connecting threshold) are bucket 1/2.",
+    )
+    rds_connecting_session_threshold: int = Field(
+        default=20,
+        ge=0,
+        le=150,
+        description="Hosts with fewer connecting sessions than this (and below the load "
+        "threshold) are bucket 1/2.",
+    )
+    min_rds_servers_in_lb_queue: int = Field(
+        default=4,
+        ge=0,
+        le=1000,
+        description=(
+            "If fewer hosts than this make bucket 1, the load-index threshold is raised until "
+            "this many do (or no more can)."
+        ),
+    )
+
+
+class HorizonSettings(_Model):
+    """Settings of the Horizon algorithm; allowed only when loadBalancer.type is Horizon."""
+
+    load_index: LoadIndexSettings = Field(
+        default_factory=LoadIndexSettings, description="How each host's load index is computed."
+    )
+    logon_storm: LogonStorm = Field(
+        default_factory=LogonStorm, description="Per-host logon-storm thresholds."
+    )
+    connection_server: ConnectionServer = Field(
+        default_factory=ConnectionServer, description="Pool-level bucketing thresholds."
+    )
+
+
+class TemplateMetadata(_Model):
+    """Labels and annotations for hosts the operator creates."""
+
+    labels: dict[str, Annotated[str, Field(max_length=MAX_LABEL_VALUE)]] = Field(
+        default_factory=dict,
+        max_length=MAX_LABELS,
+        description="Labels for each new SessionHost (the pool label is added).",
+    )
+    annotations: dict[str, Annotated[str, Field(max_length=MAX_ANNOTATION_VALUE)]] = Field(
+        default_factory=dict,
+        max_length=MAX_LABELS,
+        description="Annotations for each new SessionHost.",
+    )
+
+
+class HostFeatures(_Model):
+    """What a session host supports; Horizon puts hosts with every default feature first."""
+
+    multi_session: bool = Field(default=True, description="The host runs many sessions at once.")
+    unauthenticated_access: bool = Field(
+        default=True, description="The host accepts unauthenticated users."
+    )
+    protocols: list[Protocol] = Field(
+        default_factory=lambda: list(ALL_PROTOCOLS),
+        max_length=3,
+        description="Display protocols the host supports: RDP, PCOIP, BLAST.",
+    )
+
+    @property
+    def all_default(self) -> bool:
+        """Supports every default feature: multi-session, unauthenticated, all protocols."""
+        return (
+            self.multi_session
+            and self.unauthenticated_access
+            and all(p in self.protocols for p in ALL_PROTOCOLS)
+        )
+
+
+class SessionHostTemplateSpec(_Model):
+    """A SessionHost spec without poolRef (the pool fills it in)."""
+
+    drain_mode: bool = Field(default=False, description="Create new hosts in drain mode.")
+    address: str | None = Field(
+        default=None,
+        max_length=MAX_ADDRESS,
+        description="Address handed to clients; usually left out for generated hosts.",
+    )
+    features: HostFeatures = Field(
+        default_factory=HostFeatures, description="Features of the new hosts."
+    )
+
+
+class HostTemplate(_Model):
+    """The template new SessionHosts are made from."""
+
+    metadata: TemplateMetadata = Field(
+        default_factory=TemplateMetadata, description="Labels and annotations for new hosts."
+    )
+    spec: SessionHostTemplateSpec = Field(
+        default_factory=SessionHostTemplateSpec, description="Spec of new hosts."
+    )
+
+
+class Scaling(_Model):
+    """Lets the operator add and remove SessionHosts for this pool."""
+
+    x_kubernetes_validations: ClassVar[list[dict[str, str]]] = [
+        {
+            "rule": "self.maxHosts >= self.minHosts",
+            "message": "maxHosts must be greater than or equal to minHosts",
+            "fieldPath": ".maxHosts",
+        }
+    ]
+
+    min_hosts: int = Field(
+        default=0, ge=0, le=MAX_HOSTS, description="The pool never has fewer hosts than this."
+    )
+    max_hosts: int = Field(
+        default=10,
+        ge=0,
+        le=MAX_HOSTS,
+        description="The operator never grows the pool beyond this many hosts (all hosts count).",
+    )
+    buffer_sessions: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_COUNT,
+        description="Free session slots to keep ahead of demand.",
+    )
+    scale_down_delay_seconds: int = Field(
+        default=600,
+        ge=0,
+        le=604_800,
+        description="How long an empty host the operator created must stay empty before removal.",
+    )
+    host_template: HostTemplate = Field(
+        default_factory=HostTemplate, description="New SessionHosts are made from this."
+    )
+
+    @model_validator(mode="after")
+    def _max_at_least_min(self) -> Scaling:
+        if self.max_hosts < self.min_hosts:
+            raise ValueError("maxHosts must be greater than or equal to minHosts")
+        return self
+
+
+class HostPoolSpec(_Model):
+    """The desired state of a pool of session hosts."""
+
+    x_kubernetes_validations: ClassVar[list[dict[str, str]]] = [
+        {
+            "rule": "!has(self.horizon) || self.loadBalancer.type == 'Horizon'",
+            "message": "horizon is only allowed when loadBalancer.type is Horizon",
+            "fieldPath": ".horizon",
+            "reason": "FieldValueForbidden",
+        }
+    ]
+
+    load_balancer: LoadBalancer = Field(description="The algorithm and the session limit.")
+    connecting_timeout_seconds: int = Field(
+        default=DEFAULT_CONNECTING_TIMEOUT_SECONDS,
+        ge=1,
+        le=3600,
+        description=(
+            "How long an assigned session counts as connecting when no agent reports it Active."
+        ),
+    )
+    horizon: HorizonSettings | None = Field(
+        default=None, description="Horizon settings; only when loadBalancer.type is Horizon."
+    )
+    scaling: Scaling | None = Field(
+        default=None, description="Automatic host creation and removal; absent = never."
+    )
+
+    @model_validator(mode="after")
+    def _horizon_only_for_horizon(self) -> HostPoolSpec:
+        if self.horizon is not None and self.load_balancer.type is not LoadBalancerType.HORIZON:
+            raise ValueError("horizon is only allowed when loadBalancer.type is Horizon")
+        return self
+
+    @property
+    def horizon_settings(self) -> HorizonSettings:
+        """The Horizon settings in force (defaults when the pool sets none)."""
+        return self.horizon if self.horizon is not None else HorizonSettings()
+
+
+class HostCounts(_Model):
+    """Hosts by state."""
+
+    total: int = Field(default=0, ge=0, le=MAX_COUNT, description="All hosts of the pool.")
+    available: int = Field(
+        default=0, ge=0, le=MAX_COUNT, description="Hosts that can take a new session now."
+    )
+    draining: int = Field(default=0, ge=0, le=MAX_COUNT, description="Hosts in drain mode.")
+    full: int = Field(
+        default=0, ge=0, le=MAX_COUNT, description="Hosts at or above the session limit."
+    )
+
+
+class Capacity(_Model):
+    """Session slots over the hosts not in drain mode."""
+
+    total: int = Field(default=0, ge=0, le=2**53, description="Slots on hosts not draining.")
+    free: int = Field(default=0, ge=0, le=2**53, description="Slots still free on them.")
+
+
+class HostPoolStatus(_Model):
+    """The observed state of a pool."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, le=2**53, description="The generation this status describes."
+    )
+    hosts: HostCounts = Field(default_factory=HostCounts, description="Hosts by state.")
+    sessions: SessionCounts = Field(default_factory=SessionCounts, description="Sessions.")
+    capacity: Capacity = Field(default_factory=Capacity, description="Session slots.")
+    pending_requests: int = Field(
+        default=0, ge=0, le=MAX_COUNT, description="SessionRequests waiting for a host."
+    )
+    conditions: Conditions
+
+
+class HostPool(_Model):
+    """A pool of session hosts and how sessions are spread over them."""
+
+    kind: ClassVar[str] = "HostPool"
+    plural: ClassVar[str] = "hostpools"
+    short_names: ClassVar[tuple[str, ...]] = ("hp",)
+
+    spec: HostPoolSpec = Field(description="The pool's desired state.")
+    status: HostPoolStatus = Field(
+        default_factory=HostPoolStatus, description="The pool's observed state."
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# SessionHost
+
+
+class SessionHostSpec(_Model):
+    """A multi-session remote-desktop host in a pool."""
+
+    pool_ref: PoolRef = Field(
+        description="The HostPool this host belongs to. Immutable.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self == oldSelf", "message": "poolRef is immutable"}
+            ]
+        },
+    )
+    drain_mode: bool = Field(
+        default=False,
+        description="True: the host takes no new sessions; users with a session may reconnect.",
+    )
+    address: str | None = Field(
+        default=None, max_length=MAX_ADDRESS, description="Address handed to the client."
+    )
+    features: HostFeatures = Field(
+        default_factory=HostFeatures, description="What the host supports."
+    )
+
+
+class HostMetrics(_Model):
+    """Load figures reported by the host's agent (the operator never writes them)."""
+
+    cpu_percent: int | None = Field(default=None, ge=0, le=100, description="CPU usage, %.")
+    memory_percent: int | None = Field(default=None, ge=0, le=100, description="Memory usage, %.")
+    disk_queue_length: int | None = Field(
+        default=None, ge=0, le=MAX_THRESHOLD, description="Average queued disk reads+writes."
+    )
+    disk_read_latency_ms: int | None = Field(
+        default=None, ge=0, le=MAX_THRESHOLD, description="Disk read latency, ms."
+    )
+    disk_write_latency_ms: int | None = Field(
+        default=None, ge=0, le=MAX_THRESHOLD, description="Disk write latency, ms."
+    )
+    custom_load_value: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="The host's own load value, used when the pool uses a custom script.",
+    )
+    sampled_at: datetime | None = Field(default=None, description="When these were sampled.")
+
+
+class SessionHostStatus(_Model):
+    """The observed state of a session host."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, le=2**53, description="The generation this status describes."
+    )
+    metrics: HostMetrics | None = Field(
+        default=None, description="Written by the host's agent, not by the operator."
+    )
+    sessions: SessionCounts = Field(default_factory=SessionCounts, description="Sessions.")
+    load_index: int | None = Field(
+        default=None,
+        ge=-1,
+        le=100,
+        description="0 (no load) to 100 (full); -1 when an input the pool needs is missing.",
+    )
+    bucket: int | None = Field(
+        default=None, ge=1, le=3, description="Horizon pools only: bucket 1, 2 or 3."
+    )
+    conditions: Conditions
+
+
+class SessionHost(_Model):
+    """A session host: one machine of a pool."""
+
+    kind: ClassVar[str] = "SessionHost"
+    plural: ClassVar[str] = "sessionhosts"
+    short_names: ClassVar[tuple[str, ...]] = ("sh",)
+
+    spec: SessionHostSpec = Field(description="The host's desired state.")
+    status: SessionHostStatus = Field(
+        default_factory=SessionHostStatus, description="The host's observed state."
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# SessionRequest
+
+
+class SessionRequestSpec(_Model):
+    """A user's request for a session in a pool. Immutable."""
+
+    pool_ref: PoolRef = Field(description="The HostPool to place the session in.")
+    user: str = Field(
+        min_length=1,
+        max_length=MAX_USER,
+        description="Who the session is for; a second request of the same user reconnects.",
+    )
+    protocol: Protocol | None = Field(
+        default=None, description="RDP, PCOIP or BLAST; the host must support it."
+    )
+    unauthenticated: bool = Field(
+        default=False, description="True needs a host with unauthenticatedAccess."
+    )
+
+
+class SessionRequestStatus(_Model):
+    """Where the session was placed, or why it is waiting."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, le=2**53, description="The generation this status describes."
+    )
+    phase: Phase | None = Field(default=None, description="Pending, Assigned or Failed.")
+    host: str | None = Field(
+        default=None, max_length=MAX_NAME, description="The SessionHost's name, once assigned."
+    )
+    host_address: str | None = Field(
+        default=None, max_length=MAX_ADDRESS, description="The host's address, once assigned."
+    )
+    reason: Reason | None = Field(
+        default=None,
+        description=(
+            "NewSession or Reconnected when assigned; PoolNotFound, PoolSaturated or "
+            "NoEligibleHost while pending."
+        ),
+    )
+    message: str | None = Field(
+        default=None, max_length=MAX_MESSAGE, description="A human-readable explanation."
+    )
+    session_state: SessionState | None = Field(
+        default=None,
+        description="Connecting (set on assignment), then Active or Disconnected from the agent.",
+    )
+    assigned_at: datetime | None = Field(default=None, description="When the host was assigned.")
+    conditions: Conditions
+
+
+class SessionRequest(_Model):
+    """A user's session: creating it asks for a host, deleting it logs off."""
+
+    kind: ClassVar[str] = "SessionRequest"
+    plural: ClassVar[str] = "sessionrequests"
+    short_names: ClassVar[tuple[str, ...]] = ("sr",)
+    spec_validations: ClassVar[list[dict[str, str]]] = [
+        {"rule": "self == oldSelf", "message": "spec is immutable"}
+    ]
+
+    spec: SessionRequestSpec = Field(description="The request. Immutable.")
+    status: SessionRequestStatus = Field(
+        default_factory=SessionRequestStatus, description="Placement result."
+    )
+
+
+KINDS: tuple[type[HostPool] | type[SessionHost] | type[SessionRequest], ...] = (
+    HostPool,
+    SessionHost,
+    SessionRequest,
+)
+
+ConditionType = Literal["Ready", "Saturated", "Available", "Assigned", "MetricsStale"]

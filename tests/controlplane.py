@@ -1,0 +1,192 @@
+"""Start and stop a real local Kubernetes control plane from Python.
+
+A thin, typed wrapper over the repository's shell scripts:
+
+* ``hack/tools.sh`` builds etcd, kube-apiserver, kube-controller-manager, kubectl and helm
+  from Go modules once (cached outside the repository) and links them into ``.cluster/bin``;
+* ``hack/cluster.sh up|down DIR`` starts or stops etcd, kube-apiserver and
+  kube-controller-manager on 127.0.0.1, with the admin kubeconfig at ``DIR/kubeconfig`` and
+  the logs under ``DIR/logs``.
+
+Typical use (e.g. from a session-scoped pytest fixture)::
+
+    bin_dir = ensure_tools(REPO_ROOT)
+    with ControlPlane(tmp_dir, bin_dir=bin_dir) as cp:
+        ...  # use cp.kubeconfig
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections import deque
+from pathlib import Path
+from types import TracebackType
+
+__all__ = [
+    "COMPONENTS",
+    "REPO_ROOT",
+    "ControlPlane",
+    "ControlPlaneError",
+    "ensure_tools",
+]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+"""The repository this file belongs to."""
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager")
+"""The processes that ``hack/cluster.sh`` runs; each logs to ``<log_dir>/<name>.log``."""
+
+
+class ControlPlaneError(RuntimeError):
+    """A tool build or a cluster start/stop failed; the message carries the script's output."""
+
+
+def _run(
+    argv: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    what: str,
+) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ControlPlaneError(f"{what}: timed out after {timeout}s: {' '.join(argv)}") from exc
+    except OSError as exc:
+        raise ControlPlaneError(f"{what}: cannot run {argv[0]}: {exc}") from exc
+    if proc.returncode != 0:
+        detail = (proc.stderr.strip() or proc.stdout.strip() or "(no output)")[-4000:]
+        raise ControlPlaneError(
+            f"{what} failed (exit {proc.returncode}): {' '.join(argv)}\n{detail}"
+        )
+    return proc
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def ensure_tools(repo_root: Path = REPO_ROOT, *, timeout: float | None = None) -> Path:
+    """Build (first time only; 10-25 minutes cold) and link the tools; return the bin dir.
+
+    Runs ``hack/tools.sh``, which takes a second or two when the cached binaries exist.
+    """
+    script = repo_root / "hack" / "tools.sh"
+    proc = _run([str(script)], timeout=timeout, what="hack/tools.sh")
+    bin_dir = Path(_last_line(proc.stdout))
+    if not (bin_dir / "kube-apiserver").exists():
+        raise ControlPlaneError(
+            f"hack/tools.sh succeeded but printed no usable bin dir: {proc.stdout!r}"
+        )
+    return bin_dir
+
+
+class ControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager, managed by ``hack/cluster.sh``.
+
+    ``directory`` holds the kubeconfig, keys, etcd data, pid files and logs. The cluster is
+    started by :meth:`start` (or on entering the context manager) and stopped by :meth:`stop`
+    (or on leaving it). Starting an already running, healthy cluster is a no-op.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        repo_root: Path = REPO_ROOT,
+        bin_dir: Path | None = None,
+        timeout: float = 180.0,
+    ) -> None:
+        self.directory = Path(directory).resolve()
+        self.repo_root = Path(repo_root).resolve()
+        self.bin_dir = bin_dir.resolve() if bin_dir is not None else None
+        self.timeout = timeout
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig (server on 127.0.0.1, CA data and a bearer token)."""
+        return self.directory / "kubeconfig"
+
+    @property
+    def log_dir(self) -> Path:
+        """Where ``<component>.log`` files are written."""
+        return self.directory / "logs"
+
+    @property
+    def script(self) -> Path:
+        return self.repo_root / "hack" / "cluster.sh"
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.bin_dir is not None:
+            env["HOSTPOOL_BIN_DIR"] = str(self.bin_dir)
+        return env
+
+    def _cluster(self, action: str) -> subprocess.CompletedProcess[str]:
+        return _run(
+            [str(self.script), action, str(self.directory)],
+            env=self._env(),
+            timeout=self.timeout,
+            what=f"hack/cluster.sh {action}",
+        )
+
+    def start(self) -> Path:
+        """Start the cluster (or find it running) and return the kubeconfig path."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._cluster("up")
+        if not self.kubeconfig.is_file():
+            raise ControlPlaneError(f"cluster started but {self.kubeconfig} is missing")
+        return self.kubeconfig
+
+    def stop(self) -> None:
+        """Stop every component; fine when nothing is running. Logs are kept."""
+        if self.directory.exists():
+            self._cluster("down")
+
+    def is_running(self) -> bool:
+        """True when all three processes run and the API server reports /readyz ok."""
+        if not self.directory.exists():
+            return False
+        try:
+            self._cluster("status")
+        except ControlPlaneError:
+            return False
+        return True
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        """The last ``lines`` lines of a component's log (``etcd``, ``kube-apiserver``,
+        ``kube-controller-manager``), or a note when there is no such log yet."""
+        if name not in COMPONENTS:
+            raise ValueError(f"unknown component {name!r}; expected one of {COMPONENTS}")
+        path = self.log_dir / f"{name}.log"
+        if not path.is_file():
+            return f"(no log at {path})"
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            return "".join(deque(fh, maxlen=max(lines, 0)))
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"ControlPlane(directory={str(self.directory)!r})"
