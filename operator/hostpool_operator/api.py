@@ -40,7 +40,7 @@ MAX_LABEL_VALUE = 1_024
 MAX_ANNOTATION_VALUE = 8_192
 
 
-class _Model(BaseModel):
+class ApiModel(BaseModel):
     """Base for every API model: camelCase on the wire, snake_case in Python."""
 
     model_config = ConfigDict(
@@ -122,7 +122,7 @@ class ConditionStatus(enum.StrEnum):
 # Shared pieces
 
 
-class Condition(_Model):
+class Condition(ApiModel):
     """A condition in the shape of metav1.Condition."""
 
     type: str = Field(
@@ -158,7 +158,7 @@ Conditions = Annotated[
 ]
 
 
-class PoolRef(_Model):
+class PoolRef(ApiModel):
     """A reference to a HostPool in the same namespace."""
 
     name: str = Field(
@@ -168,7 +168,7 @@ class PoolRef(_Model):
     )
 
 
-class SessionCounts(_Model):
+class SessionCounts(ApiModel):
     """Sessions by state."""
 
     total: int = Field(default=0, ge=0, le=MAX_COUNT, description="All sessions.")
@@ -188,7 +188,7 @@ class SessionCounts(_Model):
 # HostPool
 
 
-class LoadBalancer(_Model):
+class LoadBalancer(ApiModel):
     """The pool's load-balancing algorithm and session limit."""
 
     x_kubernetes_validations: ClassVar[list[dict[str, str]]] = [
@@ -228,7 +228,7 @@ class LoadBalancer(_Model):
         return MAX_SESSION_LIMIT if self.max_session_limit is None else self.max_session_limit
 
 
-class LoadIndexSettings(_Model):
+class LoadIndexSettings(ApiModel):
     """Which inputs make up a host's load index (0..100)."""
 
     use_custom_script: bool = Field(
@@ -271,7 +271,7 @@ class LoadIndexSettings(_Model):
     )
 
 
-class LogonStorm(_Model):
+class LogonStorm(ApiModel):
     """Per-host limits that turn new logons away during a logon storm (reconnects exempt)."""
 
     connecting_session_threshold: int = Field(
@@ -291,7 +291,7 @@ class LogonStorm(_Model):
     )
 
 
-class ConnectionServer(_Model):
+class ConnectionServer(ApiModel):
     """Pool-level bucketing of hosts, as Horizon's Connection Server does it."""
 
     rds_load_index_threshold: int = Field(
@@ -318,7 +318,7 @@ class ConnectionServer(_Model):
     )
 
 
-class HorizonSettings(_Model):
+class HorizonSettings(ApiModel):
     """Settings of the Horizon algorithm; allowed only when loadBalancer.type is Horizon."""
 
     load_index: LoadIndexSettings = Field(
@@ -332,7 +332,7 @@ class HorizonSettings(_Model):
     )
 
 
-class TemplateMetadata(_Model):
+class TemplateMetadata(ApiModel):
     """Labels and annotations for hosts the operator creates."""
 
     labels: dict[str, Annotated[str, Field(max_length=MAX_LABEL_VALUE)]] = Field(
@@ -347,7 +347,7 @@ class TemplateMetadata(_Model):
     )
 
 
-class HostFeatures(_Model):
+class HostFeatures(ApiModel):
     """What a session host supports; Horizon puts hosts with every default feature first."""
 
     multi_session: bool = Field(default=True, description="The host runs many sessions at once.")
@@ -370,7 +370,7 @@ class HostFeatures(_Model):
         )
 
 
-class SessionHostTemplateSpec(_Model):
+class SessionHostTemplateSpec(ApiModel):
     """A SessionHost spec without poolRef (the pool fills it in)."""
 
     drain_mode: bool = Field(default=False, description="Create new hosts in drain mode.")
@@ -384,7 +384,7 @@ class SessionHostTemplateSpec(_Model):
     )
 
 
-class HostTemplate(_Model):
+class HostTemplate(ApiModel):
     """The template new SessionHosts are made from."""
 
     metadata: TemplateMetadata = Field(
@@ -395,7 +395,7 @@ class HostTemplate(_Model):
     )
 
 
-class Scaling(_Model):
+class Scaling(ApiModel):
     """Lets the operator add and remove SessionHosts for this pool."""
 
     x_kubernetes_validations: ClassVar[list[dict[str, str]]] = [
@@ -438,7 +438,7 @@ class Scaling(_Model):
         return self
 
 
-class HostPoolSpec(_Model):
+class HostPoolSpec(ApiModel):
     """The desired state of a pool of session hosts."""
 
     x_kubernetes_validations: ClassVar[list[dict[str, str]]] = [
@@ -478,7 +478,7 @@ class HostPoolSpec(_Model):
         return self.horizon if self.horizon is not None else HorizonSettings()
 
 
-class HostCounts(_Model):
+class HostCounts(ApiModel):
     """Hosts by state."""
 
     total: int = Field(default=0, ge=0, le=MAX_COUNT, description="All hosts of the pool.")
@@ -491,14 +491,14 @@ class HostCounts(_Model):
     )
 
 
-class Capacity(_Model):
+class Capacity(ApiModel):
     """Session slots over the hosts not in drain mode."""
 
     total: int = Field(default=0, ge=0, le=2**53, description="Slots on hosts not draining.")
     free: int = Field(default=0, ge=0, le=2**53, description="Slots still free on them.")
 
 
-class HostPoolStatus(_Model):
+class HostPoolStatus(ApiModel):
     """The observed state of a pool."""
 
     observed_generation: int | None = Field(
@@ -513,7 +513,7 @@ class HostPoolStatus(_Model):
     conditions: Conditions
 
 
-class HostPool(_Model):
+class HostPool(ApiModel):
     """A pool of session hosts and how sessions are spread over them."""
 
     kind: ClassVar[str] = "HostPool"
@@ -530,7 +530,7 @@ class HostPool(_Model):
 # SessionHost
 
 
-class SessionHostSpec(_Model):
+class SessionHostSpec(ApiModel):
     """A multi-session remote-desktop host in a pool."""
 
     pool_ref: PoolRef = Field(
@@ -553,7 +553,7 @@ class SessionHostSpec(_Model):
     )
 
 
-class HostMetrics(_Model):
+class HostMetrics(ApiModel):
     """Load figures reported by the host's agent (the operator never writes them)."""
 
     cpu_percent: int | None = Field(default=None, ge=0, le=100, description="CPU usage, %.")
@@ -576,7 +576,7 @@ class HostMetrics(_Model):
     sampled_at: datetime | None = Field(default=None, description="When these were sampled.")
 
 
-class SessionHostStatus(_Model):
+class SessionHostStatus(ApiModel):
     """The observed state of a session host."""
 
     observed_generation: int | None = Field(
@@ -598,7 +598,7 @@ class SessionHostStatus(_Model):
     conditions: Conditions
 
 
-class SessionHost(_Model):
+class SessionHost(ApiModel):
     """A session host: one machine of a pool."""
 
     kind: ClassVar[str] = "SessionHost"
@@ -615,7 +615,7 @@ class SessionHost(_Model):
 # SessionRequest
 
 
-class SessionRequestSpec(_Model):
+class SessionRequestSpec(ApiModel):
     """A user's request for a session in a pool. Immutable."""
 
     pool_ref: PoolRef = Field(description="The HostPool to place the session in.")
@@ -632,7 +632,7 @@ class SessionRequestSpec(_Model):
     )
 
 
-class SessionRequestStatus(_Model):
+class SessionRequestStatus(ApiModel):
     """Where the session was placed, or why it is waiting."""
 
     observed_generation: int | None = Field(
@@ -663,7 +663,7 @@ class SessionRequestStatus(_Model):
     conditions: Conditions
 
 
-class SessionRequest(_Model):
+class SessionRequest(ApiModel):
     """A user's session: creating it asks for a host, deleting it logs off."""
 
     kind: ClassVar[str] = "SessionRequest"

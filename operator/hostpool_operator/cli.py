@@ -16,6 +16,46 @@ def _cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    import json
+
+    import yaml
+
+    from . import simulate
+
+    try:
+        text = Path(args.file).read_text()
+    except OSError as error:
+        return _fail(f"{args.file}: cannot read: {error.strerror or error}")
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        return _fail(f"{args.file}: not valid YAML/JSON: {error}")
+    try:
+        result = simulate.run_scenario(document)
+    except simulate.ScenarioError as error:
+        return _fail(f"{args.file}: {error}")
+    if args.output == "json":
+        print(json.dumps(result))
+    else:
+        print(simulate.format_table(result))
+    if args.plot:
+        spec = simulate.parse_scenario(document).pool
+        simulate.plot(
+            result,
+            Path(args.plot),
+            title=f"{Path(args.file).name}: {spec.load_balancer.type.value}",
+            limit=spec.load_balancer.max_session_limit,
+        )
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"hostpool-operator: error: {message}", file=sys.stderr)
+    return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hostpool-operator",
@@ -26,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     crds = sub.add_parser("crds", help="write the CustomResourceDefinitions generated from the API")
     crds.add_argument("--output-dir", default="crds", help="directory to write (default: crds)")
     crds.set_defaults(func=_cmd_crds)
+
+    sim = sub.add_parser("simulate", help="place a scenario's requests with the engine")
+    sim.add_argument("file", help="scenario file (YAML or JSON)")
+    sim.add_argument("--output", choices=("table", "json"), default="table")
+    sim.add_argument("--plot", metavar="OUT.png", help="also draw sessions per host")
+    sim.set_defaults(func=_cmd_simulate)
     return parser
 
 

@@ -1,0 +1,536 @@
+"""The load-balancing engine: where does a new session go?
+
+Pure decision code. A :class:`PoolBalancer` holds the observed state of one pool (its spec,
+its hosts in query order, which user has a session where) and answers :meth:`~PoolBalancer.place`
+for a request; :meth:`~PoolBalancer.commit` records the decision so the next request sees it.
+Nothing here does I/O or knows about Kubernetes; the operator and the simulator both drive it.
+
+Rules common to every algorithm:
+
+* **Reconnect first.** A user who already has a session in the pool goes back to that host,
+  even if it is draining or at/over the limit; no second session is created.
+* A host in **drain mode** takes no new session.
+* A host takes a new session only while ``sessions < maxSessionLimit`` (absent: 999999);
+  lowering the limit evicts nobody.
+* A request asking for a protocol, or unauthenticated access, only goes to hosts that
+  support it.
+
+Algorithms:
+
+* **BreadthFirst**: of the hosts that may take a new session, the ``ceil(n/2)`` with the fewest
+  sessions (ties in query order), then one of those at random (seedable).
+* **DepthFirst**: of the hosts that may take a new session, the one with the most sessions;
+  ties go to the first in query order.
+* **Horizon**: load index per host, per-host logon-storm thresholds, then Connection-Server
+  buckets 1/2/3 (see :meth:`PoolBalancer._horizon_choice`).
+
+Query order is ``metadata.creationTimestamp``, then name; the caller passes hosts in that order
+(or gives each an explicit ``order`` key).
+
+Cost per decision: breadth- and depth-first keep the hosts that may take a session in a
+sorted list updated incrementally, so a decision is O(log n) when the request can go to any
+of them (the usual case); a request that needs a feature only some hosts have scans the
+sorted list from its best end. Horizon recomputes buckets per decision (O(n)), because the
+dynamic threshold raise couples every host to every other.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from sortedcontainers import SortedList
+
+from .api import (
+    ALL_PROTOCOLS,
+    HorizonSettings,
+    HostFeatures,
+    HostMetrics,
+    HostPoolSpec,
+    LoadBalancerType,
+    LoadIndexSettings,
+    Protocol,
+    Reason,
+)
+
+#: The load index of a host whose needed inputs were never reported.
+NO_LOAD_INDEX = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What a session request asks for (a SessionRequest spec without its pool)."""
+
+    user: str
+    protocol: Protocol | None = None
+    unauthenticated: bool = False
+
+
+@dataclass(slots=True)
+class HostView:
+    """The observed state of one session host, as the engine sees it."""
+
+    name: str
+    drain_mode: bool = False
+    features: HostFeatures = field(default_factory=HostFeatures)
+    address: str | None = None
+    #: Sessions on the host, whoever they belong to (known users plus anonymous ones).
+    sessions: int = 0
+    #: Sessions still logging on (state Connecting, within connectingTimeoutSeconds).
+    connecting: int = 0
+    metrics: HostMetrics | None = None
+    #: Query-order key; hosts are compared by (order, name). Defaults to insertion order.
+    order: int = -1
+
+    def supports(self, demand: Demand) -> bool:
+        if demand.protocol is not None and demand.protocol not in self.features.protocols:
+            return False
+        return not (demand.unauthenticated and not self.features.unauthenticated_access)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The engine's answer for one request: a host and why, or no host and why not."""
+
+    host: str | None
+    reason: Reason
+
+    @property
+    def placed(self) -> bool:
+        return self.host is not None
+
+
+def _ratio_percent(value: int, threshold: int) -> int:
+    """min(100, round(100 * value / threshold)), rounding halves up, in integers."""
+    return min(100, (200 * value + threshold) // (2 * threshold))
+
+
+def load_index(
+    settings: LoadIndexSettings, metrics: HostMetrics | None, sessions: int, limit: int
+) -> int:
+    """The Horizon load index of a host, as the project defines it.
+
+    * With ``useCustomScript``: the host's ``customLoadValue``, nothing else.
+    * Otherwise each metric whose threshold is > 0 gives ``min(100, round(100*value/threshold))``;
+      the session factor ``min(100, round(100*sessions/limit))`` counts when
+      ``includeSessionCount`` is set or when no metric threshold is; the index is the largest.
+    * If an input the pool needs was never reported, the index is -1 (no load index).
+    """
+    if settings.use_custom_script:
+        value = None if metrics is None else metrics.custom_load_value
+        return NO_LOAD_INDEX if value is None else value
+    pairs = (
+        (settings.cpu_threshold_percent, None if metrics is None else metrics.cpu_percent),
+        (settings.memory_threshold_percent, None if metrics is None else metrics.memory_percent),
+        (
+            settings.disk_queue_length_threshold,
+            None if metrics is None else metrics.disk_queue_length,
+        ),
+        (
+            settings.disk_read_latency_threshold_ms,
+            None if metrics is None else metrics.disk_read_latency_ms,
+        ),
+        (
+            settings.disk_write_latency_threshold_ms,
+            None if metrics is None else metrics.disk_write_latency_ms,
+        ),
+    )
+    index = 0
+    any_metric = False
+    for threshold, value in pairs:
+        if threshold <= 0:
+            continue
+        any_metric = True
+        if value is None:
+            return NO_LOAD_INDEX
+        index = max(index, _ratio_percent(value, threshold))
+    if settings.include_session_count or not any_metric:
+        index = max(index, _ratio_percent(sessions, limit))
+    return index
+
+
+def breadth_first_candidates(n: int) -> int:
+    """How many of n eligible hosts a breadth-first decision chooses among: ceil(n/2)."""
+    return (n + 1) // 2
+
+
+class PoolBalancer:
+    """Observed state of one pool plus the indexes that make each decision cheap."""
+
+    def __init__(
+        self,
+        spec: HostPoolSpec,
+        hosts: Iterable[HostView] = (),
+        sessions: Iterable[tuple[str, str]] = (),
+        *,
+        seed: int | None = None,
+    ) -> None:
+        self._spec = spec
+        self._rng = random.Random(seed)
+        self._hosts: dict[str, HostView] = {}
+        self._users_on: dict[str, set[str]] = {}
+        self._session_of: dict[str, str] = {}
+        self._next_order = 0
+        self._index: SortedList = SortedList()
+        # How many indexed hosts lack each feature: a request needing a feature no indexed host
+        # lacks may take the O(log n) path.
+        self._lacking: dict[str, int] = {}
+        for host in hosts:
+            self._add(host)
+        for user, host_name in sessions:
+            self._record_user(user, host_name)
+        self._rebuild_index()
+
+    # ------------------------------------------------------------------ observed state
+
+    @property
+    def spec(self) -> HostPoolSpec:
+        return self._spec
+
+    @property
+    def limit(self) -> int:
+        return self._spec.load_balancer.session_limit
+
+    @property
+    def algorithm(self) -> LoadBalancerType:
+        return self._spec.load_balancer.type
+
+    @property
+    def horizon(self) -> HorizonSettings:
+        return self._spec.horizon_settings
+
+    def hosts(self) -> Iterator[HostView]:
+        """Hosts in query order."""
+        return iter(sorted(self._hosts.values(), key=lambda h: (h.order, h.name)))
+
+    def host(self, name: str) -> HostView | None:
+        return self._hosts.get(name)
+
+    def session_host(self, user: str) -> str | None:
+        """The host where this user has a session in the pool, if any."""
+        return self._session_of.get(user)
+
+    def users_on(self, host: str) -> frozenset[str]:
+        return frozenset(self._users_on.get(host, ()))
+
+    def __len__(self) -> int:
+        return len(self._hosts)
+
+    def set_spec(self, spec: HostPoolSpec) -> None:
+        """The pool changed (algorithm, limit, thresholds): keep state, rebuild indexes."""
+        self._spec = spec
+        self._rebuild_index()
+
+    def upsert_host(self, host: HostView) -> None:
+        """A host appeared or changed (drain, features, metrics, counts)."""
+        old = self._hosts.get(host.name)
+        if old is not None:
+            self._unindex(old)
+            if host.order < 0:
+                host.order = old.order
+        self._add(host)
+        self._index_host(self._hosts[host.name])
+
+    def remove_host(self, name: str) -> frozenset[str]:
+        """A host is gone. Returns the users whose sessions were on it (they lose them)."""
+        host = self._hosts.pop(name, None)
+        if host is None:
+            return frozenset()
+        self._unindex(host)
+        users = self._users_on.pop(name, set())
+        for user in users:
+            self._session_of.pop(user, None)
+        return frozenset(users)
+
+    def set_connecting(self, name: str, connecting: int) -> None:
+        """Sessions stop counting as connecting when agents report them or time runs out."""
+        host = self._hosts[name]
+        if host.connecting != connecting:
+            self._unindex(host)
+            host.connecting = max(0, connecting)
+            self._index_host(host)
+
+    # ------------------------------------------------------------------ decisions
+
+    def place(self, demand: Demand) -> Placement:
+        """Where this request goes, without changing any state."""
+        existing = self._session_of.get(demand.user)
+        if existing is not None:
+            return Placement(existing, Reason.RECONNECTED)
+        if self.algorithm is LoadBalancerType.HORIZON:
+            chosen = self._horizon_choice(demand)
+        else:
+            chosen = self._indexed_choice(demand)
+        if chosen is not None:
+            return Placement(chosen.name, Reason.NEW_SESSION)
+        return Placement(None, self._pending_reason(demand))
+
+    def commit(self, demand: Demand, placement: Placement) -> None:
+        """Record a placement: a new session adds one session and one connecting session."""
+        if placement.host is None or placement.reason is Reason.RECONNECTED:
+            return
+        host = self._hosts[placement.host]
+        self._unindex(host)
+        host.sessions += 1
+        host.connecting += 1
+        self._index_host(host)
+        self._record_user(demand.user, host.name)
+
+    def assign(self, demand: Demand) -> Placement:
+        """place() then commit(): what the simulator does for each request in turn."""
+        placement = self.place(demand)
+        self.commit(demand, placement)
+        return placement
+
+    def end_session(self, user: str, *, was_connecting: bool = False) -> str | None:
+        """The user logged off (their SessionRequest was deleted). Frees the slot."""
+        name = self._session_of.pop(user, None)
+        if name is None:
+            return None
+        self._users_on.get(name, set()).discard(user)
+        host = self._hosts.get(name)
+        if host is not None:
+            self._unindex(host)
+            host.sessions = max(0, host.sessions - 1)
+            if was_connecting:
+                host.connecting = max(0, host.connecting - 1)
+            self._index_host(host)
+        return name
+
+    # ------------------------------------------------------------------ per-host facts
+
+    def accepts_new(self, host: HostView) -> bool:
+        """May this host take a new session at all (features aside)?"""
+        if host.drain_mode or host.sessions >= self.limit:
+            return False
+        return not (
+            self.algorithm is LoadBalancerType.HORIZON and self._logon_storm_blocks(host)
+        )
+
+    def availability(self, name: str) -> tuple[bool, str]:
+        """(available, reason) for the host's Available condition."""
+        host = self._hosts[name]
+        if host.drain_mode:
+            return False, "Draining"
+        if host.sessions >= self.limit:
+            return False, "SessionLimitReached"
+        if self.algorithm is LoadBalancerType.HORIZON and self._logon_storm_blocks(host):
+            return False, "LogonStormThreshold"
+        return True, "AcceptingSessions"
+
+    def load_index_of(self, name: str) -> int:
+        host = self._hosts[name]
+        return load_index(self.horizon.load_index, host.metrics, host.sessions, self.limit)
+
+    def buckets(self) -> dict[str, int]:
+        """Horizon bucket (1, 2 or 3) of every host, by name."""
+        loads = {h.name: self.load_index_of(h.name) for h in self._hosts.values()}
+        threshold = self._raised_load_threshold(loads)
+        return {h.name: self._bucket(h, loads[h.name], threshold) for h in self._hosts.values()}
+
+    # ------------------------------------------------------------------ breadth/depth-first
+
+    def _key(self, host: HostView) -> tuple[int, int, str]:
+        if self.algorithm is LoadBalancerType.DEPTH_FIRST:
+            return (-host.sessions, host.order, host.name)
+        return (host.sessions, host.order, host.name)
+
+    def _indexed(self, host: HostView) -> bool:
+        return not host.drain_mode and host.sessions < self.limit
+
+    def _index_host(self, host: HostView) -> None:
+        if self.algorithm is LoadBalancerType.HORIZON or not self._indexed(host):
+            return
+        self._index.add(self._key(host))
+        for feature in self._lacks(host):
+            self._lacking[feature] = self._lacking.get(feature, 0) + 1
+
+    def _unindex(self, host: HostView) -> None:
+        if self.algorithm is LoadBalancerType.HORIZON or not self._indexed(host):
+            return
+        self._index.remove(self._key(host))
+        for feature in self._lacks(host):
+            self._lacking[feature] -= 1
+
+    @staticmethod
+    def _lacks(host: HostView) -> Iterator[str]:
+        for protocol in ALL_PROTOCOLS:
+            if protocol not in host.features.protocols:
+                yield protocol.value
+        if not host.features.unauthenticated_access:
+            yield "unauthenticated"
+
+    def _rebuild_index(self) -> None:
+        self._index = SortedList()
+        self._lacking = {}
+        for host in self._hosts.values():
+            self._index_host(host)
+
+    def _universal(self, demand: Demand) -> bool:
+        """Can every indexed host serve this request?"""
+        if demand.protocol is not None and self._lacking.get(demand.protocol.value, 0):
+            return False
+        return not (demand.unauthenticated and self._lacking.get("unauthenticated", 0))
+
+    def _indexed_choice(self, demand: Demand) -> HostView | None:
+        index = self._index
+        if self._universal(demand):
+            if not index:
+                return None
+            if self.algorithm is LoadBalancerType.DEPTH_FIRST:
+                return self._hosts[index[0][2]]
+            pick = self._rng.randrange(breadth_first_candidates(len(index)))
+            return self._hosts[index[pick][2]]
+        # Some hosts lack what this request needs: walk the index from its best end.
+        if self.algorithm is LoadBalancerType.DEPTH_FIRST:
+            for key in index:
+                host = self._hosts[key[2]]
+                if host.supports(demand):
+                    return host
+            return None
+        eligible = [self._hosts[key[2]] for key in index if self._hosts[key[2]].supports(demand)]
+        if not eligible:
+            return None
+        return eligible[self._rng.randrange(breadth_first_candidates(len(eligible)))]
+
+    # ------------------------------------------------------------------ Horizon
+
+    def _logon_storm_blocks(self, host: HostView) -> bool:
+        storm = self.horizon.logon_storm
+        if storm.connecting_session_threshold and (
+            host.connecting >= storm.connecting_session_threshold
+        ):
+            return True
+        if storm.load_index_threshold:
+            index = self.load_index_of(host.name)
+            if index != NO_LOAD_INDEX and index >= storm.load_index_threshold:
+                return True
+        return False
+
+    def _raised_load_threshold(self, loads: dict[str, int]) -> int:
+        """The bucket-1 load-index threshold after the dynamic raise.
+
+        Bucket 1 needs ``minRdsServersInLbQueue`` hosts. The candidates are hosts in the load
+        balancing queue (accepting new sessions) with every default feature, a load index and
+        fewer connecting sessions than the connecting threshold. If fewer than the minimum are
+        below the configured threshold, it rises to one above the load index of the minimum-th
+        least-loaded candidate (or above all of them when there are fewer candidates).
+        """
+        server = self.horizon.connection_server
+        threshold = server.rds_load_index_threshold
+        wanted = server.min_rds_servers_in_lb_queue
+        if wanted <= 0:
+            return threshold
+        candidate_loads = sorted(
+            loads[h.name]
+            for h in self._hosts.values()
+            if h.features.all_default
+            and loads[h.name] != NO_LOAD_INDEX
+            and h.connecting < server.rds_connecting_session_threshold
+            and self.accepts_new(h)
+        )
+        below = sum(1 for load in candidate_loads if load < threshold)
+        if below >= wanted or not candidate_loads:
+            return threshold
+        nth = candidate_loads[min(wanted, len(candidate_loads)) - 1]
+        return max(threshold, nth + 1)
+
+    def _bucket(self, host: HostView, load: int, raised_threshold: int) -> int:
+        server = self.horizon.connection_server
+        if load == NO_LOAD_INDEX or host.connecting >= server.rds_connecting_session_threshold:
+            return 3
+        if host.features.all_default:
+            return 1 if load < raised_threshold else 3
+        return 2 if load < server.rds_load_index_threshold else 3
+
+    def _horizon_choice(self, demand: Demand) -> HostView | None:
+        """Bucket 1 first, then 2, then 3 (the last resort).
+
+        In bucket 1 every host gets an equal share of new sessions: the one with the fewest
+        sessions still connecting goes first (then the lower load index, then query order), so
+        a logon storm is dealt round the bucket instead of flooding the least-loaded host.
+        Buckets 2 and 3 take the lowest load index (then fewest connecting, query order).
+        """
+        loads = {h.name: self.load_index_of(h.name) for h in self._hosts.values()}
+        threshold = self._raised_load_threshold(loads)
+        best: tuple[int, tuple[int, int, int, str], HostView] | None = None
+        for host in self._hosts.values():
+            if not host.supports(demand) or not self.accepts_new(host):
+                continue
+            load = loads[host.name]
+            bucket = self._bucket(host, load, threshold)
+            sortable_load = 101 if load == NO_LOAD_INDEX else load
+            if bucket == 1:
+                key = (host.connecting, sortable_load, host.order, host.name)
+            else:
+                key = (sortable_load, host.connecting, host.order, host.name)
+            if best is None or (bucket, key) < (best[0], best[1]):
+                best = (bucket, key, host)
+        return None if best is None else best[2]
+
+    # ------------------------------------------------------------------ pending reasons
+
+    def _pending_reason(self, demand: Demand) -> Reason:
+        """Why no host was chosen.
+
+        PoolSaturated: lack of capacity — the pool has no host, or every host that could serve
+        the request (features, not draining) is at its session limit. Adding hosts helps.
+        NoEligibleHost: otherwise — every host is draining, lacks a needed feature, or is
+        turning logons away (Horizon logon-storm thresholds).
+        """
+        if not self._hosts:
+            return Reason.POOL_SATURATED
+        serving = [h for h in self._hosts.values() if h.supports(demand) and not h.drain_mode]
+        if serving and all(h.sessions >= self.limit for h in serving):
+            return Reason.POOL_SATURATED
+        return Reason.NO_ELIGIBLE_HOST
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _add(self, host: HostView) -> None:
+        if host.order < 0:
+            host.order = self._next_order
+        self._next_order = max(self._next_order, host.order + 1)
+        self._hosts[host.name] = host
+        self._users_on.setdefault(host.name, set())
+
+    def _record_user(self, user: str, host_name: str) -> None:
+        if host_name not in self._hosts:
+            raise KeyError(f"session of {user!r} on unknown host {host_name!r}")
+        self._session_of[user] = host_name
+        self._users_on[host_name].add(user)
+
+    # ------------------------------------------------------------------ summaries
+
+    def free_slots(self) -> int:
+        """Session slots left on hosts not in drain mode."""
+        return sum(
+            max(0, self.limit - h.sessions) for h in self._hosts.values() if not h.drain_mode
+        )
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Each host's sessions, connecting, load index and bucket, in query order."""
+        buckets = self.buckets() if self.algorithm is LoadBalancerType.HORIZON else {}
+        return [
+            {
+                "name": h.name,
+                "sessions": h.sessions,
+                "connecting": h.connecting,
+                "loadIndex": self.load_index_of(h.name),
+                "bucket": buckets.get(h.name),
+            }
+            for h in self.hosts()
+        ]
+
+
+__all__ = [
+    "NO_LOAD_INDEX",
+    "Demand",
+    "HostView",
+    "Placement",
+    "PoolBalancer",
+    "breadth_first_candidates",
+    "load_index",
+]

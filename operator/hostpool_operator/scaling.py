@@ -1,0 +1,93 @@
+"""Scaling decisions: how many session hosts to add, and which empty ones may go.
+
+Pure functions of observed state (no I/O, no clock of their own: ``now`` is passed in), so
+the operator derives every decision from what the API shows and a restart can never make it
+create a host twice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from .api import Scaling
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleHost:
+    """What scaling needs to know of one host."""
+
+    name: str
+    sessions: int = 0
+    drain_mode: bool = False
+    #: Created by the operator from the pool's hostTemplate (only those are ever removed).
+    managed: bool = False
+    #: Since when the host has had no session (None: it has sessions, or it is unknown).
+    empty_since: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleUp:
+    """How many hosts to create now; ``limited`` when maxHosts kept it from creating more."""
+
+    add: int
+    wanted: int
+    limited: bool
+
+
+def free_slots(limit: int, hosts: Sequence[ScaleHost]) -> int:
+    """Session slots left on the hosts that are not draining."""
+    return sum(max(0, limit - h.sessions) for h in hosts if not h.drain_mode)
+
+
+def hosts_to_add(
+    scaling: Scaling | None, limit: int, hosts: Sequence[ScaleHost], waiting: int
+) -> ScaleUp:
+    """Hosts to create so that ``waiting`` requests (pending for lack of capacity) fit and
+    ``bufferSessions`` slots stay free, with at least ``minHosts`` and at most ``maxHosts``.
+
+    Every host counts toward ``maxHosts``, whoever created it; a new host is assumed to take
+    ``limit`` sessions.
+    """
+    if scaling is None:
+        return ScaleUp(0, 0, False)
+    total = len(hosts)
+    short = waiting + scaling.buffer_sessions - free_slots(limit, hosts)
+    by_demand = math.ceil(short / limit) if short > 0 else 0
+    wanted = max(by_demand, scaling.min_hosts - total, 0)
+    room = max(0, scaling.max_hosts - total)
+    return ScaleUp(add=min(wanted, room), wanted=wanted, limited=wanted > room)
+
+
+def hosts_to_remove(
+    scaling: Scaling | None,
+    limit: int,
+    hosts: Sequence[ScaleHost],
+    waiting: int,
+    now: datetime,
+) -> list[str]:
+    """Operator-created hosts that have been empty for ``scaleDownDelaySeconds`` and are not
+    needed: the pool stays at or above ``minHosts`` and keeps ``bufferSessions`` free slots.
+    Never a host with a session, never a host a user created, never while requests wait.
+    ``hosts`` come in query order; the newest go first.
+    """
+    if scaling is None or waiting > 0:
+        return []
+    total = len(hosts)
+    free = free_slots(limit, hosts)
+    removable: list[str] = []
+    for host in reversed(hosts):
+        if total - len(removable) <= scaling.min_hosts:
+            break
+        if not host.managed or host.sessions > 0 or host.empty_since is None:
+            continue
+        if (now - host.empty_since).total_seconds() < scaling.scale_down_delay_seconds:
+            continue
+        freed = 0 if host.drain_mode else limit
+        if free - freed < scaling.buffer_sessions:
+            continue
+        free -= freed
+        removable.append(host.name)
+    return removable
