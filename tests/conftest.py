@@ -1,0 +1,121 @@
+"""Shared fixtures: a real Kubernetes API for tests/api and tests/e2e.
+
+``kube`` (session scope) is lazy: only a test that asks for it (directly or through
+``namespace``) starts anything. It uses the cluster of ``HOSTPOOL_TEST_KUBECONFIG`` when
+that is set (kind, or any cluster you may install CRDs into), otherwise it builds the tools
+(``hack/tools.sh``; minutes the first time, cached afterwards) and starts the repository's
+own control plane (etcd + kube-apiserver + kube-controller-manager) in a temporary
+directory, and stops it at the end of the session. Either way the CRDs from ``crds/`` are
+created or replaced and waited for (Established) before the first test runs.
+
+When a test that used ``kube`` fails, the API server's last log lines are attached to its
+report as a section named "kube-apiserver log".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from controlplane import ControlPlane, ensure_tools
+from kube import REPO_ROOT, Kube, crd_files, make_api_client, unique_name
+
+KUBECONFIG_ENV = "HOSTPOOL_TEST_KUBECONFIG"
+
+#: Only tests under these directories may use the ``kube`` fixture.
+CLUSTER_TEST_DIRS = (REPO_ROOT / "tests" / "api", REPO_ROOT / "tests" / "e2e")
+
+_KUBE_KEY = pytest.StashKey[Kube]()
+_REPORTS_KEY = pytest.StashKey[dict[str, pytest.TestReport]]()
+
+LOG_TAIL_LINES = 60
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse, at collection, a test outside tests/api and tests/e2e that would start a
+    cluster: unit tests must stay fast and runnable anywhere."""
+    del config
+    for item in items:
+        if "kube" not in getattr(item, "fixturenames", ()):
+            continue
+        path = Path(str(item.path)).resolve()
+        if not any(path.is_relative_to(d) for d in CLUSTER_TEST_DIRS):
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the `kube` fixture but is not under tests/api or "
+                "tests/e2e; only those may need a cluster"
+            )
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Keep each phase's report on the item, and attach the API server's log tail to the
+    report of a failed test that used the cluster."""
+    del call
+    report = yield
+    item.stash.setdefault(_REPORTS_KEY, {})[report.when] = report
+    if report.failed and "kube" in getattr(item, "fixturenames", ()):
+        kube = item.config.stash.get(_KUBE_KEY, None)
+        if kube is not None:
+            try:
+                tail = kube.log_tail(LOG_TAIL_LINES)
+            except Exception as exc:  # never hide the test's own failure
+                tail = f"(could not read the API server log: {exc})"
+            report.sections.append((f"kube-apiserver log (last {LOG_TAIL_LINES} lines)", tail))
+    return report
+
+
+@pytest.fixture(scope="session")
+def kube(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Kube]:
+    """A real API server with the project's CRDs installed."""
+    external = os.environ.get(KUBECONFIG_ENV, "").strip()
+    control_plane: ControlPlane | None = None
+    bin_dir: Path | None = None
+    if external:
+        kubeconfig = Path(external).expanduser().resolve()
+        if not kubeconfig.is_file():
+            pytest.fail(f"{KUBECONFIG_ENV}={external}: no such file")
+    else:
+        bin_dir = ensure_tools(REPO_ROOT)
+        control_plane = ControlPlane(tmp_path_factory.mktemp("controlplane"), bin_dir=bin_dir)
+        kubeconfig = control_plane.start()
+    api_client = make_api_client(kubeconfig)
+    kube = Kube(
+        kubeconfig=kubeconfig,
+        api_client=api_client,
+        control_plane=control_plane,
+        bin_dir=bin_dir,
+    )
+    try:
+        try:
+            kube.install_crds(crd_files())
+        except Exception as exc:
+            raise RuntimeError(
+                f"installing the CRDs from crds/ failed: {exc}\n"
+                f"kube-apiserver log:\n{kube.log_tail(LOG_TAIL_LINES)}"
+            ) from exc
+        request.config.stash[_KUBE_KEY] = kube
+        yield kube
+    finally:
+        if _KUBE_KEY in request.config.stash:
+            del request.config.stash[_KUBE_KEY]
+        api_client.close()
+        if control_plane is not None:
+            control_plane.stop()
+
+
+@pytest.fixture
+def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace for one test, deleted afterwards (without waiting)."""
+    name = unique_name(f"t-{request.node.name}", max_length=40)
+    kube.create_namespace(name)
+    try:
+        yield name
+    finally:
+        kube.delete_namespace(name)

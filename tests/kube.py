@@ -1,0 +1,347 @@
+"""Helpers for tests that talk to a real kube-apiserver (tests/api, tests/e2e).
+
+:class:`Kube` wraps a configured ``kubernetes`` ``ApiClient`` with a few small, typed calls
+on raw API paths. Raw paths keep the tests exact about what goes over the wire (content
+types, ``Accept`` headers for the Table API, status codes of refusals) and independent of
+the generated client's model classes. Nothing here starts a cluster; ``conftest.py`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import yaml
+
+if TYPE_CHECKING:
+    from controlplane import ControlPlane
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CRD_DIR = REPO_ROOT / "crds"
+EXAMPLES_DIR = CRD_DIR / "examples"
+
+GROUP = "hostpool.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+#: kind -> plural of the project's custom resources.
+PLURALS: dict[str, str] = {
+    "HostPool": "hostpools",
+    "SessionHost": "sessionhosts",
+    "SessionRequest": "sessionrequests",
+}
+
+TABLE_ACCEPT = "application/json;as=Table;g=meta.k8s.io;v=v1"
+MERGE_PATCH = "application/merge-patch+json"
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------------------
+# Manifests
+
+
+def load_yaml_documents(path: Path) -> list[dict[str, Any]]:
+    """The non-empty YAML documents of a file, each a mapping."""
+    docs: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as fh:
+        for doc in yaml.safe_load_all(fh):
+            if doc is None:
+                continue
+            if not isinstance(doc, dict):
+                raise ValueError(f"{path}: a document is not a mapping: {doc!r}")
+            docs.append(doc)
+    return docs
+
+
+def crd_files() -> list[Path]:
+    """The generated CRD files (``crds/*.yaml``, not the examples)."""
+    return sorted(CRD_DIR.glob("*.yaml"))
+
+
+def example_files() -> list[Path]:
+    return sorted(EXAMPLES_DIR.glob("*.yaml"))
+
+
+def example_documents() -> list[tuple[Path, dict[str, Any]]]:
+    """Every example object with the file it comes from, in file order."""
+    return [(path, doc) for path in example_files() for doc in load_yaml_documents(path)]
+
+
+def unique_name(prefix: str, max_length: int = 63) -> str:
+    """A DNS-1123 label: ``prefix`` (sanitized, shortened) plus a random suffix."""
+    cleaned = "".join(c if c.isalnum() else "-" for c in prefix.lower()).strip("-")
+    while "--" in cleaned:
+        cleaned = cleaned.replace("--", "-")
+    suffix = uuid.uuid4().hex[:6]
+    head = cleaned[: max_length - len(suffix) - 1].rstrip("-") or "t"
+    return f"{head}-{suffix}"
+
+
+# ---------------------------------------------------------------------------------------
+# API access
+
+
+class ApiError(Exception):
+    """A non-2xx answer of the API server, with the ``Status`` it sent."""
+
+    def __init__(self, method: str, path: str, status: int, body: Any) -> None:
+        self.method = method
+        self.path = path
+        self.status = status
+        self.body = body
+        super().__init__(f"{method} {path} -> {status}: {self.message}")
+
+    @property
+    def message(self) -> str:
+        if isinstance(self.body, dict):
+            return str(self.body.get("message", self.body))
+        return str(self.body)
+
+    @property
+    def reason(self) -> str:
+        return str(self.body.get("reason", "")) if isinstance(self.body, dict) else ""
+
+    @property
+    def causes(self) -> list[dict[str, Any]]:
+        if not isinstance(self.body, dict):
+            return []
+        details = self.body.get("details") or {}
+        causes = details.get("causes") or []
+        return [c for c in causes if isinstance(c, dict)]
+
+
+def resource_path(kind: str, namespace: str | None = None, name: str | None = None) -> str:
+    """The API path of a collection or an object of one of the project's kinds."""
+    path = f"/apis/{GROUP}/{VERSION}"
+    if namespace is not None:
+        path += f"/namespaces/{namespace}"
+    path += f"/{PLURALS[kind]}"
+    if name is not None:
+        path += f"/{name}"
+    return path
+
+
+@dataclass
+class Kube:
+    """A cluster the tests may use: its kubeconfig and a configured API client.
+
+    ``control_plane`` is the suite's own :class:`controlplane.ControlPlane`, or ``None`` for
+    an existing cluster given by ``HOSTPOOL_TEST_KUBECONFIG``.
+    """
+
+    kubeconfig: Path
+    api_client: Any
+    control_plane: ControlPlane | None = None
+    bin_dir: Path | None = None
+    crd_names: list[str] = field(default_factory=list)
+
+    # -- raw requests -------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: dict[str, str] | None = None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+        timeout: float = 30.0,
+    ) -> tuple[int, Any]:
+        """Send one request; return (HTTP status, decoded JSON body or text). Never raises
+        for an HTTP error status."""
+        headers = {"Accept": accept}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        m, url, hdrs, data, _ = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query.items()) if query else None,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api_client.call_api(
+            m, url, header_params=hdrs, body=data, _request_timeout=timeout
+        )
+        raw = response.read() or b""
+        text = raw.decode("utf-8", errors="replace")
+        try:
+            decoded: Any = json.loads(text) if text else None
+        except json.JSONDecodeError:
+            decoded = text
+        return int(response.status), decoded
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Like :meth:`request` but raise :class:`ApiError` unless the status is 2xx."""
+        status, body = self.request(method, path, **kwargs)
+        if not 200 <= status < 300:
+            raise ApiError(method, path, status, body)
+        return body
+
+    # -- the project's kinds --------------------------------------------------------------
+
+    def create(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("POST", resource_path(obj["kind"], namespace), body=obj)
+        return result
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("GET", resource_path(kind, namespace, name))
+        return result
+
+    def exists(self, kind: str, namespace: str, name: str) -> bool:
+        status, body = self.request("GET", resource_path(kind, namespace, name))
+        if status == 404:
+            return False
+        if not 200 <= status < 300:
+            raise ApiError("GET", resource_path(kind, namespace, name), status, body)
+        return True
+
+    def replace(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        name = obj["metadata"]["name"]
+        result: dict[str, Any] = self.call(
+            "PUT", resource_path(obj["kind"], namespace, name), body=obj
+        )
+        return result
+
+    def replace_status(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        name = obj["metadata"]["name"]
+        result: dict[str, Any] = self.call(
+            "PUT", resource_path(obj["kind"], namespace, name) + "/status", body=obj
+        )
+        return result
+
+    def merge_patch(
+        self, kind: str, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False
+    ) -> dict[str, Any]:
+        path = resource_path(kind, namespace, name) + ("/status" if status else "")
+        result: dict[str, Any] = self.call("PATCH", path, body=patch, content_type=MERGE_PATCH)
+        return result
+
+    def delete(
+        self, kind: str, namespace: str, name: str, *, propagation: str = "Background"
+    ) -> Any:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        return self.call("DELETE", resource_path(kind, namespace, name), body=body)
+
+    def table(self, kind: str, namespace: str) -> dict[str, Any]:
+        """The server-side printed list (what ``kubectl get`` shows)."""
+        result: dict[str, Any] = self.call(
+            "GET", resource_path(kind, namespace), accept=TABLE_ACCEPT
+        )
+        return result
+
+    # -- namespaces and CRDs --------------------------------------------------------------
+
+    def create_namespace(self, name: str) -> None:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        self.call("POST", "/api/v1/namespaces", body=body)
+
+    def delete_namespace(self, name: str) -> None:
+        status, body = self.request("DELETE", f"/api/v1/namespaces/{name}")
+        if status not in (200, 202, 404):
+            raise ApiError("DELETE", f"/api/v1/namespaces/{name}", status, body)
+
+    def read_crd(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.call(
+            "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        )
+        return result
+
+    def install_crds(self, paths: list[Path], *, timeout: float = 60.0) -> list[str]:
+        """Create each CRD, or replace it when it exists; wait until all are Established
+        and their resources are served. Returns the CRD names."""
+        base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        names: list[str] = []
+        for path in paths:
+            for crd in load_yaml_documents(path):
+                name = crd["metadata"]["name"]
+                names.append(name)
+                status, body = self.request("POST", base, body=crd)
+                if status == 409:
+                    current = self.read_crd(name)
+                    crd = {
+                        **crd,
+                        "metadata": {
+                            **crd["metadata"],
+                            "resourceVersion": current["metadata"]["resourceVersion"],
+                        },
+                    }
+                    self.call("PUT", f"{base}/{name}", body=crd)
+                elif not 200 <= status < 300:
+                    raise ApiError("POST", base, status, body)
+        for name in names:
+
+            def established(name: str = name) -> bool:
+                return _crd_established(self.read_crd(name))
+
+            wait_for(established, timeout=timeout, what=f"CRD {name} to become Established")
+        for kind in PLURALS:
+
+            def served(kind: str = kind) -> bool:
+                return self.request("GET", resource_path(kind))[0] == 200
+
+            wait_for(served, timeout=timeout, what=f"{kind} to be served")
+        self.crd_names = names
+        return names
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The API server's last log lines, when the suite runs its own control plane."""
+        if self.control_plane is None:
+            return "(an existing cluster from HOSTPOOL_TEST_KUBECONFIG; no API server log here)"
+        return self.control_plane.log_tail("kube-apiserver", lines)
+
+
+def _crd_established(crd: dict[str, Any]) -> bool:
+    conditions = crd.get("status", {}).get("conditions") or []
+    state = {c.get("type"): c.get("status") for c in conditions}
+    return state.get("Established") == "True" and state.get("NamesAccepted") == "True"
+
+
+def make_api_client(kubeconfig: Path) -> Any:
+    """A ``kubernetes`` ApiClient for the kubeconfig's current context."""
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+
+    configuration = k8s_client.Configuration()
+    load: Any = k8s_config.load_kube_config  # untyped in the client library
+    load(config_file=str(kubeconfig), client_configuration=configuration, persist_config=False)
+    return k8s_client.ApiClient(configuration=configuration)
+
+
+def wait_for(predicate: Callable[[], T], *, timeout: float, what: str, interval: float = 0.25) -> T:
+    """Poll ``predicate`` until it returns a truthy value; return that value."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = predicate()
+        except ApiError as exc:  # e.g. 404 right after creation
+            last_error = exc
+        else:
+            if value:
+                return value
+        if time.monotonic() >= deadline:
+            detail = f" (last error: {last_error})" if last_error else ""
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+def iter_schema_nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every schema node of an openAPIV3Schema with a readable path (``.spec.x[]``,
+    ``.labels{}`` for map values)."""
+    yield path, node
+    for name, sub in (node.get("properties") or {}).items():
+        yield from iter_schema_nodes(sub, f"{path}.{name}")
+    items = node.get("items")
+    if isinstance(items, dict):
+        yield from iter_schema_nodes(items, f"{path}[]")
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        yield from iter_schema_nodes(extra, f"{path}{{}}")

@@ -1,0 +1,326 @@
+"""The CRDs in ``crds/`` are exactly what the pydantic models generate, and they have the
+shape the API contract demands (structural, bounded, documented, with the right names,
+subresources and printer columns). The examples in ``crds/examples/`` are valid.
+
+Bounds policy (what "every string has a maxLength" means here):
+
+* every ``string`` has ``maxLength``, except
+  - enums: the longest allowed value bounds them (the API server also uses that length for
+    CEL cost estimates);
+  - ``format: date-time``: the format bounds them (an RFC 3339 timestamp);
+  - the root ``apiVersion`` and ``kind``: the API server itself checks that they name this
+    CRD's group/version and kind before the schema is applied;
+* every ``array`` has ``maxItems``, every map (``additionalProperties``) ``maxProperties``;
+* every ``integer``/``number`` has both ``minimum`` and ``maximum``;
+* every named property and every array's item schema has a ``description``; a map's value
+  schema needs none (``kubectl explain`` shows the map's own description);
+* nothing escapes the schema: no ``x-kubernetes-preserve-unknown-fields`` (it would admit
+  unbounded, unvalidated data), no ``additionalProperties: false`` (not structural), no
+  ``$ref``/``$defs``/``anyOf``/``allOf``/``oneOf``/``not`` anywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from hostpool_operator import api, crdgen
+from kube import CRD_DIR, EXAMPLES_DIR, example_documents, iter_schema_nodes, load_yaml_documents
+
+FORBIDDEN_KEYS = ("$ref", "$defs", "definitions", "anyOf", "allOf", "oneOf", "not")
+
+SHORT_NAMES = {"HostPool": ["hp"], "SessionHost": ["sh"], "SessionRequest": ["sr"]}
+
+REQUIRED_COLUMNS = {
+    "HostPool": ["Type", "Hosts", "Sessions", "Free", "Ready", "Age"],
+    "SessionHost": ["Pool", "Sessions", "Load", "Drain", "Available"],
+    "SessionRequest": ["Pool", "User", "Phase", "Host", "Reason"],
+}
+
+MODELS: dict[str, type[BaseModel]] = {
+    "HostPool": api.HostPool,
+    "SessionHost": api.SessionHost,
+    "SessionRequest": api.SessionRequest,
+}
+
+
+@functools.cache
+def _generated() -> dict[str, dict[str, Any]]:
+    """File name -> parsed CRD, as generated from the models."""
+    return {name: yaml.safe_load(text) for name, text in crdgen.render_all().items()}
+
+
+def _crd_by_kind() -> dict[str, dict[str, Any]]:
+    return {crd["spec"]["names"]["kind"]: crd for crd in _generated().values()}
+
+
+def _version(crd: dict[str, Any]) -> dict[str, Any]:
+    versions: list[dict[str, Any]] = crd["spec"]["versions"]
+    assert len(versions) == 1, "one served version, v1alpha1"
+    return versions[0]
+
+
+def _schema(crd: dict[str, Any]) -> dict[str, Any]:
+    schema: dict[str, Any] = _version(crd)["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def _walk_keys(node: Any, path: str = "") -> list[tuple[str, str, Any]]:
+    """Every (path, key, value) of every mapping in a nested document."""
+    found: list[tuple[str, str, Any]] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found.append((path, str(key), value))
+            found.extend(_walk_keys(value, f"{path}/{key}"))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found.extend(_walk_keys(value, f"{path}[{i}]"))
+    return found
+
+
+KINDS = sorted(SHORT_NAMES)
+
+
+# ---------------------------------------------------------------------------------------
+# Drift
+
+
+def test_crd_files_match_the_models() -> None:
+    expected = crdgen.render_all()
+    on_disk = {path.name: path.read_text(encoding="utf-8") for path in CRD_DIR.glob("*.yaml")}
+    missing = sorted(set(expected) - set(on_disk))
+    extra = sorted(set(on_disk) - set(expected))
+    stale = sorted(name for name in set(expected) & set(on_disk) if expected[name] != on_disk[name])
+    drift = missing + extra + stale
+    assert not drift, (
+        "crds/ is out of date with hostpool_operator.api; run `make crds` and commit the result "
+        f"(missing: {missing}, not generated: {extra}, differing: {stale})"
+    )
+
+
+def test_every_kind_has_one_crd() -> None:
+    assert sorted(_crd_by_kind()) == KINDS
+    for crd in _generated().values():
+        names = crd["spec"]["names"]
+        assert crd["metadata"]["name"] == f"{names['plural']}.{api.GROUP}"
+        assert crd["spec"]["group"] == api.GROUP
+        assert crd["spec"]["scope"] == "Namespaced"
+        version = _version(crd)
+        assert version["name"] == api.VERSION
+        assert version["served"] is True
+        assert version["storage"] is True
+
+
+# ---------------------------------------------------------------------------------------
+# Structural schema
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_schema_has_no_forbidden_constructs(kind: str) -> None:
+    schema = _schema(_crd_by_kind()[kind])
+    problems = []
+    for path, key, value in _walk_keys(schema):
+        # "properties" maps field names to schemas, so a *field* could be named like a
+        # keyword; only keys of schema nodes count.
+        if path.endswith("/properties"):
+            continue
+        if key in FORBIDDEN_KEYS:
+            problems.append(f"{path}: {key}")
+        if key == "additionalProperties" and value is False:
+            problems.append(f"{path}: additionalProperties: false")
+        if key == "x-kubernetes-preserve-unknown-fields":
+            problems.append(f"{path}: x-kubernetes-preserve-unknown-fields")
+    assert not problems, f"{kind}: not structural or not closed:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_node_is_typed_and_described(kind: str) -> None:
+    schema = _schema(_crd_by_kind()[kind])
+    untyped = [p or "<root>" for p, node in iter_schema_nodes(schema) if "type" not in node]
+    assert not untyped, f"{kind}: schema nodes without a type: {untyped}"
+    undescribed = [
+        p or "<root>"
+        for p, node in iter_schema_nodes(schema)
+        if "description" not in node and not p.endswith("{}")
+    ]
+    assert not undescribed, f"{kind}: properties without a description: {undescribed}"
+
+
+def _root_exempt(path: str) -> bool:
+    return path in (".apiVersion", ".kind")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_value_is_bounded(kind: str) -> None:
+    schema = _schema(_crd_by_kind()[kind])
+    problems = []
+    for path, node in iter_schema_nodes(schema):
+        kind_of = node.get("type")
+        if kind_of == "string":
+            bounded = "maxLength" in node or "enum" in node or node.get("format") == "date-time"
+            if not bounded and not _root_exempt(path):
+                problems.append(f"{path}: string without maxLength")
+        elif kind_of == "array":
+            if "maxItems" not in node:
+                problems.append(f"{path}: array without maxItems")
+        elif kind_of in ("integer", "number"):
+            if "minimum" not in node or "maximum" not in node:
+                problems.append(f"{path}: {kind_of} without minimum and maximum")
+        elif (
+            kind_of == "object"
+            and isinstance(node.get("additionalProperties"), dict)
+            and "maxProperties" not in node
+        ):
+            problems.append(f"{path}: map without maxProperties")
+    assert not problems, f"{kind}: unbounded values:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_validation_rule_has_a_message(kind: str) -> None:
+    for path, node in iter_schema_nodes(_schema(_crd_by_kind()[kind])):
+        for rule in node.get("x-kubernetes-validations", []):
+            assert rule.get("rule"), f"{kind} {path}: empty rule {rule}"
+            assert rule.get("message"), f"{kind} {path}: rule without a message {rule}"
+
+
+def test_status_carries_no_defaults() -> None:
+    """Only the operator and agents write status; defaults there would mask missing data."""
+    for kind, crd in _crd_by_kind().items():
+        status = _schema(crd)["properties"]["status"]
+        defaulted = [p for p, node in iter_schema_nodes(status, ".status") if "default" in node]
+        assert not defaulted, f"{kind}: defaults in status: {defaulted}"
+
+
+def test_spec_is_required() -> None:
+    for kind, crd in _crd_by_kind().items():
+        assert "spec" in _schema(crd).get("required", []), kind
+
+
+# ---------------------------------------------------------------------------------------
+# Names, subresources, printer columns
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_short_names(kind: str) -> None:
+    assert _crd_by_kind()[kind]["spec"]["names"]["shortNames"] == SHORT_NAMES[kind]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_status_subresource(kind: str) -> None:
+    assert _version(_crd_by_kind()[kind]).get("subresources", {}).get("status") == {}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_printer_columns(kind: str) -> None:
+    columns = _version(_crd_by_kind()[kind]).get("additionalPrinterColumns", [])
+    names = [c["name"] for c in columns]
+    missing = [c for c in REQUIRED_COLUMNS[kind] if c not in names]
+    assert not missing, f"{kind}: printer columns {missing} missing (have {names})"
+    assert len(names) == len(set(names)), f"{kind}: duplicate printer columns {names}"
+    schema = _schema(_crd_by_kind()[kind])
+    for column in columns:
+        assert column["type"] in ("string", "integer", "number", "boolean", "date"), column
+        path = column["jsonPath"]
+        assert path.startswith("."), column
+        if path == ".metadata.creationTimestamp":
+            continue
+        # The column's path (filters and all) must lead to a field the schema knows.
+        node = schema
+        for part in path.split("[")[0].strip(".").split("."):
+            assert part in node.get("properties", {}), f"{kind}: column {column} -> {part}?"
+            node = node["properties"][part]
+            if node.get("type") == "array":
+                node = node["items"]
+
+
+def test_protocols_and_conditions_list_types() -> None:
+    host = _schema(_crd_by_kind()["SessionHost"])
+    protocols = host["properties"]["spec"]["properties"]["features"]["properties"]["protocols"]
+    assert protocols["x-kubernetes-list-type"] == "set"
+    for kind, crd in _crd_by_kind().items():
+        conditions = _schema(crd)["properties"]["status"]["properties"]["conditions"]
+        assert conditions["x-kubernetes-list-type"] == "map", kind
+        assert conditions["x-kubernetes-list-map-keys"] == ["type"], kind
+
+
+# ---------------------------------------------------------------------------------------
+# Examples
+
+
+def test_examples_exist() -> None:
+    names = {p.name for p in EXAMPLES_DIR.glob("*.yaml")}
+    assert {
+        "breadth-first-pool.yaml",
+        "depth-first-pool.yaml",
+        "horizon-pool.yaml",
+        "session-hosts.yaml",
+        "session-requests.yaml",
+    } <= names
+    kinds = [doc["kind"] for _, doc in example_documents()]
+    assert kinds.count("HostPool") >= 3
+    assert kinds.count("SessionHost") >= 3
+    assert kinds.count("SessionRequest") >= 3
+
+
+EXAMPLES = example_documents()
+
+
+@pytest.mark.parametrize(
+    ("path", "doc"),
+    [
+        pytest.param(p, d, id=f"{p.name}:{d.get('metadata', {}).get('name', '?')}")
+        for p, d in EXAMPLES
+    ],
+)
+def test_example_is_valid(path: Path, doc: dict[str, Any]) -> None:
+    assert doc.get("apiVersion") == api.API_VERSION, path
+    assert doc.get("kind") in MODELS, path
+    metadata = doc.get("metadata", {})
+    assert metadata.get("name"), f"{path}: every example needs metadata.name"
+    assert "namespace" not in metadata, f"{path}: examples carry no namespace"
+    assert "status" not in doc, f"{path}: examples carry no status"
+    model = MODELS[doc["kind"]]
+    try:
+        model.model_validate({"spec": doc["spec"]})
+    except ValidationError as exc:  # pragma: no cover - the message is the point
+        pytest.fail(f"{path} {metadata['name']}: {exc}")
+
+
+def test_examples_cover_the_features() -> None:
+    docs = [d for _, d in EXAMPLES]
+    pools = {d["spec"]["loadBalancer"]["type"]: d["spec"] for d in docs if d["kind"] == "HostPool"}
+    assert set(pools) == {"BreadthFirst", "DepthFirst", "Horizon"}
+    assert "maxSessionLimit" in pools["DepthFirst"]["loadBalancer"]
+    assert "hostTemplate" in pools["DepthFirst"]["scaling"]
+    horizon = pools["Horizon"]["horizon"]
+    assert set(horizon) == {"loadIndex", "logonStorm", "connectionServer"}
+    for block, model in (
+        ("loadIndex", api.LoadIndexSettings),
+        ("logonStorm", api.LogonStorm),
+        ("connectionServer", api.ConnectionServer),
+    ):
+        fields = {f.alias or n for n, f in model.model_fields.items()}
+        assert set(horizon[block]) == fields, f"horizon.{block} is not complete"
+    hosts = [d["spec"] for d in docs if d["kind"] == "SessionHost"]
+    assert any(h.get("drainMode") for h in hosts)
+    assert any("address" in h for h in hosts)
+    assert any(set(h) == {"poolRef"} for h in hosts), "one host with every default"
+    requests = [d["spec"] for d in docs if d["kind"] == "SessionRequest"]
+    assert any("protocol" in r for r in requests)
+    assert any(r.get("unauthenticated") for r in requests)
+    # Every host and request refers to a pool by name; the examples' pools exist (except
+    # one request that shows a missing pool on purpose).
+    pool_names = {d["metadata"]["name"] for d in docs if d["kind"] == "HostPool"}
+    assert all(h["poolRef"]["name"] in pool_names for h in hosts)
+    assert sum(r["poolRef"]["name"] not in pool_names for r in requests) <= 1
+
+
+def test_example_documents_are_separate_files_per_kind() -> None:
+    for path in EXAMPLES_DIR.glob("*.yaml"):
+        kinds = {d["kind"] for d in load_yaml_documents(path)}
+        assert len(kinds) == 1, f"{path.name} mixes kinds {kinds}"
