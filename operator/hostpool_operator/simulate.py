@@ -16,12 +16,12 @@ from .api import (
     MAX_COUNT,
     MAX_NAME,
     MAX_USER,
+    ApiModel,
     HostMetrics,
     HostPoolSpec,
     Protocol,
     Reason,
     SessionHostTemplateSpec,
-    ApiModel,
 )
 from .balancing import Demand, HostView, PoolBalancer
 from .scaling import ScaleHost, hosts_to_add
@@ -201,6 +201,10 @@ def plot(result: dict[str, Any], out: Path, *, title: str, limit: int | None) ->
     ax.bar(names, connecting, bottom=settled, label="connecting", color="#ee8866")
     if limit is not None and hosts and limit <= 2 * max(h["sessions"] for h in hosts) + 1:
         ax.axhline(limit, color="#aa3377", linestyle="--", label=f"maxSessionLimit {limit}")
+    tallest = max([limit or 0, *(h["sessions"] for h in hosts), 1])
+    if limit is not None and limit > 2 * max([1, *(h["sessions"] for h in hosts)]) + 1:
+        tallest = max([1, *(h["sessions"] for h in hosts)])
+    ax.set_ylim(0, tallest * 1.35)
     ax.set_ylabel("sessions")
     ax.set_title(title)
     ax.legend(loc="upper right")
