@@ -535,7 +535,7 @@ def test_status_subresource(kube: Kube, namespace: str) -> None:
     assert patched["status"]["pendingRequests"] == 0
 
     # And a spec in a /status write is ignored.
-    status_update = copy.deepcopy(updated)
+    status_update = kube.get("HostPool", namespace, "st")
     status_update["spec"]["connectingTimeoutSeconds"] = 45
     status_update["status"]["pendingRequests"] = 2
     after = kube.replace_status(namespace, status_update)
@@ -595,9 +595,10 @@ def test_invalid_status_is_refused(
     kind, status, field_path = case
     obj = {"HostPool": pool(), "SessionHost": host(), "SessionRequest": request()}[kind]
     kube.create(namespace, obj)
-    error = refused(
-        kube, kube.merge_patch, kind, namespace, obj["metadata"]["name"], {"status": status}, True
-    )
+    name = obj["metadata"]["name"]
+    with pytest.raises(ApiError) as info:
+        kube.merge_patch(kind, namespace, name, {"status": status}, status=True)
+    error = info.value
     assert error.status == 422, error
     assert field_path in error.message, error.message
 
