@@ -30,8 +30,10 @@ Query order is ``metadata.creationTimestamp``, then name; the caller passes host
 Cost per decision: breadth- and depth-first keep the hosts that may take a session in a
 sorted list updated incrementally, so a decision is O(log n) when the request can go to any
 of them (the usual case); a request that needs a feature only some hosts have scans the
-sorted list from its best end. Horizon recomputes buckets per decision (O(n)), because the
-dynamic threshold raise couples every host to every other.
+sorted list from its best end. Horizon keeps its bucket-1 candidates sorted by load index
+(so the dynamic threshold raise is a lookup) and grouped by connecting count (so the fair
+share is the first host of the lowest group under the threshold): O(log n + k) per decision,
+k being the number of distinct connecting counts (at most 150).
 """
 
 from __future__ import annotations
@@ -156,6 +158,92 @@ def breadth_first_candidates(n: int) -> int:
     return (n + 1) // 2
 
 
+class _HorizonEntry:
+    """What a host was indexed under, so it can be found again when it changes."""
+
+    __slots__ = ("bucket2", "candidate", "connecting", "host", "load", "queue_key")
+
+    def __init__(
+        self, host: HostView, load: int, candidate: bool, bucket2: bool, connecting: int
+    ) -> None:
+        self.host = host
+        self.load = load
+        self.candidate = candidate
+        self.bucket2 = bucket2
+        self.connecting = connecting
+        self.queue_key = (101 if load == NO_LOAD_INDEX else load, connecting, host.order, host.name)
+
+
+class _HorizonIndex:
+    """Hosts of a Horizon pool that accept new sessions, arranged for the three buckets.
+
+    * ``by_load``: bucket-1 candidates (every default feature, a load index, fewer connecting
+      sessions than the Connection Server threshold), by (load, order). The raised threshold is
+      read off it by position.
+    * ``by_connecting[k]``: the same candidates with k connecting sessions, by (load, order);
+      bucket 1's fair share is the first of the lowest k whose first host is under the threshold.
+    * ``bucket2``: hosts with non-default features under both configured thresholds.
+    * ``queue``: every accepting host by (load, connecting, order): bucket 3, the last resort.
+    """
+
+    def __init__(self) -> None:
+        self.by_load: SortedList = SortedList()
+        self.by_connecting: dict[int, SortedList] = {}
+        self.connecting_levels: SortedList = SortedList()
+        self.bucket2: SortedList = SortedList()
+        self.queue: SortedList = SortedList()
+        self.entries: dict[str, _HorizonEntry] = {}
+
+    def add(self, entry: _HorizonEntry) -> None:
+        host = entry.host
+        self.entries[host.name] = entry
+        self.queue.add(entry.queue_key)
+        if entry.candidate:
+            key = (entry.load, host.order, host.name)
+            self.by_load.add(key)
+            level = self.by_connecting.get(entry.connecting)
+            if level is None:
+                level = self.by_connecting[entry.connecting] = SortedList()
+                self.connecting_levels.add(entry.connecting)
+            level.add(key)
+        elif entry.bucket2:
+            self.bucket2.add(entry.queue_key)
+
+    def discard(self, name: str) -> None:
+        entry = self.entries.pop(name, None)
+        if entry is None:
+            return
+        host = entry.host
+        self.queue.remove(entry.queue_key)
+        if entry.candidate:
+            key = (entry.load, host.order, host.name)
+            self.by_load.remove(key)
+            level = self.by_connecting[entry.connecting]
+            level.remove(key)
+            if not level:
+                del self.by_connecting[entry.connecting]
+                self.connecting_levels.remove(entry.connecting)
+        elif entry.bucket2:
+            self.bucket2.remove(entry.queue_key)
+
+    def raised_threshold(self, configured: int, wanted: int) -> int:
+        """The bucket-1 load threshold after the dynamic raise (see PoolBalancer.buckets)."""
+        if wanted <= 0 or not self.by_load:
+            return configured
+        below = self.by_load.bisect_left((configured,))
+        if below >= wanted:
+            return configured
+        nth = self.by_load[min(wanted, len(self.by_load)) - 1][0]
+        return max(configured, int(nth) + 1)
+
+    def bucket_one_choice(self, threshold: int) -> str | None:
+        for level in self.connecting_levels:
+            first = self.by_connecting[level][0]
+            if first[0] < threshold:
+                return str(first[2])
+        return None
+
+
 class PoolBalancer:
     """Observed state of one pool plus the indexes that make each decision cheap."""
 
@@ -167,7 +255,6 @@ class PoolBalancer:
         *,
         seed: int | None = None,
     ) -> None:
-        self._spec = spec
         self._rng = random.Random(seed)
         self._hosts: dict[str, HostView] = {}
         self._users_on: dict[str, set[str]] = {}
@@ -177,11 +264,22 @@ class PoolBalancer:
         # How many indexed hosts lack each feature: a request needing a feature no indexed host
         # lacks may take the O(log n) path.
         self._lacking: dict[str, int] = {}
+        self._hz = _HorizonIndex()
+        self._configure(spec)
         for host in hosts:
             self._add(host)
         for user, host_name in sessions:
             self._record_user(user, host_name)
         self._rebuild_index()
+
+    def _configure(self, spec: HostPoolSpec) -> None:
+        # Read the settings once: the hot path must not touch pydantic.
+        self._spec = spec
+        self._limit = spec.load_balancer.session_limit
+        self._algorithm = spec.load_balancer.type
+        self._horizon = spec.horizon_settings
+        self._is_horizon = self._algorithm is LoadBalancerType.HORIZON
+        self._depth_first = self._algorithm is LoadBalancerType.DEPTH_FIRST
 
     # ------------------------------------------------------------------ observed state
 
@@ -191,15 +289,15 @@ class PoolBalancer:
 
     @property
     def limit(self) -> int:
-        return self._spec.load_balancer.session_limit
+        return self._limit
 
     @property
     def algorithm(self) -> LoadBalancerType:
-        return self._spec.load_balancer.type
+        return self._algorithm
 
     @property
     def horizon(self) -> HorizonSettings:
-        return self._spec.horizon_settings
+        return self._horizon
 
     def hosts(self) -> Iterator[HostView]:
         """Hosts in query order."""
@@ -220,7 +318,7 @@ class PoolBalancer:
 
     def set_spec(self, spec: HostPoolSpec) -> None:
         """The pool changed (algorithm, limit, thresholds): keep state, rebuild indexes."""
-        self._spec = spec
+        self._configure(spec)
         self._rebuild_index()
 
     def upsert_host(self, host: HostView) -> None:
@@ -259,10 +357,7 @@ class PoolBalancer:
         existing = self._session_of.get(demand.user)
         if existing is not None:
             return Placement(existing, Reason.RECONNECTED)
-        if self.algorithm is LoadBalancerType.HORIZON:
-            chosen = self._horizon_choice(demand)
-        else:
-            chosen = self._indexed_choice(demand)
+        chosen = self._horizon_choice(demand) if self._is_horizon else self._indexed_choice(demand)
         if chosen is not None:
             return Placement(chosen.name, Reason.NEW_SESSION)
         return Placement(None, self._pending_reason(demand))
@@ -301,58 +396,84 @@ class PoolBalancer:
 
     # ------------------------------------------------------------------ per-host facts
 
+    def load_index_of(self, name: str) -> int:
+        host = self._hosts[name]
+        return load_index(self._horizon.load_index, host.metrics, host.sessions, self._limit)
+
     def accepts_new(self, host: HostView) -> bool:
         """May this host take a new session at all (features aside)?"""
-        if host.drain_mode or host.sessions >= self.limit:
-            return False
-        return not (
-            self.algorithm is LoadBalancerType.HORIZON and self._logon_storm_blocks(host)
-        )
+        return self.availability(host.name)[0]
 
     def availability(self, name: str) -> tuple[bool, str]:
         """(available, reason) for the host's Available condition."""
         host = self._hosts[name]
         if host.drain_mode:
             return False, "Draining"
-        if host.sessions >= self.limit:
+        if host.sessions >= self._limit:
             return False, "SessionLimitReached"
-        if self.algorithm is LoadBalancerType.HORIZON and self._logon_storm_blocks(host):
+        if self._is_horizon and self._logon_storm_blocks(host, self.load_index_of(name)):
             return False, "LogonStormThreshold"
         return True, "AcceptingSessions"
 
-    def load_index_of(self, name: str) -> int:
-        host = self._hosts[name]
-        return load_index(self.horizon.load_index, host.metrics, host.sessions, self.limit)
-
     def buckets(self) -> dict[str, int]:
-        """Horizon bucket (1, 2 or 3) of every host, by name."""
-        loads = {h.name: self.load_index_of(h.name) for h in self._hosts.values()}
-        threshold = self._raised_load_threshold(loads)
-        return {h.name: self._bucket(h, loads[h.name], threshold) for h in self._hosts.values()}
+        """Horizon bucket (1, 2 or 3) of every host, by name.
 
-    # ------------------------------------------------------------------ breadth/depth-first
+        Bucket 1: every default feature (multi-session, unauthenticated access, RDP, PCOIP and
+        BLAST), a load index below the (raised) Connection Server threshold and fewer
+        connecting sessions than its connecting threshold. The raise: when fewer than
+        ``minRdsServersInLbQueue`` hosts in the load-balancing queue (those accepting new
+        sessions) qualify, the threshold rises to one above the load index of the
+        minimum-th least-loaded of them. Bucket 2: the other hosts under both configured
+        thresholds. Bucket 3: everything else, including hosts with no load index.
+        """
+        threshold = self._threshold()
+        server = self._horizon.connection_server
+        out = {}
+        for host in self._hosts.values():
+            load = self.load_index_of(host.name)
+            if load == NO_LOAD_INDEX or host.connecting >= server.rds_connecting_session_threshold:
+                out[host.name] = 3
+            elif host.features.all_default:
+                out[host.name] = 1 if load < threshold else 3
+            else:
+                out[host.name] = 2 if load < server.rds_load_index_threshold else 3
+        return out
 
-    def _key(self, host: HostView) -> tuple[int, int, str]:
-        if self.algorithm is LoadBalancerType.DEPTH_FIRST:
-            return (-host.sessions, host.order, host.name)
-        return (host.sessions, host.order, host.name)
-
-    def _indexed(self, host: HostView) -> bool:
-        return not host.drain_mode and host.sessions < self.limit
+    # ------------------------------------------------------------------ indexes
 
     def _index_host(self, host: HostView) -> None:
-        if self.algorithm is LoadBalancerType.HORIZON or not self._indexed(host):
+        if self._is_horizon:
+            self._hz_index(host)
+            return
+        if host.drain_mode or host.sessions >= self._limit:
             return
         self._index.add(self._key(host))
         for feature in self._lacks(host):
             self._lacking[feature] = self._lacking.get(feature, 0) + 1
 
     def _unindex(self, host: HostView) -> None:
-        if self.algorithm is LoadBalancerType.HORIZON or not self._indexed(host):
+        if self._is_horizon:
+            self._hz.discard(host.name)
+            return
+        if host.drain_mode or host.sessions >= self._limit:
             return
         self._index.remove(self._key(host))
         for feature in self._lacks(host):
             self._lacking[feature] -= 1
+
+    def _rebuild_index(self) -> None:
+        self._index = SortedList()
+        self._lacking = {}
+        self._hz = _HorizonIndex()
+        for host in self._hosts.values():
+            self._index_host(host)
+
+    # ------------------------------------------------------------------ breadth/depth-first
+
+    def _key(self, host: HostView) -> tuple[int, int, str]:
+        if self._depth_first:
+            return (-host.sessions, host.order, host.name)
+        return (host.sessions, host.order, host.name)
 
     @staticmethod
     def _lacks(host: HostView) -> Iterator[str]:
@@ -361,12 +482,6 @@ class PoolBalancer:
                 yield protocol.value
         if not host.features.unauthenticated_access:
             yield "unauthenticated"
-
-    def _rebuild_index(self) -> None:
-        self._index = SortedList()
-        self._lacking = {}
-        for host in self._hosts.values():
-            self._index_host(host)
 
     def _universal(self, demand: Demand) -> bool:
         """Can every indexed host serve this request?"""
@@ -379,12 +494,12 @@ class PoolBalancer:
         if self._universal(demand):
             if not index:
                 return None
-            if self.algorithm is LoadBalancerType.DEPTH_FIRST:
+            if self._depth_first:
                 return self._hosts[index[0][2]]
             pick = self._rng.randrange(breadth_first_candidates(len(index)))
             return self._hosts[index[pick][2]]
         # Some hosts lack what this request needs: walk the index from its best end.
-        if self.algorithm is LoadBalancerType.DEPTH_FIRST:
+        if self._depth_first:
             for key in index:
                 host = self._hosts[key[2]]
                 if host.supports(demand):
@@ -397,53 +512,39 @@ class PoolBalancer:
 
     # ------------------------------------------------------------------ Horizon
 
-    def _logon_storm_blocks(self, host: HostView) -> bool:
-        storm = self.horizon.logon_storm
+    def _logon_storm_blocks(self, host: HostView, load: int) -> bool:
+        """The per-host logon-storm thresholds (reconnects never get here)."""
+        storm = self._horizon.logon_storm
         if storm.connecting_session_threshold and (
             host.connecting >= storm.connecting_session_threshold
         ):
             return True
-        if storm.load_index_threshold:
-            index = self.load_index_of(host.name)
-            if index != NO_LOAD_INDEX and index >= storm.load_index_threshold:
-                return True
-        return False
-
-    def _raised_load_threshold(self, loads: dict[str, int]) -> int:
-        """The bucket-1 load-index threshold after the dynamic raise.
-
-        Bucket 1 needs ``minRdsServersInLbQueue`` hosts. The candidates are hosts in the load
-        balancing queue (accepting new sessions) with every default feature, a load index and
-        fewer connecting sessions than the connecting threshold. If fewer than the minimum are
-        below the configured threshold, it rises to one above the load index of the minimum-th
-        least-loaded candidate (or above all of them when there are fewer candidates).
-        """
-        server = self.horizon.connection_server
-        threshold = server.rds_load_index_threshold
-        wanted = server.min_rds_servers_in_lb_queue
-        if wanted <= 0:
-            return threshold
-        candidate_loads = sorted(
-            loads[h.name]
-            for h in self._hosts.values()
-            if h.features.all_default
-            and loads[h.name] != NO_LOAD_INDEX
-            and h.connecting < server.rds_connecting_session_threshold
-            and self.accepts_new(h)
+        return bool(
+            storm.load_index_threshold
+            and load != NO_LOAD_INDEX
+            and load >= storm.load_index_threshold
         )
-        below = sum(1 for load in candidate_loads if load < threshold)
-        if below >= wanted or not candidate_loads:
-            return threshold
-        nth = candidate_loads[min(wanted, len(candidate_loads)) - 1]
-        return max(threshold, nth + 1)
 
-    def _bucket(self, host: HostView, load: int, raised_threshold: int) -> int:
-        server = self.horizon.connection_server
-        if load == NO_LOAD_INDEX or host.connecting >= server.rds_connecting_session_threshold:
-            return 3
-        if host.features.all_default:
-            return 1 if load < raised_threshold else 3
-        return 2 if load < server.rds_load_index_threshold else 3
+    def _hz_index(self, host: HostView) -> None:
+        if host.drain_mode or host.sessions >= self._limit:
+            return
+        load = load_index(self._horizon.load_index, host.metrics, host.sessions, self._limit)
+        if self._logon_storm_blocks(host, load):
+            return
+        server = self._horizon.connection_server
+        under_connecting = host.connecting < server.rds_connecting_session_threshold
+        ranked = load != NO_LOAD_INDEX and under_connecting
+        candidate = ranked and host.features.all_default
+        bucket2 = (
+            ranked and not host.features.all_default and load < server.rds_load_index_threshold
+        )
+        self._hz.add(_HorizonEntry(host, load, candidate, bucket2, host.connecting))
+
+    def _threshold(self) -> int:
+        server = self._horizon.connection_server
+        return self._hz.raised_threshold(
+            server.rds_load_index_threshold, server.min_rds_servers_in_lb_queue
+        )
 
     def _horizon_choice(self, demand: Demand) -> HostView | None:
         """Bucket 1 first, then 2, then 3 (the last resort).
@@ -451,24 +552,20 @@ class PoolBalancer:
         In bucket 1 every host gets an equal share of new sessions: the one with the fewest
         sessions still connecting goes first (then the lower load index, then query order), so
         a logon storm is dealt round the bucket instead of flooding the least-loaded host.
-        Buckets 2 and 3 take the lowest load index (then fewest connecting, query order).
+        Every bucket-1 host has every default feature, so it can serve any request.
+        Buckets 2 and 3 take the lowest load index (then fewest connecting, query order)
+        among the hosts that support the request.
         """
-        loads = {h.name: self.load_index_of(h.name) for h in self._hosts.values()}
-        threshold = self._raised_load_threshold(loads)
-        best: tuple[int, tuple[int, int, int, str], HostView] | None = None
-        for host in self._hosts.values():
-            if not host.supports(demand) or not self.accepts_new(host):
-                continue
-            load = loads[host.name]
-            bucket = self._bucket(host, load, threshold)
-            sortable_load = 101 if load == NO_LOAD_INDEX else load
-            if bucket == 1:
-                key = (host.connecting, sortable_load, host.order, host.name)
-            else:
-                key = (sortable_load, host.connecting, host.order, host.name)
-            if best is None or (bucket, key) < (best[0], best[1]):
-                best = (bucket, key, host)
-        return None if best is None else best[2]
+        hz = self._hz
+        name = hz.bucket_one_choice(self._threshold())
+        if name is not None:
+            return self._hosts[name]
+        for pool in (hz.bucket2, hz.queue):
+            for key in pool:
+                host = self._hosts[key[3]]
+                if host.supports(demand):
+                    return host
+        return None
 
     # ------------------------------------------------------------------ pending reasons
 
@@ -483,7 +580,7 @@ class PoolBalancer:
         if not self._hosts:
             return Reason.POOL_SATURATED
         serving = [h for h in self._hosts.values() if h.supports(demand) and not h.drain_mode]
-        if serving and all(h.sessions >= self.limit for h in serving):
+        if serving and all(h.sessions >= self._limit for h in serving):
             return Reason.POOL_SATURATED
         return Reason.NO_ELIGIBLE_HOST
 
@@ -507,12 +604,12 @@ class PoolBalancer:
     def free_slots(self) -> int:
         """Session slots left on hosts not in drain mode."""
         return sum(
-            max(0, self.limit - h.sessions) for h in self._hosts.values() if not h.drain_mode
+            max(0, self._limit - h.sessions) for h in self._hosts.values() if not h.drain_mode
         )
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Each host's sessions, connecting, load index and bucket, in query order."""
-        buckets = self.buckets() if self.algorithm is LoadBalancerType.HORIZON else {}
+        buckets = self.buckets() if self._is_horizon else {}
         return [
             {
                 "name": h.name,

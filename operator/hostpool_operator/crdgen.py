@@ -178,9 +178,9 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def crd(model: type[api.HostPool] | type[api.SessionHost] | type[api.SessionRequest]) -> dict[
-    str, Any
-]:
+def crd(
+    model: type[api.HostPool] | type[api.SessionHost] | type[api.SessionRequest],
+) -> dict[str, Any]:
     """The whole CustomResourceDefinition of one kind."""
     schema = object_schema(model)
     if model is api.SessionRequest:

@@ -77,9 +77,7 @@ class Scenario(ApiModel):
     seed: int | None = None
     pool: HostPoolSpec
     hosts: list[ScenarioHost] = Field(default_factory=list, max_length=MAX_SCENARIO_HOSTS)
-    requests: list[ScenarioRequest] = Field(
-        default_factory=list, max_length=MAX_SCENARIO_REQUESTS
-    )
+    requests: list[ScenarioRequest] = Field(default_factory=list, max_length=MAX_SCENARIO_REQUESTS)
 
     @model_validator(mode="after")
     def _unique(self) -> Scenario:

@@ -123,7 +123,7 @@ def test_depth_first_requires_a_limit() -> None:
 
 def test_depth_first_all_full_is_pool_saturated() -> None:
     b = balancer(pool("DepthFirst", 2), [2, 2])
-    assert b.place(Demand("u")) .reason is Reason.POOL_SATURATED
+    assert b.place(Demand("u")).reason is Reason.POOL_SATURATED
 
 
 # ----------------------------------------------------------------------------- common rules
@@ -171,7 +171,8 @@ def test_lowering_the_limit_evicts_nobody(kind: str) -> None:
     b = balancer(pool(kind, 10), [8, 2], users={"alice": 0})
     b.set_spec(pool(kind, 4))
     host = b.host("h1")
-    assert host is not None and host.sessions == 8
+    assert host is not None
+    assert host.sessions == 8
     assert b.place(Demand("alice")).host == "h1"  # the existing session stays reachable
     for i in range(2):
         assert b.assign(Demand(f"u{i}")).host == "h2"  # h1 takes no new session
@@ -227,7 +228,7 @@ def test_removed_host_releases_its_users() -> None:
     b = balancer(pool("DepthFirst", 5), [1, 0], users={"alice": 0})
     assert b.remove_host("h1") == frozenset({"alice"})
     assert b.session_host("alice") is None
-    assert b.place(Demand("alice")) .host == "h2"
+    assert b.place(Demand("alice")).host == "h2"
 
 
 # ----------------------------------------------------------------------------- load index
@@ -371,7 +372,9 @@ def test_horizon_logon_storm_thresholds_default_to_disabled() -> None:
 
 
 def test_horizon_custom_script_value_drives_buckets() -> None:
-    spec = horizon(loadIndex={"useCustomScript": True}, connectionServer={"minRdsServersInLbQueue": 0})
+    spec = horizon(
+        loadIndex={"useCustomScript": True}, connectionServer={"minRdsServersInLbQueue": 0}
+    )
     hosts = [
         hv("a", 0, metrics=HostMetrics(custom_load_value=70)),
         hv("b", 40, metrics=HostMetrics(custom_load_value=5)),
@@ -402,3 +405,27 @@ def test_contract_example_scenario() -> None:
         "hosts": [{"name": "h1", "sessions": 3, "connecting": 1, "loadIndex": 100, "bucket": None}],
         "scaleUp": 0,
     }
+
+
+def test_horizon_thresholds_are_strict_for_buckets_and_inclusive_for_logon_storms() -> None:
+    # Bucket 1 needs a load index *below* the threshold: 20 of 20 is bucket 3.
+    spec = horizon(connectionServer={"rdsLoadIndexThreshold": 20, "minRdsServersInLbQueue": 0})
+    b = PoolBalancer(spec, [hv("at", 20), hv("below", 19)])
+    assert b.buckets() == {"at": 3, "below": 1}
+    rdp = HostFeatures(protocols=[Protocol.RDP])
+    b = PoolBalancer(spec, [hv("at", 20), hv("rdp", 15, features=rdp)])
+    assert b.place(Demand("u")).host == "rdp"  # bucket 2 before the bucket-3 host
+    # A host turns new logons away *at* the logon-storm load-index threshold.
+    storm = horizon(logonStorm={"loadIndexThreshold": 50})
+    b = PoolBalancer(storm, [hv("at", 50), hv("below", 49)])
+    assert b.availability("at") == (False, "LogonStormThreshold")
+    assert b.availability("below") == (True, "AcceptingSessions")
+
+
+def test_horizon_raise_counts_only_hosts_accepting_sessions() -> None:
+    spec = horizon(connectionServer={"rdsLoadIndexThreshold": 10, "minRdsServersInLbQueue": 2})
+    hosts = [hv("drained", 0, drain_mode=True), hv("a", 30), hv("b", 60), hv("c", 90)]
+    b = PoolBalancer(spec, hosts)
+    # The drained host is not in the queue: the raise reaches "b" (two accepting hosts).
+    assert b.buckets() == {"drained": 1, "a": 1, "b": 1, "c": 3}
+    assert b.place(Demand("u")).host == "a"

@@ -13,12 +13,20 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostpool_operator.api import ALL_PROTOCOLS, HostFeatures, HostPoolSpec, Protocol, Reason
+from hostpool_operator.api import (
+    ALL_PROTOCOLS,
+    HostFeatures,
+    HostMetrics,
+    HostPoolSpec,
+    Protocol,
+    Reason,
+)
 from hostpool_operator.balancing import (
     Demand,
     HostView,
     PoolBalancer,
     breadth_first_candidates,
+    load_index,
 )
 
 USERS = [f"user{i}" for i in range(30)]
@@ -99,9 +107,7 @@ def reference_choice(
     kind: str, limit: int, hosts: list[HostView], demand: Demand, rng: random.Random
 ) -> str | None:
     """The rules, read literally, re-reading every host."""
-    eligible = [
-        h for h in hosts if not h.drain_mode and h.sessions < limit and h.supports(demand)
-    ]
+    eligible = [h for h in hosts if not h.drain_mode and h.sessions < limit and h.supports(demand)]
     if not eligible:
         return None
     if kind == "DepthFirst":
@@ -208,7 +214,9 @@ def test_breadth_first_only_picks_from_the_fewest_half(sessions: list[int], seed
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 9), st.booleans()), min_size=1, max_size=30))
 def test_depth_first_always_takes_the_fullest_eligible_host(hosts: list[Any]) -> None:
-    spec = HostPoolSpec.model_validate({"loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 8}})
+    spec = HostPoolSpec.model_validate(
+        {"loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 8}}
+    )
     views = [HostView(f"h{i}", sessions=n, drain_mode=d, order=i) for i, (n, d) in enumerate(hosts)]
     chosen = PoolBalancer(spec, views).place(Demand("u", protocol=Protocol.RDP)).host
     eligible = [(n, -i) for i, (n, d) in enumerate(hosts) if not d and n < 8]
@@ -217,3 +225,178 @@ def test_depth_first_always_takes_the_fullest_eligible_host(hosts: list[Any]) ->
     else:
         best = max(eligible)
         assert chosen == f"h{-best[1]}"
+
+
+# ----------------------------------------------------------------------------- Horizon
+
+
+def reference_horizon(spec: HostPoolSpec, hosts: list[HostView], demand: Demand) -> str | None:
+    """The Horizon rules read literally: per-host loads and thresholds, the raise, buckets."""
+    hz = spec.horizon_settings
+    limit = spec.load_balancer.session_limit
+    server, storm = hz.connection_server, hz.logon_storm
+
+    def load(h: HostView) -> int:
+        return load_index(hz.load_index, h.metrics, h.sessions, limit)
+
+    def accepting(h: HostView) -> bool:
+        if h.drain_mode or h.sessions >= limit:
+            return False
+        if (
+            storm.connecting_session_threshold
+            and h.connecting >= storm.connecting_session_threshold
+        ):
+            return False
+        li = load(h)
+        return not (storm.load_index_threshold and li != -1 and li >= storm.load_index_threshold)
+
+    queue = [h for h in hosts if accepting(h)]
+    ranked = [
+        h for h in queue if load(h) != -1 and h.connecting < server.rds_connecting_session_threshold
+    ]
+    candidates = [h for h in ranked if h.features.all_default]
+    threshold = server.rds_load_index_threshold
+    loads = sorted(load(h) for h in candidates)
+    wanted = server.min_rds_servers_in_lb_queue
+    if wanted > 0 and loads and sum(1 for x in loads if x < threshold) < wanted:
+        threshold = max(threshold, loads[min(wanted, len(loads)) - 1] + 1)
+    bucket1 = [h for h in candidates if load(h) < threshold]
+    if bucket1:
+        return min(bucket1, key=lambda h: (h.connecting, load(h), h.order)).name
+    bucket2 = [
+        h
+        for h in ranked
+        if not h.features.all_default
+        and load(h) < server.rds_load_index_threshold
+        and h.supports(demand)
+    ]
+    rest = [h for h in queue if h.supports(demand)]
+    for bucket in (bucket2, rest):
+        if bucket:
+            return min(
+                bucket, key=lambda h: (101 if load(h) == -1 else load(h), h.connecting, h.order)
+            ).name
+    return None
+
+
+@st.composite
+def horizon_worlds(draw: st.DrawFn) -> tuple[HostPoolSpec, list[HostView], list[Demand]]:
+    limit = draw(st.integers(1, 40))
+    spec = HostPoolSpec.model_validate(
+        {
+            "loadBalancer": {"type": "Horizon", "maxSessionLimit": limit},
+            "horizon": {
+                "loadIndex": {
+                    "useCustomScript": draw(st.booleans()) and draw(st.booleans()),
+                    "includeSessionCount": draw(st.booleans()),
+                    "cpuThresholdPercent": draw(st.sampled_from([0, 0, 50, 90])),
+                    "memoryThresholdPercent": draw(st.sampled_from([0, 80])),
+                },
+                "logonStorm": {
+                    "connectingSessionThreshold": draw(st.sampled_from([0, 0, 2, 5])),
+                    "loadIndexThreshold": draw(st.sampled_from([0, 0, 90])),
+                },
+                "connectionServer": {
+                    "rdsLoadIndexThreshold": draw(st.sampled_from([0, 20, 50])),
+                    "rdsConnectingSessionThreshold": draw(st.sampled_from([0, 3, 20])),
+                    "minRdsServersInLbQueue": draw(st.integers(0, 6)),
+                },
+            },
+        }
+    )
+    hosts = []
+    for i in range(draw(st.integers(0, 10))):
+        sessions = draw(st.integers(0, limit + 1))
+        metrics = draw(
+            st.one_of(
+                st.none(),
+                st.builds(
+                    HostMetrics,
+                    cpu_percent=st.one_of(st.none(), st.integers(0, 100)),
+                    memory_percent=st.one_of(st.none(), st.integers(0, 100)),
+                    custom_load_value=st.one_of(st.none(), st.integers(0, 100)),
+                ),
+            )
+        )
+        default = draw(st.booleans()) or draw(st.booleans())
+        hosts.append(
+            HostView(
+                name=f"h{i}",
+                drain_mode=draw(st.integers(0, 5)) == 0,
+                features=HostFeatures() if default else HostFeatures(protocols=draw(protocol_sets)),
+                sessions=sessions,
+                connecting=draw(st.integers(0, min(sessions, 6))),
+                metrics=metrics,
+                order=i,
+            )
+        )
+    demands = draw(
+        st.lists(
+            st.builds(
+                Demand,
+                user=st.sampled_from(USERS),
+                protocol=st.one_of(st.none(), st.sampled_from(ALL_PROTOCOLS)),
+            ),
+            max_size=40,
+        )
+    )
+    return spec, hosts, demands
+
+
+@settings(max_examples=400, deadline=None)
+@given(horizon_worlds())
+def test_horizon_engine_matches_the_reference_rules(
+    world: tuple[HostPoolSpec, list[HostView], list[Demand]],
+) -> None:
+    spec, hosts, demands = world
+    b = PoolBalancer(spec, [HostView(**{s: getattr(h, s) for s in h.__slots__}) for h in hosts])
+    ref = {h.name: h for h in hosts}
+    owner: dict[str, str] = {}
+    for demand in demands:
+        placement = b.assign(demand)
+        if demand.user in owner:
+            assert placement.host == owner[demand.user]
+            continue
+        expected = reference_horizon(spec, hosts, demand)
+        assert placement.host == expected
+        if expected is not None:
+            ref[expected].sessions += 1
+            ref[expected].connecting += 1
+            owner[demand.user] = expected
+    assert b.buckets() == {
+        h.name: bucket for h, bucket in zip(hosts, reference_buckets(spec, hosts), strict=True)
+    }
+
+
+def reference_buckets(spec: HostPoolSpec, hosts: list[HostView]) -> list[int]:
+    hz = spec.horizon_settings
+    limit = spec.load_balancer.session_limit
+    server = hz.connection_server
+    probe = PoolBalancer(spec, [HostView(**{s: getattr(h, s) for s in h.__slots__}) for h in hosts])
+    accepting = {h.name for h in hosts if probe.availability(h.name)[0]}
+
+    def load(h: HostView) -> int:
+        return load_index(hz.load_index, h.metrics, h.sessions, limit)
+
+    loads = sorted(
+        load(h)
+        for h in hosts
+        if h.name in accepting
+        and h.features.all_default
+        and load(h) != -1
+        and h.connecting < server.rds_connecting_session_threshold
+    )
+    threshold = server.rds_load_index_threshold
+    wanted = server.min_rds_servers_in_lb_queue
+    if wanted > 0 and loads and sum(1 for x in loads if x < threshold) < wanted:
+        threshold = max(threshold, loads[min(wanted, len(loads)) - 1] + 1)
+    out = []
+    for h in hosts:
+        li = load(h)
+        if li == -1 or h.connecting >= server.rds_connecting_session_threshold:
+            out.append(3)
+        elif h.features.all_default:
+            out.append(1 if li < threshold else 3)
+        else:
+            out.append(2 if li < server.rds_load_index_threshold else 3)
+    return out
