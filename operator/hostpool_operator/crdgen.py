@@ -100,6 +100,8 @@ def _ensure_descriptions(node: dict[str, Any], path: str) -> None:
     if "description" not in node:
         raise ValueError(f"{path} has no description; every field must teach kubectl explain")
     for name, sub in node.get("properties", {}).items():
+        if name == "metadata" and "." not in path:
+            continue  # the root metadata: described by the API server, see object_schema
         _ensure_descriptions(sub, f"{path}.{name}")
     if isinstance(node.get("items"), dict):
         items = node["items"]
@@ -124,7 +126,9 @@ def object_schema(model: type[BaseModel]) -> dict[str, Any]:
             "description": "The versioned schema of this object: hostpool.io/v1alpha1.",
         },
         "kind": {"type": "string", "description": f"Always {model.__name__}."},
-        "metadata": {"type": "object", "description": "Standard object metadata."},
+        # The API server refuses anything on the root metadata except name/generateName
+        # restrictions, a description included ("metadata is implicitly specified").
+        "metadata": {"type": "object"},
         **schema["properties"],
     }
     schema["properties"] = props
