@@ -18,7 +18,7 @@ set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN_DIR="${HOSTPOOL_BIN_DIR:-$REPO_ROOT/.cluster/bin}"
-KCM_CONTROLLERS="${HOSTPOOL_KCM_CONTROLLERS:-garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller}"
+KCM_CONTROLLERS="${HOSTPOOL_KCM_CONTROLLERS:-garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller}"
 READY_TIMEOUT="${HOSTPOOL_READY_TIMEOUT:-60}"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager)
 
@@ -85,20 +85,32 @@ healthy() {
 }
 
 stop_all() {
+  # All at once: the data is thrown away at the next start, so there is nothing to drain.
   local c pid i
+  local -A pids=()
   for c in kube-controller-manager kube-apiserver etcd; do
     if pid="$(pid_of "$c")"; then
+      pids[$c]=$pid
       kill -TERM "$pid" 2>/dev/null || true
-      for ((i = 0; i < 100; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-      done
-      if kill -0 "$pid" 2>/dev/null; then
-        log "$c (pid $pid) ignored SIGTERM for 10s; killing it"
-        kill -KILL "$pid" 2>/dev/null || true
-      fi
-      log "stopped $c (pid $pid)"
     fi
+  done
+  for ((i = 0; i < 100; i++)); do
+    local alive=0
+    for pid in "${pids[@]}"; do
+      kill -0 "$pid" 2>/dev/null && alive=1
+    done
+    ((alive)) || break
+    sleep 0.1
+  done
+  for c in "${!pids[@]}"; do
+    pid=${pids[$c]}
+    if kill -0 "$pid" 2>/dev/null; then
+      log "$c (pid $pid) ignored SIGTERM for 10s; killing it"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    log "stopped $c (pid $pid)"
+  done
+  for c in "${COMPONENTS[@]}"; do
     rm -f "$PIDS/$c.pid"
   done
 }
