@@ -379,6 +379,26 @@ class PoolBalancer:
         self.commit(demand, placement)
         return placement
 
+    def adopt(self, user: str, host_name: str, *, connecting: bool = False) -> bool:
+        """Record a session that already exists (observed in the API, placed earlier or by a
+        previous run). No limit applies: the session is there. False if the user already has
+        a session in the pool (it is not counted twice)."""
+        if user in self._session_of:
+            return False
+        host = self._hosts[host_name]
+        self._unindex(host)
+        host.sessions += 1
+        host.connecting += int(connecting)
+        self._index_host(host)
+        self._record_user(user, host_name)
+        return True
+
+    def adjust_connecting(self, host_name: str, delta: int) -> None:
+        """A session stopped (or started) counting as connecting."""
+        host = self._hosts.get(host_name)
+        if host is not None:
+            self.set_connecting(host_name, host.connecting + delta)
+
     def end_session(self, user: str, *, was_connecting: bool = False) -> str | None:
         """The user logged off (their SessionRequest was deleted). Frees the slot."""
         name = self._session_of.pop(user, None)

@@ -51,6 +51,20 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from . import handlers
+    from .controller import ControllerSettings
+    from .logs import setup_logging
+
+    setup_logging(json_logs=args.log_format == "json", verbose=args.verbose)
+    settings = ControllerSettings(
+        status_interval=args.status_interval,
+        metrics_stale_after=args.metrics_stale_after,
+    )
+    handlers.run(args.namespace or [], settings, liveness_endpoint=args.liveness)
+    return 0
+
+
 def _fail(message: str) -> int:
     print(f"hostpool-operator: error: {message}", file=sys.stderr)
     return 2
@@ -66,6 +80,36 @@ def build_parser() -> argparse.ArgumentParser:
     crds = sub.add_parser("crds", help="write the CustomResourceDefinitions generated from the API")
     crds.add_argument("--output-dir", default="crds", help="directory to write (default: crds)")
     crds.set_defaults(func=_cmd_crds)
+
+    run = sub.add_parser("run", help="run the operator (KUBECONFIG or in-cluster credentials)")
+    run.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        metavar="NS",
+        help="watch only this namespace (repeatable); default: all namespaces",
+    )
+    run.add_argument(
+        "--liveness",
+        metavar="URL",
+        default=None,
+        help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz",
+    )
+    run.add_argument(
+        "--status-interval",
+        type=float,
+        default=1.0,
+        help="seconds between pool/host status writes (debounce; default 1)",
+    )
+    run.add_argument(
+        "--metrics-stale-after",
+        type=float,
+        default=120.0,
+        help="host metrics sampled longer ago are ignored (default 120 s)",
+    )
+    run.add_argument("--log-format", choices=("text", "json"), default="text")
+    run.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    run.set_defaults(func=_cmd_run)
 
     sim = sub.add_parser("simulate", help="place a scenario's requests with the engine")
     sim.add_argument("file", help="scenario file (YAML or JSON)")

@@ -1,0 +1,99 @@
+"""kopf wiring: gather (watch events) → decide and apply (the controller).
+
+kopf logs in, lists and watches the three kinds (re-listing after a 410 Gone, reconnecting
+after API server restarts) and serves the liveness probe. Only *event* handlers are used: they
+write nothing to the objects, so SessionRequests get no finalizers and no kopf annotations —
+the operator's one write per assignment is the status the controller writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from .api import GROUP, VERSION
+from .controller import HOSTS, POOLS, REQUESTS, Controller, ControllerSettings, MetricsSink
+from .k8s import KubeClient, login
+
+registry = kopf.OperatorRegistry()
+log = logging.getLogger(__name__)
+
+
+class Runtime(kopf.Memo):
+    """What the handlers share: the operator's options, then its client and controller."""
+
+    namespaces: list[str]
+    settings: ControllerSettings
+    metrics: MetricsSink
+    client: KubeClient
+    controller: Controller
+
+
+@kopf.on.startup(registry=registry)
+async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> None:
+    # No Events for kopf's own log lines (the controller posts its own, rate-limited), and no
+    # peering objects: a single instance per scope (see the chart's notes on replicas).
+    settings.posting.enabled = False
+    settings.peering.standalone = True
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+    client = KubeClient(login(settings))
+    controller = Controller(client, memo.settings, memo.metrics)
+    await controller.initial_sync(memo.namespaces or None)
+    memo.client = client
+    memo.controller = controller
+    log.info(
+        "hostpool-operator started: %d pool(s), watching %s",
+        len(controller.pools),
+        ", ".join(memo.namespaces) if memo.namespaces else "all namespaces",
+    )
+
+
+@kopf.on.cleanup(registry=registry)
+async def cleanup(memo: Runtime, **_: Any) -> None:
+    controller = getattr(memo, "controller", None)
+    if controller is not None:
+        await controller.stop()
+    client = getattr(memo, "client", None)
+    if client is not None:
+        await client.close()
+
+
+@kopf.on.event(GROUP, VERSION, POOLS, registry=registry)
+def pool_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
+    memo.controller.on_pool_event(event.get("type"), event["object"])
+
+
+@kopf.on.event(GROUP, VERSION, HOSTS, registry=registry)
+def host_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
+    memo.controller.on_host_event(event.get("type"), event["object"])
+
+
+@kopf.on.event(GROUP, VERSION, REQUESTS, registry=registry)
+def request_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
+    memo.controller.on_request_event(event.get("type"), event["object"])
+
+
+def run(
+    namespaces: list[str],
+    settings: ControllerSettings,
+    *,
+    liveness_endpoint: str | None = None,
+    metrics: MetricsSink | None = None,
+) -> None:
+    """Run the operator until it is stopped (SIGINT/SIGTERM)."""
+    import uvloop
+
+    memo = Runtime(namespaces=namespaces, settings=settings, metrics=metrics or MetricsSink())
+    coro = kopf.operator(
+        registry=registry,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        standalone=True,
+        liveness_endpoint=liveness_endpoint,
+        memo=memo,
+    )
+    uvloop.run(coro)
