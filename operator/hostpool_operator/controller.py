@@ -1167,7 +1167,7 @@ def _without_times(status: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(status)
     out["conditions"] = [
         {k: v for k, v in c.items() if k != "lastTransitionTime"}
-        for c in status.get("conditions", [])
+        for c in status.get("conditions") or []
     ]
     return out
 

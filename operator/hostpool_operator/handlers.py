@@ -31,6 +31,12 @@ class Runtime(kopf.Memo):
     controller: Controller
 
 
+@kopf.on.login(registry=registry)
+def authenticate(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """The same credentials our own client uses: in-cluster first, then the kubeconfig."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
 @kopf.on.startup(registry=registry)
 async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> None:
     # No Events for kopf's own log lines (the controller posts its own, rate-limited), and no
