@@ -135,6 +135,7 @@ start() { # name args... : start a component detached, logging to LOGS/name.log
   # standard streams redirected so that a caller reading our output is not held open.
   # The pid is written by the process itself just before it execs the binary, so it is right
   # even when setsid has to fork.
+  # shellcheck disable=SC2016 # $$, $1 and $@ are for the inner bash
   setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PIDS/$name.pid" "$BIN_DIR/$name" "$@" \
     </dev/null >"$LOGS/$name.log" 2>&1 &
   local i

@@ -31,12 +31,26 @@ command -v go >/dev/null 2>&1 || die "the Go toolchain (go) is not on PATH; inst
 BIN_DIR="${HOSTPOOL_BIN_DIR:-$REPO_ROOT/.cluster/bin}"
 CACHE_ROOT="${HOSTPOOL_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hostpool-operator}"
 
-# Cache key: readable versions plus a hash of everything that shapes the binaries.
+# How each binary is built; part of the cache key below.
+GO_BUILD_FLAGS=(-trimpath -pgo=off)
+ETCD_LDFLAGS="-s -w"
+HELM_LDFLAGS="-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
+HELM_LDFLAGS+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+# kubectl reports component-base's version; client-go's goes into the User-Agent.
+K8S_LDFLAGS="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  K8S_LDFLAGS+=" -X $pkg.gitVersion=${K8S_VERSION}"
+  K8S_LDFLAGS+=" -X $pkg.gitMajor=1 -X $pkg.gitMinor=${K8S_MINOR}"
+  K8S_LDFLAGS+=" -X $pkg.gitTreeState=clean"
+done
+
+# Cache key: readable versions plus a hash of everything that shapes the binaries
+# (Go version and platform, build flags, the pinned module graphs).
 go_version="$(go env GOVERSION)"
 digest="$(
   {
-    echo "$go_version $(go env GOOS GOARCH | tr '\n' ' ')"
-    cat "$0"
+    echo "$go_version $(go env GOOS GOARCH | tr '\n' ' ') CGO_ENABLED=0"
+    echo "${GO_BUILD_FLAGS[*]}|$ETCD_LDFLAGS|$HELM_LDFLAGS|$K8S_LDFLAGS"
     for m in k8s etcd helm; do cat "$MODS/$m/go.mod" "$MODS/$m/go.sum"; done
   } | sha256sum | cut -c1-12
 )"
@@ -91,7 +105,7 @@ build() {
   log "building $names (in tests/cluster/$(basename "$dir")) ..."
   local out="$tmp/"
   [[ $# -eq 1 ]] && out="$tmp/$names" # a single package is named after us, not its path
-  if ! (cd "$dir" && go build -trimpath -pgo=off -ldflags "$ldflags" -o "$out" "$@"); then
+  if ! (cd "$dir" && go build "${GO_BUILD_FLAGS[@]}" -ldflags "$ldflags" -o "$out" "$@"); then
     rm -rf "$tmp"
     die "go build of $names failed (module tests/cluster/$(basename "$dir"))"
   fi
@@ -116,23 +130,15 @@ need() {
 total_start=$(date +%s)
 
 if need etcd; then
-  build etcd "$MODS/etcd" "-s -w" go.etcd.io/etcd/server/v3
+  build etcd "$MODS/etcd" "$ETCD_LDFLAGS" go.etcd.io/etcd/server/v3
 fi
 
 if need helm; then
-  helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
-  helm_ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
-  build helm "$MODS/helm" "$helm_ldflags" helm.sh/helm/v3/cmd/helm
+  build helm "$MODS/helm" "$HELM_LDFLAGS" helm.sh/helm/v3/cmd/helm
 fi
 
 if need "${K8S_BINS[@]}"; then
-  k8s_ldflags="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    k8s_ldflags+=" -X $pkg.gitVersion=${K8S_VERSION}"
-    k8s_ldflags+=" -X $pkg.gitMajor=1 -X $pkg.gitMinor=${K8S_MINOR}"
-    k8s_ldflags+=" -X $pkg.gitTreeState=clean"
-  done
-  build "${K8S_BINS[*]}" "$MODS/k8s" "$k8s_ldflags" \
+  build "${K8S_BINS[*]}" "$MODS/k8s" "$K8S_LDFLAGS" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kubectl
