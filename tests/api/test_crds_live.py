@@ -695,3 +695,29 @@ def test_kubectl_get_short_names(kube: Kube, namespace: str) -> None:
     for header, kind in zip(headers, ["HostPool", "SessionHost", "SessionRequest"], strict=True):
         want = [c.upper() for c in REQUIRED_COLUMNS[kind]]
         assert set(want) <= set(header), f"{kind}: {header}\n{proc.stdout}"
+
+
+CATEGORY_CLASH = (
+    "crdgen gives all three kinds the category 'hostpool', which is also HostPool's singular "
+    "name; kubectl expands categories before resource names, so `kubectl get hostpool` lists "
+    "SessionHosts and SessionRequests too. Fix: rename the category in crdgen.crd() (e.g. "
+    "'hostpool-all'), run `make crds`, then remove this xfail."
+)
+
+
+@pytest.mark.xfail(strict=True, reason=CATEGORY_CLASH)
+def test_kubectl_get_hostpool_lists_only_pools(kube: Kube, namespace: str) -> None:
+    kubectl = _kubectl(kube)
+    if kubectl is None:
+        pytest.skip("no kubectl (neither the suite's tools nor on PATH)")
+    kube.create(namespace, pool())
+    kube.create(namespace, host())
+    proc = subprocess.run(
+        [kubectl, "--kubeconfig", str(kube.kubeconfig), "-n", namespace, "get", "hostpool"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "sessionhost" not in proc.stdout, proc.stdout

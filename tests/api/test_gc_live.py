@@ -5,6 +5,10 @@ ownerReference with ``controller: true``), so deleting a pool removes those host
 relies on kube-controller-manager's garbage collector watching the custom resources, which
 these tests prove for the suite's own control plane (or the cluster under
 ``HOSTPOOL_TEST_KUBECONFIG``).
+
+Expect the first collection after the CRDs are installed to take up to ~30 s: the garbage
+collector picks up new resource types on its periodic discovery resync (every 30 s), and
+only then watches SessionHosts. Later collections take about a second.
 """
 
 from __future__ import annotations

@@ -240,6 +240,21 @@ def test_printer_columns(kind: str) -> None:
                 node = node["items"]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the category 'hostpool' is HostPool's singular name: `kubectl get hostpool` "
+    "expands the category and lists all three kinds; rename it in crdgen.crd()",
+)
+def test_categories_do_not_shadow_resource_names() -> None:
+    names: set[str] = set()
+    for crd in _generated().values():
+        n = crd["spec"]["names"]
+        names |= {n["plural"], n["singular"], n["kind"].lower(), *n.get("shortNames", [])}
+    for crd in _generated().values():
+        clashes = names & set(crd["spec"]["names"].get("categories", []))
+        assert not clashes, f"categories that kubectl resolves before the resource: {clashes}"
+
+
 def test_protocols_and_conditions_list_types() -> None:
     host = _schema(_crd_by_kind()["SessionHost"])
     protocols = host["properties"]["spec"]["properties"]["features"]["properties"]["protocols"]
