@@ -21,6 +21,7 @@ BIN_DIR="${HOSTPOOL_BIN_DIR:-$REPO_ROOT/.cluster/bin}"
 KCM_CONTROLLERS="${HOSTPOOL_KCM_CONTROLLERS:-garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller}"
 READY_TIMEOUT="${HOSTPOOL_READY_TIMEOUT:-60}"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager)
+STARTING=0 # set while `up` starts processes: a failure then stops them again
 
 log() { printf 'cluster: %s\n' "$*" >&2; }
 
@@ -54,6 +55,10 @@ fail() { # step message [component-whose-log-to-show]
     msg+=$'\n'"  last lines of $LOGS/$2.log:"$'\n'"$(last_lines "$2")"
   fi
   printf '%s\n' "$msg" >&2
+  if ((STARTING)); then
+    # Leave nothing half-started behind; the logs stay.
+    stop_all >/dev/null 2>&1 || true
+  fi
   exit 1
 }
 
@@ -236,8 +241,10 @@ cmd_up() {
   done
 
   local t0=$SECONDS
+  STARTING=1
   rm -rf "$DIR/etcd" "$PKI" "$KUBECONFIG_PATH" "$STATE"
-  mkdir -p "$LOGS" "$PIDS" "$DIR/etcd"
+  mkdir -p "$LOGS" "$PIDS"
+  mkdir -m 700 "$DIR/etcd"
   make_pki
 
   local ports
@@ -302,6 +309,7 @@ EOF
     pid_of kube-controller-manager >/dev/null || fail "kube-controller-manager exited at start" kube-controller-manager
   fi
 
+  STARTING=0
   log "ready in $((SECONDS - t0))s; kubeconfig: $KUBECONFIG_PATH"
   echo "$KUBECONFIG_PATH"
 }
