@@ -61,7 +61,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         status_interval=args.status_interval,
         metrics_stale_after=args.metrics_stale_after,
     )
-    handlers.run(args.namespace or [], settings, liveness_endpoint=args.liveness)
+    metrics = None
+    if args.metrics_address:
+        from .metrics import PrometheusMetrics
+
+        metrics = PrometheusMetrics()
+        metrics.serve(args.metrics_address)
+    handlers.run(args.namespace or [], settings, liveness_endpoint=args.liveness, metrics=metrics)
     return 0
 
 
@@ -94,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         default=None,
         help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz",
+    )
+    run.add_argument(
+        "--metrics-address",
+        metavar="HOST:PORT",
+        default=None,
+        help="serve Prometheus metrics on /metrics there, e.g. 0.0.0.0:9090",
     )
     run.add_argument(
         "--status-interval",

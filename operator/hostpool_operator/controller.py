@@ -37,6 +37,8 @@ from pydantic import ValidationError
 
 from . import conditions as cond
 from .api import (
+    GROUP,
+    VERSION,
     HostMetrics,
     HostPoolSpec,
     Phase,
@@ -47,12 +49,14 @@ from .api import (
 )
 from .balancing import Demand, HostView, Placement, PoolBalancer
 from .k8s import ApiError, KubeClient
+from .scaling import ScaleHost, hosts_to_add, hosts_to_remove
 
 log = logging.getLogger(__name__)
 
 POOLS, HOSTS, REQUESTS = "hostpools", "sessionhosts", "sessionrequests"
 #: Label put on hosts the operator creates (scaling); only those are ever removed.
 MANAGED_LABEL = "hostpool.io/managed-by"
+MANAGER = "hostpool-operator"
 POOL_LABEL = "hostpool.io/pool"
 
 Key = tuple[str, str]  # (namespace, name)
@@ -130,6 +134,7 @@ class RequestRecord:
     spec_error: str | None
     status: dict[str, Any]
     seq: int = 0
+    seen: float = 0.0  # monotonic time the operator first saw the request
 
     @property
     def phase(self) -> str | None:
@@ -182,7 +187,7 @@ class HostRecord:
 
     @property
     def managed(self) -> bool:
-        return self.meta.labels.get(MANAGED_LABEL) == "hostpool-operator"
+        return self.meta.labels.get(MANAGED_LABEL) == MANAGER
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> HostRecord:
@@ -299,6 +304,10 @@ class PoolWorker:
         self.written_host_status: dict[str, dict[str, Any]] = {}
         self.written_pool_status: dict[str, Any] | None = None
         self.saturated_since: bool | None = None
+        self.removing: set[str] = set()  # hosts being deleted by scale-down
+        self.empty_since: dict[str, datetime] = {}  # managed hosts with no session, since when
+        self.scaling_task: asyncio.Task[None] | None = None
+        self.scaling_limited: tuple[bool, str] | None = None
 
     # -------------------------------------------------------------- helpers
 
@@ -390,7 +399,7 @@ class PoolWorker:
         self.poke(capacity=True)
 
     def _reorder_host(self, host: HostRecord) -> None:
-        if self.balancer is None:
+        if self.balancer is None or host.meta.name in self.removing:
             return
         view = self._view(host, _now())
         if view is None:
@@ -434,6 +443,8 @@ class PoolWorker:
 
     def on_host_deleted(self, name: str) -> None:
         self.hosts.pop(name, None)
+        self.removing.discard(name)
+        self.empty_since.pop(name, None)
         self.written_host_status.pop(name, None)
         self.stale_hosts.discard(name)
         if self.balancer is not None:
@@ -461,6 +472,7 @@ class PoolWorker:
         ):
             return  # stale event: we already know a newer version
         record.seq = previous.seq if previous is not None else self.controller.next_seq()
+        record.seen = previous.seen if previous is not None else time.monotonic()
         self.requests[name] = record
         if name in self.inflight:
             return  # our own write is on its way; its answer decides
@@ -588,6 +600,7 @@ class PoolWorker:
                 self._expire_connecting()
                 self._recheck_metrics()
                 self.place_pending()
+                self._scale()
                 self._maybe_flush()
             except asyncio.CancelledError:
                 raise
@@ -608,6 +621,11 @@ class PoolWorker:
             h.metrics is not None and h.metrics.sampled_at is not None for h in self.hosts.values()
         ):
             timers.append(self.controller.settings.metrics_stale_after / 4)
+        spec = self.spec
+        if spec is not None and spec.scaling is not None and self.empty_since:
+            delay = spec.scaling.scale_down_delay_seconds
+            first = min(self.empty_since.values())
+            timers.append((first + timedelta(seconds=delay) - now).total_seconds() + 0.05)
         return max(0.0, min(timers)) if timers else None
 
     def _expire_connecting(self) -> None:
@@ -708,6 +726,196 @@ class PoolWorker:
             return  # already says so: no write
         self.controller.spawn(self._write_pending(record, reason, message))
 
+    # -------------------------------------------------------------- scaling
+
+    def _waiting_for_capacity(self) -> int:
+        """Distinct users whose requests wait because every slot is taken."""
+        users = set()
+        for name, reason in self.pending_said.items():
+            record = self.requests.get(name)
+            if reason is Reason.POOL_SATURATED and record is not None and record.demand is not None:
+                users.add(record.demand.user)
+        return len(users)
+
+    def _scale_hosts(self, now: datetime) -> list[ScaleHost]:
+        balancer = self.balancer
+        assert balancer is not None
+        hosts = []
+        for record in sorted(
+            self.hosts.values(), key=lambda h: (_query_order(h.meta.created), h.meta.name)
+        ):
+            name = record.meta.name
+            view = balancer.host(name)
+            sessions = view.sessions if view is not None else 0
+            if record.managed and sessions == 0 and name not in self.removing:
+                self.empty_since.setdefault(name, now)
+            else:
+                self.empty_since.pop(name, None)
+            hosts.append(
+                ScaleHost(
+                    name=name,
+                    sessions=sessions,
+                    # A host the engine cannot use (invalid spec) adds no capacity.
+                    drain_mode=view is None or view.drain_mode,
+                    managed=record.managed,
+                    empty_since=self.empty_since.get(name),
+                )
+            )
+        return hosts
+
+    def _scale(self) -> None:
+        """Add hosts when requests wait for capacity (or the buffer runs low); remove the
+        operator's empty hosts after the delay. Derived from observed hosts every time, so a
+        restart never creates a host twice."""
+        spec = self.spec
+        if spec is None or self.balancer is None:
+            return
+        if self.scaling_task is not None and not self.scaling_task.done():
+            return  # one change at a time; its result is observed before the next decision
+        scaling = spec.scaling
+        if scaling is None:
+            if self.scaling_limited is not None:
+                self.scaling_limited = None
+                self.status_dirty = True
+            return
+        now = _now()
+        hosts = [h for h in self._scale_hosts(now) if h.name not in self.removing]
+        waiting = self._waiting_for_capacity()
+        up = hosts_to_add(scaling, self.balancer.limit, hosts, waiting)
+        limited = (
+            (
+                True,
+                f"maxHosts {scaling.max_hosts} reached; {up.wanted - up.add} more host(s) "
+                "would be needed",
+            )
+            if up.limited
+            else (False, f"{len(hosts)} of at most {scaling.max_hosts} hosts")
+        )
+        if limited != self.scaling_limited:
+            if limited[0] and self.controller.events.allow("limited", self.namespace, self.name):
+                self.controller.event(
+                    self.pool.body if self.pool else {},
+                    "HostPool",
+                    "ScalingLimited",
+                    limited[1],
+                    "Warning",
+                )
+            self.scaling_limited = limited
+            self.status_dirty = True
+        if up.add > 0:
+            self.scaling_task = asyncio.get_running_loop().create_task(self._create_hosts(up.add))
+            return
+        doomed = hosts_to_remove(scaling, self.balancer.limit, hosts, waiting, now)
+        if doomed:
+            for name in doomed:
+                # Out of the engine first, so no request can be placed on a host being removed.
+                self.removing.add(name)
+                self.balancer.remove_host(name)
+                self.empty_since.pop(name, None)
+            self.scaling_task = asyncio.get_running_loop().create_task(self._remove_hosts(doomed))
+
+    def _host_manifest(self) -> dict[str, Any]:
+        assert self.pool is not None
+        assert self.spec is not None
+        assert self.spec.scaling is not None
+        template = self.spec.scaling.host_template
+        labels = {**template.metadata.labels, POOL_LABEL: self.name, MANAGED_LABEL: MANAGER}
+        spec = template.spec.to_api()
+        spec["poolRef"] = {"name": self.name}
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "SessionHost",
+            "metadata": {
+                "generateName": f"{self.name}-"[:58],
+                "namespace": self.namespace,
+                "labels": labels,
+                "annotations": dict(template.metadata.annotations),
+                "ownerReferences": [
+                    {
+                        "apiVersion": f"{GROUP}/{VERSION}",
+                        "kind": "HostPool",
+                        "name": self.name,
+                        "uid": self.pool.meta.uid,
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": spec,
+        }
+
+    async def _create_hosts(self, count: int) -> None:
+        created = 0
+        for _ in range(count):
+            try:
+                obj = await self.controller.client.create(
+                    HOSTS, self.namespace, self._host_manifest()
+                )
+            except (ApiError, OSError, TimeoutError) as error:
+                log.warning("%s/%s: could not create a host: %s", self.namespace, self.name, error)
+                self.controller.event(
+                    self.pool.body if self.pool else {},
+                    "HostPool",
+                    "ScaleUpFailed",
+                    str(error),
+                    "Warning",
+                )
+                await asyncio.sleep(2)
+                break
+            # Known at once, so the next decision counts it (the watch event follows).
+            self.controller.on_host_event("ADDED", obj)
+            created += 1
+        if created:
+            self.controller.metrics.scaled(self.namespace, self.name, "up", created)
+            log.info("%s/%s: added %d host(s)", self.namespace, self.name, created)
+            self.controller.event(
+                self.pool.body if self.pool else {},
+                "HostPool",
+                "HostsAdded",
+                f"added {created} SessionHost(s) from the template",
+                "Normal",
+            )
+        self.wake.set()
+
+    async def _remove_hosts(self, names: list[str]) -> None:
+        removed = 0
+        for name in names:
+            record = self.hosts.get(name)
+            try:
+                if record is not None:
+                    await self.controller.client.delete(
+                        HOSTS, self.namespace, name, uid=record.meta.uid
+                    )
+                    removed += 1
+            except ApiError as error:
+                if not error.not_found:
+                    log.warning(
+                        "%s/%s: could not remove %s: %s", self.namespace, self.name, name, error
+                    )
+                    self.removing.discard(name)
+                    if record is not None:
+                        self._reorder_host(record)  # back into the engine
+                    continue
+            except (OSError, TimeoutError) as error:
+                log.warning(
+                    "%s/%s: could not remove %s: %s", self.namespace, self.name, name, error
+                )
+                self.removing.discard(name)
+                if record is not None:
+                    self._reorder_host(record)
+                continue
+        if removed:
+            self.controller.metrics.scaled(self.namespace, self.name, "down", removed)
+            log.info("%s/%s: removed %d empty host(s)", self.namespace, self.name, removed)
+            self.controller.event(
+                self.pool.body if self.pool else {},
+                "HostPool",
+                "HostsRemoved",
+                f"removed empty SessionHost(s): {', '.join(names)}",
+                "Normal",
+            )
+        self.wake.set()
+
     # -------------------------------------------------------------- writes
 
     def _assigned_status(self, record: RequestRecord, placement: Placement) -> dict[str, Any]:
@@ -742,7 +950,6 @@ class PoolWorker:
         status = self._assigned_status(record, placement)
         try:
             async with self.writes:
-                started = time.monotonic()
                 obj = await self.controller.client.patch_status(
                     REQUESTS,
                     self.namespace,
@@ -751,7 +958,7 @@ class PoolWorker:
                     resource_version=record.meta.resource_version,
                 )
             self.controller.metrics.observe_assignment(
-                self.namespace, self.name, placement.reason.value, time.monotonic() - started
+                self.namespace, self.name, placement.reason.value, time.monotonic() - record.seen
             )
         except (ApiError, OSError, TimeoutError) as error:
             self.inflight.discard(name)
@@ -760,7 +967,7 @@ class PoolWorker:
             return
         self.inflight.discard(name)
         fresh = RequestRecord.of(obj)
-        fresh.seq = record.seq
+        fresh.seq, fresh.seen = record.seq, record.seen
         current = self.requests.get(name)
         if current is None or current.meta.uid != fresh.meta.uid:
             # Deleted while we wrote: the deletion event already released or will release it.
@@ -799,6 +1006,8 @@ class PoolWorker:
             fresh.meta.resource_version, current.meta.resource_version
         ):
             fresh = current
+        if current is not None and current.meta.uid == fresh.meta.uid:
+            fresh.seen = current.seen
         self.requests.pop(name, None)
         self.on_request(fresh)
         self.wake.set()
@@ -904,7 +1113,7 @@ class PoolWorker:
         fresh = RequestRecord.of(obj)
         current = self.requests.get(name)
         if current is not None and current.meta.uid == fresh.meta.uid:
-            fresh.seq = current.seq
+            fresh.seq, fresh.seen = current.seq, current.seen
             if _rv_newer_or_same(fresh.meta.resource_version, current.meta.resource_version):
                 self.requests[name] = fresh
 
@@ -1109,6 +1318,16 @@ class PoolWorker:
                         "Saturated", "False", "CapacityAvailable", f"{capacity['free']} free slots"
                     )
                 )
+        if self.scaling_limited is not None:
+            limited, message = self.scaling_limited
+            desired.append(
+                cond.Cond(
+                    "ScalingLimited",
+                    "True" if limited else "False",
+                    "MaxHostsReached" if limited else "WithinLimits",
+                    message,
+                )
+            )
         return {
             "observedGeneration": self.pool.meta.generation,
             "hosts": hosts,
@@ -1127,6 +1346,7 @@ class PoolWorker:
         if self.pool is None:
             return
         status = self.pool_status(counts)
+        self.controller.metrics.pool_state(self.namespace, self.name, status)
         previous = self.written_pool_status
         if previous is not None and _same_status(previous, status):
             return
@@ -1188,7 +1408,16 @@ class MetricsSink:
     """Where the controller reports what it did (Prometheus in the operator, nothing in tests)."""
 
     def observe_assignment(self, namespace: str, pool: str, reason: str, seconds: float) -> None:
-        del namespace, pool, reason, seconds
+        """A request was assigned; ``seconds`` from first sight to the written status."""
+
+    def scaled(self, namespace: str, pool: str, direction: str, hosts: int) -> None:
+        """Hosts were added ("up") or removed ("down")."""
+
+    def pool_state(self, namespace: str, pool: str, status: Mapping[str, Any]) -> None:
+        """The pool's latest status (hosts, sessions, capacity, pending)."""
+
+    def forget_pool(self, namespace: str, pool: str) -> None:
+        """The pool is gone: drop its series."""
 
 
 # ------------------------------------------------------------------------------ controller

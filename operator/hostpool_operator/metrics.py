@@ -1,0 +1,78 @@
+"""Prometheus metrics on /metrics (prometheus-client)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from .controller import MetricsSink
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class PrometheusMetrics(MetricsSink):
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        labels = ("namespace", "pool")
+        self.assignments = Counter(
+            "hostpool_assignments",
+            "SessionRequests assigned to a host, by reason (NewSession, Reconnected).",
+            (*labels, "reason"),
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "hostpool_assignment_latency_seconds",
+            "From the operator first seeing a request to its Assigned status being written.",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.pending = Gauge(
+            "hostpool_pending_requests",
+            "SessionRequests waiting for a host.",
+            labels,
+            registry=self.registry,
+        )
+        self.hosts = Gauge(
+            "hostpool_hosts", "SessionHosts of the pool.", labels, registry=self.registry
+        )
+        self.sessions = Gauge(
+            "hostpool_sessions",
+            "Sessions in the pool, by state.",
+            (*labels, "state"),
+            registry=self.registry,
+        )
+        self.free = Gauge(
+            "hostpool_free_sessions",
+            "Free session slots on hosts not draining.",
+            labels,
+            registry=self.registry,
+        )
+        self.scale_actions = Counter(
+            "hostpool_scale_actions",
+            "Hosts added (up) or removed (down) by the operator.",
+            (*labels, "direction"),
+            registry=self.registry,
+        )
+
+    def observe_assignment(self, namespace: str, pool: str, reason: str, seconds: float) -> None:
+        self.assignments.labels(namespace, pool, reason).inc()
+        self.latency.labels(namespace, pool).observe(seconds)
+
+    def scaled(self, namespace: str, pool: str, direction: str, hosts: int) -> None:
+        self.scale_actions.labels(namespace, pool, direction).inc(hosts)
+
+    def pool_state(self, namespace: str, pool: str, status: Mapping[str, Any]) -> None:
+        self.pending.labels(namespace, pool).set(status.get("pendingRequests", 0))
+        self.hosts.labels(namespace, pool).set(status.get("hosts", {}).get("total", 0))
+        self.free.labels(namespace, pool).set(status.get("capacity", {}).get("free", 0))
+        for state in ("total", "connecting", "active", "disconnected"):
+            value = status.get("sessions", {}).get(state, 0)
+            self.sessions.labels(namespace, pool, state).set(value)
+
+    def serve(self, address: str) -> None:
+        """Serve /metrics on ``host:port`` in a background thread."""
+        host, _, port = address.rpartition(":")
+        start_http_server(int(port), addr=host or "0.0.0.0", registry=self.registry)
