@@ -204,7 +204,7 @@ def crd(
                 "plural": model.plural,
                 "singular": kind.lower(),
                 "shortNames": list(model.short_names),
-                "categories": ["hostpool"],
+                "categories": ["hostpool-all"],
             },
             "scope": "Namespaced",
             "versions": [

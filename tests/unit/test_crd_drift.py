@@ -240,11 +240,6 @@ def test_printer_columns(kind: str) -> None:
                 node = node["items"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the category 'hostpool' is HostPool's singular name: `kubectl get hostpool` "
-    "expands the category and lists all three kinds; rename it in crdgen.crd()",
-)
 def test_categories_do_not_shadow_resource_names() -> None:
     names: set[str] = set()
     for crd in _generated().values():
