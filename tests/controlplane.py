@@ -155,6 +155,15 @@ class ControlPlane:
         if self.directory.exists():
             self._cluster("down")
 
+    def restart_controller_manager(self) -> None:
+        """Restart kube-controller-manager alone (about a second).
+
+        Its garbage collector rediscovers resource types only every 30 s (fixed upstream), so
+        call this after installing CRDs when ownerReferences on custom resources must cascade
+        at once.
+        """
+        self._cluster("restart-controller-manager")
+
     def is_running(self) -> bool:
         """True when all three processes run and the API server reports /readyz ok."""
         if not self.directory.exists():
