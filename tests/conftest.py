@@ -6,7 +6,9 @@ that is set (kind, or any cluster you may install CRDs into), otherwise it build
 (``hack/tools.sh``; minutes the first time, cached afterwards) and starts the repository's
 own control plane (etcd + kube-apiserver + kube-controller-manager) in a temporary
 directory, and stops it at the end of the session. Either way the CRDs from ``crds/`` are
-created or replaced and waited for (Established) before the first test runs.
+created or replaced and waited for (Established) before the first test runs; with its own
+control plane it then restarts kube-controller-manager, so that the garbage collector
+watches the new kinds at once (it rediscovers resource types only every 30 s).
 
 When a test that used ``kube`` fails, the API server's last log lines are attached to its
 report as a section named "kube-apiserver log".
@@ -100,6 +102,10 @@ def kube(
                 f"installing the CRDs from crds/ failed: {exc}\n"
                 f"kube-apiserver log:\n{kube.log_tail(LOG_TAIL_LINES)}"
             ) from exc
+        if control_plane is not None:
+            # Its garbage collector would otherwise notice the new kinds only at its next
+            # discovery resync (every 30 s), so ownerReferences would not cascade until then.
+            control_plane.restart_controller_manager()
         request.config.stash[_KUBE_KEY] = kube
         yield kube
     finally:

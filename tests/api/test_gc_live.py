@@ -6,9 +6,10 @@ relies on kube-controller-manager's garbage collector watching the custom resour
 these tests prove for the suite's own control plane (or the cluster under
 ``HOSTPOOL_TEST_KUBECONFIG``).
 
-Expect the first collection after the CRDs are installed to take up to ~30 s: the garbage
-collector picks up new resource types on its periodic discovery resync (every 30 s), and
-only then watches SessionHosts. Later collections take about a second.
+The garbage collector picks up new resource types on a periodic discovery resync (every
+30 s). The suite's own control plane restarts kube-controller-manager after installing the
+CRDs, so collection takes about a second there; on a cluster given by
+``HOSTPOOL_TEST_KUBECONFIG`` whose CRDs were just installed, expect up to ~30 s.
 """
 
 from __future__ import annotations
