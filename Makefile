@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test test-unit lint crds bench-engine tools cluster-up cluster-down clean
+.PHONY: help venv test test-unit lint crds bench-engine tools cluster-up cluster-down demo demo-down clean
 
 help:
 	@grep -E '^[a-z-]+:.*?## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -43,6 +43,13 @@ cluster-up: tools ## start a local control plane; kubeconfig in .cluster/kubecon
 	hack/cluster.sh up .cluster
 
 cluster-down: ## stop the local control plane
+	hack/cluster.sh down .cluster
+
+demo: $(STAMP) tools ## the main job: control plane, operator, a depth-first pool and a logon burst
+	$(PY) hack/demo.py
+
+demo-down: ## stop the demo's operator and the local control plane
+	-test -f .cluster/operator.pid && kill $$(cat .cluster/operator.pid) 2>/dev/null; rm -f .cluster/operator.pid
 	hack/cluster.sh down .cluster
 
 clean:

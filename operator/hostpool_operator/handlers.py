@@ -68,18 +68,20 @@ async def cleanup(memo: Runtime, **_: Any) -> None:
         await client.close()
 
 
+# Event handlers are coroutines on purpose: kopf runs plain functions in a thread pool, and
+# the controller's state belongs to the event loop alone.
 @kopf.on.event(GROUP, VERSION, POOLS, registry=registry)
-def pool_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
+async def pool_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
     memo.controller.on_pool_event(event.get("type"), event["object"])
 
 
 @kopf.on.event(GROUP, VERSION, HOSTS, registry=registry)
-def host_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
+async def host_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
     memo.controller.on_host_event(event.get("type"), event["object"])
 
 
 @kopf.on.event(GROUP, VERSION, REQUESTS, registry=registry)
-def request_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
+async def request_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
     memo.controller.on_request_event(event.get("type"), event["object"])
 
 
