@@ -65,7 +65,9 @@ def install_crds(api: client.ApiextensionsV1Api) -> None:
             c.metadata.name
             for c in crds
             if c.spec.group == GROUP
-            and any(x.type == "Established" and x.status == "True" for x in c.status.conditions or [])
+            and any(
+                x.type == "Established" and x.status == "True" for x in c.status.conditions or []
+            )
         }
         if len(established) >= 3:
             say("CRDs installed: " + ", ".join(sorted(established)))
@@ -104,9 +106,18 @@ def start_operator(kubeconfig_path: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "KUBECONFIG": str(kubeconfig_path)}
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "hostpool_operator", "run",
-            "--namespace", NAMESPACE, "--status-interval", "0.5",
-            "--metrics-address", "127.0.0.1:9090", "--liveness", "http://127.0.0.1:8081/healthz",
+            sys.executable,
+            "-m",
+            "hostpool_operator",
+            "run",
+            "--namespace",
+            NAMESPACE,
+            "--status-interval",
+            "0.5",
+            "--metrics-address",
+            "127.0.0.1:9090",
+            "--liveness",
+            "http://127.0.0.1:8081/healthz",
         ],
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
@@ -126,7 +137,10 @@ def start_operator(kubeconfig_path: Path) -> subprocess.Popen[bytes]:
 
 def apply_pool(objects: client.CustomObjectsApi) -> None:
     objects.create_namespaced_custom_object(
-        GROUP, VERSION, NAMESPACE, "hostpools",
+        GROUP,
+        VERSION,
+        NAMESPACE,
+        "hostpools",
         {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "HostPool",
@@ -134,7 +148,7 @@ def apply_pool(objects: client.CustomObjectsApi) -> None:
             "spec": {
                 "loadBalancer": {"type": "DepthFirst", "maxSessionLimit": LIMIT},
                 "scaling": {
-                    "minHosts": 2,
+                    "minHosts": 0,
                     "maxHosts": MAX_HOSTS,
                     "scaleDownDelaySeconds": 120,
                     "hostTemplate": {"metadata": {"labels": {"tier": "autoscaled"}}},
@@ -144,7 +158,10 @@ def apply_pool(objects: client.CustomObjectsApi) -> None:
     )
     for name in ("rds-01", "rds-02"):
         objects.create_namespaced_custom_object(
-            GROUP, VERSION, NAMESPACE, "sessionhosts",
+            GROUP,
+            VERSION,
+            NAMESPACE,
+            "sessionhosts",
             {
                 "apiVersion": f"{GROUP}/{VERSION}",
                 "kind": "SessionHost",
@@ -159,7 +176,10 @@ def apply_pool(objects: client.CustomObjectsApi) -> None:
 def logon_burst(objects: client.CustomObjectsApi) -> None:
     def logon(i: int) -> None:
         objects.create_namespaced_custom_object(
-            GROUP, VERSION, NAMESPACE, "sessionrequests",
+            GROUP,
+            VERSION,
+            NAMESPACE,
+            "sessionrequests",
             {
                 "apiVersion": f"{GROUP}/{VERSION}",
                 "kind": "SessionRequest",
@@ -173,7 +193,7 @@ def logon_burst(objects: client.CustomObjectsApi) -> None:
     say(f"{USERS} users logged on at once")
 
 
-def snapshot(objects: client.CustomObjectsApi) -> tuple[dict[str, Any], list[Any], list[Any]]:
+def snapshot(objects: client.CustomObjectsApi) -> Snapshot:
     pool = objects.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "hostpools", POOL)
     hosts = objects.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "sessionhosts")
     requests = objects.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "sessionrequests")
@@ -199,10 +219,13 @@ def render(pool: dict[str, Any], hosts: list[Any], requests: list[Any], elapsed:
         "",
         f"  {'HOST':<16} {'SESSIONS':<{LIMIT + 10}} AVAILABLE",
     ]
-    ordered = sorted(hosts, key=lambda h: (h["metadata"]["creationTimestamp"], h["metadata"]["name"]))
+    ordered = sorted(
+        hosts, key=lambda h: (h["metadata"]["creationTimestamp"], h["metadata"]["name"])
+    )
     for h in ordered:
         sessions = h.get("status", {}).get("sessions", {}).get("total", 0)
-        available = {c["type"]: c for c in h.get("status", {}).get("conditions", [])}.get("Available")
+        host_conditions = {c["type"]: c for c in h.get("status", {}).get("conditions", [])}
+        available = host_conditions.get("Available")
         state = f"{available['status']} ({available['reason']})" if available else "-"
         bar = "#" * sessions + "." * max(0, LIMIT - sessions)
         lines.append(f"  {h['metadata']['name']:<16} [{bar}] {sessions:>2}/{LIMIT}   {state}")
@@ -211,7 +234,10 @@ def render(pool: dict[str, Any], hosts: list[Any], requests: list[Any], elapsed:
     return "\n".join(lines)
 
 
-def watch(objects: client.CustomObjectsApi, started: float) -> tuple[dict[str, Any], list[Any], list[Any]]:
+Snapshot = tuple[dict[str, Any], list[Any], list[Any]]
+
+
+def watch(objects: client.CustomObjectsApi, started: float) -> Snapshot:
     tty = sys.stdout.isatty()
     last = ""
     stable_since = time.monotonic()
@@ -258,11 +284,14 @@ def main() -> int:
     ]
     print()
     say("summary")
-    print(f"  {len(assigned)} of {USERS} logons placed; {len(waiting)} waiting "
-          f"({', '.join(sorted({r['status'].get('reason', '?') for r in waiting})) or '-'})")
+    print(
+        f"  {len(assigned)} of {USERS} logons placed; {len(waiting)} waiting "
+        f"({', '.join(sorted({r['status'].get('reason', '?') for r in waiting})) or '-'})"
+    )
     print(f"  hosts: 2 created by you, {len(added)} added by the operator (maxHosts {MAX_HOSTS})")
     print(f"  hosts over maxSessionLimit: {len(over)}")
-    limited = {c["type"]: c for c in pool.get("status", {}).get("conditions", [])}.get("ScalingLimited")
+    conditions = {c["type"]: c for c in pool.get("status", {}).get("conditions", [])}
+    limited = conditions.get("ScalingLimited")
     if limited and limited["status"] == "True":
         print(f"  ScalingLimited: {limited['message']}")
     kc = os.path.relpath(path, Path.cwd()) if str(path).startswith(str(ROOT)) else str(path)
@@ -271,7 +300,8 @@ def main() -> int:
         f"  export KUBECONFIG={kc} PATH=$PWD/.cluster/bin:$PATH\n"
         f"  kubectl get hp,sh,sr -n {NAMESPACE}\n"
         f"  kubectl describe hp {POOL} -n {NAMESPACE}\n"
-        f"  kubectl delete sr -n {NAMESPACE} logon-01 logon-02   # a session ends, a waiting user gets the slot\n"
+        f"  kubectl delete sr -n {NAMESPACE} logon-01 logon-02\n"
+        "      (two sessions end: two waiting users get their slots)\n"
         "  curl -s 127.0.0.1:9090/metrics | grep ^hostpool_\n"
         "  tail -f .cluster/logs/operator.log\n"
         "Tear down: make demo-down   (stops the operator and the local control plane)"
