@@ -1,0 +1,63 @@
+"""End-to-end fixtures: the real operator, as a subprocess, against the suite's API server.
+
+``operator_process`` (function scope: each test has its own namespace and its own operator)
+starts ``python -m hostpool_operator run --namespace <ns> --status-interval 0.2`` with
+``KUBECONFIG`` pointing at the ``kube`` fixture's cluster, waits for its "started" log line,
+and stops it (SIGTERM, SIGKILL after 10 s) at teardown. ``operator_process.restart()`` stops
+and starts it again (the log file is appended to).
+
+When a test that used the operator fails, the operator's last log lines are attached to the
+report as a section named "operator log".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.helpers import Cluster, KubeLike, OperatorProcess
+
+OPERATOR_LOG_LINES = 80
+
+_OPERATOR_KEY = pytest.StashKey[OperatorProcess]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the operator's log tail to the report of a failed test that ran it."""
+    del call
+    report = yield
+    operator = item.stash.get(_OPERATOR_KEY, None)
+    if report.failed and operator is not None:
+        try:
+            tail = operator.log_tail(OPERATOR_LOG_LINES)
+        except Exception as exc:  # never hide the test's own failure
+            tail = f"(could not read the operator log: {exc})"
+        report.sections.append(
+            (f"operator log (last {OPERATOR_LOG_LINES} lines; {operator.log_path})", tail)
+        )
+    return report
+
+
+@pytest.fixture
+def operator_process(
+    kube: KubeLike, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[OperatorProcess]:
+    """The operator watching this test's namespace; started, and stopped after the test."""
+    operator = OperatorProcess(kube.kubeconfig, namespace, tmp_path / "operator.log")
+    request.node.stash[_OPERATOR_KEY] = operator
+    operator.start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
+
+
+@pytest.fixture
+def cluster(kube: KubeLike, namespace: str) -> Cluster:
+    """The test namespace's objects (create from dicts, read, patch, wait)."""
+    return Cluster(kube, namespace)
