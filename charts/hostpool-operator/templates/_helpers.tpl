@@ -1,0 +1,80 @@
+{{/* The chart's name, shortened to a DNS label. */}}
+{{- define "hostpool-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's full name: <release>-<chart> unless the release already contains it. */}}
+{{- define "hostpool-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "hostpool-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "hostpool-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "hostpool-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "hostpool-operator.labels" -}}
+helm.sh/chart: {{ include "hostpool-operator.chart" . }}
+{{ include "hostpool-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: hostpool-operator
+{{- end }}
+
+{{- define "hostpool-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "hostpool-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "hostpool-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/*
+The rules the operator needs, and nothing else (proven by tests/e2e/test_rbac_live.py):
+- the three kinds: list + watch (kopf's watches and the operator's initial LIST);
+- sessionrequests: get (re-read a request after a conflicting status write);
+- sessionhosts: create + delete (scaling adds hosts from the pool's hostTemplate and removes
+  only those it created);
+- the status subresources: patch (every status write is a merge patch on the status subresource);
+- hostpools/finalizers: update (hosts it creates carry an ownerReference with
+  blockOwnerDeletion: true; clusters with the OwnerReferencesPermissionEnforcement admission
+  plugin, e.g. OpenShift, require this permission on the owner for that);
+- core events: create (Events on pools, hosts and requests; never read back).
+*/}}
+{{- define "hostpool-operator.rules" -}}
+- apiGroups: ["hostpool.io"]
+  resources: ["hostpools"]
+  verbs: ["list", "watch"]
+- apiGroups: ["hostpool.io"]
+  resources: ["sessionhosts"]
+  verbs: ["list", "watch", "create", "delete"]
+- apiGroups: ["hostpool.io"]
+  resources: ["sessionrequests"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["hostpool.io"]
+  resources: ["hostpools/status", "sessionhosts/status", "sessionrequests/status"]
+  verbs: ["patch"]
+- apiGroups: ["hostpool.io"]
+  resources: ["hostpools/finalizers"]
+  verbs: ["update"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end }}
