@@ -48,7 +48,7 @@ from .api import (
     SessionState,
 )
 from .balancing import Demand, HostView, Placement, PoolBalancer
-from .k8s import ApiError, KubeClient
+from .k8s import ApiError, Informer, KubeClient
 from .scaling import ScaleHost, hosts_to_add, hosts_to_remove
 
 log = logging.getLogger(__name__)
@@ -240,6 +240,8 @@ class ControllerSettings:
     status_interval: float = 1.0
     #: Host metrics sampled longer ago than this are stale: treated as never reported.
     metrics_stale_after: float = 120.0
+    #: Host status waits for this long without placements, or at most host_status_max_delay.
+    host_status_max_delay: float = 30.0
     #: Concurrent status writes per pool.
     write_concurrency: int = 32
     #: The same Event (object, reason) is posted at most this often (seconds).
@@ -294,13 +296,18 @@ class PoolWorker:
         self.pending_said: dict[str, Reason] = {}  # the pending reason last written per request
         self.flushing: asyncio.Task[None] | None = None
         self.capacity_changed = False
-        self.status_dirty = True
+        self.pool_dirty = True
+        self.hosts_dirty = True
         self.wake = asyncio.Event()
         self.deadlines: list[tuple[datetime, str]] = []  # (connecting deadline, user)
         self.stale_hosts: set[str] = set()
         self.task: asyncio.Task[None] | None = None
         self.writes = asyncio.Semaphore(controller.settings.write_concurrency)
+        # Status writes get their own, small lane: they must never hold up assignments.
+        self.status_writes = asyncio.Semaphore(4)
         self.last_status_write = 0.0
+        self.last_host_write = 0.0
+        self.last_activity = 0.0  # monotonic time of the latest placement
         self.written_host_status: dict[str, dict[str, Any]] = {}
         self.written_pool_status: dict[str, Any] | None = None
         self.saturated_since: bool | None = None
@@ -310,6 +317,14 @@ class PoolWorker:
         self.scaling_limited: tuple[bool, str] | None = None
 
     # -------------------------------------------------------------- helpers
+
+    @property
+    def status_dirty(self) -> bool:
+        return self.pool_dirty or self.hosts_dirty
+
+    @status_dirty.setter
+    def status_dirty(self, value: bool) -> None:
+        self.pool_dirty = self.hosts_dirty = value
 
     @property
     def spec(self) -> HostPoolSpec | None:
@@ -614,9 +629,17 @@ class PoolWorker:
         timers: list[float] = []
         if self.deadlines:
             timers.append((self.deadlines[0][0] - now).total_seconds())
-        if self.status_dirty and (self.flushing is None or self.flushing.done()):
-            elapsed = time.monotonic() - self.last_status_write
-            timers.append(self.controller.settings.status_interval - elapsed)
+        if self.flushing is None or self.flushing.done():
+            clock = time.monotonic()
+            interval = self.controller.settings.status_interval
+            if self.pool_dirty:
+                timers.append(interval - (clock - self.last_status_write))
+            if self.hosts_dirty:
+                due = min(
+                    self.last_activity + interval,
+                    self.last_host_write + self.controller.settings.host_status_max_delay,
+                )
+                timers.append(due - clock)
         if any(
             h.metrics is not None and h.metrics.sampled_at is not None for h in self.hosts.values()
         ):
@@ -714,6 +737,7 @@ class PoolWorker:
             self.balancer.commit(record.demand, placement)
         session.holders.add(record.meta.name)
         self.inflight.add(record.meta.name)
+        self.last_activity = time.monotonic()
         self.status_dirty = True
 
     def _wait(self, record: RequestRecord, reason: Reason, message: str) -> None:
@@ -1122,20 +1146,37 @@ class PoolWorker:
     def _maybe_flush(self) -> None:
         """Start a status write (in its own task, so decisions never wait for it) when the
         interval has passed and something changed."""
-        if not self.status_dirty or (self.flushing is not None and not self.flushing.done()):
+        if self.flushing is not None and not self.flushing.done():
             return
+        clock = time.monotonic()
         interval = self.controller.settings.status_interval
-        if time.monotonic() - self.last_status_write < interval:
-            return  # the loop wakes again when the interval is over
-        self.status_dirty = False
-        self.last_status_write = time.monotonic()
-        self.flushing = asyncio.get_running_loop().create_task(self._flush_status())
+        pool_due = self.pool_dirty and clock - self.last_status_write >= interval
+        # Host status waits for a quiet moment (or the maximum delay): during a storm every
+        # assignment changes some host's counts, and one write per host per second would
+        # cost as much as the assignments themselves.
+        hosts_due = self.hosts_dirty and (
+            clock - self.last_activity >= interval
+            or clock - self.last_host_write >= self.controller.settings.host_status_max_delay
+        )
+        if not (pool_due or hosts_due):
+            return  # the loop wakes again when one is due
+        if pool_due:
+            self.pool_dirty = False
+            self.last_status_write = clock
+        if hosts_due:
+            self.hosts_dirty = False
+            self.last_host_write = clock
+        self.flushing = asyncio.get_running_loop().create_task(
+            self._flush_status(pool=pool_due, hosts=hosts_due)
+        )
 
-    async def _flush_status(self) -> None:
+    async def _flush_status(self, *, pool: bool, hosts: bool) -> None:
         try:
             counts = self._session_counts()
-            await self._write_host_statuses(counts)
-            await self._write_pool_status(counts)
+            if hosts:
+                await self._write_host_statuses(counts)
+            if pool:
+                await self._write_pool_status(counts)
         except Exception:
             log.exception("%s/%s: status write failed", self.namespace, self.name)
             self.status_dirty = True
@@ -1239,7 +1280,7 @@ class PoolWorker:
         await asyncio.gather(*(self._write_host_status(h, st) for h, st in changed))
 
     async def _write_host_status(self, host: HostRecord, status: dict[str, Any]) -> None:
-        async with self.writes:
+        async with self.status_writes:
             try:
                 await self.controller.client.patch_status(
                     HOSTS, self.namespace, host.meta.name, status
@@ -1441,6 +1482,7 @@ class Controller:
         self.request_pool: dict[Key, str] = {}
         self._seq = 0
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.informers: list[Informer] = []
         self.started = False
 
     def next_seq(self) -> int:
@@ -1476,18 +1518,24 @@ class Controller:
     # -------------------------------------------------------------- start / stop
 
     async def initial_sync(self, namespaces: list[str] | None) -> None:
-        """LIST everything before the first decision, so no existing session is missed."""
+        """LIST everything before the first decision, so no existing session is missed; then
+        keep hosts and requests current with the operator's own informers (pools come from
+        kopf's watch, see handlers)."""
         scopes: list[str | None] = list(namespaces) if namespaces else [None]
-        for plural, handler in (
-            (POOLS, self.on_pool_event),
-            (HOSTS, self.on_host_event),
-            (REQUESTS, self.on_request_event),
-        ):
-            for scope in scopes:
-                listing = await self.client.list(plural, scope)
-                for obj in listing["items"]:
-                    handler("ADDED", obj)
+        for scope in scopes:
+            listing = await self.client.list(POOLS, scope)
+            for obj in listing["items"]:
+                self.on_pool_event("ADDED", obj)
+        self.informers = [
+            Informer(self.client, plural, scope, handler)
+            for plural, handler in ((HOSTS, self.on_host_event), (REQUESTS, self.on_request_event))
+            for scope in scopes
+        ]
+        for informer in self.informers:
+            await informer.list_once()
         self.start()
+        for informer in self.informers:
+            self.spawn(informer.run())
 
     def start(self) -> None:
         self.started = True

@@ -10,18 +10,19 @@ decision.
 
 from __future__ import annotations
 
+import asyncio
 import base64
-import json
 import logging
 import ssl
 import tempfile
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 import kopf
+import orjson
 
 from .api import GROUP, VERSION
 
@@ -127,7 +128,6 @@ class KubeClient:
                 connector=connector,
                 headers=self._headers,
                 timeout=aiohttp.ClientTimeout(total=60),
-                json_serialize=json.dumps,
             )
         return self._session
 
@@ -145,21 +145,21 @@ class KubeClient:
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
     ) -> JSON:
-        data = None if body is None else json.dumps(body)
+        data = None if body is None else orjson.dumps(body)
         headers = {"Content-Type": content_type} if body is not None else None
         async with self._http().request(
             method, self._server + path, data=data, params=params, headers=headers
         ) as response:
-            text = await response.text()
+            text = await response.read()
             if response.status >= 400:
                 try:
-                    status = json.loads(text)
-                    message = status.get("message", text)
+                    status = orjson.loads(text)
+                    message = status.get("message", text.decode(errors="replace"))
                     reason = status.get("reason", response.reason or "")
-                except ValueError:
-                    message, reason = text, response.reason or ""
+                except (ValueError, AttributeError):
+                    message, reason = text.decode(errors="replace"), response.reason or ""
                 raise ApiError(response.status, reason, message)
-            parsed: JSON = json.loads(text) if text else {}
+            parsed: JSON = orjson.loads(text) if text else {}
             return parsed
 
     # ------------------------------------------------------------------ hostpool.io
@@ -268,3 +268,134 @@ class KubeClient:
             await self.request("POST", f"/api/v1/namespaces/{quote(namespace)}/events", body=event)
         except (TimeoutError, ApiError, aiohttp.ClientError) as error:
             log.warning("could not post event %s on %s: %s", reason, meta.get("name"), error)
+
+
+# ---------------------------------------------------------------------------------- watching
+
+Handler = Callable[[str, JSON], None]
+
+
+class Informer:
+    """List, then watch one kind from the list's resourceVersion, forever.
+
+    The hot path of a logon storm: every SessionRequest event goes through here, so it is
+    kept lean (one JSON decode per event, no per-event copies or tasks). On ``410 Gone`` it
+    lists again and reports objects that vanished meanwhile as ``DELETED``; on a dropped
+    connection it resumes from the last resourceVersion it saw (bookmarks keep that fresh).
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        plural: str,
+        namespace: str | None,
+        handler: Handler,
+        *,
+        timeout_seconds: int = 300,
+    ) -> None:
+        self.client = client
+        self.plural = plural
+        self.namespace = namespace
+        self.handler = handler
+        self.timeout_seconds = timeout_seconds
+        self.resource_version: str | None = None
+        self.known: dict[tuple[str, str], JSON] = {}  # key -> minimal metadata, for relists
+        self.synced = asyncio.Event()
+
+    def _remember(self, kind: str, obj: JSON) -> None:
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if kind == "DELETED":
+            self.known.pop(key, None)
+        else:
+            self.known[key] = {"metadata": {k: meta.get(k) for k in ("namespace", "name", "uid")}}
+
+    async def list_once(self) -> None:
+        """(Re)list: every object is reported; known objects that are gone become DELETED."""
+        listing = await self.client.list(self.plural, self.namespace)
+        seen = set()
+        for obj in listing["items"]:
+            meta = obj.get("metadata") or {}
+            seen.add((meta.get("namespace", ""), meta.get("name", "")))
+            self._remember("ADDED", obj)
+            self.handler("ADDED", obj)
+        for key in [k for k in self.known if k not in seen]:
+            gone = self.known.pop(key)
+            self.handler("DELETED", gone)
+        self.resource_version = listing["resourceVersion"]
+        self.synced.set()
+
+    async def run(self) -> None:
+        backoff = 0.5
+        while True:
+            try:
+                if self.resource_version is None:
+                    await self.list_once()
+                await self._watch()
+                backoff = 0.5
+            except asyncio.CancelledError:
+                raise
+            except _GoneError:
+                log.info("%s: watch expired (410 Gone); listing again", self.plural)
+                self.resource_version = None
+            except (TimeoutError, aiohttp.ClientError, OSError, ApiError) as error:
+                log.warning(
+                    "%s: watch interrupted (%s); resuming in %.1fs", self.plural, error, backoff
+                )
+                if isinstance(error, ApiError) and error.status == 410:
+                    self.resource_version = None
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    async def _watch(self) -> None:
+        params = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(self.timeout_seconds),
+            "resourceVersion": self.resource_version or "",
+        }
+        url = self.client._server + self.client.path(self.plural, self.namespace)
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=self.timeout_seconds + 30)
+        async with self.client._http().get(url, params=params, timeout=timeout) as response:
+            if response.status >= 400:
+                body = await response.read()
+                raise ApiError(
+                    response.status, response.reason or "", body.decode(errors="replace")
+                )
+            async for line in _lines(response.content):
+                event = orjson.loads(line)
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise _GoneError()
+                    raise ApiError(
+                        int(obj.get("code") or 500), str(obj.get("reason")), str(obj.get("message"))
+                    )
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                if version:
+                    self.resource_version = version
+                if kind == "BOOKMARK":
+                    continue
+                self._remember(kind, obj)
+                self.handler(kind, obj)
+
+
+class _GoneError(Exception):
+    """The watch's resourceVersion is too old (HTTP 410): list again."""
+
+
+async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """Newline-delimited chunks of any length (aiohttp's own line reader caps their size)."""
+    buffer = b""
+    async for chunk in stream.iter_any():
+        buffer += chunk
+        while True:
+            end = buffer.find(b"\n")
+            if end < 0:
+                break
+            line, buffer = buffer[:end], buffer[end + 1 :]
+            if line.strip():
+                yield line
+    if buffer.strip():
+        yield buffer

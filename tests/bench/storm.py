@@ -1,0 +1,451 @@
+"""`make bench`: a logon storm against the real API server, with the operator and without.
+
+1. **Ceiling.** With no operator, a load generator (its own process) runs the same storm with
+   no decision logic: each worker creates a SessionRequest and at once writes its status (a
+   precomputed host, conditional on the resourceVersion the create returned). That is the
+   fastest any operator could place this storm on this API server.
+2. **Operator.** The operator runs as its own process, watching a fresh namespace with one
+   pool (default BreadthFirst, 200 hosts x maxSessionLimit 10). The load generator creates N
+   requests (default 2,000) with enough concurrency not to be the bottleneck, while this
+   process watches the requests: per-request latency from creation to Assigned, requests
+   assigned over time, and whether any request's host ever changes.
+
+Measured: p50/p99 latency, throughput, operator CPU seconds and peak RSS, API writes per
+assignment (kube-apiserver's ``apiserver_request_total`` before and after, minus the load
+generator's own creates), and the invariants lost / duplicates / overLimit (all must be 0).
+The last line of stdout is one JSON object.
+
+Environment: BENCH_REQUESTS, BENCH_HOSTS, BENCH_LIMIT, BENCH_ALGORITHM, BENCH_CONCURRENCY;
+KUBECONFIG to use an existing cluster instead of starting the local control plane.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "operator"))
+
+from hostpool_operator.k8s import ApiError, KubeClient  # noqa: E402
+
+GROUP_VERSION = "hostpool.io/v1alpha1"
+WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
+#: Writes that count: the project's kinds (and their status) and the Events it posts.
+COUNTED = {"sessionrequests", "sessionhosts", "hostpools", "events"}
+
+
+def log(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def client_for(kubeconfig: str) -> KubeClient:
+    import kopf
+
+    os.environ["KUBECONFIG"] = kubeconfig
+    info = kopf.login_with_kubeconfig(settings=kopf.OperatorSettings())
+    assert info is not None, f"no credentials in {kubeconfig}"
+    return KubeClient(info, max_connections=256)
+
+
+# ------------------------------------------------------------------------------ load generator
+
+
+async def loadgen(args: argparse.Namespace) -> None:
+    """Create N requests (and, in ceiling mode, write each one's status right away)."""
+    client = client_for(args.kubeconfig)
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(args.requests):
+        queue.put_nowait(i)
+    created: dict[str, float] = {}
+    assigned: dict[str, float] = {}
+    errors: list[str] = []
+
+    async def worker() -> None:
+        while True:
+            try:
+                i = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            name = f"r{i:06d}"
+            body = {
+                "apiVersion": GROUP_VERSION,
+                "kind": "SessionRequest",
+                "metadata": {"name": name},
+                "spec": {"poolRef": {"name": "storm"}, "user": f"user{i:06d}"},
+            }
+            try:
+                started = time.time()
+                obj = await client.create("sessionrequests", args.namespace, body)
+                created[name] = started
+                if args.mode == "ceiling":
+                    host = f"host{i % args.hosts:05d}"
+                    await client.patch_status(
+                        "sessionrequests",
+                        args.namespace,
+                        name,
+                        {"phase": "Assigned", "host": host, "reason": "NewSession",
+                         "sessionState": "Connecting"},
+                        resource_version=obj["metadata"]["resourceVersion"],
+                    )
+                    assigned[name] = time.time()
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as error:
+                errors.append(f"{name}: {error}")
+
+    began = time.time()
+    await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+    ended = time.time()
+    await client.close()
+    Path(args.out).write_text(
+        json.dumps(
+            {"created": created, "assigned": assigned, "began": began, "ended": ended,
+             "errors": errors[:20], "errorCount": len(errors)}
+        )
+    )
+
+
+# ------------------------------------------------------------------------------ the bench
+
+
+async def apiserver_writes(client: KubeClient) -> dict[tuple[str, str], float]:
+    """apiserver_request_total summed by (verb, resource), write verbs only."""
+    session = client._http()  # the admin identity may read /metrics
+    async with session.get(client._server + "/metrics") as response:
+        text = await response.text()
+    totals: dict[tuple[str, str], float] = {}
+    pattern = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
+    for line in text.splitlines():
+        match = pattern.match(line)
+        if not match:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+        verb = labels.get("verb", "")
+        resource = labels.get("resource", "")
+        if verb not in WRITE_VERBS or resource not in COUNTED:
+            continue
+        sub = labels.get("subresource")
+        key = (verb, resource + (f"/{sub}" if sub else ""))
+        totals[key] = totals.get(key, 0.0) + float(match.group(2))
+    return totals
+
+
+async def setup_namespace(client: KubeClient, namespace: str) -> None:
+    try:
+        await client.request("DELETE", f"/api/v1/namespaces/{namespace}")
+        while True:
+            await client.request("GET", f"/api/v1/namespaces/{namespace}")
+            await asyncio.sleep(0.5)
+    except ApiError as error:
+        if not error.not_found:
+            raise
+    await client.request("POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
+
+
+async def create_pool(client: KubeClient, namespace: str, args: argparse.Namespace) -> None:
+    lb: dict[str, Any] = {"type": args.algorithm, "maxSessionLimit": args.limit}
+    await client.create(
+        "hostpools", namespace,
+        {"apiVersion": GROUP_VERSION, "kind": "HostPool", "metadata": {"name": "storm"},
+         "spec": {"loadBalancer": lb}},
+    )
+    sem = asyncio.Semaphore(32)
+
+    async def host(i: int) -> None:
+        async with sem:
+            await client.create(
+                "sessionhosts", namespace,
+                {"apiVersion": GROUP_VERSION, "kind": "SessionHost",
+                 "metadata": {"name": f"host{i:05d}"},
+                 "spec": {"poolRef": {"name": "storm"}}},
+            )
+
+    await asyncio.gather(*(host(i) for i in range(args.hosts)))
+
+
+def run_loadgen(args: argparse.Namespace, mode: str, namespace: str, out: Path) -> dict[str, Any]:
+    subprocess.run(
+        [sys.executable, __file__, "loadgen", "--mode", mode, "--kubeconfig", args.kubeconfig,
+         "--namespace", namespace, "--requests", str(args.requests),
+         "--concurrency", str(args.concurrency), "--hosts", str(args.hosts), "--out", str(out)],
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(out.read_text())
+    if result["errorCount"]:
+        log(f"load generator: {result['errorCount']} errors, e.g. {result['errors'][:3]}")
+    return result
+
+
+async def ceiling(args: argparse.Namespace, client: KubeClient, work: Path) -> float:
+    namespace = "bench-ceiling"
+    await setup_namespace(client, namespace)
+    result = run_loadgen(args, "ceiling", namespace, work / "ceiling.json")
+    done = len(result["assigned"])
+    seconds = result["ended"] - result["began"]
+    log(f"ceiling: {done} requests created and assigned by the load generator in {seconds:.2f}s")
+    await setup_namespace(client, namespace)  # deleted (and waited for) before the next run
+    await client.request("DELETE", f"/api/v1/namespaces/{namespace}")
+    return done / seconds
+
+
+def proc_stats(pid: int) -> tuple[float, float]:
+    """(CPU seconds, peak RSS in MB) of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    peak = 0.0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            peak = int(line.split()[1]) / 1024
+    return cpu, peak
+
+
+async def watch_requests(
+    client: KubeClient, namespace: str, seen: dict[str, tuple[str, float]], changed: set[str],
+    stop: asyncio.Event,
+) -> None:
+    """Record when each request is first seen Assigned, and any later change of host."""
+    path = client.path("sessionrequests", namespace)
+    rv = "0"
+    while not stop.is_set():
+        params = {"watch": "true", "resourceVersion": rv, "allowWatchBookmarks": "true",
+                  "timeoutSeconds": "30"}
+        try:
+            async with client._http().get(client._server + path, params=params,
+                                          timeout=aiohttp.ClientTimeout(total=None, sock_read=60)) as response:
+                async for raw in response.content:
+                    event = json.loads(raw)
+                    obj = event["object"]
+                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                    if event["type"] not in ("ADDED", "MODIFIED"):
+                        continue
+                    status = obj.get("status") or {}
+                    if status.get("phase") != "Assigned":
+                        continue
+                    name = obj["metadata"]["name"]
+                    host = status.get("host", "")
+                    if name not in seen:
+                        seen[name] = (host, time.time())
+                    elif seen[name][0] != host:
+                        changed.add(name)
+                    if stop.is_set():
+                        return
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            await asyncio.sleep(0.2)
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path) -> dict[str, Any]:
+    namespace = "bench-storm"
+    await setup_namespace(client, namespace)
+    await create_pool(client, namespace, args)
+    log(f"pool: {args.algorithm}, {args.hosts} hosts x maxSessionLimit {args.limit}")
+    op_log = work / "operator.log"
+    profile = os.environ.get("BENCH_PROFILE")
+    wrapper = ["-m", "pyinstrument", "--show-all", "-o", profile, "-m"] if profile else ["-m"]
+    operator = subprocess.Popen(
+        [sys.executable, *wrapper, "hostpool_operator", "run", "--namespace", namespace,
+         "--status-interval", str(args.status_interval)],
+        stdout=op_log.open("wb"), stderr=subprocess.STDOUT,
+        env={**os.environ, "KUBECONFIG": args.kubeconfig,
+             "PYTHONPATH": str(ROOT / "operator")},
+    )
+    try:
+        for _ in range(300):
+            if "hostpool-operator started" in op_log.read_text(errors="replace"):
+                break
+            if operator.poll() is not None:
+                raise SystemExit("bench: operator exited:\n" + op_log.read_text()[-2000:])
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.5)  # initial host status writes settle before we count writes
+        cpu_before, _ = proc_stats(operator.pid)
+        writes_before = await apiserver_writes(client)
+        seen: dict[str, tuple[str, float]] = {}
+        changed: set[str] = set()
+        stop = asyncio.Event()
+        watcher = asyncio.create_task(watch_requests(client, namespace, seen, changed, stop))
+        await asyncio.sleep(0.3)
+        result = await asyncio.to_thread(run_loadgen, args, "operator", namespace, work / "storm.json")
+        deadline = time.time() + args.timeout
+        while len(seen) < len(result["created"]) and time.time() < deadline:
+            await asyncio.sleep(0.1)
+        # Let debounced status writes land, then count writes (they belong to the storm).
+        await asyncio.sleep(args.status_interval * 2 + 0.5)
+        stop.set()
+        watcher.cancel()
+        cpu_after, peak_rss = proc_stats(operator.pid)
+        writes_after = await apiserver_writes(client)
+        listing = await client.list("sessionrequests", namespace)
+    finally:
+        operator.send_signal(signal.SIGTERM)
+        try:
+            operator.wait(10)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+    created = result["created"]
+    latencies = [
+        (seen[name][1] - t0) * 1000 for name, t0 in created.items() if name in seen
+    ]
+    per_host: dict[str, int] = {}
+    lost = 0
+    for obj in listing["items"]:
+        status = obj.get("status") or {}
+        if status.get("phase") != "Assigned":
+            lost += 1
+            continue
+        per_host[status["host"]] = per_host.get(status["host"], 0) + 1
+        name = obj["metadata"]["name"]
+        if name in seen and seen[name][0] != status["host"]:
+            changed.add(name)
+    delta = {k: writes_after.get(k, 0) - writes_before.get(k, 0) for k in writes_after}
+    delta = {k: v for k, v in delta.items() if v}
+    creates_by_loadgen = len(created)
+    operator_writes = sum(delta.values()) - creates_by_loadgen
+    first = min(created.values()) if created else 0.0
+    last = max((t for _, t in seen.values()), default=first)
+    assigned = len(listing["items"]) - lost
+    return {
+        "latencies": latencies,
+        "timeline": sorted(t - first for _, t in seen.values()),
+        "assigned": assigned,
+        "lost": lost + (args.requests - len(listing["items"])),
+        "duplicates": len(changed),
+        "overLimit": sum(1 for n in per_host.values() if n > args.limit),
+        "throughputPerS": assigned / (last - first) if last > first else 0.0,
+        "operatorCpuS": cpu_after - cpu_before,
+        "operatorRssMb": peak_rss,
+        "writes": {f"{v} {r}": n for (v, r), n in sorted(delta.items())},
+        "writesPerAssignment": operator_writes / assigned if assigned else float("nan"),
+        "loadgenSeconds": result["ended"] - result["began"],
+    }
+
+
+def plot(run: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    lat = sorted(run["latencies"])
+    left.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], color="#4477aa")
+    left.set_xlabel("creation → Assigned (ms)")
+    left.set_ylabel("fraction of requests")
+    left.set_title("latency CDF")
+    left.grid(alpha=0.3)
+    timeline = run["timeline"]
+    right.plot(timeline, range(1, len(timeline) + 1), color="#ee8866")
+    right.set_xlabel("seconds since the first request")
+    right.set_ylabel("requests assigned")
+    right.set_title("assigned over time")
+    right.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+async def bench(args: argparse.Namespace) -> int:
+    work = Path(tempfile.mkdtemp(prefix="hostpool-bench-"))
+    client = client_for(args.kubeconfig)
+    try:
+        ceiling_per_s = await ceiling(args, client, work)
+        run = await operator_run(args, client, work)
+    finally:
+        await client.close()
+    ratio = run["throughputPerS"] / ceiling_per_s if ceiling_per_s else float("nan")
+    plot(run, Path(args.plot))
+    summary = {
+        "requests": args.requests,
+        "hosts": args.hosts,
+        "limit": args.limit,
+        "algorithm": args.algorithm,
+        "assigned": run["assigned"],
+        "lost": run["lost"],
+        "overLimit": run["overLimit"],
+        "duplicates": run["duplicates"],
+        "throughputPerS": round(run["throughputPerS"], 1),
+        "ceilingPerS": round(ceiling_per_s, 1),
+        "ceilingRatio": round(ratio, 3),
+        "p50Ms": round(percentile(run["latencies"], 50), 1),
+        "p99Ms": round(percentile(run["latencies"], 99), 1),
+        "writesPerAssignment": round(run["writesPerAssignment"], 3),
+        "operatorCpuS": round(run["operatorCpuS"], 2),
+        "operatorRssMb": round(run["operatorRssMb"], 1),
+    }
+    rows = [
+        ("requests / assigned", f"{args.requests} / {run['assigned']}"),
+        ("lost / duplicates / overLimit",
+         f"{run['lost']} / {run['duplicates']} / {run['overLimit']}"),
+        ("throughput (assignments/s)", f"{run['throughputPerS']:.1f}"),
+        ("ceiling (create+status/s)", f"{ceiling_per_s:.1f}"),
+        ("ceiling ratio", f"{ratio:.3f}"),
+        ("latency p50 / p99 (ms)",
+         f"{summary['p50Ms']} / {summary['p99Ms']}"),
+        ("operator CPU (s) / peak RSS (MB)",
+         f"{run['operatorCpuS']:.2f} / {run['operatorRssMb']:.1f}"),
+        ("API writes per assignment", f"{run['writesPerAssignment']:.3f}"),
+        ("load generator time (s)", f"{run['loadgenSeconds']:.2f}"),
+    ]
+    print(f"\nlogon storm: {args.algorithm}, {args.hosts} hosts x {args.limit}, "
+          f"{args.requests} requests, concurrency {args.concurrency}")
+    for label, value in rows:
+        print(f"  {label:<34} {value}")
+    print("  API writes during the storm (verb resource: count):")
+    for key, count in run["writes"].items():
+        print(f"    {key:<40} {count:.0f}")
+    print(f"  plot: {args.plot}")
+    print(json.dumps(summary))
+    bad = run["lost"] or run["duplicates"] or run["overLimit"]
+    return 1 if bad else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    sub = parser.add_subparsers(dest="command")
+    gen = sub.add_parser("loadgen")
+    gen.add_argument("--mode", choices=("ceiling", "operator"), required=True)
+    gen.add_argument("--kubeconfig", required=True)
+    gen.add_argument("--namespace", required=True)
+    gen.add_argument("--requests", type=int, required=True)
+    gen.add_argument("--concurrency", type=int, required=True)
+    gen.add_argument("--hosts", type=int, required=True)
+    gen.add_argument("--out", required=True)
+    env = os.environ.get
+    parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""))
+    parser.add_argument("--requests", type=int, default=int(env("BENCH_REQUESTS", "2000")))
+    parser.add_argument("--hosts", type=int, default=int(env("BENCH_HOSTS", "200")))
+    parser.add_argument("--limit", type=int, default=int(env("BENCH_LIMIT", "10")))
+    parser.add_argument("--algorithm", default=env("BENCH_ALGORITHM", "BreadthFirst"))
+    parser.add_argument("--concurrency", type=int, default=int(env("BENCH_CONCURRENCY", "64")))
+    parser.add_argument("--status-interval", type=float, default=1.0)
+    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--plot", default="bench-storm.png")
+    args = parser.parse_args()
+    if args.command == "loadgen":
+        asyncio.run(loadgen(args))
+        return 0
+    if not args.kubeconfig:
+        parser.error("no cluster: set KUBECONFIG (make bench starts one and sets it)")
+    return asyncio.run(bench(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
