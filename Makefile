@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test test-unit lint crds bench-engine tools cluster-up cluster-down demo demo-down clean
+.PHONY: help venv test test-unit lint crds bench-engine bench tools cluster-up cluster-down demo demo-down clean
 
 help:
 	@grep -E '^[a-z-]+:.*?## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -35,6 +35,15 @@ crds: $(STAMP) ## regenerate crds/ from the pydantic models
 
 bench-engine: $(STAMP) ## placement decisions per second for 10..10,000 hosts
 	$(PY) -m hostpool_operator.bench_engine
+
+BENCH_KUBECONFIG ?= $(KUBECONFIG)
+
+bench: $(STAMP) tools ## logon storm against the API server: operator vs. the write ceiling
+	@if [ -n "$(BENCH_KUBECONFIG)" ]; then kc="$(BENCH_KUBECONFIG)"; \
+	else hack/cluster.sh up .cluster/bench >/dev/null && kc=.cluster/bench/kubeconfig; fi; \
+	.cluster/bin/kubectl --kubeconfig "$$kc" apply -f crds/ >/dev/null && \
+	.cluster/bin/kubectl --kubeconfig "$$kc" wait --for=condition=Established crd --all --timeout=60s >/dev/null && \
+	KUBECONFIG="$$kc" $(PY) tests/bench/storm.py --plot .cluster/bench-storm.png
 
 tools: ## build kube-apiserver, etcd, kube-controller-manager, kubectl, helm into the cache
 	hack/tools.sh

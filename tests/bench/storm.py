@@ -96,12 +96,16 @@ async def loadgen(args: argparse.Namespace) -> None:
                         "sessionrequests",
                         args.namespace,
                         name,
-                        {"phase": "Assigned", "host": host, "reason": "NewSession",
-                         "sessionState": "Connecting"},
+                        {
+                            "phase": "Assigned",
+                            "host": host,
+                            "reason": "NewSession",
+                            "sessionState": "Connecting",
+                        },
                         resource_version=obj["metadata"]["resourceVersion"],
                     )
                     assigned[name] = time.time()
-            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as error:
+            except (TimeoutError, ApiError, aiohttp.ClientError) as error:
                 errors.append(f"{name}: {error}")
 
     began = time.time()
@@ -110,8 +114,14 @@ async def loadgen(args: argparse.Namespace) -> None:
     await client.close()
     Path(args.out).write_text(
         json.dumps(
-            {"created": created, "assigned": assigned, "began": began, "ended": ended,
-             "errors": errors[:20], "errorCount": len(errors)}
+            {
+                "created": created,
+                "assigned": assigned,
+                "began": began,
+                "ended": ended,
+                "errors": errors[:20],
+                "errorCount": len(errors),
+            }
         )
     )
 
@@ -156,19 +166,28 @@ async def setup_namespace(client: KubeClient, namespace: str) -> None:
 async def create_pool(client: KubeClient, namespace: str, args: argparse.Namespace) -> None:
     lb: dict[str, Any] = {"type": args.algorithm, "maxSessionLimit": args.limit}
     await client.create(
-        "hostpools", namespace,
-        {"apiVersion": GROUP_VERSION, "kind": "HostPool", "metadata": {"name": "storm"},
-         "spec": {"loadBalancer": lb}},
+        "hostpools",
+        namespace,
+        {
+            "apiVersion": GROUP_VERSION,
+            "kind": "HostPool",
+            "metadata": {"name": "storm"},
+            "spec": {"loadBalancer": lb},
+        },
     )
     sem = asyncio.Semaphore(32)
 
     async def host(i: int) -> None:
         async with sem:
             await client.create(
-                "sessionhosts", namespace,
-                {"apiVersion": GROUP_VERSION, "kind": "SessionHost",
-                 "metadata": {"name": f"host{i:05d}"},
-                 "spec": {"poolRef": {"name": "storm"}}},
+                "sessionhosts",
+                namespace,
+                {
+                    "apiVersion": GROUP_VERSION,
+                    "kind": "SessionHost",
+                    "metadata": {"name": f"host{i:05d}"},
+                    "spec": {"poolRef": {"name": "storm"}},
+                },
             )
 
     await asyncio.gather(*(host(i) for i in range(args.hosts)))
@@ -176,9 +195,25 @@ async def create_pool(client: KubeClient, namespace: str, args: argparse.Namespa
 
 def run_loadgen(args: argparse.Namespace, mode: str, namespace: str, out: Path) -> dict[str, Any]:
     subprocess.run(
-        [sys.executable, __file__, "loadgen", "--mode", mode, "--kubeconfig", args.kubeconfig,
-         "--namespace", namespace, "--requests", str(args.requests),
-         "--concurrency", str(args.concurrency), "--hosts", str(args.hosts), "--out", str(out)],
+        [
+            sys.executable,
+            __file__,
+            "loadgen",
+            "--mode",
+            mode,
+            "--kubeconfig",
+            args.kubeconfig,
+            "--namespace",
+            namespace,
+            "--requests",
+            str(args.requests),
+            "--concurrency",
+            str(args.concurrency),
+            "--hosts",
+            str(args.hosts),
+            "--out",
+            str(out),
+        ],
         check=True,
     )
     result: dict[str, Any] = json.loads(out.read_text())
@@ -192,7 +227,7 @@ async def ceiling(args: argparse.Namespace, client: KubeClient, work: Path) -> f
     await setup_namespace(client, namespace)
     result = run_loadgen(args, "ceiling", namespace, work / "ceiling.json")
     done = len(result["assigned"])
-    seconds = result["ended"] - result["began"]
+    seconds = float(result["ended"]) - float(result["began"])
     log(f"ceiling: {done} requests created and assigned by the load generator in {seconds:.2f}s")
     await setup_namespace(client, namespace)  # deleted (and waited for) before the next run
     await client.request("DELETE", f"/api/v1/namespaces/{namespace}")
@@ -212,18 +247,28 @@ def proc_stats(pid: int) -> tuple[float, float]:
 
 
 async def watch_requests(
-    client: KubeClient, namespace: str, seen: dict[str, tuple[str, float]], changed: set[str],
+    client: KubeClient,
+    namespace: str,
+    seen: dict[str, tuple[str, float]],
+    changed: set[str],
     stop: asyncio.Event,
 ) -> None:
     """Record when each request is first seen Assigned, and any later change of host."""
     path = client.path("sessionrequests", namespace)
     rv = "0"
     while not stop.is_set():
-        params = {"watch": "true", "resourceVersion": rv, "allowWatchBookmarks": "true",
-                  "timeoutSeconds": "30"}
+        params = {
+            "watch": "true",
+            "resourceVersion": rv,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": "30",
+        }
         try:
-            async with client._http().get(client._server + path, params=params,
-                                          timeout=aiohttp.ClientTimeout(total=None, sock_read=60)) as response:
+            async with client._http().get(
+                client._server + path,
+                params=params,
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=60),
+            ) as response:
                 async for raw in response.content:
                     event = json.loads(raw)
                     obj = event["object"]
@@ -241,7 +286,7 @@ async def watch_requests(
                         changed.add(name)
                     if stop.is_set():
                         return
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             await asyncio.sleep(0.2)
 
 
@@ -262,11 +307,19 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
     profile = os.environ.get("BENCH_PROFILE")
     wrapper = ["-m", "pyinstrument", "--show-all", "-o", profile, "-m"] if profile else ["-m"]
     operator = subprocess.Popen(
-        [sys.executable, *wrapper, "hostpool_operator", "run", "--namespace", namespace,
-         "--status-interval", str(args.status_interval)],
-        stdout=op_log.open("wb"), stderr=subprocess.STDOUT,
-        env={**os.environ, "KUBECONFIG": args.kubeconfig,
-             "PYTHONPATH": str(ROOT / "operator")},
+        [
+            sys.executable,
+            *wrapper,
+            "hostpool_operator",
+            "run",
+            "--namespace",
+            namespace,
+            "--status-interval",
+            str(args.status_interval),
+        ],
+        stdout=op_log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "KUBECONFIG": args.kubeconfig, "PYTHONPATH": str(ROOT / "operator")},
     )
     try:
         for _ in range(300):
@@ -283,7 +336,9 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
         stop = asyncio.Event()
         watcher = asyncio.create_task(watch_requests(client, namespace, seen, changed, stop))
         await asyncio.sleep(0.3)
-        result = await asyncio.to_thread(run_loadgen, args, "operator", namespace, work / "storm.json")
+        result = await asyncio.to_thread(
+            run_loadgen, args, "operator", namespace, work / "storm.json"
+        )
         deadline = time.time() + args.timeout
         while len(seen) < len(result["created"]) and time.time() < deadline:
             await asyncio.sleep(0.1)
@@ -301,9 +356,7 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
         except subprocess.TimeoutExpired:
             operator.kill()
     created = result["created"]
-    latencies = [
-        (seen[name][1] - t0) * 1000 for name, t0 in created.items() if name in seen
-    ]
+    latencies = [(seen[name][1] - t0) * 1000 for name, t0 in created.items() if name in seen]
     per_host: dict[str, int] = {}
     lost = 0
     for obj in listing["items"]:
@@ -392,20 +445,25 @@ async def bench(args: argparse.Namespace) -> int:
     }
     rows = [
         ("requests / assigned", f"{args.requests} / {run['assigned']}"),
-        ("lost / duplicates / overLimit",
-         f"{run['lost']} / {run['duplicates']} / {run['overLimit']}"),
+        (
+            "lost / duplicates / overLimit",
+            f"{run['lost']} / {run['duplicates']} / {run['overLimit']}",
+        ),
         ("throughput (assignments/s)", f"{run['throughputPerS']:.1f}"),
         ("ceiling (create+status/s)", f"{ceiling_per_s:.1f}"),
         ("ceiling ratio", f"{ratio:.3f}"),
-        ("latency p50 / p99 (ms)",
-         f"{summary['p50Ms']} / {summary['p99Ms']}"),
-        ("operator CPU (s) / peak RSS (MB)",
-         f"{run['operatorCpuS']:.2f} / {run['operatorRssMb']:.1f}"),
+        ("latency p50 / p99 (ms)", f"{summary['p50Ms']} / {summary['p99Ms']}"),
+        (
+            "operator CPU (s) / peak RSS (MB)",
+            f"{run['operatorCpuS']:.2f} / {run['operatorRssMb']:.1f}",
+        ),
         ("API writes per assignment", f"{run['writesPerAssignment']:.3f}"),
         ("load generator time (s)", f"{run['loadgenSeconds']:.2f}"),
     ]
-    print(f"\nlogon storm: {args.algorithm}, {args.hosts} hosts x {args.limit}, "
-          f"{args.requests} requests, concurrency {args.concurrency}")
+    print(
+        f"\nlogon storm: {args.algorithm}, {args.hosts} hosts x {args.limit}, "
+        f"{args.requests} requests, concurrency {args.concurrency}"
+    )
     for label, value in rows:
         print(f"  {label:<34} {value}")
     print("  API writes during the storm (verb resource: count):")
