@@ -67,8 +67,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         metrics = PrometheusMetrics()
         metrics.serve(args.metrics_address)
-    handlers.run(args.namespace or [], settings, liveness_endpoint=args.liveness, metrics=metrics)
-    return 0
+    return handlers.run(
+        args.namespace or [],
+        settings,
+        liveness_endpoint=args.liveness,
+        metrics=metrics,
+        leader_election=not args.no_leader_election,
+        lease_namespace=args.lease_namespace,
+    )
 
 
 def _fail(message: str) -> int:
@@ -118,6 +124,17 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=120.0,
         help="host metrics sampled longer ago are ignored (default 120 s)",
+    )
+    run.add_argument(
+        "--lease-namespace",
+        metavar="NS",
+        help="namespace of the leader-election Lease (default: the operator's own namespace "
+        "in a cluster, else the first --namespace, else default)",
+    )
+    run.add_argument(
+        "--no-leader-election",
+        action="store_true",
+        help="place without holding the Lease (only when a single instance is guaranteed)",
     )
     run.add_argument("--log-format", choices=("text", "json"), default="text")
     run.add_argument("--verbose", "-v", action="store_true", help="debug logging")

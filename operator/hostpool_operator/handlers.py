@@ -13,6 +13,7 @@ the status the controller writes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -21,6 +22,7 @@ import kopf
 from .api import GROUP, VERSION
 from .controller import POOLS, Controller, ControllerSettings, MetricsSink
 from .k8s import KubeClient, login
+from .leader import LeaderElector, default_namespace
 
 registry = kopf.OperatorRegistry()
 log = logging.getLogger(__name__)
@@ -32,8 +34,14 @@ class Runtime(kopf.Memo):
     namespaces: list[str]
     settings: ControllerSettings
     metrics: MetricsSink
+    leader_election: bool
+    lease_namespace: str | None
+    stop: asyncio.Event
+    exit_code: int
     client: KubeClient
     controller: Controller
+    elector: LeaderElector
+    watchdog: asyncio.Task[None]
 
 
 @kopf.on.login(registry=registry)
@@ -52,9 +60,15 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
     client = KubeClient(login(settings))
+    memo.client = client
+    if memo.leader_election:
+        # Nothing is placed before this instance holds the Lease (see leader.py).
+        elector = LeaderElector(client, memo.lease_namespace or default_namespace(memo.namespaces))
+        await elector.acquire()
+        memo.elector = elector
+        memo.watchdog = asyncio.get_running_loop().create_task(_stop_when_lost(memo, elector))
     controller = Controller(client, memo.settings, memo.metrics)
     await controller.initial_sync(memo.namespaces or None)
-    memo.client = client
     memo.controller = controller
     log.info(
         "hostpool-operator started: %d pool(s), watching %s",
@@ -68,6 +82,12 @@ async def cleanup(memo: Runtime, **_: Any) -> None:
     controller = getattr(memo, "controller", None)
     if controller is not None:
         await controller.stop()
+    watchdog = getattr(memo, "watchdog", None)
+    if watchdog is not None:
+        watchdog.cancel()
+    elector = getattr(memo, "elector", None)
+    if elector is not None and not elector.lost.is_set():
+        await elector.release()
     client = getattr(memo, "client", None)
     if client is not None:
         await client.close()
@@ -80,17 +100,38 @@ async def pool_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
     memo.controller.on_pool_event(event.get("type"), event["object"])
 
 
+async def _stop_when_lost(memo: Runtime, elector: LeaderElector) -> None:
+    keeper = asyncio.get_running_loop().create_task(elector.keep())
+    try:
+        await elector.lost.wait()
+    finally:
+        keeper.cancel()
+    log.critical("leadership lost: stopping so that only one instance places requests")
+    memo.exit_code = 1
+    memo.stop.set()
+
+
 def run(
     namespaces: list[str],
     settings: ControllerSettings,
     *,
     liveness_endpoint: str | None = None,
     metrics: MetricsSink | None = None,
-) -> None:
-    """Run the operator until it is stopped (SIGINT/SIGTERM)."""
+    leader_election: bool = True,
+    lease_namespace: str | None = None,
+) -> int:
+    """Run the operator until it is stopped (SIGINT/SIGTERM, or lost leadership: exit 1)."""
     import uvloop
 
-    memo = Runtime(namespaces=namespaces, settings=settings, metrics=metrics or MetricsSink())
+    memo = Runtime(
+        namespaces=namespaces,
+        settings=settings,
+        metrics=metrics or MetricsSink(),
+        leader_election=leader_election,
+        lease_namespace=lease_namespace,
+        stop=asyncio.Event(),
+        exit_code=0,
+    )
     coro = kopf.operator(
         registry=registry,
         clusterwide=not namespaces,
@@ -98,5 +139,7 @@ def run(
         standalone=True,
         liveness_endpoint=liveness_endpoint,
         memo=memo,
+        stop_flag=memo.stop,
     )
     uvloop.run(coro)
+    return memo.exit_code
