@@ -74,6 +74,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         metrics=metrics,
         leader_election=not args.no_leader_election,
         lease_namespace=args.lease_namespace,
+        lease_duration=args.lease_duration,
     )
 
 
@@ -130,6 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NS",
         help="namespace of the leader-election Lease (default: the operator's own namespace "
         "in a cluster, else the first --namespace, else default)",
+    )
+    run.add_argument(
+        "--lease-duration",
+        type=float,
+        default=15.0,
+        help="seconds a Lease not renewed stays another instance's (default 15; renewals "
+        "every 2 s, give-up after 2/3 of this)",
     )
     run.add_argument(
         "--no-leader-election",

@@ -36,6 +36,7 @@ class Runtime(kopf.Memo):
     metrics: MetricsSink
     leader_election: bool
     lease_namespace: str | None
+    lease_duration: float
     stop: asyncio.Event
     exit_code: int
     client: KubeClient
@@ -119,6 +120,7 @@ def run(
     metrics: MetricsSink | None = None,
     leader_election: bool = True,
     lease_namespace: str | None = None,
+    lease_duration: float = 15.0,
 ) -> int:
     """Run the operator until it is stopped (SIGINT/SIGTERM, or lost leadership: exit 1)."""
     import uvloop
@@ -129,6 +131,7 @@ def run(
         metrics=metrics or MetricsSink(),
         leader_election=leader_election,
         lease_namespace=lease_namespace,
+        lease_duration=lease_duration,
         stop=asyncio.Event(),
         exit_code=0,
     )
