@@ -1,0 +1,61 @@
+"""Run the chart's Argo CD health checks (Lua) the way Argo CD does, from Python.
+
+Argo CD runs ``argocd/<group>/<Kind>/health.lua`` with gopher-lua (Lua 5.1), with the live
+object as the global table ``obj``, and reads ``status`` and ``message`` from the table the
+script returns. :func:`health` does the same with lupa's Lua 5.1 runtime.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
+HEALTH_DIR = CHART_DIR / "argocd" / "hostpool.io"
+FIXTURE_DIR = REPO_ROOT / "tests" / "e2e" / "fixtures" / "argocd"
+
+#: The statuses Argo CD knows (health.HealthStatusCode).
+ARGO_STATUSES = ("Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown")
+
+
+def script_path(kind: str) -> Path:
+    return HEALTH_DIR / kind / "health.lua"
+
+
+def _to_lua(lua: Any, value: Any) -> Any:
+    """JSON-like Python data as Lua values: objects and arrays become tables (arrays from 1)."""
+    if isinstance(value, dict):
+        table = lua.table()
+        for key, item in value.items():
+            if item is not None:
+                table[key] = _to_lua(lua, item)
+        return table
+    if isinstance(value, list):
+        table = lua.table()
+        for index, item in enumerate(value, start=1):
+            table[index] = _to_lua(lua, item)
+        return table
+    return value
+
+
+def health(kind: str, obj: dict[str, Any]) -> dict[str, str]:
+    """The health (``{"status": ..., "message": ...}``) the Lua check gives ``obj``."""
+    lua51: Any = importlib.import_module("lupa.lua51")  # no type information shipped
+    lua = lua51.LuaRuntime(unpack_returned_tuples=False)
+    # Through JSON, as Argo CD does: only JSON types reach the script.
+    lua.globals().obj = _to_lua(lua, json.loads(json.dumps(obj)))
+    result = lua.execute(script_path(kind).read_text(encoding="utf-8"))
+    if result is None:
+        raise AssertionError(f"{kind}/health.lua returned nothing")
+    out = {str(k): str(v) for k, v in result.items()}
+    if out.get("status") not in ARGO_STATUSES:
+        raise AssertionError(f"{kind}/health.lua returned an unknown status: {out}")
+    return out
+
+
+def load_fixture(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURE_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    return data

@@ -1,0 +1,746 @@
+"""The chart's RBAC, proven on a real API server: the operator runs under its ServiceAccount.
+
+Each test renders the chart with the project's helm (``helm template``), applies only its
+ServiceAccount and RBAC objects with the admin kubeconfig, gets a token for the
+ServiceAccount through the TokenRequest API (``kubectl create token``), writes a kubeconfig
+with nothing but that token (server and CA from the admin kubeconfig), and runs the operator
+as a subprocess with the arguments of the chart's Deployment under that identity. It then
+drives placement, scale-up and scale-down, checks that the operator's log holds no
+authorization refusal, and that the identity is refused (403) what its role does not grant.
+
+The namespaced test also takes the objects the Argo CD health checks are tested against
+(``tests/chart/test_argocd_health.py``): it runs the Lua checks on the live objects, and
+with ``HOSTPOOL_UPDATE_ARGOCD_FIXTURES=1`` writes them to ``tests/e2e/fixtures/argocd/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from chart.argocd_health import FIXTURE_DIR, health
+from controlplane import ensure_tools
+from kube import REPO_ROOT, Kube, make_api_client, resource_path, unique_name
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+
+CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding")
+STARTED_LINE = "hostpool-operator started"
+UPDATE_FIXTURES_ENV = "HOSTPOOL_UPDATE_ARGOCD_FIXTURES"
+
+#: A refusal of the API server in the operator's log: an RBAC denial ("... is forbidden:
+#: User ... cannot list resource ..."), a 403 status, a kopf APIForbiddenError.
+FORBIDDEN = re.compile(r"forbidden|\b403\b", re.IGNORECASE)
+#: The one refusal that is no RBAC matter: writing into a namespace being deleted (left
+#: over from an earlier test) is refused with reason Forbidden as well.
+TERMINATING = "because it is being terminated"
+
+Obj = dict[str, Any]
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------------------
+# tools
+
+
+def run_tool(argv: list[str], *, stdin: str | None = None, timeout: float = 120) -> str:
+    proc = subprocess.run(
+        argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}"
+        )
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def bin_dir(kube: Kube) -> Path:
+    return kube.bin_dir if kube.bin_dir is not None else ensure_tools(REPO_ROOT)
+
+
+def helm_template(bin_dir: Path, release: str, namespace: str, values: dict[str, Any]) -> list[Obj]:
+    argv = [str(bin_dir / "helm"), "template", release, str(CHART_DIR), "--namespace", namespace]
+    for key, value in values.items():
+        argv += ["--set-json", f"{key}={json.dumps(value)}"]
+    return [d for d in yaml.safe_load_all(run_tool(argv)) if isinstance(d, dict)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+# ---------------------------------------------------------------------------------------
+# the ServiceAccount's identity
+
+
+@dataclass
+class Identity:
+    """The chart's ServiceAccount, installed, with a kubeconfig that holds only its token."""
+
+    docs: list[Obj]
+    kubeconfig: Path
+    api: Kube
+    username: str
+
+    def of_kind(self, kind: str) -> list[Obj]:
+        return [d for d in self.docs if d["kind"] == kind]
+
+    release_namespace: str = ""
+
+    @property
+    def operator_args(self) -> list[str]:
+        """The operator's arguments exactly as the chart's Deployment passes them."""
+        (deployment,) = self.of_kind("Deployment")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        return [str(a) for a in container["args"]]
+
+    @property
+    def process_args(self) -> list[str]:
+        """The Deployment's arguments, plus what the pod's environment would decide: in a
+        pod the leader-election Lease goes to the pod's namespace (read from the mounted
+        ServiceAccount files); a process outside says so with ``--lease-namespace``."""
+        args = self.operator_args
+        if "--no-leader-election" not in args and supports_option("--lease-namespace"):
+            args = [*args, "--lease-namespace", self.release_namespace]
+        return args
+
+
+def supports_option(option: str) -> bool:
+    """Whether ``hostpool-operator run`` has this option (read from its --help)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "hostpool_operator", "run", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return option in proc.stdout
+
+
+def sa_kubeconfig(admin_kubeconfig: Path, token: str, target: Path) -> Path:
+    """A kubeconfig with the admin kubeconfig's server and CA and only ``token``."""
+    admin = yaml.safe_load(admin_kubeconfig.read_text())
+    context_name = admin["current-context"]
+    context = next(c["context"] for c in admin["contexts"] if c["name"] == context_name)
+    cluster = dict(next(c["cluster"] for c in admin["clusters"] if c["name"] == context["cluster"]))
+    ca = cluster.get("certificate-authority")
+    if ca and not Path(ca).is_absolute():
+        cluster["certificate-authority"] = str((admin_kubeconfig.parent / ca).resolve())
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "target", "cluster": cluster}],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "target", "user": "operator"}}],
+        "current-context": "operator",
+    }
+    target.write_text(yaml.safe_dump(config))
+    target.chmod(0o600)
+    return target
+
+
+@pytest.fixture
+def install_identity(
+    kube: Kube, bin_dir: Path, tmp_path: Path
+) -> Iterator[Callable[[str, dict[str, Any]], Identity]]:
+    """Render the chart for a release namespace and values; apply its ServiceAccount and RBAC;
+    return the identity. Cluster-scoped RBAC objects are deleted afterwards."""
+    kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(kube.kubeconfig)]
+    applied: list[str] = []
+
+    def install(release_namespace: str, values: dict[str, Any]) -> Identity:
+        release = unique_name("rbac", max_length=20)
+        docs = helm_template(bin_dir, release, release_namespace, values)
+        rbac = [d for d in docs if d["kind"] in RBAC_KINDS]
+        manifest = yaml.safe_dump_all(rbac)
+        run_tool([*kubectl, "apply", "-f", "-"], stdin=manifest)
+        applied.append(yaml.safe_dump_all([d for d in rbac if d["kind"] in CLUSTER_SCOPED]))
+        (sa,) = [d for d in rbac if d["kind"] == "ServiceAccount"]
+        name = sa["metadata"]["name"]
+        token = run_tool(
+            [*kubectl, "create", "token", name, "-n", release_namespace, "--duration", "1h"]
+        ).strip()
+        path = sa_kubeconfig(kube.kubeconfig, token, tmp_path / f"{release}.kubeconfig")
+        api = Kube(kubeconfig=path, api_client=make_api_client(path))
+        return Identity(
+            docs, path, api, f"system:serviceaccount:{release_namespace}:{name}", release_namespace
+        )
+
+    yield install
+    for manifest in applied:
+        if manifest.strip():
+            run_tool(
+                [*kubectl, "delete", "--ignore-not-found", "--wait=false", "-f", "-"],
+                stdin=manifest,
+            )
+
+
+# ---------------------------------------------------------------------------------------
+# the operator under that identity
+
+
+@dataclass
+class OperatorRun:
+    """``python -m hostpool_operator run ARGS`` with ``KUBECONFIG`` set to the identity's."""
+
+    kubeconfig: Path
+    args: list[str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = field(default=None)
+
+    def start(self, timeout: float = 60) -> None:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        env.pop("KUBERNETES_SERVICE_HOST", None)  # never the in-cluster login
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "hostpool_operator", "run", *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while STARTED_LINE not in self.log():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the operator exited ({self.proc.returncode}):\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the operator did not start in {timeout}s:\n{self.log()}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def refusals(self) -> list[str]:
+        """Log lines that report a refusal by the API server (except terminating namespaces)."""
+        return [
+            line
+            for line in self.log().splitlines()
+            if FORBIDDEN.search(line) and TERMINATING not in line
+        ]
+
+
+@pytest.fixture
+def operator_run() -> Iterator[list[OperatorRun]]:
+    """Operators started by a test; stopped afterwards. Their log tail goes to stderr at
+    teardown, which pytest shows only when the test failed."""
+    runs: list[OperatorRun] = []
+    yield runs
+    for run in runs:
+        run.stop()
+        sys.stderr.write(f"---- operator log {run.log_path} (tail)\n{run.log()[-12000:]}\n")
+
+
+def start_operator(runs: list[OperatorRun], identity: Identity, tmp_path: Path) -> OperatorRun:
+    run = OperatorRun(identity.kubeconfig, identity.process_args, tmp_path / "operator.log")
+    runs.append(run)
+    run.start()
+    return run
+
+
+# ---------------------------------------------------------------------------------------
+# objects
+
+
+def pool(name: str, *, limit: int, max_hosts: int) -> Obj:
+    return {
+        "apiVersion": "hostpool.io/v1alpha1",
+        "kind": "HostPool",
+        "metadata": {"name": name},
+        "spec": {
+            "loadBalancer": {"type": "DepthFirst", "maxSessionLimit": limit},
+            "scaling": {
+                "minHosts": 0,
+                "maxHosts": max_hosts,
+                "bufferSessions": 0,
+                "scaleDownDelaySeconds": 1,
+                "hostTemplate": {"metadata": {"labels": {"origin": "scaling"}}, "spec": {}},
+            },
+        },
+    }
+
+
+def host(name: str, pool_name: str, *, drain: bool = False) -> Obj:
+    return {
+        "apiVersion": "hostpool.io/v1alpha1",
+        "kind": "SessionHost",
+        "metadata": {"name": name},
+        "spec": {"poolRef": {"name": pool_name}, "drainMode": drain},
+    }
+
+
+def session_request(name: str, pool_name: str) -> Obj:
+    return {
+        "apiVersion": "hostpool.io/v1alpha1",
+        "kind": "SessionRequest",
+        "metadata": {"name": name},
+        "spec": {"poolRef": {"name": pool_name}, "user": f"{name}@corp.example"},
+    }
+
+
+def items(kube: Kube, kind: str, namespace: str) -> list[Obj]:
+    listing: Obj = kube.call("GET", resource_path(kind, namespace))
+    found: list[Obj] = listing["items"]
+    return found
+
+
+def status_of(obj: Obj) -> Obj:
+    value = obj.get("status")
+    return value if isinstance(value, dict) else {}
+
+
+def cond(obj: Obj, type_: str) -> Obj:
+    for c in status_of(obj).get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return {}
+
+
+def poll(predicate: Callable[[], T | None], *, what: str, timeout: float = 45) -> T:
+    """Poll until ``predicate`` returns something truthy; return it (TimeoutError else)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def wait_obj(
+    kube: Kube, kind: str, namespace: str, name: str, check: Callable[[Obj], bool], what: str
+) -> Obj:
+    def current() -> Obj | None:
+        obj = kube.get(kind, namespace, name)
+        return obj if check(obj) else None
+
+    try:
+        return poll(current, what=f"{kind} {name}: {what}")
+    except TimeoutError as exc:
+        last = kube.get(kind, namespace, name).get("status")
+        raise AssertionError(f"{exc}; its status now: {json.dumps(last)}") from exc
+
+
+def phases(kube: Kube, namespace: str) -> dict[str, tuple[str | None, str | None]]:
+    return {
+        o["metadata"]["name"]: (status_of(o).get("phase"), status_of(o).get("host"))
+        for o in items(kube, "SessionRequest", namespace)
+    }
+
+
+def wait_assigned(kube: Kube, namespace: str, names: list[str]) -> dict[str, str]:
+    def assigned() -> dict[str, str] | None:
+        now = phases(kube, namespace)
+        if all(now.get(n, (None, None))[0] == "Assigned" for n in names):
+            return {n: str(now[n][1]) for n in names}
+        return None
+
+    try:
+        return poll(assigned, what=f"{names} Assigned")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; requests now: {phases(kube, namespace)}") from exc
+
+
+def managed_hosts(kube: Kube, namespace: str) -> list[Obj]:
+    return [
+        h
+        for h in items(kube, "SessionHost", namespace)
+        if h["metadata"].get("labels", {}).get("hostpool.io/managed-by") == "hostpool-operator"
+    ]
+
+
+def assert_refused(identity: Identity, method: str, path: str, body: Any = None) -> None:
+    code, answer = identity.api.request(method, path, body=body)
+    assert code == 403, f"{identity.username}: {method} {path} answered {code}, not 403: {answer}"
+    assert isinstance(answer, dict)
+    assert answer.get("reason") == "Forbidden"
+    assert identity.username in answer.get("message", "")
+
+
+def assert_probes(identity: Identity) -> None:
+    """The liveness probe and the metrics endpoint the chart points at answer."""
+    args = identity.operator_args
+    liveness = args[args.index("--liveness") + 1].replace("0.0.0.0", "127.0.0.1")
+    metrics = args[args.index("--metrics-address") + 1].replace("0.0.0.0", "127.0.0.1")
+    with urllib.request.urlopen(liveness, timeout=10) as answer:
+        assert answer.status == 200
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as answer:
+        assert b"hostpool_assignments_total" in answer.read()
+
+
+def chart_ports() -> dict[str, Any]:
+    return {
+        "operator.livenessPort": free_port(),
+        "metrics.port": free_port(),
+        "operator.statusInterval": 0.2,
+        "operator.logFormat": "text",
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# the tests
+
+
+def test_clusterwide_role_places_scales_up_and_down(
+    kube: Kube,
+    namespace: str,
+    install_identity: Callable[[str, dict[str, Any]], Identity],
+    operator_run: list[OperatorRun],
+    tmp_path: Path,
+) -> None:
+    identity = install_identity(namespace, chart_ports())
+    assert sorted(d["kind"] for d in identity.docs if d["kind"] in RBAC_KINDS) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",  # the leader-election Lease, in the release namespace
+        "RoleBinding",
+        "ServiceAccount",
+    ]
+    assert "--namespace" not in identity.operator_args
+    operator = start_operator(operator_run, identity, tmp_path)
+
+    # Placement: depth-first fills one static host, then the next.
+    kube.create(namespace, pool("desk", limit=2, max_hosts=4))
+    for name in ("static-1", "static-2"):
+        kube.create(namespace, host(name, "desk"))
+    first = [f"r{i}" for i in range(1, 5)]
+    for name in first:
+        kube.create(namespace, session_request(name, "desk"))
+    placed = wait_assigned(kube, namespace, first)
+    assert Counter(placed.values()) == {"static-1": 2, "static-2": 2}
+
+    # Scale-up: four more requests than capacity: the operator creates two hosts.
+    extra = [f"r{i}" for i in range(5, 9)]
+    for name in extra:
+        kube.create(namespace, session_request(name, "desk"))
+    placed_extra = wait_assigned(kube, namespace, extra)
+    created = managed_hosts(kube, namespace)
+    assert sorted(h["metadata"]["name"] for h in created) == sorted(set(placed_extra.values()))
+    assert len(created) == 2
+    for h in created:
+        (owner,) = h["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["blockOwnerDeletion"]) == (
+            "HostPool",
+            "desk",
+            True,
+        )
+        assert h["metadata"]["labels"]["origin"] == "scaling"
+
+    # Scale-down: without those requests the created hosts are empty and go after 1 s.
+    for name in extra:
+        kube.delete("SessionRequest", namespace, name)
+    poll(lambda: not managed_hosts(kube, namespace), what="created hosts removed")
+    assert sorted(h["metadata"]["name"] for h in items(kube, "SessionHost", namespace)) == [
+        "static-1",
+        "static-2",
+    ]
+    wait_obj(
+        kube,
+        "HostPool",
+        namespace,
+        "desk",
+        lambda o: (
+            cond(o, "Ready").get("status") == "True"
+            and status_of(o).get("observedGeneration") == o["metadata"]["generation"]
+            and status_of(o).get("sessions", {}).get("total") == 4
+        ),
+        "Ready with 4 sessions",
+    )
+    # The Events the operator posted went through (events: create).
+    events = kube.call("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+    reasons = {
+        e["reason"] for e in events if e.get("source", {}).get("component") == "hostpool-operator"
+    }
+    assert {"HostsAdded", "HostsRemoved"} <= reasons, reasons
+    assert_probes(identity)
+
+    assert operator.refusals() == [], "\n".join(operator.refusals())
+    assert operator.proc is not None
+    assert operator.proc.poll() is None, "the operator exited"
+
+    # Outside its role: refused.
+    assert_refused(identity, "GET", f"/api/v1/namespaces/{namespace}/secrets")
+    assert_refused(identity, "GET", "/api/v1/secrets")
+    assert_refused(identity, "DELETE", resource_path("HostPool", namespace, "desk"))
+    assert_refused(
+        identity, "POST", resource_path("HostPool", namespace), pool("x", limit=1, max_hosts=1)
+    )
+    assert_refused(
+        identity,
+        "PATCH",
+        resource_path("SessionRequest", namespace, "r1"),
+    )
+    assert_refused(identity, "GET", "/api/v1/namespaces/kube-system/configmaps")
+
+
+# Expected health of the captured objects: fixture name -> (Argo CD status, message part).
+EXPECTED_HEALTH: dict[str, tuple[str, str]] = {
+    "hostpool-new": ("Progressing", "Waiting for the hostpool-operator"),
+    "hostpool-ready": ("Healthy", "Reconciled"),
+    "hostpool-saturated": ("Healthy", "saturated"),
+    "sessionhost-new": ("Progressing", "Waiting for the hostpool-operator"),
+    "sessionhost-available": ("Healthy", "AcceptingSessions"),
+    "sessionhost-full": ("Healthy", "SessionLimitReached"),
+    "sessionhost-draining": ("Suspended", "Draining"),
+    "sessionhost-pool-not-found": ("Degraded", "PoolNotFound"),
+    "sessionrequest-new": ("Progressing", "Waiting for the hostpool-operator"),
+    "sessionrequest-assigned": ("Healthy", "Assigned to"),
+    "sessionrequest-pending": ("Progressing", "PoolSaturated"),
+    "sessionrequest-failed": ("Degraded", "HostDeleted"),
+}
+
+
+def capture(captured: dict[str, Obj], name: str, obj: Obj) -> None:
+    obj = json.loads(json.dumps(obj))
+    obj.get("metadata", {}).pop("managedFields", None)
+    captured[name] = obj
+
+
+def test_namespaced_role_places_fails_and_scales(
+    kube: Kube,
+    namespace: str,
+    install_identity: Callable[[str, dict[str, Any]], Identity],
+    operator_run: list[OperatorRun],
+    tmp_path: Path,
+) -> None:
+    """watchNamespace: a Role in the watched namespace for a ServiceAccount elsewhere."""
+    release_ns = unique_name("rbac-release", max_length=30)
+    kube.create_namespace(release_ns)
+    try:
+        identity = install_identity(release_ns, {**chart_ports(), "watchNamespace": namespace})
+        roles = {r["metadata"]["namespace"]: r for r in identity.of_kind("Role")}
+        assert sorted(roles) == sorted([namespace, release_ns])  # objects; the Lease
+        assert len(identity.of_kind("RoleBinding")) == 2
+        (cluster_role,) = identity.of_kind("ClusterRole")
+        assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {
+            "customresourcedefinitions",
+            "namespaces",
+        }
+        args = identity.operator_args
+        assert args[args.index("--namespace") + 1] == namespace
+        run_namespaced_scenario(kube, namespace, release_ns, identity, operator_run, tmp_path)
+    finally:
+        kube.delete_namespace(release_ns)
+
+
+def run_namespaced_scenario(
+    kube: Kube,
+    namespace: str,
+    release_ns: str,
+    identity: Identity,
+    operator_run: list[OperatorRun],
+    tmp_path: Path,
+) -> None:
+    captured: dict[str, Obj] = {}
+    capture(captured, "hostpool-new", kube.create(namespace, pool("vdi", limit=2, max_hosts=4)))
+    capture(captured, "sessionhost-new", kube.create(namespace, host("host-a", "vdi")))
+    kube.create(namespace, host("host-b", "vdi"))
+    kube.create(namespace, host("host-drain", "vdi", drain=True))
+    kube.create(namespace, host("host-orphan", "nowhere"))
+    capture(captured, "sessionrequest-new", kube.create(namespace, session_request("u1", "vdi")))
+
+    operator = start_operator(operator_run, identity, tmp_path)
+
+    # One session: host-a (first in query order) takes it and still accepts more.
+    assert wait_assigned(kube, namespace, ["u1"]) == {"u1": "host-a"}
+    capture(captured, "sessionrequest-assigned", kube.get("SessionRequest", namespace, "u1"))
+    capture(
+        captured,
+        "sessionhost-available",
+        wait_obj(
+            kube,
+            "SessionHost",
+            namespace,
+            "host-a",
+            lambda o: (
+                cond(o, "Available").get("reason") == "AcceptingSessions"
+                and status_of(o).get("sessions", {}).get("total") == 1
+            ),
+            "Available with 1 session",
+        ),
+    )
+    capture(
+        captured,
+        "hostpool-ready",
+        wait_obj(
+            kube,
+            "HostPool",
+            namespace,
+            "vdi",
+            lambda o: (
+                cond(o, "Ready").get("status") == "True"
+                and cond(o, "Saturated").get("status") == "False"
+                and status_of(o).get("sessions", {}).get("total") == 1
+            ),
+            "Ready, not saturated, 1 session",
+        ),
+    )
+
+    # Fill host-a and host-b; scaling may add one host (maxHosts 4 counts every host, the
+    # draining one too), so of six more requests one waits.
+    more = ["u2", "u3", "u4", "u5", "u6", "u7"]
+    for name in more:
+        kube.create(namespace, session_request(name, "vdi"))
+
+    def five_placed() -> dict[str, tuple[str | None, str | None]] | None:
+        now = {n: p for n, p in phases(kube, namespace).items() if n in more}
+        states = Counter(p for p, _ in now.values())
+        waiting = [n for n, (p, _) in now.items() if p == "Pending"]
+        if states == {"Assigned": 5, "Pending": 1}:
+            obj = kube.get("SessionRequest", namespace, waiting[0])
+            if status_of(obj).get("reason") == "PoolSaturated":
+                return now
+        return None
+
+    try:
+        now = poll(five_placed, what="five of six placed, one waiting (PoolSaturated)")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; requests now: {phases(kube, namespace)}") from exc
+    (waiting,) = [n for n, (p, _) in now.items() if p == "Pending"]
+    (scaled,) = managed_hosts(kube, namespace)
+    scaled_name = scaled["metadata"]["name"]
+    assert Counter(h for p, h in now.values() if p == "Assigned") == {
+        "host-a": 1,
+        "host-b": 2,
+        scaled_name: 2,
+    }
+    capture(captured, "sessionrequest-pending", kube.get("SessionRequest", namespace, waiting))
+    capture(
+        captured,
+        "hostpool-saturated",
+        wait_obj(
+            kube,
+            "HostPool",
+            namespace,
+            "vdi",
+            lambda o: (
+                cond(o, "Saturated").get("status") == "True"
+                and cond(o, "ScalingLimited").get("status") == "True"
+                and status_of(o).get("pendingRequests") == 1
+            ),
+            "Saturated, ScalingLimited, 1 pending",
+        ),
+    )
+    capture(
+        captured,
+        "sessionhost-full",
+        wait_obj(
+            kube,
+            "SessionHost",
+            namespace,
+            "host-a",
+            lambda o: cond(o, "Available").get("reason") == "SessionLimitReached",
+            "SessionLimitReached",
+        ),
+    )
+    capture(
+        captured,
+        "sessionhost-draining",
+        wait_obj(
+            kube,
+            "SessionHost",
+            namespace,
+            "host-drain",
+            lambda o: cond(o, "Available").get("reason") == "Draining",
+            "Draining",
+        ),
+    )
+    capture(
+        captured,
+        "sessionhost-pool-not-found",
+        wait_obj(
+            kube,
+            "SessionHost",
+            namespace,
+            "host-orphan",
+            lambda o: cond(o, "Available").get("reason") == "PoolNotFound",
+            "PoolNotFound",
+        ),
+    )
+
+    # A host with sessions is deleted: its requests fail, and the slot it leaves under
+    # maxHosts lets scaling add a host for the waiting request.
+    on_b = sorted(n for n, (_, h) in now.items() if h == "host-b")
+    on_scaled = sorted(n for n, (_, h) in now.items() if h == scaled_name)
+    kube.delete("SessionHost", namespace, "host-b")
+    capture(
+        captured,
+        "sessionrequest-failed",
+        wait_obj(
+            kube,
+            "SessionRequest",
+            namespace,
+            on_b[0],
+            lambda o: status_of(o).get("phase") == "Failed",
+            "Failed",
+        ),
+    )
+    assert cond(captured["sessionrequest-failed"], "Assigned")["reason"] == "HostDeleted"
+    placed_last = wait_assigned(kube, namespace, [waiting])[waiting]
+    assert placed_last not in ("host-a", "host-b", "host-drain", scaled_name)
+    assert len(managed_hosts(kube, namespace)) == 2
+
+    # Scale-down: the requests on the created hosts end; both hosts go after 1 s.
+    for name in [*on_scaled, waiting]:
+        kube.delete("SessionRequest", namespace, name)
+    poll(lambda: not managed_hosts(kube, namespace), what="created hosts removed")
+    assert_probes(identity)
+    assert operator.refusals() == [], "\n".join(operator.refusals())
+
+    # Outside its Role: other namespaces, cluster-wide lists, secrets, pool deletion.
+    assert_refused(identity, "GET", resource_path("HostPool", release_ns))
+    assert_refused(identity, "GET", resource_path("HostPool"))
+    assert_refused(identity, "GET", f"/api/v1/namespaces/{namespace}/secrets")
+    assert_refused(identity, "DELETE", resource_path("HostPool", namespace, "vdi"))
+    assert_refused(identity, "POST", f"/api/v1/namespaces/{release_ns}/events", {})
+
+    check_and_store_fixtures(captured)
+
+
+def check_and_store_fixtures(captured: dict[str, Obj]) -> None:
+    """The Lua checks give the live objects the expected health; store them on request."""
+    assert sorted(captured) == sorted(EXPECTED_HEALTH)
+    for name, obj in captured.items():
+        expected_status, expected_text = EXPECTED_HEALTH[name]
+        got = health(obj["kind"], obj)
+        assert got["status"] == expected_status, (name, got, obj.get("status"))
+        assert expected_text in got["message"], (name, got)
+    if os.environ.get(UPDATE_FIXTURES_ENV) == "1":
+        FIXTURE_DIR.mkdir(parents=True, exist_ok=True)
+        for name, obj in captured.items():
+            text = json.dumps(obj, indent=2, sort_keys=True) + "\n"
+            (FIXTURE_DIR / f"{name}.json").write_text(text, encoding="utf-8")
