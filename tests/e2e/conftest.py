@@ -4,7 +4,8 @@
 starts ``python -m hostpool_operator run --namespace <ns> --status-interval 0.2`` with
 ``KUBECONFIG`` pointing at the ``kube`` fixture's cluster, waits for its "started" log line,
 and stops it (SIGTERM, SIGKILL after 10 s) at teardown. ``operator_process.restart()`` stops
-and starts it again (the log file is appended to).
+and starts it again (the log file is appended to); ``stop()`` and ``start()`` do one half each.
+A test whose operator logged an error or a traceback fails at teardown.
 
 When a test that used the operator fails, the operator's last log lines are attached to the
 report as a section named "operator log".
@@ -55,6 +56,12 @@ def operator_process(
         yield operator
     finally:
         operator.stop()
+    errors = operator.problems()
+    if errors:
+        pytest.fail(
+            "the operator logged errors during the test:\n" + "\n".join(errors[:40]),
+            pytrace=False,
+        )
 
 
 @pytest.fixture

@@ -54,8 +54,7 @@ def test_reconnect_goes_to_the_same_host_even_draining_and_at_the_limit(
     cluster.wait_pool(
         POOL, lambda p: (status(p).get("sessions") or {}).get("total") == 3, "3 sessions"
     )
-    assert sessions_total(cluster.host("h1")) == 2
-    assert sessions_total(cluster.host("h2")) == 1
+    cluster.wait_host_sessions({"h1": 2, "h2": 1})
     # The first requests are untouched.
     for name in ("alice-1", "bob-1"):
         obj = cluster.request(name)
@@ -101,6 +100,8 @@ def test_a_draining_host_takes_no_new_sessions_until_undrained(
         ),
         "1 draining host, 0 free, 2 pending",
     )
+    # Capacity counts hosts not in drain mode only.
+    assert status(cluster.pool(POOL))["capacity"]["total"] == 2
     assert sessions_total(cluster.host("h1")) == 0
 
     cluster.set_drain("h1", False)
@@ -193,6 +194,28 @@ def test_raising_the_limit_or_adding_a_host_places_waiting_requests(
         ),
         "no pending request, 4 sessions",
     )
+
+
+def test_waiting_requests_are_served_in_arrival_order(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    del operator_process
+    cluster.setup_pool(POOL, "DepthFirst", 1, hosts=["h1"])
+    cluster.create_request("first", POOL, "first")
+    cluster.wait_assigned(["first"])
+    waiting = [f"w{i}" for i in range(5)]
+    for name in waiting:
+        cluster.create_request(name, POOL, name)
+        # One at a time, so arrival order is creation order.
+        cluster.wait_request(name, phase_="Pending", reason="PoolSaturated")
+
+    holder = "first"
+    for name in waiting:
+        cluster.delete("SessionRequest", holder)
+        cluster.wait_request(name, phase_="Assigned", host="h1", timeout=10)
+        for later in waiting[waiting.index(name) + 1 :]:
+            assert phase(cluster.request(later)) == "Pending", later
+        holder = name
 
 
 def test_a_request_for_a_missing_pool_waits_and_is_placed_when_the_pool_appears(

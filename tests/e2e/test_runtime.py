@@ -205,6 +205,35 @@ def test_restart_keeps_every_assignment(
             assert histories[name].assignments() == 1, (name, histories[name].states)
 
 
+def test_host_deleted_while_the_operator_is_down(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    cluster.setup_pool(POOL, "DepthFirst", 2, hosts=["h1", "h2"])
+    names = ["r0", "r1", "r2"]
+    for name in names:
+        cluster.create_request(name, POOL, f"user-{name}")
+    placed = cluster.wait_assigned(names)
+    assert hosts_of(placed) == {"r0": "h1", "r1": "h1", "r2": "h2"}
+
+    operator_process.stop()
+    cluster.delete("SessionHost", "h1")
+    cluster.create_request("r3", POOL, "user-r3")
+    operator_process.start()
+
+    def settled() -> dict[str, Any] | None:
+        objs = cluster.requests()
+        done = all(phase(objs[n]) == "Failed" for n in ("r0", "r1"))
+        return objs if done and phase(objs["r3"]) == "Assigned" else None
+
+    after = cluster.wait(settled, "r0, r1 Failed and r3 Assigned")
+    for name in ("r0", "r1"):
+        assert cond_is(after[name], "Assigned", "False", "HostDeleted"), status(after[name])
+    assert host_of(after["r2"]) == "h2"
+    assert status(after["r2"])["assignedAt"] == status(placed["r2"])["assignedAt"]
+    assert host_of(after["r3"]) == "h2"
+    cluster.wait_host_sessions({"h2": 2})
+
+
 def test_storm_of_200_requests(
     kube: KubeLike, namespace: str, cluster: Cluster, operator_process: OperatorProcess
 ) -> None:

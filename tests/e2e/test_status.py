@@ -79,6 +79,26 @@ def test_session_state_from_an_agent_is_kept_and_counted(
     assert status(cluster.request("r2"))["sessionState"] == "Disconnected"
 
 
+def test_a_shorter_connecting_timeout_applies_to_sessions_already_connecting(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    """A session is connecting while it is Connecting and was assigned less than
+    connectingTimeoutSeconds ago: the pool's current setting, not the one at assignment."""
+    del operator_process
+    cluster.setup_pool(POOL, "DepthFirst", 5, hosts=["h1"], connectingTimeoutSeconds=3600)
+    cluster.create_request("r1", POOL, "alice")
+    placed = cluster.wait_request("r1", phase_="Assigned")
+    cluster.wait_pool(POOL, lambda p: _sessions(p) == _counts(1, 1, 0, 0), "1 connecting")
+    assigned_at = parse_time(status(placed)["assignedAt"])
+    moment = assigned_at + timedelta(seconds=3)
+    wait_for(lambda: datetime.now(UTC) >= moment, 10, what=f"the clock to pass {moment}")
+
+    # Assigned more than 2 s ago: with a timeout of 2 s it is no longer connecting.
+    cluster.patch("HostPool", POOL, {"spec": {"connectingTimeoutSeconds": 2}})
+    cluster.wait_pool(POOL, lambda p: _sessions(p) == _counts(1, 0, 1, 0), "1 active, 0 connecting")
+    cluster.wait_host("h1", lambda h: _sessions(h) == _counts(1, 0, 1, 0), "1 active")
+
+
 def _ltt(obj: dict[str, Any], type_: str) -> str:
     cond = condition(obj, type_)
     assert cond is not None, (type_, status(obj))
