@@ -1,0 +1,446 @@
+"""The Helm chart, rendered by the project's helm: lint, templates, CRD copies, the schema.
+
+No cluster: ``helm lint`` and ``helm template`` only (the live proof of the RBAC rules is
+``tests/e2e/test_rbac_live.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controlplane import ensure_tools
+from hostpool_operator.cli import build_parser
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
+CRD_DIR = REPO_ROOT / "crds"
+CHART_CRD_DIR = CHART_DIR / "files" / "crds"
+
+Obj = dict[str, Any]
+Render = Callable[..., list[Obj]]
+
+#: The rules the operator needs on its own kinds and Events (see the chart's _helpers.tpl).
+OPERATOR_RULES: list[Obj] = [
+    {"apiGroups": ["hostpool.io"], "resources": ["hostpools"], "verbs": ["list", "watch"]},
+    {
+        "apiGroups": ["hostpool.io"],
+        "resources": ["sessionhosts"],
+        "verbs": ["list", "watch", "create", "delete"],
+    },
+    {
+        "apiGroups": ["hostpool.io"],
+        "resources": ["sessionrequests"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {
+        "apiGroups": ["hostpool.io"],
+        "resources": ["hostpools/status", "sessionhosts/status", "sessionrequests/status"],
+        "verbs": ["patch"],
+    },
+    {"apiGroups": ["hostpool.io"], "resources": ["hostpools/finalizers"], "verbs": ["update"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+]
+CRD_RULE: Obj = {
+    "apiGroups": ["apiextensions.k8s.io"],
+    "resources": ["customresourcedefinitions"],
+    "verbs": ["list", "watch"],
+}
+NAMESPACE_RULE: Obj = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
+LEASE_RULES: list[Obj] = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "resourceNames": ["hostpool-operator"],
+        "verbs": ["get", "update"],
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return ensure_tools(REPO_ROOT) / "helm"
+
+
+def run_helm(helm: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [str(helm), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stderr}{proc.stdout}")
+    return proc
+
+
+def set_args(values: dict[str, Any]) -> list[str]:
+    """``--set-json key=<json>`` for each value: types arrive exactly as given."""
+    args: list[str] = []
+    for key, value in values.items():
+        args += ["--set-json", f"{key}={json.dumps(value)}"]
+    return args
+
+
+@pytest.fixture(scope="module")
+def render(helm: Path) -> Render:
+    def render(namespace: str = "hostpool-system", **values: Any) -> list[Obj]:
+        proc = run_helm(
+            helm, "template", "hp", str(CHART_DIR), "--namespace", namespace, *set_args(values)
+        )
+        return [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
+
+    return render
+
+
+def by_kind(docs: list[Obj], kind: str) -> list[Obj]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[Obj], kind: str) -> Obj:
+    found = by_kind(docs, kind)
+    assert len(found) == 1, f"{len(found)} {kind} objects, expected 1"
+    return found[0]
+
+
+def container(docs: list[Obj]) -> Obj:
+    spec = one(docs, "Deployment")["spec"]["template"]["spec"]
+    (only,) = spec["containers"]
+    result: Obj = only
+    return result
+
+
+def source_crds() -> dict[str, Obj]:
+    return {
+        (doc := yaml.safe_load(p.read_text()))["metadata"]["name"]: doc
+        for p in sorted(CRD_DIR.glob("*.yaml"))
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# lint and the CRD copies
+
+
+def test_helm_lint_is_clean(helm: Path, tmp_path: Path) -> None:
+    proc = run_helm(helm, "lint", "--strict", str(CHART_DIR))
+    assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
+    assert "[ERROR]" not in proc.stdout
+    assert "[WARNING]" not in proc.stdout
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "watchNamespace": "vdi",
+                "crds": {"enabled": False},
+                "serviceMonitor": {"enabled": True},
+                "leaderElection": {"enabled": False},
+            }
+        )
+    )
+    proc = run_helm(helm, "lint", "--strict", str(CHART_DIR), "-f", str(values))
+    assert "0 chart(s) failed" in proc.stdout
+
+
+def test_chart_crds_are_byte_equal_to_crds_dir() -> None:
+    source = {p.name: p.read_bytes() for p in CRD_DIR.glob("*.yaml")}
+    copies = {p.name: p.read_bytes() for p in CHART_CRD_DIR.glob("*.yaml")}
+    assert sorted(copies) == sorted(source), "run charts/hostpool-operator/sync-crds.sh"
+    for name, data in source.items():
+        assert copies[name] == data, f"{name} differs: run charts/hostpool-operator/sync-crds.sh"
+
+
+def test_sync_script_copies_the_crds(tmp_path: Path) -> None:
+    """sync-crds.sh replaces the chart's copies with crds/ (checked on a scratch copy)."""
+    chart = tmp_path / "charts" / "hostpool-operator"
+    shutil.copytree(CHART_DIR, chart)
+    shutil.copytree(CRD_DIR, tmp_path / "crds")
+    stale = chart / "files" / "crds" / "hostpool.io_old.yaml"
+    stale.write_text("old: true\n")
+    (chart / "files" / "crds" / "hostpool.io_hostpools.yaml").write_text("changed\n")
+    subprocess.run([str(chart / "sync-crds.sh")], check=True, capture_output=True, timeout=60)
+    assert not stale.exists()
+    for source in CRD_DIR.glob("*.yaml"):
+        assert (chart / "files" / "crds" / source.name).read_bytes() == source.read_bytes()
+
+
+# ---------------------------------------------------------------------------------------
+# default values
+
+
+def test_default_objects(render: Render) -> None:
+    docs = render()
+    assert sorted(d["kind"] for d in docs) == sorted(
+        [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "Deployment",
+            *["CustomResourceDefinition"] * 3,
+        ]
+    )
+    for doc in docs:
+        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"):
+            assert doc["metadata"]["namespace"] == "hostpool-system", doc["kind"]
+
+
+def test_default_rbac_grants_exactly_the_operators_calls(render: Render) -> None:
+    docs = render()
+    cluster_role = one(docs, "ClusterRole")
+    assert cluster_role["rules"] == [*OPERATOR_RULES, CRD_RULE]
+    binding = one(docs, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": cluster_role["metadata"]["name"],
+    }
+    sa = one(docs, "ServiceAccount")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "hostpool-system"}
+    ]
+    lease_role = one(docs, "Role")
+    assert lease_role["metadata"]["namespace"] == "hostpool-system"
+    assert lease_role["rules"] == LEASE_RULES
+    assert one(docs, "RoleBinding")["subjects"] == binding["subjects"]
+    for doc in by_kind(docs, "ClusterRole") + by_kind(docs, "Role"):
+        for rule in doc["rules"]:
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[key], (doc["metadata"]["name"], rule)
+
+
+def test_default_deployment(render: Render) -> None:
+    docs = render()
+    deployment = one(docs, "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == one(docs, "ServiceAccount")["metadata"]["name"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    main = container(docs)
+    assert main["image"] == "hostpool-operator:0.1.0"  # appVersion when no tag is set
+    assert main["imagePullPolicy"] == "IfNotPresent"
+    sc = main["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["runAsNonRoot"] is True
+    assert isinstance(sc["runAsUser"], int)
+    assert sc["runAsUser"] > 0
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert main["resources"]["requests"]
+    assert main["resources"]["limits"]["memory"]
+    assert main["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    ports = {p["name"]: p["containerPort"] for p in main["ports"]}
+    assert ports == {"healthz": 8080, "metrics": 9090}
+    args = main["args"]
+    assert args[args.index("--liveness") + 1] == "http://0.0.0.0:8080/healthz"
+    assert args[args.index("--metrics-address") + 1] == "0.0.0.0:9090"
+    assert "--namespace" not in args
+    assert {"name": "tmp", "mountPath": "/tmp"} in main["volumeMounts"]
+
+
+def test_deployment_args_are_accepted_by_the_operator_cli(render: Render) -> None:
+    for docs in (render(), render(watchNamespace="vdi", **{"operator.verbose": True})):
+        args = build_parser().parse_args(["run", *container(docs)["args"]])
+        assert args.liveness == "http://0.0.0.0:8080/healthz"
+        assert args.metrics_address == "0.0.0.0:9090"
+        assert args.log_format == "json"
+        assert args.status_interval == 1.0
+
+
+def test_metrics_service_selects_the_pod(render: Render) -> None:
+    docs = render()
+    service = one(docs, "Service")
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    assert not by_kind(docs, "ServiceMonitor")
+
+
+def test_crds_rendered_from_crds_dir_with_keep(render: Render) -> None:
+    rendered = {d["metadata"]["name"]: d for d in by_kind(render(), "CustomResourceDefinition")}
+    source = source_crds()
+    assert sorted(rendered) == sorted(source)
+    for name, crd in rendered.items():
+        assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+        assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        meta = {k: v for k, v in crd["metadata"].items() if k not in ("labels", "annotations")}
+        assert meta == source[name]["metadata"]
+        assert {k: v for k, v in crd.items() if k != "metadata"} == {
+            k: v for k, v in source[name].items() if k != "metadata"
+        }
+
+
+# ---------------------------------------------------------------------------------------
+# non-default values
+
+
+def test_watch_namespace_uses_a_role_there(render: Render) -> None:
+    docs = render(watchNamespace="vdi")
+    roles = {r["metadata"]["namespace"]: r for r in by_kind(docs, "Role")}
+    assert sorted(roles) == ["hostpool-system", "vdi"]
+    assert roles["vdi"]["rules"] == OPERATOR_RULES
+    assert roles["hostpool-system"]["rules"] == LEASE_RULES
+    bindings = {b["metadata"]["namespace"]: b for b in by_kind(docs, "RoleBinding")}
+    assert bindings["vdi"]["roleRef"]["name"] == roles["vdi"]["metadata"]["name"]
+    assert bindings["vdi"]["subjects"][0]["namespace"] == "hostpool-system"
+    # The only cluster-scoped grant: kopf's read-only observers.
+    cluster_role = one(docs, "ClusterRole")
+    assert cluster_role["rules"] == [CRD_RULE, NAMESPACE_RULE]
+    args = container(docs)["args"]
+    assert args[args.index("--namespace") + 1] == "vdi"
+
+
+def test_watch_namespace_without_cluster_scoped_reads(render: Render) -> None:
+    docs = render(watchNamespace="vdi", **{"rbac.clusterScopedReads": False})
+    assert not by_kind(docs, "ClusterRole")
+    assert not by_kind(docs, "ClusterRoleBinding")
+    cluster = one(render(**{"rbac.clusterScopedReads": False}), "ClusterRole")
+    assert cluster["rules"] == OPERATOR_RULES
+
+
+def test_rbac_and_service_account_can_be_left_out(render: Render) -> None:
+    docs = render(
+        **{"rbac.create": False, "serviceAccount.create": False, "serviceAccount.name": "ops"}
+    )
+    kinds = {d["kind"] for d in docs}
+    assert not kinds & {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role"}
+    assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
+
+
+def test_leader_election_off(render: Render) -> None:
+    docs = render(**{"leaderElection.enabled": False})
+    assert not by_kind(docs, "Role")
+    assert "--no-leader-election" in container(docs)["args"]
+
+
+def test_crds_disabled(render: Render) -> None:
+    docs = render(**{"crds.enabled": False})
+    assert not by_kind(docs, "CustomResourceDefinition")
+    assert one(docs, "Deployment")
+
+
+def test_crds_without_keep_and_with_extra_annotations(render: Render) -> None:
+    docs = render(
+        **{"crds.keep": False, "crds.annotations": {"argocd.argoproj.io/sync-wave": "-1"}}
+    )
+    for crd in by_kind(docs, "CustomResourceDefinition"):
+        assert crd["metadata"]["annotations"] == {"argocd.argoproj.io/sync-wave": "-1"}
+    docs = render(**{"crds.keep": False})
+    for crd in by_kind(docs, "CustomResourceDefinition"):
+        assert "annotations" not in crd["metadata"]
+
+
+def test_crds_keep_true(render: Render) -> None:
+    for crd in by_kind(render(**{"crds.keep": True}), "CustomResourceDefinition"):
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_service_monitor(render: Render) -> None:
+    docs = render(**{"serviceMonitor.enabled": True, "serviceMonitor.labels": {"team": "vdi"}})
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["team"] == "vdi"
+    service = one(docs, "Service")
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["hostpool-system"]}
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_service_monitor_needs_metrics(helm: Path) -> None:
+    proc = run_helm(
+        helm,
+        "template",
+        "hp",
+        str(CHART_DIR),
+        *set_args({"serviceMonitor.enabled": True, "metrics.enabled": False}),
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "serviceMonitor.enabled needs metrics.enabled" in proc.stderr
+
+
+def test_metrics_disabled(render: Render) -> None:
+    docs = render(**{"metrics.enabled": False})
+    assert not by_kind(docs, "Service")
+    assert "--metrics-address" not in container(docs)["args"]
+
+
+def test_image_and_extra_args(render: Render) -> None:
+    docs = render(
+        **{
+            "image.repository": "registry.example/vdi/hostpool-operator",
+            "image.tag": "1.2.3",
+            "image.pullPolicy": "Always",
+            "operator.extraArgs": ["--verbose"],
+            "operator.logFormat": "text",
+            "operator.statusInterval": 0.5,
+            "metrics.port": 9191,
+        }
+    )
+    main = container(docs)
+    assert main["image"] == "registry.example/vdi/hostpool-operator:1.2.3"
+    assert main["imagePullPolicy"] == "Always"
+    args = main["args"]
+    assert args[-1] == "--verbose"
+    assert args[args.index("--log-format") + 1] == "text"
+    assert args[args.index("--status-interval") + 1] == "0.5"
+    assert args[args.index("--metrics-address") + 1] == "0.0.0.0:9191"
+    assert one(docs, "Service")["spec"]["ports"][0]["port"] == 9191
+
+
+# ---------------------------------------------------------------------------------------
+# values.schema.json
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"replicaCount": "two"}, "at '/replicaCount': got string, want integer"),
+        ({"replicaCount": 2}, "at '/replicaCount': value must be 1"),
+        (
+            {"image.pullPolicy": "Sometimes"},
+            "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'",
+        ),
+        ({"watchNamespace": "Not_A_Namespace"}, "at '/watchNamespace'"),
+        ({"operator.logFormat": "xml"}, "at '/operator/logFormat': value must be one of"),
+        ({"operator.statusInterval": 0}, "at '/operator/statusInterval'"),
+        ({"metrics.port": 70000}, "at '/metrics/port'"),
+        ({"crds.keep": "yes"}, "at '/crds/keep': got string, want boolean"),
+        ({"replicas": 1}, "additional properties 'replicas' not allowed"),
+    ],
+)
+def test_schema_refuses_bad_values(helm: Path, values: dict[str, Any], message: str) -> None:
+    proc = run_helm(helm, "template", "hp", str(CHART_DIR), *set_args(values), check=False)
+    assert proc.returncode != 0
+    assert "values don't meet the specifications of the schema" in proc.stderr
+    assert message in proc.stderr, proc.stderr
+
+
+def test_schema_refuses_a_bad_value_given_with_set(helm: Path) -> None:
+    """The way users meet it: ``--set`` on the command line."""
+    proc = run_helm(
+        helm, "template", "hp", str(CHART_DIR), "--set", "replicaCount=two", check=False
+    )
+    assert proc.returncode != 0
+    assert "- at '/replicaCount': got string, want integer" in proc.stderr
+
+
+def test_schema_accepts_seconds_as_strings(render: Render, helm: Path) -> None:
+    """``--set operator.statusInterval=0.5`` passes a string; it is accepted as given."""
+    proc = run_helm(helm, "template", "hp", str(CHART_DIR), "--set", "operator.statusInterval=0.5")
+    assert '- "0.5"' in proc.stdout
