@@ -444,3 +444,38 @@ def test_schema_accepts_seconds_as_strings(render: Render, helm: Path) -> None:
     """``--set operator.statusInterval=0.5`` passes a string; it is accepted as given."""
     proc = run_helm(helm, "template", "hp", str(CHART_DIR), "--set", "operator.statusInterval=0.5")
     assert '- "0.5"' in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# the argocd-cm snippet of docs/install.md
+
+
+def test_argocd_cm_patch_from_the_health_scripts(helm: Path) -> None:
+    """docs/install.md's loop: one argocd-cm key per kind, the Lua file as its value."""
+    kubectl = helm.parent / "kubectl"
+    health_dir = CHART_DIR / "argocd" / "hostpool.io"
+    kinds = ("HostPool", "SessionHost", "SessionRequest")
+    args = [
+        f"--from-file=resource.customizations.health.hostpool.io_{kind}="
+        f"{health_dir / kind / 'health.lua'}"
+        for kind in kinds
+    ]
+    argv = [str(kubectl), "create", "configmap", "argocd-cm", "-n", "argocd", *args]
+    proc = subprocess.run(
+        [*argv, "--dry-run=client", "-o", "yaml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    cm = yaml.safe_load(proc.stdout)
+    assert cm["metadata"] == {"name": "argocd-cm", "namespace": "argocd"}
+    assert cm["data"] == {
+        f"resource.customizations.health.hostpool.io_{kind}": (
+            health_dir / kind / "health.lua"
+        ).read_text()
+        for kind in kinds
+    }
+    docs = (REPO_ROOT / "docs" / "install.md").read_text()
+    for kind in kinds:
+        assert f"resource.customizations.health.hostpool.io_{kind}" in docs

@@ -384,7 +384,8 @@ def managed_hosts(kube: Kube, namespace: str) -> list[Obj]:
 
 
 def assert_refused(identity: Identity, method: str, path: str, body: Any = None) -> None:
-    code, answer = identity.api.request(method, path, body=body)
+    kind = "application/merge-patch+json" if method == "PATCH" else "application/json"
+    code, answer = identity.api.request(method, path, body=body, content_type=kind)
     assert code == 403, f"{identity.username}: {method} {path} answered {code}, not 403: {answer}"
     assert isinstance(answer, dict)
     assert answer.get("reason") == "Forbidden"
@@ -503,6 +504,7 @@ def test_clusterwide_role_places_scales_up_and_down(
         identity,
         "PATCH",
         resource_path("SessionRequest", namespace, "r1"),
+        {"spec": {"user": "mallory@corp.example"}},
     )
     assert_refused(identity, "GET", "/api/v1/namespaces/kube-system/configmaps")
 
