@@ -56,6 +56,33 @@ def health(kind: str, obj: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+#: Fixture name prefix -> kind; ``hostpool-ready.json`` is ``HostPool/testdata/ready.yaml``.
+KIND_OF_PREFIX = {
+    "hostpool": "HostPool",
+    "sessionhost": "SessionHost",
+    "sessionrequest": "SessionRequest",
+}
+
+
+def argo_testdata_path(fixture: str) -> Path:
+    """Where Argo CD's layout keeps a fixture: ``<Kind>/testdata/<state>.yaml`` beside the
+    script, listed in ``<Kind>/health_test.yaml`` (what an upstream contribution needs)."""
+    prefix, state = fixture.split("-", 1)
+    return HEALTH_DIR / KIND_OF_PREFIX[prefix] / "testdata" / f"{state}.yaml"
+
+
+def write_fixture(name: str, obj: dict[str, Any]) -> None:
+    """Store a live object: as JSON for the tests, as YAML in Argo CD's testdata layout."""
+    import yaml
+
+    FIXTURE_DIR.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(obj, indent=2, sort_keys=True) + "\n"
+    (FIXTURE_DIR / f"{name}.json").write_text(text, encoding="utf-8")
+    target = argo_testdata_path(name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(yaml.safe_dump(obj, sort_keys=False), encoding="utf-8")
+
+
 def load_fixture(name: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((FIXTURE_DIR / f"{name}.json").read_text(encoding="utf-8"))
     return data

@@ -12,8 +12,9 @@ import copy
 from typing import Any
 
 import pytest
+import yaml
 
-from chart.argocd_health import FIXTURE_DIR, HEALTH_DIR, health, load_fixture
+from chart.argocd_health import FIXTURE_DIR, HEALTH_DIR, argo_testdata_path, health, load_fixture
 
 Obj = dict[str, Any]
 
@@ -209,3 +210,25 @@ def test_request_unknown_phase() -> None:
         "status": "Unknown",
         "message": "Unknown phase Teleported",
     }
+
+
+# ---------------------------------------------------------------------------------------
+# Argo CD's own test layout (health_test.yaml + testdata/), for an upstream contribution
+
+
+@pytest.mark.parametrize("kind", ["HostPool", "SessionHost", "SessionRequest"])
+def test_upstream_health_test_yaml(kind: str) -> None:
+    """What Argo CD's TestLuaHealthScript does: every case's status and message, exactly."""
+    cases = yaml.safe_load((HEALTH_DIR / kind / "health_test.yaml").read_text())["tests"]
+    assert cases
+    for case in cases:
+        obj = yaml.safe_load((HEALTH_DIR / kind / case["inputPath"]).read_text())
+        assert health(kind, obj) == case["healthStatus"], case["inputPath"]
+
+
+def test_upstream_testdata_are_the_fixtures() -> None:
+    fixtures = sorted(p.stem for p in FIXTURE_DIR.glob("*.json"))
+    testdata = sorted(HEALTH_DIR.glob("*/testdata/*.yaml"))
+    assert sorted(argo_testdata_path(name) for name in fixtures) == testdata
+    for name in fixtures:
+        assert yaml.safe_load(argo_testdata_path(name).read_text()) == load_fixture(name), name

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from chart.argocd_health import FIXTURE_DIR, health
+from chart.argocd_health import health, write_fixture
 from controlplane import ensure_tools
 from kube import REPO_ROOT, Kube, make_api_client, resource_path, unique_name
 
@@ -742,7 +742,5 @@ def check_and_store_fixtures(captured: dict[str, Obj]) -> None:
         assert got["status"] == expected_status, (name, got, obj.get("status"))
         assert expected_text in got["message"], (name, got)
     if os.environ.get(UPDATE_FIXTURES_ENV) == "1":
-        FIXTURE_DIR.mkdir(parents=True, exist_ok=True)
         for name, obj in captured.items():
-            text = json.dumps(obj, indent=2, sort_keys=True) + "\n"
-            (FIXTURE_DIR / f"{name}.json").write_text(text, encoding="utf-8")
+            write_fixture(name, obj)
