@@ -3,9 +3,11 @@
 ``operator_process`` (function scope: each test has its own namespace and its own operator)
 starts ``python -m hostpool_operator run --namespace <ns> --status-interval 0.2`` with
 ``KUBECONFIG`` pointing at the ``kube`` fixture's cluster, waits for its "started" log line,
-and stops it (SIGTERM, SIGKILL after 10 s) at teardown. ``operator_process.restart()`` stops
-and starts it again (the log file is appended to); ``stop()`` and ``start()`` do one half each.
-A test whose operator logged an error or a traceback fails at teardown.
+and stops it (SIGTERM, SIGKILL after 10 s) at teardown: teardown waits until the operator
+has shut down, a background thread waits for the process to exit.
+``operator_process.restart()`` stops and starts it again (the log file is appended to);
+``stop()`` and ``start()`` do one half each. A test whose operator logged an error or a
+traceback fails at teardown.
 
 When a test that used the operator fails, the operator's last log lines are attached to the
 report as a section named "operator log".
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.helpers import Cluster, KubeLike, OperatorProcess
+from e2e.helpers import Cluster, KubeLike, OperatorProcess, join_reapers
 
 OPERATOR_LOG_LINES = 80
 
@@ -55,13 +57,21 @@ def operator_process(
     try:
         yield operator
     finally:
-        operator.stop()
+        operator.stop(wait=False)
     errors = operator.problems()
     if errors:
         pytest.fail(
             "the operator logged errors during the test:\n" + "\n".join(errors[:40]),
             pytrace=False,
         )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _reap_operators() -> Iterator[None]:
+    """Operators are stopped without waiting for kopf's idle seconds before exit; make sure
+    every one of them has exited (SIGKILL after 10 s) before the session ends."""
+    yield
+    join_reapers()
 
 
 @pytest.fixture

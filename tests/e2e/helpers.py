@@ -38,6 +38,19 @@ MERGE_PATCH = "application/merge-patch+json"
 
 #: The log line the operator prints once its initial LIST is done and placement runs.
 STARTED_LINE = "hostpool-operator started"
+#: kopf's log line once every task and the cleanup handler are done, after SIGTERM.
+SHUTDOWN_LINE = "Root tasks are stopped"
+
+#: Threads still waiting for stopped operators to exit (joined at the end of the session).
+_REAPERS: list[threading.Thread] = []
+
+
+def join_reapers(timeout: float = 30.0) -> None:
+    """Wait for every operator stopped with ``wait=False`` to have exited."""
+    deadline = time.monotonic() + timeout
+    while _REAPERS:
+        _REAPERS.pop().join(timeout=max(0.0, deadline - time.monotonic()))
+
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -252,20 +265,42 @@ class OperatorProcess:
                 )
             time.sleep(0.05)
 
-    def stop(self, kill_after: float = 10.0) -> int | None:
+    def stop(self, kill_after: float = 10.0, *, wait: bool = True) -> int | None:
         """SIGTERM, then SIGKILL after ``kill_after`` s. Returns the exit code (None if it was
-        not running)."""
+        not running, or when not waiting).
+
+        With ``wait=False`` it returns as soon as the operator has finished its shutdown
+        (kopf logs :data:`SHUTDOWN_LINE` after the cleanup handler; kopf then idles a few
+        seconds for stray tasks before exiting), and a background thread reaps the process
+        (SIGKILL at ``kill_after``): teardown need not wait for that idle time."""
         proc = self.proc
         if proc is None:
             return None
         self.proc = None
+        offset = self._log_size()
+        deadline = time.monotonic() + kill_after
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=kill_after)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        if not wait:
+            while proc.poll() is None and time.monotonic() < deadline:
+                if SHUTDOWN_LINE in self._log_since(offset):
+                    break
+                time.sleep(0.05)
+            if proc.poll() is None:
+                reaper = threading.Thread(
+                    target=self._reap, args=(proc, deadline), name="operator-reaper", daemon=True
+                )
+                reaper.start()
+                _REAPERS.append(reaper)
+                return None
+        return self._reap(proc, deadline)
+
+    def _reap(self, proc: subprocess.Popen[bytes], deadline: float) -> int:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
         code = proc.returncode
         self.exit_codes.append(code)
         with self.log_path.open("ab") as log:
