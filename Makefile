@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test test-unit lint crds bench-engine bench tools cluster-up cluster-down demo demo-down clean
+.PHONY: help venv test test-faults test-unit lint crds bench-engine bench tools cluster-up cluster-down demo demo-down clean
 
 help:
 	@grep -E '^[a-z-]+:.*?## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -22,6 +22,9 @@ test: $(STAMP) tools ## everything: lint, types, unit, property, CRD and end-to-
 	$(PY) -m ruff check operator tests
 	$(PY) -m mypy
 	$(PY) -m pytest
+
+test-faults: $(STAMP) tools ## only the fault-injection tests (also part of make test)
+	$(PY) -m pytest -m faults
 
 test-unit: $(STAMP) ## pure tests only (no control plane needed)
 	$(PY) -m pytest tests/unit
