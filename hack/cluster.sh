@@ -9,6 +9,11 @@
 #            restart kube-controller-manager only: its garbage collector rediscovers resource
 #            types every 30 s (fixed upstream), so after installing CRDs a restart makes
 #            ownerReferences on custom resources cascade at once instead of up to 30 s later
+#        hack/cluster.sh restart-apiserver DIR
+#        hack/cluster.sh restart-etcd DIR
+#            stop that one process and start it again with the same ports, flags and data
+#            (a fault for tests: clients see their connections and watches drop); wait until
+#            it is healthy again and the API server reports /readyz ok
 #
 # `up` prints the admin kubeconfig path (DIR/kubeconfig) on stdout; progress goes to stderr.
 # Layout of DIR: kubeconfig, pki/ (CA, serving cert, service-account keys, token file),
@@ -18,6 +23,9 @@
 # Env: HOSTPOOL_BIN_DIR          binaries (default <repo>/.cluster/bin, filled by hack/tools.sh)
 #      HOSTPOOL_KCM_CONTROLLERS  kube-controller-manager --controllers value
 #      HOSTPOOL_READY_TIMEOUT    seconds to wait for each component (default 60)
+#      HOSTPOOL_STOP_SIGNAL      restart-apiserver/restart-etcd: TERM (default, a clean stop) or
+#                                KILL (a crash)
+#      HOSTPOOL_DOWN_SECONDS     restart-apiserver/restart-etcd: seconds to stay down (default 0)
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,7 +38,7 @@ STARTING=0 # set while `up` starts processes: a failure then stops them again
 log() { printf 'cluster: %s\n' "$*" >&2; }
 
 usage() {
-  echo "usage: $0 {up|down|status|restart-controller-manager} DIR" >&2
+  echo "usage: $0 {up|down|status|restart-controller-manager|restart-apiserver|restart-etcd} DIR" >&2
   exit 2
 }
 
@@ -251,6 +259,42 @@ start_controller_manager() {
   fi
 }
 
+start_etcd() { # same flags, ports and data dir at every start (`up` wipes the data first)
+  log "starting etcd on 127.0.0.1:$ETCD_PORT"
+  start etcd \
+    --name=hostpool-local \
+    --data-dir="$DIR/etcd" \
+    --listen-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster="hostpool-local=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --unsafe-no-fsync \
+    --quota-backend-bytes=1073741824 \
+    --log-level=warn
+  wait_for etcd "health check on port $ETCD_PORT" etcd_healthy
+}
+
+start_apiserver() { # same flags and ports at every start; waiting for /readyz is the caller's
+  log "starting kube-apiserver on https://127.0.0.1:$APISERVER_PORT"
+  start kube-apiserver \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 \
+    --advertise-address=127.0.0.1 \
+    --secure-port="$APISERVER_PORT" \
+    --cert-dir="$PKI/apiserver-generated" \
+    --tls-cert-file="$PKI/apiserver.crt" \
+    --tls-private-key-file="$PKI/apiserver.key" \
+    --token-auth-file="$PKI/tokens.csv" \
+    --authorization-mode=RBAC \
+    --service-cluster-ip-range=10.0.0.0/24 \
+    --allow-privileged=true \
+    --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
+    --service-account-key-file="$PKI/sa.pub" \
+    --service-account-signing-key-file="$PKI/sa.key" \
+    --endpoint-reconciler-type=none
+}
+
 cmd_up() {
   if healthy; then
     log "already running and ready"
@@ -289,37 +333,9 @@ ADMIN_TOKEN=$ADMIN_TOKEN
 EOF
   chmod 600 "$STATE"
 
-  log "starting etcd on 127.0.0.1:$ETCD_PORT"
-  start etcd \
-    --name=hostpool-local \
-    --data-dir="$DIR/etcd" \
-    --listen-client-urls="http://127.0.0.1:$ETCD_PORT" \
-    --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
-    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
-    --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
-    --initial-cluster="hostpool-local=http://127.0.0.1:$ETCD_PEER_PORT" \
-    --unsafe-no-fsync \
-    --quota-backend-bytes=1073741824 \
-    --log-level=warn
-  wait_for etcd "health check on port $ETCD_PORT" etcd_healthy
+  start_etcd
 
-  log "starting kube-apiserver on https://127.0.0.1:$APISERVER_PORT"
-  start kube-apiserver \
-    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-    --bind-address=127.0.0.1 \
-    --advertise-address=127.0.0.1 \
-    --secure-port="$APISERVER_PORT" \
-    --cert-dir="$PKI/apiserver-generated" \
-    --tls-cert-file="$PKI/apiserver.crt" \
-    --tls-private-key-file="$PKI/apiserver.key" \
-    --token-auth-file="$PKI/tokens.csv" \
-    --authorization-mode=RBAC \
-    --service-cluster-ip-range=10.0.0.0/24 \
-    --allow-privileged=true \
-    --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
-    --service-account-key-file="$PKI/sa.pub" \
-    --service-account-signing-key-file="$PKI/sa.key" \
-    --endpoint-reconciler-type=none
+  start_apiserver
   write_kubeconfig
   wait_for kube-apiserver "/readyz on port $APISERVER_PORT" apiserver_ready
 
@@ -354,6 +370,44 @@ cmd_restart_controller_manager() {
   log "kube-controller-manager restarted"
 }
 
+stop_one() { # name signal -> stop one component (SIGKILL after 10 s); fine when not running
+  local name="$1" sig="$2" pid i
+  if pid="$(pid_of "$name")"; then
+    kill "-$sig" "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "$name (pid $pid) ignored SIG$sig for 10s; killing it"
+      kill -KILL "$pid" 2>/dev/null || true
+      while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+    fi
+    log "stopped $name (pid $pid, SIG$sig)"
+  fi
+  rm -f "$PIDS/$name.pid"
+}
+
+cmd_restart_component() { # etcd | kube-apiserver
+  local name="$1" sig="${HOSTPOOL_STOP_SIGNAL:-TERM}" down="${HOSTPOOL_DOWN_SECONDS:-0}"
+  [[ "$sig" == TERM || "$sig" == KILL ]] || fail "HOSTPOOL_STOP_SIGNAL must be TERM or KILL, not $sig"
+  [[ "$down" =~ ^[0-9]+(\.[0-9]+)?$ ]] || fail "HOSTPOOL_DOWN_SECONDS must be a number, not $down"
+  healthy || fail "no running, ready cluster in $DIR; run: $0 up $DIR"
+  # shellcheck disable=SC1090
+  source "$STATE"
+  local t0=$SECONDS
+  stop_one "$name" "$sig"
+  sleep "$down"
+  mv -f "$LOGS/$name.log" "$LOGS/$name.previous.log" 2>/dev/null || true
+  if [[ "$name" == etcd ]]; then
+    start_etcd
+  else
+    start_apiserver
+  fi
+  wait_for kube-apiserver "/readyz on port $APISERVER_PORT" apiserver_ready
+  log "$name restarted; the API server is ready again ($((SECONDS - t0))s)"
+}
+
 cmd_status() {
   if healthy; then
     echo "running: $KUBECONFIG_PATH"
@@ -368,5 +422,7 @@ case "$CMD" in
   down) cmd_down ;;
   status) cmd_status ;;
   restart-controller-manager) cmd_restart_controller_manager ;;
+  restart-apiserver) cmd_restart_component kube-apiserver ;;
+  restart-etcd) cmd_restart_component etcd ;;
   *) usage ;;
 esac

@@ -6,7 +6,8 @@ A thin, typed wrapper over the repository's shell scripts:
   from Go modules once (cached outside the repository) and links them into ``.cluster/bin``;
 * ``hack/cluster.sh up|down DIR`` starts or stops etcd, kube-apiserver and
   kube-controller-manager on 127.0.0.1, with the admin kubeconfig at ``DIR/kubeconfig`` and
-  the logs under ``DIR/logs``.
+  the logs under ``DIR/logs``; ``restart-apiserver|restart-etcd DIR`` restart one of them
+  with the same ports, flags and data (fault tests).
 
 Typical use (e.g. from a session-scoped pytest fixture)::
 
@@ -134,10 +135,12 @@ class ControlPlane:
             env["HOSTPOOL_BIN_DIR"] = str(self.bin_dir)
         return env
 
-    def _cluster(self, action: str) -> subprocess.CompletedProcess[str]:
+    def _cluster(
+        self, action: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return _run(
             [str(self.script), action, str(self.directory)],
-            env=self._env(),
+            env={**self._env(), **(env or {})},
             timeout=self.timeout,
             what=f"hack/cluster.sh {action}",
         )
@@ -163,6 +166,31 @@ class ControlPlane:
         at once.
         """
         self._cluster("restart-controller-manager")
+
+    def restart_apiserver(self, *, crash: bool = False, down_seconds: float = 0.0) -> None:
+        """Stop kube-apiserver (SIGTERM, or SIGKILL with ``crash``), stay down for
+        ``down_seconds``, start it again with the same port and flags, and wait for /readyz.
+
+        Clients' connections and watches drop; the admin kubeconfig stays valid. A clean stop
+        takes the API server's graceful shutdown (cut to 10 s by a SIGKILL)."""
+        self._restart("restart-apiserver", crash=crash, down_seconds=down_seconds)
+
+    def restart_etcd(self, *, crash: bool = False, down_seconds: float = 0.0) -> None:
+        """Stop etcd (SIGTERM, or SIGKILL with ``crash``), stay down for ``down_seconds``,
+        start it again on the same ports and data, and wait until the API server reports
+        /readyz ok again. No data is lost: etcd's data directory is kept."""
+        self._restart("restart-etcd", crash=crash, down_seconds=down_seconds)
+
+    def _restart(self, action: str, *, crash: bool, down_seconds: float) -> None:
+        if down_seconds < 0:
+            raise ValueError(f"down_seconds must not be negative: {down_seconds}")
+        self._cluster(
+            action,
+            env={
+                "HOSTPOOL_STOP_SIGNAL": "KILL" if crash else "TERM",
+                "HOSTPOOL_DOWN_SECONDS": f"{down_seconds:.3f}",
+            },
+        )
 
     def is_running(self) -> bool:
         """True when all three processes run and the API server reports /readyz ok."""
