@@ -276,6 +276,7 @@ class Session:
     host: str
     holders: set[str] = field(default_factory=set)
     connecting_until: datetime | None = None
+    assigned_at: datetime | None = None
 
 
 class PoolWorker:
@@ -433,6 +434,14 @@ class PoolWorker:
             self._rebuild_balancer()
         elif old.spec != record.spec:
             self.balancer.set_spec(record.spec)
+        if (
+            old is not None
+            and old.spec is not None
+            and record is not None
+            and record.spec is not None
+            and old.spec.connecting_timeout_seconds != record.spec.connecting_timeout_seconds
+        ):
+            self._retime_connecting()
         self.poke(capacity=True)
         if (
             record is not None
@@ -553,7 +562,7 @@ class PoolWorker:
                 # Assigned to a host that no longer exists: that session is gone.
                 self.controller.spawn(self._write_failed(record, record.host))
                 return
-            session = Session(host=record.host)
+            session = Session(host=record.host, assigned_at=record.assigned_at)
             self.sessions[user] = session
             deadline = self._is_connecting(record)
             if deadline is not None:
@@ -578,6 +587,21 @@ class PoolWorker:
             SessionState.DISCONNECTED.value,
         ):
             self._settle(user, session)
+
+    def _retime_connecting(self) -> None:
+        """connectingTimeoutSeconds changed: sessions still connecting get the new deadline
+        (counted from their assignment); those past it settle now."""
+        now = _now()
+        timeout = self._connecting_timeout()
+        for user, session in self.sessions.items():
+            if session.connecting_until is None or session.assigned_at is None:
+                continue
+            deadline = session.assigned_at + timeout
+            if deadline <= now:
+                self._settle(user, session)
+            else:
+                session.connecting_until = deadline
+                heapq.heappush(self.deadlines, (deadline, user))
 
     def _settle(self, user: str, session: Session) -> None:
         session.connecting_until = None
@@ -730,8 +754,9 @@ class PoolWorker:
         user = record.demand.user
         session = self.sessions.get(user)
         if session is None:
-            deadline = _now() + self._connecting_timeout()
-            session = Session(host=placement.host, connecting_until=deadline)
+            now = _now()
+            deadline = now + self._connecting_timeout()
+            session = Session(host=placement.host, connecting_until=deadline, assigned_at=now)
             self.sessions[user] = session
             heapq.heappush(self.deadlines, (deadline, user))
             self.balancer.commit(record.demand, placement)

@@ -22,7 +22,7 @@ import kopf
 from .api import GROUP, VERSION
 from .controller import POOLS, Controller, ControllerSettings, MetricsSink
 from .k8s import KubeClient, login
-from .leader import LeaderElector, default_namespace
+from .leader import LeaderElector, LeaseForbiddenError, default_namespace
 
 registry = kopf.OperatorRegistry()
 log = logging.getLogger(__name__)
@@ -57,6 +57,8 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
     # peering objects: a single instance per scope (see the chart's notes on replicas).
     settings.posting.enabled = False
     settings.peering.standalone = True
+    # Three fixed kinds: no CRD or namespace scanning, so no cluster-scoped read permission.
+    settings.scanning.disabled = True
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
@@ -65,7 +67,11 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
     if memo.leader_election:
         # Nothing is placed before this instance holds the Lease (see leader.py).
         elector = LeaderElector(client, memo.lease_namespace or default_namespace(memo.namespaces))
-        await elector.acquire()
+        try:
+            await elector.acquire()
+        except LeaseForbiddenError as error:
+            await client.close()
+            raise kopf.PermanentError(str(error)) from error
         memo.elector = elector
         memo.watchdog = asyncio.get_running_loop().create_task(_stop_when_lost(memo, elector))
     controller = Controller(client, memo.settings, memo.metrics)

@@ -44,6 +44,10 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+class LeaseForbiddenError(RuntimeError):
+    """The identity may not read or write the Lease: it can never lead."""
+
+
 class LeaderElector:
     def __init__(
         self,
@@ -140,7 +144,15 @@ class LeaderElector:
                         self.name,
                     )
                     return
-            except (ApiError, OSError, TimeoutError) as error:
+            except ApiError as error:
+                if error.status in (401, 403):
+                    # Not a standby: it can never lead. Say so and stop.
+                    raise LeaseForbiddenError(
+                        f"leader election: no permission for Lease {self.namespace}/"
+                        f"{self.name}: {error.message}"
+                    ) from error
+                log.warning("leader election: %s", error)
+            except (OSError, TimeoutError) as error:
                 log.warning("leader election: %s", error)
             if not announced:
                 log.info("leader election: another instance leads; waiting as a standby")
