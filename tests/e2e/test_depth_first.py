@@ -105,3 +105,31 @@ def test_deleting_a_request_ends_its_session_and_the_waiting_one_takes_the_slot(
         ),
         "1 free slot, Saturated=False",
     )
+
+
+def test_requests_created_with_their_pool_are_placed_in_creation_order(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    """No waiting for the operator between creating the pools, hosts and requests: requests
+    it sees before the pool or its hosts wait, and are still placed in arrival order (the
+    creation order, which one watch delivers). Three pools, to meet the races more often."""
+    del operator_process
+    pools = ["p1", "p2", "p3"]
+    for pool in pools:
+        cluster.create_pool(pool, "DepthFirst", 3)
+        cluster.create_hosts([f"{pool}-h1", f"{pool}-h2"], pool)
+        for i in range(1, 8):
+            cluster.create_request(f"{pool}-r{i}", pool, f"user{i}")
+
+    def six_per_pool() -> dict[str, Any] | None:
+        objs = cluster.requests()
+        placed = [n for n, o in objs.items() if host_of(o)]
+        return objs if len(placed) == 6 * len(pools) else None
+
+    objs = cluster.wait(six_per_pool, "6 requests placed in each pool")
+    for pool in pools:
+        got = {i: host_of(objs[f"{pool}-r{i}"]) for i in range(1, 8)}
+        h1, h2 = f"{pool}-h1", f"{pool}-h2"
+        assert got == {1: h1, 2: h1, 3: h1, 4: h2, 5: h2, 6: h2, 7: None}, (pool, got)
+    for pool in pools:
+        cluster.wait_request(f"{pool}-r7", phase_="Pending", reason="PoolSaturated")
