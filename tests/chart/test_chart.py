@@ -48,12 +48,6 @@ OPERATOR_RULES: list[Obj] = [
     {"apiGroups": ["hostpool.io"], "resources": ["hostpools/finalizers"], "verbs": ["update"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
-CRD_RULE: Obj = {
-    "apiGroups": ["apiextensions.k8s.io"],
-    "resources": ["customresourcedefinitions"],
-    "verbs": ["list", "watch"],
-}
-NAMESPACE_RULE: Obj = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
 LEASE_RULES: list[Obj] = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     {
@@ -194,7 +188,7 @@ def test_default_objects(render: Render) -> None:
 def test_default_rbac_grants_exactly_the_operators_calls(render: Render) -> None:
     docs = render()
     cluster_role = one(docs, "ClusterRole")
-    assert cluster_role["rules"] == [*OPERATOR_RULES, CRD_RULE]
+    assert cluster_role["rules"] == OPERATOR_RULES
     binding = one(docs, "ClusterRoleBinding")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -296,19 +290,11 @@ def test_watch_namespace_uses_a_role_there(render: Render) -> None:
     bindings = {b["metadata"]["namespace"]: b for b in by_kind(docs, "RoleBinding")}
     assert bindings["vdi"]["roleRef"]["name"] == roles["vdi"]["metadata"]["name"]
     assert bindings["vdi"]["subjects"][0]["namespace"] == "hostpool-system"
-    # The only cluster-scoped grant: kopf's read-only observers.
-    cluster_role = one(docs, "ClusterRole")
-    assert cluster_role["rules"] == [CRD_RULE, NAMESPACE_RULE]
-    args = container(docs)["args"]
-    assert args[args.index("--namespace") + 1] == "vdi"
-
-
-def test_watch_namespace_without_cluster_scoped_reads(render: Render) -> None:
-    docs = render(watchNamespace="vdi", **{"rbac.clusterScopedReads": False})
+    # Nothing cluster-scoped at all (kopf's CRD and namespace scanning is off).
     assert not by_kind(docs, "ClusterRole")
     assert not by_kind(docs, "ClusterRoleBinding")
-    cluster = one(render(**{"rbac.clusterScopedReads": False}), "ClusterRole")
-    assert cluster["rules"] == OPERATOR_RULES
+    args = container(docs)["args"]
+    assert args[args.index("--namespace") + 1] == "vdi"
 
 
 def test_rbac_and_service_account_can_be_left_out(render: Render) -> None:

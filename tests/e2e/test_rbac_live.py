@@ -547,11 +547,9 @@ def test_namespaced_role_places_fails_and_scales(
         roles = {r["metadata"]["namespace"]: r for r in identity.of_kind("Role")}
         assert sorted(roles) == sorted([namespace, release_ns])  # objects; the Lease
         assert len(identity.of_kind("RoleBinding")) == 2
-        (cluster_role,) = identity.of_kind("ClusterRole")
-        assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {
-            "customresourcedefinitions",
-            "namespaces",
-        }
+        # Nothing cluster-scoped: the operator reads only its watched namespace.
+        assert not identity.of_kind("ClusterRole")
+        assert not identity.of_kind("ClusterRoleBinding")
         args = identity.operator_args
         assert args[args.index("--namespace") + 1] == namespace
         run_namespaced_scenario(kube, namespace, release_ns, identity, operator_run, tmp_path)

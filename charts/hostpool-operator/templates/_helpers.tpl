@@ -78,23 +78,3 @@ The rules the operator needs, and nothing else (proven by tests/e2e/test_rbac_li
   resources: ["events"]
   verbs: ["create"]
 {{- end }}
-
-{{/*
-Cluster-scoped reads that kopf (the framework the operator is built on) makes on its own:
-- customresourcedefinitions: list + watch (kopf's resource observer notices CRDs being
-  created, upgraded or deleted; without it kopf logs 403 errors for about a minute, then
-  sees CRD changes only on restart);
-- namespaces: list + watch, only when one namespace is watched (kopf's namespace observer;
-  without it kopf retries for about a minute before it starts the namespace's watches,
-  so nothing new is placed during that minute).
-*/}}
-{{- define "hostpool-operator.scanRules" -}}
-- apiGroups: ["apiextensions.k8s.io"]
-  resources: ["customresourcedefinitions"]
-  verbs: ["list", "watch"]
-{{- if .Values.watchNamespace }}
-- apiGroups: [""]
-  resources: ["namespaces"]
-  verbs: ["list", "watch"]
-{{- end }}
-{{- end }}
