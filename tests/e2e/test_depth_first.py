@@ -55,6 +55,9 @@ def test_depth_first_fills_hosts_in_query_order(
     pool = cluster.wait_pool(POOL, pool_settled, "2 hosts, 6 sessions, 0 free, 1 pending")
     assert cond_is(pool, "Ready", "True"), status(pool)
     assert status(pool)["capacity"]["total"] == 6
+    assert status(pool)["hosts"]["full"] == 2, status(pool)
+    assert status(pool)["hosts"]["available"] == 0, status(pool)
+    assert status(pool)["hosts"]["draining"] == 0, status(pool)
 
     for name in ("h1", "h2"):
         host = cluster.wait_host(

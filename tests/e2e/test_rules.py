@@ -7,10 +7,12 @@ import pytest
 
 from e2e.helpers import (
     Cluster,
+    KubeLike,
     OperatorProcess,
     cond_is,
     condition,
     host_of,
+    make_api_client,
     phase,
     sessions_total,
     status,
@@ -69,6 +71,45 @@ def test_reconnect_goes_to_the_same_host_even_draining_and_at_the_limit(
     )
     assert sessions_total(cluster.host("h1")) == 2
     cluster.delete("SessionRequest", "alice-2")
+    cluster.wait_host_sessions({"h1": 1, "h2": 1})
+
+
+def test_two_requests_of_a_new_user_at_once_share_one_session(
+    kube: KubeLike, namespace: str, cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    del operator_process
+    hosts = [f"h{i}" for i in range(6)]
+    cluster.setup_pool(POOL, "BreadthFirst", hosts=hosts)
+    pairs = [(f"{user}-{k}", POOL, user) for user in ("ann", "ben", "cid") for k in (1, 2)]
+    client = make_api_client(kube.kubeconfig)
+    try:
+        Cluster(kube, namespace, api_client=client).create_requests_concurrently(pairs, threads=6)
+    finally:
+        client.close()
+    placed = cluster.wait_assigned([name for name, _, _ in pairs])
+    for user in ("ann", "ben", "cid"):
+        first, second = status(placed[f"{user}-1"]), status(placed[f"{user}-2"])
+        assert first["host"] == second["host"], (user, first, second)
+        assert sorted([first["reason"], second["reason"]]) == ["NewSession", "Reconnected"]
+    cluster.wait_pool(
+        POOL, lambda p: (status(p).get("sessions") or {}).get("total") == 3, "3 sessions"
+    )
+
+
+def test_a_request_recreated_under_the_same_name_is_placed_again(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    del operator_process
+    cluster.setup_pool(POOL, "DepthFirst", 1, hosts=["h1", "h2"])
+    cluster.create_request("same", POOL, "alice")
+    assert host_of(cluster.wait_request("same", phase_="Assigned")) == "h1"
+    cluster.delete("SessionRequest", "same")
+    cluster.wait(lambda: "same" not in cluster.requests(), "the request to be gone")
+    cluster.create_request("other", POOL, "bob")
+    assert host_of(cluster.wait_request("other", phase_="Assigned")) == "h1"
+    cluster.create_request("same", POOL, "carol")
+    recreated = cluster.wait_request("same", phase_="Assigned", reason="NewSession")
+    assert host_of(recreated) == "h2"
     cluster.wait_host_sessions({"h1": 1, "h2": 1})
 
 

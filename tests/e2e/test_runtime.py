@@ -234,6 +234,24 @@ def test_host_deleted_while_the_operator_is_down(
     cluster.wait_host_sessions({"h2": 2})
 
 
+def test_a_session_ended_while_the_operator_is_down_frees_its_slot(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    cluster.setup_pool(POOL, "DepthFirst", 1, hosts=["h1"])
+    cluster.create_request("r1", POOL, "alice")
+    cluster.wait_request("r1", phase_="Assigned", host="h1")
+    cluster.create_request("r2", POOL, "bob")
+    cluster.wait_request("r2", phase_="Pending", reason="PoolSaturated")
+
+    operator_process.stop()
+    cluster.delete("SessionRequest", "r1")
+    operator_process.start()
+
+    placed = cluster.wait_request("r2", phase_="Assigned", host="h1")
+    assert status(placed)["reason"] == "NewSession"
+    cluster.wait_host_sessions({"h1": 1})
+
+
 def test_storm_of_200_requests(
     kube: KubeLike, namespace: str, cluster: Cluster, operator_process: OperatorProcess
 ) -> None:

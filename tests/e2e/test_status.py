@@ -20,7 +20,7 @@ from e2e.helpers import (
 pytestmark = pytest.mark.e2e
 
 POOL = "states"
-TIMEOUT_SECONDS = 6
+TIMEOUT_SECONDS = 8
 
 
 def _sessions(obj: dict[str, Any]) -> dict[str, int]:
