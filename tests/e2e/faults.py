@@ -1,0 +1,812 @@
+"""Helpers for the fault-injection and hostile-input tests (``test_faults*.py``,
+``test_hostile_input.py``).
+
+* :class:`FaultOperator`: the operator subprocess of :mod:`e2e.helpers` that can also be killed
+  with SIGKILL, started as a leader-election standby, and measured (VmRSS / VmHWM).
+* :func:`install_identity`: the chart's least-privilege ServiceAccount and RBAC for one
+  namespace, and a kubeconfig that holds only its token (the approach of
+  ``test_rbac_live.py``, over the raw API instead of kubectl).
+* :class:`Recorder`: every state every SessionRequest of a namespace went through, from a
+  LIST and a WATCH that resumes from its last resourceVersion, relists on 410 and keeps
+  going through API server and etcd restarts.
+* :class:`Storm`: SessionRequests created from worker threads at a set pace, retrying through
+  outages (an AlreadyExists after a dropped connection counts as created).
+* :func:`invariant_problems`: the checks every fault test ends with.
+
+Nothing here sleeps to assert: waits poll a predicate with a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import pytest
+import urllib3
+import yaml
+from kubernetes import client as k8s
+
+from controlplane import ensure_tools
+from e2e.helpers import (
+    API_VERSION,
+    GROUP,
+    PLURALS,
+    STARTED_LINE,
+    VERSION,
+    Obj,
+    OperatorProcess,
+    host_of,
+    make_api_client,
+    phase,
+    status,
+)
+from kube import REPO_ROOT, Kube, unique_name
+
+T = TypeVar("T")
+
+#: What a leader-election standby logs once, while it waits for the Lease.
+STANDBY_LINE = "waiting as a standby"
+#: What an instance logs when it holds the Lease.
+LEADER_LINE = "leader election:"
+CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
+RBAC_PATHS = {
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+}
+
+# ---------------------------------------------------------------------------------------
+# transient API errors
+
+
+def transient(exc: BaseException) -> bool:
+    """An error a client should retry while the API server or etcd restarts."""
+    if isinstance(exc, k8s.ApiException):
+        return exc.status in (None, 0, 408, 429, 500, 502, 503, 504)
+    return isinstance(exc, urllib3.exceptions.HTTPError | OSError)
+
+
+def retry(fn: Callable[[], T], *, timeout: float = 90.0) -> T:
+    """``fn()``, retried every 0.2 s on :func:`transient` errors for up to ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            if not transient(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+
+
+def poll(
+    predicate: Callable[[], T | None],
+    *,
+    timeout: float,
+    what: str,
+    show: Callable[[], str] | None = None,
+    interval: float = 0.2,
+) -> T:
+    """Like :func:`e2e.helpers.wait_for`, but transient API errors (a restarting API server)
+    only mean "not yet"."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+        except Exception as exc:
+            if not (transient(exc) or isinstance(exc, k8s.ApiException | KeyError)):
+                raise
+            last = exc
+        else:
+            if value:
+                return value
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(interval)
+    lines = [f"timed out after {timeout:.0f}s waiting for {what}"]
+    if last is not None:
+        lines.append(f"last error: {type(last).__name__}: {last}"[:2000])
+    if show is not None:
+        try:
+            lines.append(show())
+        except Exception as exc:
+            lines.append(f"(could not show the state: {exc})")
+    pytest.fail("\n".join(lines), pytrace=False)
+
+
+# ---------------------------------------------------------------------------------------
+# the operator
+
+
+class FaultOperator(OperatorProcess):
+    """The operator subprocess, plus SIGKILL, standby starts and memory readings.
+
+    ``kubeconfig`` is the identity it runs as (see :func:`install_identity`)."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        log_path: Path,
+        *,
+        status_interval: float = 0.2,
+        extra_args: Iterable[str] = (),
+    ) -> None:
+        super().__init__(
+            kubeconfig, namespace, log_path, status_interval=status_interval, extra_args=extra_args
+        )
+        self.kills = 0
+        self.peak_rss_kb = 0
+
+    def launch(self) -> int:
+        """Start the process without waiting; return the log offset its output starts at."""
+        if self.running:
+            raise RuntimeError("the operator is already running")
+        offset = self._log_size()
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        env.pop("KUBERNETES_SERVICE_HOST", None)  # never an in-cluster login
+        with self.log_path.open("ab") as log:
+            self.starts += 1
+            log.write(f"==== faults: operator start #{self.starts}: {self.command}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        return offset
+
+    def wait_line(self, line: str, offset: int, timeout: float) -> float:
+        """Wait until ``line`` appears in the log after ``offset``; return the seconds waited.
+        Fails the test if the process exits first."""
+        t0 = time.monotonic()
+        while line not in self._log_since(offset):
+            proc = self.proc
+            if proc is None or proc.poll() is not None:
+                code = None if proc is None else proc.returncode
+                pytest.fail(
+                    f"the operator exited ({code}) before logging {line!r}:\n{self.log_tail(60)}",
+                    pytrace=False,
+                )
+            if time.monotonic() - t0 > timeout:
+                pytest.fail(
+                    f"the operator did not log {line!r} within {timeout:.0f}s:\n"
+                    + self.log_tail(60),
+                    pytrace=False,
+                )
+            time.sleep(0.05)
+        return time.monotonic() - t0
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.wait_line(STARTED_LINE, self.launch(), timeout)
+
+    def kill(self) -> None:
+        """kill -9: no clean-up handler runs, the Lease is not released."""
+        proc = self.proc
+        if proc is None:
+            raise RuntimeError("the operator is not running")
+        self.sample_memory()
+        self.proc = None
+        proc.send_signal(signal.SIGKILL)
+        code = proc.wait(timeout=30)
+        self.exit_codes.append(code)
+        self.kills += 1
+        with self.log_path.open("ab") as log:
+            log.write(f"==== faults: operator killed with SIGKILL (exit code {code})\n".encode())
+
+    def memory_kb(self) -> tuple[int, int]:
+        """(VmRSS, VmHWM) of the running process in kB, from /proc/<pid>/status."""
+        proc = self.proc
+        if proc is None:
+            raise RuntimeError("the operator is not running")
+        values: dict[str, int] = {}
+        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                values[key] = int(rest.split()[0])
+        return values["VmRSS"], values["VmHWM"]
+
+    def sample_memory(self) -> int:
+        """Remember the peak resident set size seen so far (kB); return the current one."""
+        try:
+            rss, hwm = self.memory_kb()
+        except (RuntimeError, OSError, KeyError):
+            return 0
+        self.peak_rss_kb = max(self.peak_rss_kb, rss, hwm)
+        return rss
+
+
+# ---------------------------------------------------------------------------------------
+# least privilege: the chart's ServiceAccount
+
+
+@dataclass
+class Identity:
+    """The chart's ServiceAccount for one namespace and a kubeconfig with only its token."""
+
+    kubeconfig: Path
+    token: str
+    username: str
+    cluster_scoped: list[str] = field(default_factory=list)  # API paths to delete afterwards
+
+    def secrets(self) -> list[str]:
+        """Strings that must never appear in a log: the token and its signature part."""
+        parts = self.token.split(".")
+        return [self.token, *([parts[-1]] if len(parts) == 3 and len(parts[-1]) >= 16 else [])]
+
+
+def _rendered_rbac(kube: Kube, release: str, namespace: str) -> list[Obj]:
+    bin_dir = kube.bin_dir if kube.bin_dir is not None else ensure_tools(REPO_ROOT)
+    argv = [
+        str(bin_dir / "helm"),
+        "template",
+        release,
+        str(CHART_DIR),
+        "--namespace",
+        namespace,
+        "--set-json",
+        f"watchNamespace={json.dumps(namespace)}",
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    if proc.returncode != 0:
+        raise AssertionError(f"helm template failed: {proc.stderr}")
+    docs = [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
+    return [d for d in docs if d.get("kind") in RBAC_PATHS]
+
+
+def install_identity(kube: Kube, namespace: str, directory: Path) -> Identity:
+    """Render the chart for this namespace (``watchNamespace``, release in the same namespace,
+    so the leader-election Lease lives there too), create its ServiceAccount and RBAC objects
+    with the admin credentials, and ask the TokenRequest API for a one-hour token."""
+    release = unique_name("flt", max_length=16)
+    identity = Identity(kubeconfig=directory / f"{release}.kubeconfig", token="", username="")
+    sa_name = ""
+    for doc in _rendered_rbac(kube, release, namespace):
+        base = RBAC_PATHS[doc["kind"]].format(ns=namespace)
+        kube.call("POST", base, body=doc)
+        if doc["kind"].startswith("Cluster"):
+            identity.cluster_scoped.append(f"{base}/{doc['metadata']['name']}")
+        if doc["kind"] == "ServiceAccount":
+            sa_name = doc["metadata"]["name"]
+    assert sa_name, "the chart rendered no ServiceAccount"
+    answer = kube.call(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{sa_name}/token",
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+    )
+    identity.token = str(answer["status"]["token"])
+    identity.username = f"system:serviceaccount:{namespace}:{sa_name}"
+    admin = yaml.safe_load(kube.kubeconfig.read_text())
+    context_name = admin["current-context"]
+    context = next(c["context"] for c in admin["contexts"] if c["name"] == context_name)
+    cluster = dict(next(c["cluster"] for c in admin["clusters"] if c["name"] == context["cluster"]))
+    ca = cluster.get("certificate-authority")
+    if ca and not Path(ca).is_absolute():
+        cluster["certificate-authority"] = str((kube.kubeconfig.parent / ca).resolve())
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "target", "cluster": cluster}],
+        "users": [{"name": "operator", "user": {"token": identity.token}}],
+        "contexts": [
+            {
+                "name": "operator",
+                "context": {"cluster": "target", "user": "operator", "namespace": namespace},
+            }
+        ],
+        "current-context": "operator",
+    }
+    identity.kubeconfig.write_text(yaml.safe_dump(config))
+    identity.kubeconfig.chmod(0o600)
+    return identity
+
+
+def remove_identity(kube: Kube, identity: Identity) -> None:
+    """Delete the cluster-scoped RBAC objects (the namespace takes the rest with it)."""
+    for path in identity.cluster_scoped:
+
+        def delete(path: str = path) -> None:
+            kube.request("DELETE", path)
+
+        retry(delete)
+
+
+def leaked_secrets(identity: Identity, text: str) -> list[str]:
+    """Which of the identity's secrets appear in ``text`` (shown shortened)."""
+    return [f"{s[:6]}...({len(s)} chars)" for s in identity.secrets() if s in text]
+
+
+# ---------------------------------------------------------------------------------------
+# objects
+
+
+def request_body(namespace: str, name: str, pool: str, user: str, **spec: Any) -> Obj:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "SessionRequest",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"poolRef": {"name": pool}, "user": user, **spec},
+    }
+
+
+class Api:
+    """Typed calls on a ``CustomObjectsApi`` of its own (thread-safe connection pool), each
+    retried through outages."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, *, pool_size: int = 16) -> None:
+        self.client = make_api_client(kubeconfig, pool_size=pool_size)
+        self.custom = k8s.CustomObjectsApi(self.client)
+        self.namespace = namespace
+
+    def close(self) -> None:
+        self.client.close()
+
+    def list(self, kind: str) -> dict[str, Obj]:
+        def once() -> dict[str, Obj]:
+            listing = cast(
+                Obj,
+                self.custom.list_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURALS[kind], _request_timeout=30
+                ),
+            )
+            return {i["metadata"]["name"]: i for i in listing.get("items", [])}
+
+        return retry(once)
+
+    def get(self, kind: str, name: str) -> Obj:
+        return cast(
+            Obj,
+            retry(
+                lambda: self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURALS[kind], name, _request_timeout=30
+                )
+            ),
+        )
+
+    def create(self, body: Obj) -> Obj | None:
+        """Create; None when it already exists (e.g. created before a dropped connection)."""
+
+        def once() -> Obj | None:
+            try:
+                return cast(
+                    Obj,
+                    self.custom.create_namespaced_custom_object(
+                        GROUP,
+                        VERSION,
+                        self.namespace,
+                        PLURALS[body["kind"]],
+                        body,
+                        _request_timeout=30,
+                    ),
+                )
+            except k8s.ApiException as exc:
+                if exc.status == 409:
+                    return None
+                raise
+
+        return retry(once)
+
+    def patch(self, kind: str, name: str, patch: Mapping[str, Any]) -> Obj:
+        return cast(
+            Obj,
+            retry(
+                lambda: self.custom.patch_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    self.namespace,
+                    PLURALS[kind],
+                    name,
+                    dict(patch),
+                    _content_type="application/merge-patch+json",
+                    _request_timeout=30,
+                )
+            ),
+        )
+
+    def patch_status(
+        self,
+        kind: str,
+        name: str,
+        body: Any,
+        *,
+        content_type: str = "application/merge-patch+json",
+    ) -> Obj:
+        """Patch the status subresource once (no retry: callers judge conflicts)."""
+        return cast(
+            Obj,
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                self.namespace,
+                PLURALS[kind],
+                name,
+                body,
+                _content_type=content_type,
+                _request_timeout=30,
+            ),
+        )
+
+    def delete(self, kind: str, name: str) -> None:
+        def once() -> None:
+            try:
+                self.custom.delete_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURALS[kind], name, _request_timeout=30
+                )
+            except k8s.ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+        retry(once)
+
+
+# ---------------------------------------------------------------------------------------
+# watching every state of every request
+
+
+State = tuple[str | None, str | None, str | None]  # phase, host, assignedAt
+
+
+@dataclass
+class History:
+    uid: str = ""
+    states: list[State] = field(default_factory=list)
+
+    def record(self, obj: Mapping[str, Any]) -> None:
+        st = status(obj)
+        state = (st.get("phase"), st.get("host"), st.get("assignedAt"))
+        if not self.states or self.states[-1] != state:
+            self.states.append(state)
+
+    def assigned_hosts(self) -> list[str]:
+        """Distinct hosts the request was seen Assigned to, in order."""
+        out: list[str] = []
+        for ph, host, _ in self.states:
+            if ph == "Assigned" and host and host not in out:
+                out.append(host)
+        return out
+
+    def assignments(self) -> int:
+        """How many times it entered Assigned (a new assignedAt counts as a new entry)."""
+        count = 0
+        previous: tuple[str | None, str | None] = (None, None)
+        for ph, _, at in self.states:
+            if ph == "Assigned" and previous != ("Assigned", at):
+                count += 1
+            previous = (ph, at)
+        return count
+
+
+class Recorder:
+    """Watches the namespace's SessionRequests in a thread and keeps every state seen.
+
+    Resumes from the last resourceVersion after a dropped connection, lists again on 410
+    Gone (or when the API server forgot the version after a restart), and never gives up
+    while it runs; ``errors`` counts the interruptions it rode out."""
+
+    def __init__(self, kubeconfig: Path, namespace: str) -> None:
+        self._client = make_api_client(kubeconfig, pool_size=4)
+        self._api = k8s.CustomObjectsApi(self._client)
+        self.namespace = namespace
+        self.histories: dict[str, History] = {}
+        self.latest: dict[str, Obj] = {}
+        self.errors = 0
+        self.relists = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fault-recorder", daemon=True)
+
+    def __enter__(self) -> Recorder:
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("the request watch did not start")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=20)
+        self._client.close()
+
+    def _record(self, event: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name"))
+        with self._lock:
+            if event == "DELETED":
+                self.latest.pop(name, None)
+                return
+            history = self.histories.setdefault(name, History(uid=str(meta.get("uid"))))
+            history.record(obj)
+            self.latest[name] = dict(obj)
+
+    def _run(self) -> None:
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    listing = cast(
+                        Obj,
+                        self._api.list_namespaced_custom_object(
+                            GROUP,
+                            VERSION,
+                            self.namespace,
+                            PLURALS["SessionRequest"],
+                            _request_timeout=30,
+                        ),
+                    )
+                    names = set()
+                    for item in listing.get("items", []):
+                        names.add(item["metadata"]["name"])
+                        self._record("ADDED", item)
+                    with self._lock:
+                        for gone in set(self.latest) - names:
+                            self.latest.pop(gone)
+                    version = str(listing["metadata"]["resourceVersion"])
+                    self._ready.set()
+                for event in self._events(version):
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        version = None  # 410 Gone: list again
+                        self.relists += 1
+                        break
+                    rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    if rv:
+                        version = str(rv)
+                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                        self._record(str(event["type"]), obj)
+                    if self._stop.is_set():
+                        return
+            except Exception:
+                self.errors += 1
+                time.sleep(0.2)
+
+    def _events(self, version: str) -> Iterator[dict[str, Any]]:
+        response: Any = self._api.list_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURALS["SessionRequest"],
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=2,
+            _request_timeout=(5, 15),
+            _preload_content=False,
+        )
+        try:
+            buffer = b""
+            for chunk in response.stream(65536, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            response.release_conn()
+
+    def snapshot(self) -> dict[str, History]:
+        with self._lock:
+            return {n: History(h.uid, list(h.states)) for n, h in self.histories.items()}
+
+    def objects(self) -> dict[str, Obj]:
+        with self._lock:
+            return dict(self.latest)
+
+    def count(self, names: Iterable[str], phase_: str = "Assigned") -> int:
+        with self._lock:
+            return sum(1 for n in names if n in self.latest and phase(self.latest[n]) == phase_)
+
+
+# ---------------------------------------------------------------------------------------
+# a storm of requests
+
+
+class Storm:
+    """Creates SessionRequests from ``threads`` worker threads, each retried through outages.
+
+    :meth:`add` queues bodies, optionally paced (``rate`` per second from now on);
+    ``started[name]`` is the monotonic time its create call began, ``created[name]`` when it
+    returned."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, *, threads: int = 8) -> None:
+        self.api = Api(kubeconfig, namespace, pool_size=threads)
+        self.started: dict[str, float] = {}
+        self.created: dict[str, float] = {}
+        self.errors: list[str] = []
+        self._queue: queue.Queue[tuple[float, Obj] | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"storm-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+        self.queued = 0
+
+    def add(self, bodies: Iterable[Obj], *, rate: float | None = None) -> list[str]:
+        """Queue these requests; return their names."""
+        names = []
+        t0 = time.monotonic()
+        for i, body in enumerate(bodies):
+            not_before = t0 + i / rate if rate else 0.0
+            self._queue.put((not_before, body))
+            names.append(str(body["metadata"]["name"]))
+        self.queued += len(names)
+        return names
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            not_before, body = item
+            delay = not_before - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            name = str(body["metadata"]["name"])
+            with self._lock:
+                self.started[name] = time.monotonic()
+            try:
+                self.api.create(body)
+            except Exception as exc:
+                with self._lock:
+                    self.errors.append(f"{name}: {type(exc).__name__}: {exc}"[:500])
+                continue
+            with self._lock:
+                self.created[name] = time.monotonic()
+
+    def wait(self, timeout: float = 120.0) -> None:
+        """Until every queued request was created (or failed for good)."""
+        poll(
+            lambda: len(self.created) + len(self.errors) >= self.queued,
+            timeout=timeout,
+            what=f"{self.queued} requests to be created",
+        )
+        assert not self.errors, f"creating requests failed: {self.errors[:5]}"
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join(timeout=30)
+        self.api.close()
+
+
+# ---------------------------------------------------------------------------------------
+# invariants
+
+
+def per_host_users(requests: Mapping[str, Obj]) -> dict[str, set[str]]:
+    """Distinct users with an Assigned request per host."""
+    users: dict[str, set[str]] = {}
+    for obj in requests.values():
+        host = host_of(obj)
+        if host is not None and phase(obj) == "Assigned":
+            users.setdefault(host, set()).add(str((obj.get("spec") or {}).get("user")))
+    return users
+
+
+def invariant_problems(
+    requests: Mapping[str, Obj],
+    hosts: Mapping[str, Obj],
+    histories: Mapping[str, History],
+    limits: Mapping[str, int],
+    names: Iterable[str],
+    *,
+    reset: Iterable[str] = (),
+) -> list[str]:
+    """Everything wrong with the end state of a storm, as readable lines:
+
+    * every named request exists and is Assigned, to a host of its own pool;
+    * no host has more distinct users than its pool's ``limits[pool]`` (``limits`` names
+      every pool whose hosts are checked);
+    * by the recorded history: no request was ever seen Assigned to two hosts or assigned
+      twice, and none left Assigned again. Requests in ``reset`` (a foreign writer reset
+      their status) may be assigned again, once per reset, to any host.
+    """
+    problems: list[str] = []
+    allowed = set(reset)
+    for name in names:
+        obj = requests.get(name)
+        if obj is None:
+            problems.append(f"{name}: lost (no such request)")
+            continue
+        pool = str(((obj.get("spec") or {}).get("poolRef") or {}).get("name"))
+        st = status(obj)
+        if st.get("phase") != "Assigned":
+            problems.append(
+                f"{name}: phase {st.get('phase')} reason {st.get('reason')}: {st.get('message')}"
+            )
+            continue
+        host = host_of(obj)
+        host_obj = hosts.get(host or "")
+        if host_obj is None:
+            problems.append(f"{name}: assigned to {host!r}, which is no host")
+        elif host_obj["spec"]["poolRef"]["name"] != pool:
+            problems.append(f"{name}: pool {pool} but host {host} is in another pool")
+    for host, users in sorted(per_host_users(requests).items()):
+        host_obj = hosts.get(host)
+        if host_obj is None:
+            continue
+        pool = host_obj["spec"]["poolRef"]["name"]
+        if pool in limits and len(users) > limits[pool]:
+            problems.append(f"host {host}: {len(users)} sessions, over the limit {limits[pool]}")
+    for name, history in sorted(histories.items()):
+        if name in allowed:
+            continue
+        assigned = history.assigned_hosts()
+        if len(assigned) > 1:
+            problems.append(f"{name}: host changed {assigned}: {history.states}")
+        if history.assignments() > 1:
+            problems.append(f"{name}: assigned {history.assignments()} times: {history.states}")
+        phases = [ph for ph, _, _ in history.states]
+        if "Assigned" in phases and any(
+            p != "Assigned" for p in phases[phases.index("Assigned") + 1 :]
+        ):
+            problems.append(f"{name}: left Assigned: {history.states}")
+    return problems
+
+
+def describe(requests: Mapping[str, Obj], hosts: Mapping[str, Obj]) -> str:
+    """A compact view of where sessions are and what waits, for failure messages."""
+    counts = {h: len(u) for h, u in per_host_users(requests).items()}
+    phases: dict[str, int] = {}
+    for obj in requests.values():
+        key = f"{status(obj).get('phase')}/{status(obj).get('reason')}"
+        phases[key] = phases.get(key, 0) + 1
+    host_lines = [
+        f"  {h}: api={counts.get(h, 0)} status={(status(o).get('sessions') or {}).get('total')}"
+        f" drain={o['spec'].get('drainMode', False)}"
+        for h, o in sorted(hosts.items())
+    ]
+    return f"requests by phase/reason: {phases}\nhosts:\n" + "\n".join(host_lines)
+
+
+def wait_host_status_matches(api: Api, timeout: float = 60.0) -> None:
+    """Until every host's status.sessions.total equals the Assigned requests on it: the
+    operator's own count agrees with the API (nothing lost from its ledger)."""
+
+    def check() -> bool:
+        requests = api.list("SessionRequest")
+        hosts = api.list("SessionHost")
+        counts = {h: len(u) for h, u in per_host_users(requests).items()}
+        return all(
+            (status(obj).get("sessions") or {}).get("total") == counts.get(name, 0)
+            for name, obj in hosts.items()
+        )
+
+    poll(
+        check,
+        timeout=timeout,
+        what="host status.sessions.total to match the Assigned requests",
+        show=lambda: describe(api.list("SessionRequest"), api.list("SessionHost")),
+    )
+
+
+@dataclass
+class Tally:
+    """How many faults a test injected, by kind (reported in the test's properties)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, kind: str, n: int = 1) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + n
+
+    def report(self, record_property: Callable[[str, object], None]) -> None:
+        record_property("faults", json.dumps(self.counts, sort_keys=True))
+        print(f"faults injected: {json.dumps(self.counts, sort_keys=True)}")
