@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import threading
@@ -57,6 +58,9 @@ T = TypeVar("T")
 STANDBY_LINE = "waiting as a standby"
 #: What an instance logs when it holds the Lease.
 LEADER_LINE = "leader election:"
+#: kopf retries a failed API request up to 9 times and logs every failed attempt at ERROR
+#: level; while the API server is down that is expected (a final failure logs differently).
+KOPF_RETRY = re.compile(r"kopf\._cogs\.clients\.\w+: Request attempt #\d+/\d+ failed; will retry")
 CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
 RBAC_PATHS = {
     "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
@@ -77,7 +81,9 @@ def transient(exc: BaseException) -> bool:
     return isinstance(exc, urllib3.exceptions.HTTPError | OSError)
 
 
-def retry(fn: Callable[[], T], *, timeout: float = 90.0) -> T:
+def retry(
+    fn: Callable[[], T], *, timeout: float = 90.0, on_retry: Callable[[], None] | None = None
+) -> T:
     """``fn()``, retried every 0.2 s on :func:`transient` errors for up to ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:
@@ -86,6 +92,8 @@ def retry(fn: Callable[[], T], *, timeout: float = 90.0) -> T:
         except Exception as exc:
             if not transient(exc) or time.monotonic() > deadline:
                 raise
+        if on_retry is not None:
+            on_retry()
         time.sleep(0.2)
 
 
@@ -350,9 +358,13 @@ class Api:
         self.client = make_api_client(kubeconfig, pool_size=pool_size)
         self.custom = k8s.CustomObjectsApi(self.client)
         self.namespace = namespace
+        self.retries = 0  # calls repeated because of a transient error (an outage)
 
     def close(self) -> None:
         self.client.close()
+
+    def _retried(self) -> None:
+        self.retries += 1
 
     def list(self, kind: str) -> dict[str, Obj]:
         def once() -> dict[str, Obj]:
@@ -397,7 +409,7 @@ class Api:
                     return None
                 raise
 
-        return retry(once)
+        return retry(once, on_retry=self._retried)
 
     def patch(self, kind: str, name: str, patch: Mapping[str, Any]) -> Obj:
         return cast(
