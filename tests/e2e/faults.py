@@ -631,16 +631,17 @@ class Recorder:
 class Storm:
     """Creates SessionRequests from ``threads`` worker threads, each retried through outages.
 
-    :meth:`add` queues bodies, optionally paced (``rate`` per second from now on);
-    ``started[name]`` is the monotonic time its create call began, ``created[name]`` when it
-    returned."""
+    :meth:`add` queues bodies, optionally paced (``rate`` per second from now on); streams
+    added at different times interleave by due time. ``started[name]`` is the monotonic time
+    its create call began, ``created[name]`` when it returned."""
 
     def __init__(self, kubeconfig: Path, namespace: str, *, threads: int = 8) -> None:
         self.api = Api(kubeconfig, namespace, pool_size=threads)
         self.started: dict[str, float] = {}
         self.created: dict[str, float] = {}
         self.errors: list[str] = []
-        self._queue: queue.Queue[tuple[float, Obj] | None] = queue.Queue()
+        self._queue: queue.PriorityQueue[tuple[float, int, Obj | None]] = queue.PriorityQueue()
+        self._seq = 0
         self._lock = threading.Lock()
         self._threads = [
             threading.Thread(target=self._work, name=f"storm-{i}", daemon=True)
@@ -650,24 +651,28 @@ class Storm:
             thread.start()
         self.queued = 0
 
+    def _put(self, due: float, body: Obj | None) -> None:
+        with self._lock:
+            self._seq += 1
+            self._queue.put((due, self._seq, body))
+
     def add(self, bodies: Iterable[Obj], *, rate: float | None = None) -> list[str]:
         """Queue these requests; return their names."""
         names = []
         t0 = time.monotonic()
         for i, body in enumerate(bodies):
-            not_before = t0 + i / rate if rate else 0.0
-            self._queue.put((not_before, body))
+            self._put(t0 + i / rate if rate else t0, body)
             names.append(str(body["metadata"]["name"]))
-        self.queued += len(names)
+        with self._lock:
+            self.queued += len(names)
         return names
 
     def _work(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is None:
+            due, _, body = self._queue.get()
+            if body is None:
                 return
-            not_before, body = item
-            delay = not_before - time.monotonic()
+            delay = due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             name = str(body["metadata"]["name"])
@@ -682,6 +687,10 @@ class Storm:
             with self._lock:
                 self.created[name] = time.monotonic()
 
+    def done(self, names: Iterable[str]) -> int:
+        with self._lock:
+            return sum(1 for n in names if n in self.created)
+
     def wait(self, timeout: float = 120.0) -> None:
         """Until every queued request was created (or failed for good)."""
         poll(
@@ -693,7 +702,7 @@ class Storm:
 
     def close(self) -> None:
         for _ in self._threads:
-            self._queue.put(None)
+            self._put(float("inf"), None)
         for thread in self._threads:
             thread.join(timeout=30)
         self.api.close()
@@ -721,6 +730,7 @@ def invariant_problems(
     names: Iterable[str],
     *,
     reset: Iterable[str] = (),
+    failed_ok: Iterable[str] = (),
 ) -> list[str]:
     """Everything wrong with the end state of a storm, as readable lines:
 
@@ -729,10 +739,12 @@ def invariant_problems(
       every pool whose hosts are checked);
     * by the recorded history: no request was ever seen Assigned to two hosts or assigned
       twice, and none left Assigned again. Requests in ``reset`` (a foreign writer reset
-      their status) may be assigned again, once per reset, to any host.
+      their status) may be assigned again, once per reset, to any host; requests in
+      ``failed_ok`` (their host was deleted) may go from Assigned to Failed.
     """
     problems: list[str] = []
     allowed = set(reset)
+    may_fail = set(failed_ok)
     for name in names:
         obj = requests.get(name)
         if obj is None:
@@ -768,7 +780,8 @@ def invariant_problems(
             problems.append(f"{name}: assigned {history.assignments()} times: {history.states}")
         phases = [ph for ph, _, _ in history.states]
         if "Assigned" in phases and any(
-            p != "Assigned" for p in phases[phases.index("Assigned") + 1 :]
+            p != "Assigned" and not (p == "Failed" and name in may_fail)
+            for p in phases[phases.index("Assigned") + 1 :]
         ):
             problems.append(f"{name}: left Assigned: {history.states}")
     return problems
