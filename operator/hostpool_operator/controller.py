@@ -295,6 +295,7 @@ class PoolWorker:
         self.waiting: dict[str, None] = {}  # requests that could not be placed yet
         self.inflight: set[str] = set()
         self.pending_said: dict[str, Reason] = {}  # the pending reason last written per request
+        self.pending_writes: dict[str, asyncio.Task[None]] = {}  # Pending statuses on their way
         self.flushing: asyncio.Task[None] | None = None
         self.capacity_changed = False
         self.pool_dirty = True
@@ -348,8 +349,9 @@ class PoolWorker:
             )
 
     async def stop(self) -> None:
-        if self.flushing is not None:
-            self.flushing.cancel()
+        for task in (self.flushing, self.scaling_task):
+            if task is not None:
+                task.cancel()
         if self.task is not None:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -699,13 +701,14 @@ class PoolWorker:
                 self.poke(capacity=True)
 
     def place_pending(self) -> None:
-        """One pass: waiting requests first when capacity may have appeared, then arrivals."""
-        queue: list[str] = []
+        """One pass in arrival order: the waiting requests too when capacity may have
+        appeared, else only the new arrivals (the waiting ones would fail again)."""
+        names = set(self.arrivals)
         if self.capacity_changed:
-            queue.extend(sorted(self.waiting, key=lambda n: self.requests[n].seq))
+            names.update(self.waiting)
             self.capacity_changed = False
-        queue.extend(self.arrivals)
         self.arrivals.clear()
+        queue = sorted((n for n in names if n in self.requests), key=lambda n: self.requests[n].seq)
         failed_shapes: dict[tuple[Any, bool], Reason] = {}
         for name in queue:
             record = self.requests.get(name)
@@ -773,7 +776,15 @@ class PoolWorker:
         self.pending_said[name] = reason
         if record.phase == Phase.PENDING.value and record.status.get("reason") == reason.value:
             return  # already says so: no write
-        self.controller.spawn(self._write_pending(record, reason, message))
+        task = self.controller.spawn(self._write_pending(record, reason, message))
+        self.pending_writes[name] = task
+        task.add_done_callback(
+            lambda done: (
+                self.pending_writes.pop(name, None)
+                if self.pending_writes.get(name) is done
+                else None
+            )
+        )
 
     # -------------------------------------------------------------- scaling
 
@@ -996,6 +1007,24 @@ class PoolWorker:
 
     async def _write_assigned(self, record: RequestRecord, placement: Placement) -> None:
         name = record.meta.name
+        earlier = self.pending_writes.get(name)
+        if earlier is not None:
+            # Our own Pending status for this request is still on its way: wait for it and
+            # write on top of the version it produced, instead of conflicting with ourselves.
+            await asyncio.wait([earlier])
+            current = self.requests.get(name)
+            if (
+                current is None
+                or current.meta.uid != record.meta.uid
+                or current.phase in (Phase.ASSIGNED.value, Phase.FAILED.value)
+            ):
+                # Gone, or decided by someone else meanwhile: the observed state wins.
+                self.inflight.discard(name)
+                self._release(record)
+                if current is not None:
+                    self.on_request(current)
+                return
+            record = current
         status = self._assigned_status(record, placement)
         try:
             async with self.writes:
@@ -1055,9 +1084,7 @@ class PoolWorker:
             fresh.meta.resource_version, current.meta.resource_version
         ):
             fresh = current
-        if current is not None and current.meta.uid == fresh.meta.uid:
-            fresh.seen = current.seen
-        self.requests.pop(name, None)
+        # Back in line at its old place (same sequence number, same first-seen time).
         self.on_request(fresh)
         self.wake.set()
 
@@ -1523,10 +1550,11 @@ class Controller:
                 worker.start()
         return worker
 
-    def spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._done)
+        return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
