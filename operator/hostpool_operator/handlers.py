@@ -72,6 +72,9 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
         except LeaseForbiddenError as error:
             await client.close()
             raise kopf.PermanentError(str(error)) from error
+        except asyncio.CancelledError:
+            await client.close()  # stopped while waiting as a standby
+            raise
         memo.elector = elector
         memo.watchdog = asyncio.get_running_loop().create_task(_stop_when_lost(memo, elector))
     controller = Controller(client, memo.settings, memo.metrics)
@@ -86,6 +89,8 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
 
 @kopf.on.cleanup(registry=registry)
 async def cleanup(memo: Runtime, **_: Any) -> None:
+    # Release kopf's waiter on our stop flag, or kopf waits 5 s for it as a "hung" task.
+    memo.stop.set()
     controller = getattr(memo, "controller", None)
     if controller is not None:
         await controller.stop()

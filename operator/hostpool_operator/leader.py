@@ -135,6 +135,7 @@ class LeaderElector:
         """Wait until this instance is the leader."""
         announced = False
         while True:
+            held_elsewhere = False
             try:
                 if await self._try():
                     log.info(
@@ -144,6 +145,7 @@ class LeaderElector:
                         self.name,
                     )
                     return
+                held_elsewhere = True
             except ApiError as error:
                 if error.status in (401, 403):
                     # Not a standby: it can never lead. Say so and stop.
@@ -154,7 +156,7 @@ class LeaderElector:
                 log.warning("leader election: %s", error)
             except (OSError, TimeoutError) as error:
                 log.warning("leader election: %s", error)
-            if not announced:
+            if held_elsewhere and not announced:
                 log.info("leader election: another instance leads; waiting as a standby")
                 announced = True
             await asyncio.sleep(self.retry_period)
