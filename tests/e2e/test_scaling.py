@@ -1,0 +1,179 @@
+"""Scaling end to end: the operator adds hosts when a depth-first pool is full, keeps a buffer,
+stops at maxHosts (ScalingLimited), removes only its own empty hosts after the delay, and
+never creates more hosts than needed, across restarts too."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from e2e.helpers import Cluster, OperatorProcess, cond_is, host_of, phase, status
+
+pytestmark = pytest.mark.e2e
+
+POOL = "ops"
+MANAGED = "hostpool.io/managed-by"
+
+
+def scaling(**kw: Any) -> dict[str, Any]:
+    return {
+        "minHosts": 0,
+        "maxHosts": 6,
+        "scaleDownDelaySeconds": 600,
+        "hostTemplate": {"metadata": {"labels": {"tier": "generated"}}},
+        **kw,
+    }
+
+
+def managed(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    return {
+        name: h
+        for name, h in cluster.hosts().items()
+        if h["metadata"].get("labels", {}).get(MANAGED) == "hostpool-operator"
+    }
+
+
+def per_host(cluster: Cluster) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for obj in cluster.requests().values():
+        if phase(obj) == "Assigned":
+            host = host_of(obj)
+            assert host is not None
+            counts[host] = counts.get(host, 0) + 1
+    return counts
+
+
+def test_saturation_scales_up_and_waiting_requests_are_placed(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    del operator_process
+    cluster.setup_pool(POOL, "DepthFirst", 3, hosts=["rds-01"], scaling=scaling())
+    names = [f"r{i:02d}" for i in range(10)]
+    for i, name in enumerate(names):
+        cluster.create_request(name, POOL, f"user{i}")
+    cluster.wait_assigned(names, timeout=60)
+    created = managed(cluster)
+    # 10 sessions at 3 per host: rds-01 plus exactly three generated hosts.
+    assert len(created) == 3, sorted(created)
+    for host in created.values():
+        meta = host["metadata"]
+        assert meta["labels"]["tier"] == "generated"
+        assert meta["labels"]["hostpool.io/pool"] == POOL
+        owner = meta["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["controller"]) == ("HostPool", POOL, True)
+        assert host["spec"]["poolRef"] == {"name": POOL}
+    assert max(per_host(cluster).values()) <= 3
+    pool = cluster.wait_pool(
+        POOL,
+        lambda p: cond_is(p, "ScalingLimited", "False"),
+        "ScalingLimited False (within maxHosts)",
+    )
+    assert status(pool)["hosts"]["total"] == 4
+    added = [e for e in cluster.events_for(POOL) if getattr(e, "reason", None) == "HostsAdded"]
+    assert added, "a HostsAdded Event on the pool"
+
+
+def test_buffer_sessions_keep_free_slots_ahead(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    del operator_process
+    # (No setup_pool: the operator grows the pool at once, before any request.)
+    # The host first: a pool seen without it would rightly add two buffer hosts.
+    cluster.create_host("rds-01", POOL)
+    cluster.create_pool(POOL, "DepthFirst", 4, scaling=scaling(bufferSessions=6))
+    # 4 free slots < 6: one more host makes 8 free; then two sessions leave 6 free: no more.
+    cluster.wait(lambda: len(managed(cluster)) == 1 or None, "one buffer host")
+    for i in range(2):
+        cluster.create_request(f"r{i}", POOL, f"user{i}")
+    cluster.wait_assigned(["r0", "r1"])
+    pool = cluster.wait_pool(
+        POOL, lambda p: status(p).get("capacity", {}).get("free") == 6, "6 free slots"
+    )
+    assert status(pool)["hosts"]["total"] == 2
+    assert len(managed(cluster)) == 1
+    # A third session drops the buffer to 5: another host.
+    cluster.create_request("r2", POOL, "user2")
+    cluster.wait(lambda: len(managed(cluster)) == 2 or None, "a second buffer host")
+
+
+def test_max_hosts_limits_growth_and_requests_wait_saturated(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    del operator_process
+    cluster.setup_pool(POOL, "DepthFirst", 2, hosts=["rds-01"], scaling=scaling(maxHosts=2))
+    names = [f"r{i}" for i in range(6)]
+    for i, name in enumerate(names):
+        cluster.create_request(name, POOL, f"user{i}")
+    cluster.wait(
+        lambda: sum(1 for o in cluster.requests().values() if phase(o) == "Assigned") == 4
+        or None,
+        "four requests assigned (two hosts of two)",
+    )
+    waiting = [o for o in cluster.requests().values() if phase(o) != "Assigned"]
+    assert len(waiting) == 2
+    for obj in waiting:
+        cluster.wait_request(obj["metadata"]["name"], phase_="Pending", reason="PoolSaturated")
+    pool = cluster.wait_pool(
+        POOL,
+        lambda p: cond_is(p, "ScalingLimited", "True", "MaxHostsReached")
+        and cond_is(p, "Saturated", "True"),
+        "ScalingLimited True (MaxHostsReached) and Saturated",
+    )
+    assert status(pool)["hosts"]["total"] == 2
+    assert len(cluster.hosts()) == 2
+
+
+def test_scale_down_removes_only_empty_operator_hosts_after_the_delay(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    del operator_process
+    cluster.setup_pool(
+        POOL, "DepthFirst", 2, hosts=["user-host"], scaling=scaling(scaleDownDelaySeconds=2)
+    )
+    names = [f"r{i}" for i in range(6)]
+    for i, name in enumerate(names):
+        cluster.create_request(name, POOL, f"user{i}")
+    placed = cluster.wait_assigned(names, timeout=60)
+    generated = sorted(managed(cluster))
+    assert len(generated) == 2
+    # Keep one generated host busy; empty the other and the user's host.
+    keep = generated[0]
+    for name, obj in placed.items():
+        if host_of(obj) != keep:
+            cluster.delete("SessionRequest", name)
+    gone = generated[1]
+    cluster.wait(lambda: gone not in cluster.hosts() or None, f"{gone} removed", timeout=30)
+    hosts = cluster.hosts()
+    assert keep in hosts, "a host with sessions is never removed"
+    assert "user-host" in hosts, "a host a user created is never removed"
+    # Once the busy host empties, it goes too (the user's host stays, empty).
+    for name, obj in placed.items():
+        if host_of(obj) == keep:
+            cluster.delete("SessionRequest", name)
+    cluster.wait(lambda: keep not in cluster.hosts() or None, f"{keep} removed", timeout=30)
+    assert set(cluster.hosts()) == {"user-host"}
+    removed = [e for e in cluster.events_for(POOL) if getattr(e, "reason", None) == "HostsRemoved"]
+    assert removed
+
+
+def test_no_over_creation_across_a_restart_mid_scale(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    cluster.setup_pool(POOL, "DepthFirst", 5, hosts=["rds-01"], scaling=scaling(maxHosts=10))
+    first = [f"a{i:02d}" for i in range(12)]
+    for i, name in enumerate(first):
+        cluster.create_request(name, POOL, f"a-user{i}")
+    # Stop the operator as soon as it has started adding hosts.
+    cluster.wait(lambda: len(managed(cluster)) >= 1 or None, "scale-up started")
+    operator_process.restart()
+    second = [f"b{i:02d}" for i in range(8)]
+    for i, name in enumerate(second):
+        cluster.create_request(name, POOL, f"b-user{i}")
+    cluster.wait_assigned(first + second, timeout=60)
+    # 20 sessions at 5 per host need exactly four hosts: rds-01 and three generated ones.
+    cluster.wait(lambda: len(cluster.hosts()) == 4 or None, "four hosts")
+    assert len(managed(cluster)) == 3
+    counts = per_host(cluster)
+    assert sum(counts.values()) == 20
+    assert max(counts.values()) <= 5
