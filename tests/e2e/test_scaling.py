@@ -78,10 +78,10 @@ def test_buffer_sessions_keep_free_slots_ahead(
     cluster: Cluster, operator_process: OperatorProcess
 ) -> None:
     del operator_process
-    # (No setup_pool: the operator grows the pool at once, before any request.)
-    # The host first: a pool seen without it would rightly add two buffer hosts.
-    cluster.create_host("rds-01", POOL)
-    cluster.create_pool(POOL, "DepthFirst", 4, scaling=scaling(bufferSessions=6))
+    # Scaling is switched on once the operator knows rds-01: a pool seen without it would
+    # rightly add two buffer hosts.
+    cluster.setup_pool(POOL, "DepthFirst", 4, hosts=["rds-01"])
+    cluster.patch("HostPool", POOL, {"spec": {"scaling": scaling(bufferSessions=6)}})
     # 4 free slots < 6: one more host makes 8 free; then two sessions leave 6 free: no more.
     cluster.wait(lambda: len(managed(cluster)) == 1 or None, "one buffer host")
     for i in range(2):
