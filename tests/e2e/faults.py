@@ -18,11 +18,14 @@ Nothing here sleeps to assert: waits poll a predicate with a timeout.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 import os
 import queue
 import re
 import signal
+import ssl
 import subprocess
 import threading
 import time
@@ -835,3 +838,171 @@ class Tally:
     def report(self, record_property: Callable[[str, object], None]) -> None:
         record_property("faults", json.dumps(self.counts, sort_keys=True))
         print(f"faults injected: {json.dumps(self.counts, sort_keys=True)}")
+
+
+# ---------------------------------------------------------------------------------------
+# a proxy that cuts requests off
+
+
+class CuttingProxy:
+    """A TLS-terminating HTTP/1.1 proxy in front of the API server that cuts chosen requests.
+
+    It forwards each request on a fresh upstream connection (``Connection: close``, so one
+    request per client connection and responses, watches included, are piped until the
+    server closes). A request whose method and path match :attr:`match` while :attr:`budget`
+    is positive is cut: with ``mode == "before"`` the client connection is dropped without
+    forwarding (the write never happens), with ``"after"`` the request is forwarded, the
+    response read and thrown away, and then the connection is dropped (the write happened,
+    the client never learns it). Either way the client sees the server disconnect with no
+    response, as when the API server dies mid-request.
+
+    Its own self-signed certificate (openssl) is the CA of :meth:`kubeconfig`; the bearer
+    token passes through, so it works in front of any cluster."""
+
+    def __init__(self, admin_kubeconfig: Path, directory: Path) -> None:
+        admin = yaml.safe_load(admin_kubeconfig.read_text())
+        context_name = admin["current-context"]
+        context = next(c["context"] for c in admin["contexts"] if c["name"] == context_name)
+        cluster = next(c["cluster"] for c in admin["clusters"] if c["name"] == context["cluster"])
+        self.upstream = urllib3.util.parse_url(cluster["server"])
+        self.upstream_ssl = ssl.create_default_context()
+        if cluster.get("certificate-authority-data"):
+            self.upstream_ssl.load_verify_locations(
+                cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
+            )
+        elif cluster.get("certificate-authority"):
+            ca = Path(cluster["certificate-authority"])
+            if not ca.is_absolute():
+                ca = admin_kubeconfig.parent / ca
+            self.upstream_ssl.load_verify_locations(cafile=str(ca))
+        if cluster.get("insecure-skip-tls-verify"):
+            self.upstream_ssl.check_hostname = False
+            self.upstream_ssl.verify_mode = ssl.CERT_NONE
+        self.directory = directory
+        self.cert = directory / "proxy.crt"
+        key = directory / "proxy.key"
+        proc = subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+             "-nodes", "-keyout", str(key), "-out", str(self.cert), "-days", "1",
+             "-subj", "/CN=fault-proxy", "-addext", "subjectAltName=IP:127.0.0.1"],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(f"openssl failed: {proc.stderr}")
+        self.server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.server_ssl.load_cert_chain(str(self.cert), str(key))
+        self.match = re.compile(r"^PATCH /apis/hostpool\.io/v1alpha1/namespaces/[^/]+/"
+                                r"sessionrequests/[^/? ]+/status[? ]")  # fmt: skip
+        self.mode = "before"
+        self.budget = 0
+        self.cut: list[str] = []
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(self._start(), self._loop)
+        future.result(timeout=30)
+
+    async def _start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.server_ssl)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    def stop(self) -> None:
+        async def close() -> None:
+            if self._server is not None:
+                self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+
+    def arm(self, mode: str, budget: int) -> None:
+        """Cut the next ``budget`` matching requests (``mode``: "before" or "after")."""
+        with self._lock:
+            self.mode, self.budget = mode, budget
+
+    def _take(self, request_line: str) -> str | None:
+        with self._lock:
+            if self.budget > 0 and self.match.search(request_line):
+                self.budget -= 1
+                self.cut.append(request_line)
+                return self.mode
+        return None
+
+    def kubeconfig(self, token: str, path: Path, namespace: str) -> Path:
+        ca = base64.b64encode(self.cert.read_bytes()).decode()
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "proxy",
+                    "cluster": {
+                        "server": f"https://127.0.0.1:{self.port}",
+                        "certificate-authority-data": ca,
+                    },
+                }
+            ],
+            "users": [{"name": "operator", "user": {"token": token}}],
+            "contexts": [
+                {
+                    "name": "proxy",
+                    "context": {"cluster": "proxy", "user": "operator", "namespace": namespace},
+                }
+            ],
+            "current-context": "proxy",
+        }
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        return path
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream: asyncio.StreamWriter | None = None
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            request_line = lines[0]
+            headers = [h for h in lines[1:] if h]
+            length = 0
+            for h in headers:
+                name, _, value = h.partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value.strip())
+            body = await reader.readexactly(length) if length else b""
+            cut = self._take(request_line)
+            if cut == "before":
+                writer.transport.abort()
+                return
+            kept = [
+                h
+                for h in headers
+                if h.partition(":")[0].strip().lower() not in ("connection", "keep-alive")
+            ]
+            out = "\r\n".join([request_line, *kept, "Connection: close", "", ""]).encode("latin-1")
+            up_reader, upstream = await asyncio.open_connection(
+                self.upstream.host, self.upstream.port or 443, ssl=self.upstream_ssl
+            )
+            upstream.write(out + body)
+            await upstream.drain()
+            if cut == "after":
+                while await up_reader.read(65536):
+                    pass
+                writer.transport.abort()
+                return
+            while chunk := await up_reader.read(65536):
+                writer.write(chunk)
+                await writer.drain()
+            writer.close()
+        except (asyncio.IncompleteReadError, ConnectionError, OSError, ssl.SSLError):
+            writer.transport.abort()
+        finally:
+            if upstream is not None:
+                upstream.transport.abort()

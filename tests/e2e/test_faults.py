@@ -34,6 +34,7 @@ from e2e.faults import (
     KOPF_RETRY,
     STANDBY_LINE,
     Api,
+    CuttingProxy,
     FaultOperator,
     Identity,
     Recorder,
@@ -73,9 +74,11 @@ class Rig:
     #: Log lines that are no problem in this test (e.g. kopf's retries during an outage).
     expected: list[re.Pattern[str]] = field(default_factory=list)
 
-    def operator(self, name: str = "operator", *extra: str) -> FaultOperator:
+    def operator(
+        self, name: str = "operator", *extra: str, kubeconfig: Path | None = None
+    ) -> FaultOperator:
         op = FaultOperator(
-            self.identity.kubeconfig,
+            kubeconfig or self.identity.kubeconfig,
             self.namespace,
             self.tmp_path / f"{name}.log",
             extra_args=["--lease-duration", str(LEASE_SECONDS), *extra],
@@ -145,9 +148,10 @@ class Rig:
         *,
         reset: set[str] | frozenset[str] = frozenset(),
         failed_ok: list[str] | tuple[str, ...] = (),
+        timeout: float = 120.0,
     ) -> dict[str, Obj]:
         """The end-of-storm invariants; returns the requests."""
-        self.wait_phase(names)
+        self.wait_phase(names, timeout=timeout)
         wait_host_status_matches(self.api)
         requests = self.api.list("SessionRequest")
         hosts = self.api.list("SessionHost")
@@ -797,3 +801,39 @@ def host_reason(obj: Obj) -> str | None:
         if cond.get("type") == "Available":
             return str(cond.get("reason"))
     return None
+
+
+# ---------------------------------------------------------------------------------------
+# 6. a status write cut off in flight
+
+
+@pytest.mark.parametrize("mode", ["before", "after"])
+def test_status_write_cut_off_is_retried(rig: Rig, mode: str) -> None:
+    """The operator talks to the API server through a proxy that drops the connection of the
+    first 5 assignment writes (PATCH sessionrequests/<name>/status) with no response: with
+    ``before`` the write never reaches the API server, with ``after`` it does and only the
+    answer is lost. That is what the operator sees when the API server dies mid-request
+    (aiohttp's ServerDisconnectedError). Correct: like any failed write, the slot is released,
+    the request re-read and decided again, so all 20 requests end Assigned once, none moved,
+    none over the limit, and the log has no traceback."""
+    proxy = CuttingProxy(rig.kube.kubeconfig, rig.tmp_path)
+    proxy.start()
+    try:
+        kubeconfig = proxy.kubeconfig(
+            rig.identity.token, rig.tmp_path / "proxy.kubeconfig", rig.namespace
+        )
+        op = rig.operator("operator", kubeconfig=kubeconfig)
+        op.start()
+        rig.pool("df", "DepthFirst", 5, [f"df-{i}" for i in range(4)])
+        proxy.arm(mode, 5)
+        storm = rig.storm()
+        with rig.recorder() as recorder:
+            names = storm.add(storm_bodies(rig.namespace, ["df"], 20, "c"), rate=20)
+            storm.wait()
+            poll(lambda: len(proxy.cut) == 5, timeout=30, what="5 writes cut", show=rig.show)
+            rig.tally.add(f"assignment write cut off ({mode} reaching the API server)", 5)
+            rig.check_end(recorder, names, {"df": 5}, timeout=30)
+    finally:
+        for operator in rig.operators:
+            operator.stop(wait=False)
+        proxy.stop()
