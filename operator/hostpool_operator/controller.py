@@ -1038,10 +1038,17 @@ class PoolWorker:
             self.controller.metrics.observe_assignment(
                 self.namespace, self.name, placement.reason.value, time.monotonic() - record.seen
             )
-        except (ApiError, OSError, TimeoutError) as error:
+        except ApiError as error:
+            # A definite answer: the write did not apply. Free the slot, re-read, go again.
             self.inflight.discard(name)
             self._release(record)
             await self._after_failed_write(record, error)
+            return
+        except (OSError, TimeoutError) as error:
+            # No answer: the write may or may not have applied. The slot stays reserved
+            # until a re-read tells which, or another request could take it and the host
+            # would end up over its limit.
+            await self._settle_unknown_write(record, placement, error)
             return
         self.inflight.discard(name)
         fresh = RequestRecord.of(obj)
@@ -1053,6 +1060,51 @@ class PoolWorker:
             return
         self.requests[name] = fresh
         self.status_dirty = True
+
+    async def _settle_unknown_write(
+        self, record: RequestRecord, placement: Placement, error: BaseException
+    ) -> None:
+        name = record.meta.name
+        log.warning(
+            "%s/%s: no answer to the assignment write (%s); holding the slot until a re-read "
+            "tells whether it applied",
+            self.namespace,
+            name,
+            error,
+        )
+        delay = 0.2
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                obj = await self.controller.client.get(REQUESTS, self.namespace, name)
+                break
+            except ApiError as again:
+                if again.not_found:
+                    self.inflight.discard(name)
+                    self.on_request_deleted(name)
+                    return
+                log.warning("%s/%s: re-read failed: %s", self.namespace, name, again)
+            except (OSError, TimeoutError) as again:
+                log.warning("%s/%s: re-read failed: %s", self.namespace, name, again)
+            delay = min(delay * 2, 5.0)
+        fresh = RequestRecord.of(obj)
+        current = self.requests.get(name)
+        self.inflight.discard(name)
+        if current is None:
+            self._release(record)  # deleted meanwhile: its deletion ended the session
+            return
+        if current.meta.uid == fresh.meta.uid:
+            fresh.seq, fresh.seen = current.seq, current.seen
+            if not _rv_newer_or_same(fresh.meta.resource_version, current.meta.resource_version):
+                fresh = current
+        applied = fresh.phase == Phase.ASSIGNED.value and fresh.host == placement.host
+        if applied and fresh.meta.uid == record.meta.uid:
+            self.requests[name] = fresh  # it did apply: the reservation is that session
+            self.status_dirty = True
+            return
+        self._release(record)  # it did not (or someone else decided): observed state wins
+        self.on_request(fresh)
+        self.wake.set()
 
     async def _after_failed_write(self, record: RequestRecord, error: BaseException) -> None:
         """Re-read the request and let the observed state decide what happens next."""

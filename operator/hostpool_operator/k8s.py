@@ -32,6 +32,10 @@ JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 
 
+class ApiTransportError(ConnectionError):
+    """The request did not get an answer (connection refused, reset or dropped)."""
+
+
 class ApiError(Exception):
     """A non-2xx answer from the API server."""
 
@@ -147,20 +151,26 @@ class KubeClient:
     ) -> JSON:
         data = None if body is None else orjson.dumps(body)
         headers = {"Content-Type": content_type} if body is not None else None
-        async with self._http().request(
-            method, self._server + path, data=data, params=params, headers=headers
-        ) as response:
-            text = await response.read()
-            if response.status >= 400:
-                try:
-                    status = orjson.loads(text)
-                    message = status.get("message", text.decode(errors="replace"))
-                    reason = status.get("reason", response.reason or "")
-                except (ValueError, AttributeError):
-                    message, reason = text.decode(errors="replace"), response.reason or ""
-                raise ApiError(response.status, reason, message)
-            parsed: JSON = orjson.loads(text) if text else {}
-            return parsed
+        try:
+            async with self._http().request(
+                method, self._server + path, data=data, params=params, headers=headers
+            ) as response:
+                text = await response.read()
+                status_code, reason_phrase = response.status, response.reason or ""
+        except aiohttp.ClientError as error:
+            # A dropped or refused connection is a transport failure like any OSError: the
+            # callers retry those. (aiohttp's disconnect errors are not OSErrors themselves.)
+            raise ApiTransportError(f"{method} {path}: {error!r}") from error
+        if status_code >= 400:
+            try:
+                status = orjson.loads(text)
+                message = status.get("message", text.decode(errors="replace"))
+                reason = status.get("reason", reason_phrase)
+            except (ValueError, AttributeError):
+                message, reason = text.decode(errors="replace"), reason_phrase
+            raise ApiError(status_code, reason, message)
+        parsed: JSON = orjson.loads(text) if text else {}
+        return parsed
 
     # ------------------------------------------------------------------ hostpool.io
 
