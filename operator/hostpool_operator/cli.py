@@ -60,6 +60,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     settings = ControllerSettings(
         status_interval=args.status_interval,
         metrics_stale_after=args.metrics_stale_after,
+        write_concurrency=args.write_concurrency,
     )
     metrics = None
     if args.metrics_address:
@@ -84,6 +85,10 @@ def _fail(message: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .controller import ControllerSettings
+
+    defaults = ControllerSettings()
+
     parser = argparse.ArgumentParser(
         prog="hostpool-operator",
         description="Load-balanced remote-desktop session hosts on Kubernetes.",
@@ -143,6 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-leader-election",
         action="store_true",
         help="place without holding the Lease (only when a single instance is guaranteed)",
+    )
+    run.add_argument(
+        "--write-concurrency",
+        type=int,
+        default=defaults.write_concurrency,
+        help="assignment writes in flight at once per pool (default %(default)s)",
     )
     run.add_argument("--log-format", choices=("text", "json"), default="text")
     run.add_argument("--verbose", "-v", action="store_true", help="debug logging")

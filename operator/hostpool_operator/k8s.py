@@ -105,7 +105,7 @@ def login(settings: kopf.OperatorSettings | None = None) -> kopf.ConnectionInfo:
 class KubeClient:
     """A minimal asynchronous Kubernetes API client for hostpool.io objects and Events."""
 
-    def __init__(self, info: kopf.ConnectionInfo, *, max_connections: int = 64) -> None:
+    def __init__(self, info: kopf.ConnectionInfo, *, max_connections: int = 256) -> None:
         self._info = info
         self._server = info.server.rstrip("/")
         headers = {"Accept": "application/json", "User-Agent": "hostpool-operator"}

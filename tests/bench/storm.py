@@ -151,7 +151,8 @@ async def apiserver_writes(client: KubeClient) -> dict[tuple[str, str], float]:
     return totals
 
 
-async def setup_namespace(client: KubeClient, namespace: str) -> None:
+async def delete_namespace(client: KubeClient, namespace: str) -> None:
+    """Delete the namespace and wait until it is gone."""
     try:
         await client.request("DELETE", f"/api/v1/namespaces/{namespace}")
         while True:
@@ -160,6 +161,10 @@ async def setup_namespace(client: KubeClient, namespace: str) -> None:
     except ApiError as error:
         if not error.not_found:
             raise
+
+
+async def setup_namespace(client: KubeClient, namespace: str) -> None:
+    await delete_namespace(client, namespace)
     await client.request("POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
 
 
@@ -229,8 +234,7 @@ async def ceiling(args: argparse.Namespace, client: KubeClient, work: Path) -> f
     done = len(result["assigned"])
     seconds = float(result["ended"]) - float(result["began"])
     log(f"ceiling: {done} requests created and assigned by the load generator in {seconds:.2f}s")
-    await setup_namespace(client, namespace)  # deleted (and waited for) before the next run
-    await client.request("DELETE", f"/api/v1/namespaces/{namespace}")
+    await delete_namespace(client, namespace)  # gone before the next run starts
     return done / seconds
 
 
@@ -316,6 +320,8 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
             namespace,
             "--status-interval",
             str(args.status_interval),
+            "--write-concurrency",
+            str(args.write_concurrency),
         ],
         stdout=op_log.open("wb"),
         stderr=subprocess.STDOUT,
@@ -494,6 +500,9 @@ def main() -> int:
     parser.add_argument("--algorithm", default=env("BENCH_ALGORITHM", "BreadthFirst"))
     parser.add_argument("--concurrency", type=int, default=int(env("BENCH_CONCURRENCY", "64")))
     parser.add_argument("--status-interval", type=float, default=1.0)
+    parser.add_argument(
+        "--write-concurrency", type=int, default=int(env("BENCH_WRITE_CONCURRENCY", "32"))
+    )
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--plot", default="bench-storm.png")
     args = parser.parse_args()
