@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import queue
@@ -853,8 +854,9 @@ class CuttingProxy:
     is positive is cut: with ``mode == "before"`` the client connection is dropped without
     forwarding (the write never happens), with ``"after"`` the request is forwarded, the
     response read and thrown away, and then the connection is dropped (the write happened,
-    the client never learns it). Either way the client sees the server disconnect with no
-    response, as when the API server dies mid-request.
+    the client never learns it). ``how`` is ``"close"`` (TLS close and FIN: aiohttp raises
+    ServerDisconnectedError) or ``"reset"`` (RST: ConnectionResetError). Either way the
+    client gets no response, as when the API server dies mid-request.
 
     Its own self-signed certificate (openssl) is the CA of :meth:`kubeconfig`; the bearer
     token passes through, so it works in front of any cluster."""
@@ -894,6 +896,7 @@ class CuttingProxy:
         self.match = re.compile(r"^PATCH /apis/hostpool\.io/v1alpha1/namespaces/[^/]+/"
                                 r"sessionrequests/[^/? ]+/status[? ]")  # fmt: skip
         self.mode = "before"
+        self.how = "close"
         self.budget = 0
         self.cut: list[str] = []
         self.port = 0
@@ -924,10 +927,19 @@ class CuttingProxy:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
 
-    def arm(self, mode: str, budget: int) -> None:
-        """Cut the next ``budget`` matching requests (``mode``: "before" or "after")."""
+    def arm(self, mode: str, budget: int, how: str = "close") -> None:
+        """Cut the next ``budget`` matching requests (``mode``: "before" or "after"; ``how``:
+        "close" or "reset")."""
         with self._lock:
-            self.mode, self.budget = mode, budget
+            self.mode, self.budget, self.how = mode, budget, how
+
+    async def _cut(self, writer: asyncio.StreamWriter) -> None:
+        if self.how == "reset":
+            writer.transport.abort()
+            return
+        writer.close()
+        with contextlib.suppress(ConnectionError, OSError, ssl.SSLError):
+            await writer.wait_closed()
 
     def _take(self, request_line: str) -> str | None:
         with self._lock:
@@ -979,7 +991,7 @@ class CuttingProxy:
             body = await reader.readexactly(length) if length else b""
             cut = self._take(request_line)
             if cut == "before":
-                writer.transport.abort()
+                await self._cut(writer)
                 return
             kept = [
                 h
@@ -995,7 +1007,7 @@ class CuttingProxy:
             if cut == "after":
                 while await up_reader.read(65536):
                     pass
-                writer.transport.abort()
+                await self._cut(writer)
                 return
             while chunk := await up_reader.read(65536):
                 writer.write(chunk)
@@ -1003,6 +1015,8 @@ class CuttingProxy:
             writer.close()
         except (asyncio.IncompleteReadError, ConnectionError, OSError, ssl.SSLError):
             writer.transport.abort()
+        except asyncio.CancelledError:  # the proxy stops: end quietly (no re-raise, see
+            writer.transport.abort()  # asyncio's connection_made callback in 3.11)
         finally:
             if upstream is not None:
                 upstream.transport.abort()

@@ -807,13 +807,16 @@ def host_reason(obj: Obj) -> str | None:
 # 6. a status write cut off in flight
 
 
-@pytest.mark.parametrize("mode", ["before", "after"])
-def test_status_write_cut_off_is_retried(rig: Rig, mode: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "how"), [("before", "close"), ("before", "reset"), ("after", "close")]
+)
+def test_status_write_cut_off_is_retried(rig: Rig, mode: str, how: str) -> None:
     """The operator talks to the API server through a proxy that drops the connection of the
     first 5 assignment writes (PATCH sessionrequests/<name>/status) with no response: with
     ``before`` the write never reaches the API server, with ``after`` it does and only the
-    answer is lost. That is what the operator sees when the API server dies mid-request
-    (aiohttp's ServerDisconnectedError). Correct: like any failed write, the slot is released,
+    answer is lost; the connection ends with a TLS close (aiohttp: ServerDisconnectedError)
+    or a reset (ConnectionResetError). That is what the operator sees when the API server
+    dies mid-request. Correct: like any failed write, the slot is released,
     the request re-read and decided again, so all 20 requests end Assigned once, none moved,
     none over the limit, and the log has no traceback."""
     proxy = CuttingProxy(rig.kube.kubeconfig, rig.tmp_path)
@@ -825,13 +828,13 @@ def test_status_write_cut_off_is_retried(rig: Rig, mode: str) -> None:
         op = rig.operator("operator", kubeconfig=kubeconfig)
         op.start()
         rig.pool("df", "DepthFirst", 5, [f"df-{i}" for i in range(4)])
-        proxy.arm(mode, 5)
+        proxy.arm(mode, 5, how)
         storm = rig.storm()
         with rig.recorder() as recorder:
             names = storm.add(storm_bodies(rig.namespace, ["df"], 20, "c"), rate=20)
             storm.wait()
             poll(lambda: len(proxy.cut) == 5, timeout=30, what="5 writes cut", show=rig.show)
-            rig.tally.add(f"assignment write cut off ({mode} reaching the API server)", 5)
+            rig.tally.add(f"assignment write cut off ({mode} reaching the API server, {how})", 5)
             rig.check_end(recorder, names, {"df": 5}, timeout=30)
     finally:
         for operator in rig.operators:
