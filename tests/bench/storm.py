@@ -230,7 +230,14 @@ def run_loadgen(args: argparse.Namespace, mode: str, namespace: str, out: Path) 
 async def ceiling(args: argparse.Namespace, client: KubeClient, work: Path) -> float:
     namespace = "bench-ceiling"
     await setup_namespace(client, namespace)
-    result = run_loadgen(args, "ceiling", namespace, work / "ceiling.json")
+    # The same recording watch as in the operator run, so both runs load the machine alike.
+    seen: dict[str, tuple[str, float]] = {}
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(watch_requests(client, namespace, seen, set(), stop))
+    await asyncio.sleep(0.3)
+    result = await asyncio.to_thread(run_loadgen, args, "ceiling", namespace, work / "ceiling.json")
+    stop.set()
+    watcher.cancel()
     done = len(result["assigned"])
     seconds = float(result["ended"]) - float(result["began"])
     log(f"ceiling: {done} requests created and assigned by the load generator in {seconds:.2f}s")
