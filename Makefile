@@ -43,26 +43,26 @@ BENCH_KUBECONFIG ?= $(KUBECONFIG)
 
 bench: $(STAMP) tools ## logon storm against the API server: operator vs. the write ceiling
 	@if [ -n "$(BENCH_KUBECONFIG)" ]; then kc="$(BENCH_KUBECONFIG)"; \
-	else hack/cluster.sh up .cluster/bench >/dev/null && kc=.cluster/bench/kubeconfig; fi; \
+	else tests/cluster/cluster.sh up .cluster/bench >/dev/null && kc=.cluster/bench/kubeconfig; fi; \
 	.cluster/bin/kubectl --kubeconfig "$$kc" apply -f crds/ >/dev/null && \
 	.cluster/bin/kubectl --kubeconfig "$$kc" wait --for=condition=Established crd --all --timeout=60s >/dev/null && \
 	KUBECONFIG="$$kc" $(PY) tests/bench/storm.py --plot .cluster/bench-storm.png
 
 tools: ## build kube-apiserver, etcd, kube-controller-manager, kubectl, helm into the cache
-	hack/tools.sh
+	tests/cluster/tools.sh
 
 cluster-up: tools ## start a local control plane; kubeconfig in .cluster/kubeconfig
-	hack/cluster.sh up .cluster
+	tests/cluster/cluster.sh up .cluster
 
 cluster-down: ## stop the local control plane
-	hack/cluster.sh down .cluster
+	tests/cluster/cluster.sh down .cluster
 
 demo: $(STAMP) tools ## the main job: control plane, operator, a depth-first pool and a logon burst
-	$(PY) hack/demo.py
+	$(PY) tests/demo.py
 
 demo-down: ## stop the demo's operator and the local control plane
 	-test -f .cluster/operator.pid && kill $$(cat .cluster/operator.pid) 2>/dev/null; rm -f .cluster/operator.pid
-	hack/cluster.sh down .cluster
+	tests/cluster/cluster.sh down .cluster
 
 clean:
 	rm -rf $(VENV) .cluster .pytest_cache .mypy_cache .ruff_cache

@@ -3,7 +3,7 @@
 ``kube`` (session scope) is lazy: only a test that asks for it (directly or through
 ``namespace``) starts anything. It uses the cluster of ``HOSTPOOL_TEST_KUBECONFIG`` when
 that is set (kind, or any cluster you may install CRDs into), otherwise it builds the tools
-(``hack/tools.sh``; minutes the first time, cached afterwards) and starts the repository's
+(``tests/cluster/tools.sh``; minutes the first time, cached afterwards) and starts the repository's
 own control plane (etcd + kube-apiserver + kube-controller-manager) in a temporary
 directory, and stops it at the end of the session. Either way the CRDs from ``crds/`` are
 created or replaced and waited for (Established) before the first test runs; with its own

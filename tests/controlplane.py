@@ -2,9 +2,9 @@
 
 A thin, typed wrapper over the repository's shell scripts:
 
-* ``hack/tools.sh`` builds etcd, kube-apiserver, kube-controller-manager, kubectl and helm
+* ``tests/cluster/tools.sh`` builds etcd, kube-apiserver, kube-controller-manager, kubectl and helm
   from Go modules once (cached outside the repository) and links them into ``.cluster/bin``;
-* ``hack/cluster.sh up|down DIR`` starts or stops etcd, kube-apiserver and
+* ``tests/cluster/cluster.sh up|down DIR`` starts or stops etcd, kube-apiserver and
   kube-controller-manager on 127.0.0.1, with the admin kubeconfig at ``DIR/kubeconfig`` and
   the logs under ``DIR/logs``; ``restart-apiserver|restart-etcd DIR`` restart one of them
   with the same ports, flags and data (fault tests).
@@ -38,7 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 """The repository this file belongs to."""
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager")
-"""The processes that ``hack/cluster.sh`` runs; each logs to ``<log_dir>/<name>.log``."""
+"""The processes that ``tests/cluster/cluster.sh`` runs; each logs to ``<log_dir>/<name>.log``."""
 
 
 class ControlPlaneError(RuntimeError):
@@ -82,20 +82,20 @@ def _last_line(text: str) -> str:
 def ensure_tools(repo_root: Path = REPO_ROOT, *, timeout: float | None = None) -> Path:
     """Build (first time only; 10-25 minutes cold) and link the tools; return the bin dir.
 
-    Runs ``hack/tools.sh``, which takes a second or two when the cached binaries exist.
+    Runs ``tests/cluster/tools.sh``, which takes a second or two when the cached binaries exist.
     """
-    script = repo_root / "hack" / "tools.sh"
-    proc = _run([str(script)], timeout=timeout, what="hack/tools.sh")
+    script = repo_root / "tests" / "cluster" / "tools.sh"
+    proc = _run([str(script)], timeout=timeout, what="tests/cluster/tools.sh")
     bin_dir = Path(_last_line(proc.stdout))
     if not (bin_dir / "kube-apiserver").exists():
         raise ControlPlaneError(
-            f"hack/tools.sh succeeded but printed no usable bin dir: {proc.stdout!r}"
+            f"tests/cluster/tools.sh succeeded but printed no usable bin dir: {proc.stdout!r}"
         )
     return bin_dir
 
 
 class ControlPlane:
-    """etcd + kube-apiserver + kube-controller-manager, managed by ``hack/cluster.sh``.
+    """etcd + kube-apiserver + kube-controller-manager, managed by ``tests/cluster/cluster.sh``.
 
     ``directory`` holds the kubeconfig, keys, etcd data, pid files and logs. The cluster is
     started by :meth:`start` (or on entering the context manager) and stopped by :meth:`stop`
@@ -127,7 +127,7 @@ class ControlPlane:
 
     @property
     def script(self) -> Path:
-        return self.repo_root / "hack" / "cluster.sh"
+        return self.repo_root / "tests" / "cluster" / "cluster.sh"
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -142,7 +142,7 @@ class ControlPlane:
             [str(self.script), action, str(self.directory)],
             env={**self._env(), **(env or {})},
             timeout=self.timeout,
-            what=f"hack/cluster.sh {action}",
+            what=f"tests/cluster/cluster.sh {action}",
         )
 
     def start(self) -> Path:

@@ -1,4 +1,4 @@
-// Build-only module for the local control plane (hack/tools.sh): the etcd server.
+// Build-only module for the local control plane (tests/cluster/tools.sh): the etcd server.
 // Kept apart from the Kubernetes module so that minimal version selection does not mix
 // etcd's dependencies with kube-apiserver's.
 module hostpool-operator/tests/cluster/etcd

@@ -1,4 +1,4 @@
-// Build-only module for the local control plane (hack/tools.sh): the helm client.
+// Build-only module for the local control plane (tests/cluster/tools.sh): the helm client.
 module hostpool-operator/tests/cluster/helm
 
 go 1.26.0

@@ -1,4 +1,4 @@
-// Build-only module for the local control plane (hack/tools.sh): kube-apiserver,
+// Build-only module for the local control plane (tests/cluster/tools.sh): kube-apiserver,
 // kube-controller-manager and kubectl from k8s.io/kubernetes. Each staging module that
 // k8s.io/kubernetes requires at v0.0.0 is replaced with its published v0.37.2 release.
 module hostpool-operator/tests/cluster/k8s

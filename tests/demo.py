@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / ".cluster"
@@ -43,11 +43,11 @@ def kubeconfig() -> Path:
             say(f"using the cluster of {variable}={value}")
             return Path(value).expanduser()
     say("starting the local control plane (make cluster-up)")
-    subprocess.run([str(ROOT / "hack" / "cluster.sh"), "up", str(CLUSTER)], check=True)
+    subprocess.run([str(ROOT / "tests" / "cluster" / "cluster.sh"), "up", str(CLUSTER)], check=True)
     return CLUSTER / "kubeconfig"
 
 
-def install_crds(api: client.ApiextensionsV1Api) -> None:
+def install_crds(api: Any) -> None:
     for path in sorted((ROOT / "crds").glob("*.yaml")):
         body = yaml.safe_load(path.read_text())
         name = body["metadata"]["name"]
@@ -76,7 +76,7 @@ def install_crds(api: client.ApiextensionsV1Api) -> None:
     raise SystemExit("demo: the CRDs did not become Established")
 
 
-def fresh_namespace(core: client.CoreV1Api) -> None:
+def fresh_namespace(core: Any) -> None:
     try:
         core.delete_namespace(NAMESPACE)
         say(f"removing the previous {NAMESPACE} namespace")
@@ -135,7 +135,7 @@ def start_operator(kubeconfig_path: Path) -> subprocess.Popen[bytes]:
     raise SystemExit("demo: the operator did not start:\n" + log_path.read_text()[-3000:])
 
 
-def apply_pool(objects: client.CustomObjectsApi) -> None:
+def apply_pool(objects: Any) -> None:
     objects.create_namespaced_custom_object(
         GROUP,
         VERSION,
@@ -173,7 +173,7 @@ def apply_pool(objects: client.CustomObjectsApi) -> None:
     say(f"pool {POOL}: DepthFirst, maxSessionLimit {LIMIT}, 2 hosts, scaling up to {MAX_HOSTS}")
 
 
-def logon_burst(objects: client.CustomObjectsApi) -> None:
+def logon_burst(objects: Any) -> None:
     def logon(i: int) -> None:
         objects.create_namespaced_custom_object(
             GROUP,
@@ -193,7 +193,7 @@ def logon_burst(objects: client.CustomObjectsApi) -> None:
     say(f"{USERS} users logged on at once")
 
 
-def snapshot(objects: client.CustomObjectsApi) -> Snapshot:
+def snapshot(objects: Any) -> Snapshot:
     pool = objects.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "hostpools", POOL)
     hosts = objects.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "sessionhosts")
     requests = objects.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "sessionrequests")
@@ -237,7 +237,7 @@ def render(pool: dict[str, Any], hosts: list[Any], requests: list[Any], elapsed:
 Snapshot = tuple[dict[str, Any], list[Any], list[Any]]
 
 
-def watch(objects: client.CustomObjectsApi, started: float) -> Snapshot:
+def watch(objects: Any, started: float) -> Snapshot:
     tty = sys.stdout.isatty()
     last = ""
     stable_since = time.monotonic()
@@ -264,7 +264,7 @@ def watch(objects: client.CustomObjectsApi, started: float) -> Snapshot:
 
 def main() -> int:
     path = kubeconfig()
-    config.load_kube_config(str(path))
+    config.load_kube_config(str(path))  # type: ignore[no-untyped-call]
     api = client.ApiClient()
     install_crds(client.ApiextensionsV1Api(api))
     fresh_namespace(client.CoreV1Api(api))

@@ -7,12 +7,12 @@
 # The module versions are pinned by the committed go.mod/go.sum files under tests/cluster/.
 # The cache key covers those files, the Go version and this script, so any change rebuilds.
 #
-# Usage: hack/tools.sh            build what is missing, link, print the bin dir
+# Usage: tests/cluster/tools.sh            build what is missing, link, print the bin dir
 # Env:   HOSTPOOL_TOOLS_CACHE     cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hostpool-operator)
 #        HOSTPOOL_BIN_DIR         where to link the binaries (default <repo>/.cluster/bin)
 set -euo pipefail
 
-REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MODS="$REPO_ROOT/tests/cluster"
 
 K8S_VERSION=v1.37.2
@@ -83,7 +83,7 @@ mkdir -p "$CACHE_BIN"
 # One builder at a time per cache key (parallel test runs may all call this).
 exec 9>"$CACHE_ROOT/$KEY/.lock"
 if ! flock -n 9; then
-  log "another hack/tools.sh is building $KEY; waiting for it"
+  log "another tests/cluster/tools.sh is building $KEY; waiting for it"
   flock 9
 fi
 if all_cached; then

@@ -2,15 +2,15 @@
 # A real, local Kubernetes control plane for tests and demos (no Docker, no kubelet):
 # etcd -> kube-apiserver -> kube-controller-manager, all on 127.0.0.1 and free ports.
 #
-# Usage: hack/cluster.sh up DIR       start (or, if already healthy, just report) the cluster
-#        hack/cluster.sh down DIR     stop it (fine when not running)
-#        hack/cluster.sh status DIR   exit 0 when running and ready
-#        hack/cluster.sh restart-controller-manager DIR
+# Usage: tests/cluster/cluster.sh up DIR       start (or, if already healthy, just report) the cluster
+#        tests/cluster/cluster.sh down DIR     stop it (fine when not running)
+#        tests/cluster/cluster.sh status DIR   exit 0 when running and ready
+#        tests/cluster/cluster.sh restart-controller-manager DIR
 #            restart kube-controller-manager only: its garbage collector rediscovers resource
 #            types every 30 s (fixed upstream), so after installing CRDs a restart makes
 #            ownerReferences on custom resources cascade at once instead of up to 30 s later
-#        hack/cluster.sh restart-apiserver DIR
-#        hack/cluster.sh restart-etcd DIR
+#        tests/cluster/cluster.sh restart-apiserver DIR
+#        tests/cluster/cluster.sh restart-etcd DIR
 #            stop that one process and start it again with the same ports, flags and data
 #            (a fault for tests: clients see their connections and watches drop); wait until
 #            it is healthy again and the API server reports /readyz ok
@@ -20,7 +20,7 @@
 # etcd/ (data, wiped at each fresh start), logs/{etcd,kube-apiserver,kube-controller-manager}.log,
 # pids/<name>.pid, state.env (ports).
 #
-# Env: HOSTPOOL_BIN_DIR          binaries (default <repo>/.cluster/bin, filled by hack/tools.sh)
+# Env: HOSTPOOL_BIN_DIR          binaries (default <repo>/.cluster/bin, filled by tests/cluster/tools.sh)
 #      HOSTPOOL_KCM_CONTROLLERS  kube-controller-manager --controllers value
 #      HOSTPOOL_READY_TIMEOUT    seconds to wait for each component (default 60)
 #      HOSTPOOL_STOP_SIGNAL      restart-apiserver/restart-etcd: TERM (default, a clean stop) or
@@ -28,7 +28,7 @@
 #      HOSTPOOL_DOWN_SECONDS     restart-apiserver/restart-etcd: seconds to stay down (default 0)
 set -euo pipefail
 
-REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN_DIR="${HOSTPOOL_BIN_DIR:-$REPO_ROOT/.cluster/bin}"
 KCM_CONTROLLERS="${HOSTPOOL_KCM_CONTROLLERS:-garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller}"
 READY_TIMEOUT="${HOSTPOOL_READY_TIMEOUT:-60}"
@@ -307,7 +307,7 @@ cmd_up() {
   local c
   for c in "${COMPONENTS[@]}" kubectl; do
     [[ -x "$BIN_DIR/$c" ]] ||
-      fail "binary $BIN_DIR/$c not found; run hack/tools.sh (make tools) first or set HOSTPOOL_BIN_DIR"
+      fail "binary $BIN_DIR/$c not found; run tests/cluster/tools.sh (make tools) first or set HOSTPOOL_BIN_DIR"
   done
   for c in openssl curl python3 setsid base64; do
     command -v "$c" >/dev/null || fail "required command '$c' not found on PATH"
