@@ -508,7 +508,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=int(env("BENCH_CONCURRENCY", "64")))
     parser.add_argument("--status-interval", type=float, default=1.0)
     parser.add_argument(
-        "--write-concurrency", type=int, default=int(env("BENCH_WRITE_CONCURRENCY", "32"))
+        "--write-concurrency", type=int, default=int(env("BENCH_WRITE_CONCURRENCY", "128"))
     )
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--plot", default="bench-storm.png")
