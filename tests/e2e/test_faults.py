@@ -1,6 +1,7 @@
 """Fault injection against the real control plane: the operator killed with SIGKILL during a
-storm, kube-apiserver and etcd restarted during a storm, a second writer changing request
-statuses, two operator instances at once, and pool/host changes during a storm.
+storm, kube-apiserver and etcd restarted during a storm, assignment writes cut off in flight,
+a second writer changing request statuses, two operator instances at once, and pool/host
+changes during a storm.
 
 Every test runs the operator under the chart's least-privilege ServiceAccount (namespaced
 Role; see :func:`e2e.faults.install_identity`), with leader election on a Lease of
