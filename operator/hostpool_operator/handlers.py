@@ -66,7 +66,13 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
     memo.client = client
     if memo.leader_election:
         # Nothing is placed before this instance holds the Lease (see leader.py).
-        elector = LeaderElector(client, memo.lease_namespace or default_namespace(memo.namespaces))
+        elector = LeaderElector(
+            client,
+            memo.lease_namespace or default_namespace(memo.namespaces),
+            lease_duration=memo.lease_duration,
+            renew_deadline=memo.lease_duration * 2 / 3,
+            retry_period=min(2.0, memo.lease_duration / 5),
+        )
         try:
             await elector.acquire()
         except LeaseForbiddenError as error:
