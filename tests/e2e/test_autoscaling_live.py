@@ -64,12 +64,11 @@ def test_saturation_scales_up_and_waiting_requests_are_placed(
         assert (owner["kind"], owner["name"], owner["controller"]) == ("HostPool", POOL, True)
         assert host["spec"]["poolRef"] == {"name": POOL}
     assert max(per_host(cluster).values()) <= 3
-    pool = cluster.wait_pool(
+    cluster.wait_pool(
         POOL,
-        lambda p: cond_is(p, "ScalingLimited", "False"),
-        "ScalingLimited False (within maxHosts)",
+        lambda p: cond_is(p, "ScalingLimited", "False") and status(p)["hosts"]["total"] == 4,
+        "ScalingLimited False (within maxHosts) and 4 hosts counted",
     )
-    assert status(pool)["hosts"]["total"] == 4
     added = [e for e in cluster.events_for(POOL) if getattr(e, "reason", None) == "HostsAdded"]
     assert added, "a HostsAdded Event on the pool"
 
