@@ -1169,50 +1169,30 @@ class PoolWorker:
 
     async def _write_failed(self, record: RequestRecord, host: str) -> None:
         message = f"SessionHost {host!r} was deleted; the session on it ended"
-        now = _now()
-        status = {
-            "observedGeneration": record.meta.generation,
-            "phase": Phase.FAILED.value,
-            "message": message,
-            "conditions": cond.merge(
-                record.status.get("conditions"),
-                [cond.Cond("Assigned", "False", "HostDeleted", message)],
-                now=now,
-                generation=record.meta.generation,
-            ),
-        }
-        await self._write_simple(record, status, conditional=False)
-        self.controller.event(
-            {"metadata": _meta_dict(record.meta)},
-            "SessionRequest",
-            "HostDeleted",
-            message,
-            "Warning",
-        )
+        await self._fail(record, "HostDeleted", message, conditional=False)
 
     async def _write_invalid(self, record: RequestRecord) -> None:
-        if record.phase == Phase.FAILED.value:
-            return
-        message = f"invalid request: {record.spec_error}"
-        now = _now()
+        if record.phase != Phase.FAILED.value:
+            await self._fail(record, "InvalidSpec", f"invalid request: {record.spec_error}")
+
+    async def _fail(
+        self, record: RequestRecord, reason: str, message: str, *, conditional: bool = True
+    ) -> None:
+        """Phase Failed, condition Assigned False with the reason, and a Warning Event."""
         status = {
             "observedGeneration": record.meta.generation,
             "phase": Phase.FAILED.value,
             "message": message,
             "conditions": cond.merge(
                 record.status.get("conditions"),
-                [cond.Cond("Assigned", "False", "InvalidSpec", message)],
-                now=now,
+                [cond.Cond("Assigned", "False", reason, message)],
+                now=_now(),
                 generation=record.meta.generation,
             ),
         }
-        await self._write_simple(record, status)
+        await self._write_simple(record, status, conditional=conditional)
         self.controller.event(
-            {"metadata": _meta_dict(record.meta)},
-            "SessionRequest",
-            "InvalidSpec",
-            message,
-            "Warning",
+            {"metadata": _meta_dict(record.meta)}, "SessionRequest", reason, message, "Warning"
         )
 
     async def _write_simple(
