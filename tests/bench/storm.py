@@ -163,9 +163,18 @@ async def delete_namespace(client: KubeClient, namespace: str) -> None:
             raise
 
 
-async def setup_namespace(client: KubeClient, namespace: str) -> None:
-    await delete_namespace(client, namespace)
-    await client.request("POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
+async def create_namespace(client: KubeClient, prefix: str) -> str:
+    """A namespace under a name never used before.
+
+    Re-using a name is not neutral: for a while after a namespace is deleted, kube-apiserver's
+    NamespaceLifecycle admission looks the namespace up in storage on every create in it,
+    which made one run pay an extra GET per request and the other not.
+    """
+    obj = await client.request(
+        "POST", "/api/v1/namespaces", body={"metadata": {"generateName": prefix + "-"}}
+    )
+    name: str = obj["metadata"]["name"]
+    return name
 
 
 async def create_pool(client: KubeClient, namespace: str, args: argparse.Namespace) -> None:
@@ -228,8 +237,7 @@ def run_loadgen(args: argparse.Namespace, mode: str, namespace: str, out: Path) 
 
 
 async def ceiling(args: argparse.Namespace, client: KubeClient, work: Path) -> float:
-    namespace = "bench-ceiling"
-    await setup_namespace(client, namespace)
+    namespace = await create_namespace(client, "bench-ceiling")
     # The same recording watch as in the operator run, so both runs load the machine alike.
     seen: dict[str, tuple[str, float]] = {}
     stop = asyncio.Event()
@@ -310,8 +318,7 @@ def percentile(values: list[float], p: float) -> float:
 
 
 async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path) -> dict[str, Any]:
-    namespace = "bench-storm"
-    await setup_namespace(client, namespace)
+    namespace = await create_namespace(client, "bench-storm")
     await create_pool(client, namespace, args)
     log(f"pool: {args.algorithm}, {args.hosts} hosts x maxSessionLimit {args.limit}")
     op_log = work / "operator.log"
@@ -368,6 +375,7 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
             operator.wait(10)
         except subprocess.TimeoutExpired:
             operator.kill()
+        await delete_namespace(client, namespace)  # the next run starts on a clean server
     created = result["created"]
     latencies = [(seen[name][1] - t0) * 1000 for name, t0 in created.items() if name in seen]
     per_host: dict[str, int] = {}
@@ -388,6 +396,10 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
     first = min(created.values()) if created else 0.0
     last = max((t for _, t in seen.values()), default=first)
     assigned = len(listing["items"]) - lost
+    # Raw timings stay in the work directory for a closer look at a run.
+    (work / "timings.json").write_text(
+        json.dumps({"created": created, "assigned": {n: t for n, (_, t) in seen.items()}})
+    )
     return {
         "latencies": latencies,
         "timeline": sorted(t - first for _, t in seen.values()),
@@ -482,7 +494,7 @@ async def bench(args: argparse.Namespace) -> int:
     print("  API writes during the storm (verb resource: count):")
     for key, count in run["writes"].items():
         print(f"    {key:<40} {count:.0f}")
-    print(f"  plot: {args.plot}")
+    print(f"  plot: {args.plot}; raw timings: {work / 'timings.json'}")
     print(json.dumps(summary))
     bad = run["lost"] or run["duplicates"] or run["overLimit"]
     return 1 if bad else 0
