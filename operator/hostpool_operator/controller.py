@@ -1028,6 +1028,7 @@ class PoolWorker:
         status = self._assigned_status(record, placement)
         try:
             async with self.writes:
+                queued = time.monotonic() - record.seen
                 obj = await self.controller.client.patch_status(
                     REQUESTS,
                     self.namespace,
@@ -1036,7 +1037,11 @@ class PoolWorker:
                     resource_version=record.meta.resource_version,
                 )
             self.controller.metrics.observe_assignment(
-                self.namespace, self.name, placement.reason.value, time.monotonic() - record.seen
+                self.namespace,
+                self.name,
+                placement.reason.value,
+                time.monotonic() - record.seen,
+                queued=queued,
             )
         except ApiError as error:
             # A definite answer: the write did not apply. Free the slot, re-read, go again.
@@ -1532,8 +1537,11 @@ def _ours(current: Mapping[str, Any], template: Mapping[str, Any]) -> dict[str, 
 class MetricsSink:
     """Where the controller reports what it did (Prometheus in the operator, nothing in tests)."""
 
-    def observe_assignment(self, namespace: str, pool: str, reason: str, seconds: float) -> None:
-        """A request was assigned; ``seconds`` from first sight to the written status."""
+    def observe_assignment(
+        self, namespace: str, pool: str, reason: str, seconds: float, *, queued: float
+    ) -> None:
+        """A request was assigned: ``seconds`` from first sight to the written status,
+        ``queued`` from first sight to the write being sent."""
 
     def scaled(self, namespace: str, pool: str, direction: str, hosts: int) -> None:
         """Hosts were added ("up") or removed ("down")."""

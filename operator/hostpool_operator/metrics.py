@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from .controller import MetricsSink
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60)
 
 
 class PrometheusMetrics(MetricsSink):
@@ -27,6 +28,14 @@ class PrometheusMetrics(MetricsSink):
             "From the operator first seeing a request to its Assigned status being written.",
             labels,
             buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.queued = Histogram(
+            "hostpool_assignment_queue_seconds",
+            "From the operator first seeing a request to its assignment write being sent "
+            "(the operator's own share of the latency, plus any wait for capacity).",
+            labels,
+            buckets=QUEUE_BUCKETS,
             registry=self.registry,
         )
         self.pending = Gauge(
@@ -57,9 +66,12 @@ class PrometheusMetrics(MetricsSink):
             registry=self.registry,
         )
 
-    def observe_assignment(self, namespace: str, pool: str, reason: str, seconds: float) -> None:
+    def observe_assignment(
+        self, namespace: str, pool: str, reason: str, seconds: float, *, queued: float
+    ) -> None:
         self.assignments.labels(namespace, pool, reason).inc()
         self.latency.labels(namespace, pool).observe(seconds)
+        self.queued.labels(namespace, pool).observe(queued)
 
     def scaled(self, namespace: str, pool: str, direction: str, hosts: int) -> None:
         self.scale_actions.labels(namespace, pool, direction).inc(hosts)

@@ -236,21 +236,34 @@ def run_loadgen(args: argparse.Namespace, mode: str, namespace: str, out: Path) 
     return result
 
 
-async def ceiling(args: argparse.Namespace, client: KubeClient, work: Path) -> float:
+async def ceiling(
+    args: argparse.Namespace, client: KubeClient, work: Path, label: str
+) -> dict[str, Any]:
+    """The storm with no operator: the load generator creates and assigns each request."""
     namespace = await create_namespace(client, "bench-ceiling")
-    # The same recording watch as in the operator run, so both runs load the machine alike.
+    # The same recording watch as in the operator run, so both runs load the machine alike,
+    # and the latency it records is measured the same way.
     seen: dict[str, tuple[str, float]] = {}
     stop = asyncio.Event()
     watcher = asyncio.create_task(watch_requests(client, namespace, seen, set(), stop))
     await asyncio.sleep(0.3)
-    result = await asyncio.to_thread(run_loadgen, args, "ceiling", namespace, work / "ceiling.json")
+    result = await asyncio.to_thread(
+        run_loadgen, args, "ceiling", namespace, work / f"ceiling-{label}.json"
+    )
+    deadline = time.time() + 10
+    while len(seen) < len(result["assigned"]) and time.time() < deadline:
+        await asyncio.sleep(0.1)
     stop.set()
     watcher.cancel()
     done = len(result["assigned"])
     seconds = float(result["ended"]) - float(result["began"])
-    log(f"ceiling: {done} requests created and assigned by the load generator in {seconds:.2f}s")
+    log(f"ceiling ({label}): {done} requests created and assigned in {seconds:.2f}s")
     await delete_namespace(client, namespace)  # gone before the next run starts
-    return done / seconds
+    created = result["created"]
+    return {
+        "perS": done / seconds,
+        "latencies": [(seen[n][1] - t0) * 1000 for n, t0 in created.items() if n in seen],
+    }
 
 
 def proc_stats(pid: int) -> tuple[float, float]:
@@ -309,6 +322,44 @@ async def watch_requests(
             await asyncio.sleep(0.2)
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def operator_histograms(client: KubeClient, port: int) -> dict[str, dict[str, float]]:
+    """Mean and p99 (a bucket bound) of the operator's own latency histograms: the time a
+    request spent in the operator before its write was sent, and until the write returned."""
+    async with client._http().get(f"http://127.0.0.1:{port}/metrics") as response:
+        text = await response.text()
+    out: dict[str, dict[str, float]] = {}
+    for key, metric in (
+        ("queued", "hostpool_assignment_queue_seconds"),
+        ("written", "hostpool_assignment_latency_seconds"),
+    ):
+        buckets: list[tuple[float, float]] = []
+        total = count = 0.0
+        for line in text.splitlines():
+            if line.startswith(metric + "_bucket{"):
+                bound = re.search(r'le="([^"]+)"', line)
+                assert bound is not None
+                buckets.append((float(bound.group(1)), float(line.rsplit(" ", 1)[1])))
+            elif line.startswith(metric + "_sum{"):
+                total += float(line.rsplit(" ", 1)[1])
+            elif line.startswith(metric + "_count{"):
+                count += float(line.rsplit(" ", 1)[1])
+        p99 = next((b for b, n in sorted(buckets) if count and n >= 0.99 * count), float("nan"))
+        out[key] = {
+            "meanMs": total / count * 1000 if count else float("nan"),
+            "p99AtMostMs": p99 * 1000,
+        }
+    return out
+
+
 def percentile(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
@@ -322,6 +373,7 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
     await create_pool(client, namespace, args)
     log(f"pool: {args.algorithm}, {args.hosts} hosts x maxSessionLimit {args.limit}")
     op_log = work / "operator.log"
+    metrics_port = free_port()
     profile = os.environ.get("BENCH_PROFILE")
     wrapper = ["-m", "pyinstrument", "--show-all", "-o", profile, "-m"] if profile else ["-m"]
     operator = subprocess.Popen(
@@ -336,6 +388,8 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
             str(args.status_interval),
             "--write-concurrency",
             str(args.write_concurrency),
+            "--metrics-address",
+            f"127.0.0.1:{metrics_port}",
         ],
         stdout=op_log.open("wb"),
         stderr=subprocess.STDOUT,
@@ -367,6 +421,7 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
         stop.set()
         watcher.cancel()
         cpu_after, peak_rss = proc_stats(operator.pid)
+        inside = await operator_histograms(client, metrics_port)
         writes_after = await apiserver_writes(client)
         listing = await client.list("sessionrequests", namespace)
     finally:
@@ -413,6 +468,7 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
         "writes": {f"{v} {r}": n for (v, r), n in sorted(delta.items())},
         "writesPerAssignment": operator_writes / assigned if assigned else float("nan"),
         "loadgenSeconds": result["ended"] - result["began"],
+        "inside": inside,
     }
 
 
@@ -444,11 +500,17 @@ async def bench(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="hostpool-bench-"))
     client = client_for(args.kubeconfig)
     try:
-        ceiling_per_s = await ceiling(args, client, work)
+        # The server's own pace drifts between runs (this is a shared two-core machine), so
+        # the ceiling is taken on both sides of the operator run and averaged.
+        before = await ceiling(args, client, work, "before")
         run = await operator_run(args, client, work)
+        after = await ceiling(args, client, work, "after")
     finally:
         await client.close()
+    ceiling_per_s = (before["perS"] + after["perS"]) / 2
+    ceiling_latencies = before["latencies"] + after["latencies"]
     ratio = run["throughputPerS"] / ceiling_per_s if ceiling_per_s else float("nan")
+    inside = run["inside"]
     plot(run, Path(args.plot))
     summary = {
         "requests": args.requests,
@@ -461,12 +523,18 @@ async def bench(args: argparse.Namespace) -> int:
         "duplicates": run["duplicates"],
         "throughputPerS": round(run["throughputPerS"], 1),
         "ceilingPerS": round(ceiling_per_s, 1),
+        "ceilingBeforePerS": round(before["perS"], 1),
+        "ceilingAfterPerS": round(after["perS"], 1),
+        "ceilingP50Ms": round(percentile(ceiling_latencies, 50), 1),
+        "ceilingP99Ms": round(percentile(ceiling_latencies, 99), 1),
         "ceilingRatio": round(ratio, 3),
         "p50Ms": round(percentile(run["latencies"], 50), 1),
         "p99Ms": round(percentile(run["latencies"], 99), 1),
         "writesPerAssignment": round(run["writesPerAssignment"], 3),
         "operatorCpuS": round(run["operatorCpuS"], 2),
         "operatorRssMb": round(run["operatorRssMb"], 1),
+        "inOperatorMeanMs": round(inside["queued"]["meanMs"], 1),
+        "inOperatorP99AtMostMs": inside["queued"]["p99AtMostMs"],
     }
     rows = [
         ("requests / assigned", f"{args.requests} / {run['assigned']}"),
@@ -475,12 +543,27 @@ async def bench(args: argparse.Namespace) -> int:
             f"{run['lost']} / {run['duplicates']} / {run['overLimit']}",
         ),
         ("throughput (assignments/s)", f"{run['throughputPerS']:.1f}"),
-        ("ceiling (create+status/s)", f"{ceiling_per_s:.1f}"),
+        (
+            "ceiling (create+status/s)",
+            f"{ceiling_per_s:.1f} (before {before['perS']:.1f}, after {after['perS']:.1f})",
+        ),
+        (
+            "ceiling latency p50 / p99 (ms)",
+            f"{summary['ceilingP50Ms']} / {summary['ceilingP99Ms']}",
+        ),
         ("ceiling ratio", f"{ratio:.3f}"),
         ("latency p50 / p99 (ms)", f"{summary['p50Ms']} / {summary['p99Ms']}"),
         (
             "operator CPU (s) / peak RSS (MB)",
             f"{run['operatorCpuS']:.2f} / {run['operatorRssMb']:.1f}",
+        ),
+        (
+            "in the operator: mean / p99 (ms)",
+            f"{inside['queued']['meanMs']:.1f} / <= {inside['queued']['p99AtMostMs']:.0f}",
+        ),
+        (
+            "  + its write: mean / p99 (ms)",
+            f"{inside['written']['meanMs']:.1f} / <= {inside['written']['p99AtMostMs']:.0f}",
         ),
         ("API writes per assignment", f"{run['writesPerAssignment']:.3f}"),
         ("load generator time (s)", f"{run['loadgenSeconds']:.2f}"),
