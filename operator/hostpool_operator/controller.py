@@ -243,7 +243,7 @@ class ControllerSettings:
     #: Host status waits for this long without placements, or at most host_status_max_delay.
     host_status_max_delay: float = 30.0
     #: Concurrent status writes per pool.
-    write_concurrency: int = 128
+    write_concurrency: int = 256
     #: The same Event (object, reason) is posted at most this often (seconds).
     event_interval: float = 30.0
 

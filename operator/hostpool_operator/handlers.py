@@ -62,7 +62,9 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
-    client = KubeClient(login(settings))
+    # Room for every pool's assignment writes in flight, plus watches and status writes.
+    connections = max(512, 2 * memo.settings.write_concurrency)
+    client = KubeClient(login(settings), max_connections=connections)
     memo.client = client
     if memo.leader_election:
         # Nothing is placed before this instance holds the Lease (see leader.py).

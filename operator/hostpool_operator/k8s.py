@@ -31,6 +31,14 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 
+#: How often a request the API server turned away with 429 Too Many Requests (API Priority
+#: and Fairness, or the max-in-flight limits) is sent again before its caller sees the error.
+#: Such a request was never processed, so sending it again is safe for every verb; client-go
+#: does the same, also ten times.
+THROTTLE_RETRIES = 10
+#: Longest wait between those tries, whatever Retry-After asks for.
+THROTTLE_MAX_WAIT = 10.0
+
 
 class ApiTransportError(ConnectionError):
     """The request did not get an answer (connection refused, reset or dropped)."""
@@ -52,6 +60,15 @@ class ApiError(Exception):
     @property
     def not_found(self) -> bool:
         return self.status == 404
+
+
+def _retry_after_seconds(header: str | None) -> float:
+    """The wait a 429 asks for (whole seconds), 1 s when it names none, never too long."""
+    try:
+        seconds = float(header) if header is not None else 1.0
+    except ValueError:
+        seconds = 1.0
+    return min(max(seconds, 0.1), THROTTLE_MAX_WAIT)
 
 
 def _ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
@@ -105,8 +122,17 @@ def login(settings: kopf.OperatorSettings | None = None) -> kopf.ConnectionInfo:
 class KubeClient:
     """A minimal asynchronous Kubernetes API client for hostpool.io objects and Events."""
 
-    def __init__(self, info: kopf.ConnectionInfo, *, max_connections: int = 256) -> None:
+    def __init__(
+        self,
+        info: kopf.ConnectionInfo,
+        *,
+        max_connections: int = 256,
+        throttle_retries: int = THROTTLE_RETRIES,
+    ) -> None:
         self._info = info
+        self._throttle_retries = throttle_retries
+        #: Requests sent again after a 429 (for metrics and tests).
+        self.throttled = 0
         self._server = info.server.rstrip("/")
         headers = {"Accept": "application/json", "User-Agent": "hostpool-operator"}
         if info.token:
@@ -151,16 +177,26 @@ class KubeClient:
     ) -> JSON:
         data = None if body is None else orjson.dumps(body)
         headers = {"Content-Type": content_type} if body is not None else None
-        try:
-            async with self._http().request(
-                method, self._server + path, data=data, params=params, headers=headers
-            ) as response:
-                text = await response.read()
-                status_code, reason_phrase = response.status, response.reason or ""
-        except aiohttp.ClientError as error:
-            # A dropped or refused connection is a transport failure like any OSError: the
-            # callers retry those. (aiohttp's disconnect errors are not OSErrors themselves.)
-            raise ApiTransportError(f"{method} {path}: {error!r}") from error
+        attempt = 0
+        while True:
+            try:
+                async with self._http().request(
+                    method, self._server + path, data=data, params=params, headers=headers
+                ) as response:
+                    text = await response.read()
+                    status_code, reason_phrase = response.status, response.reason or ""
+                    retry_after = response.headers.get("Retry-After")
+            except aiohttp.ClientError as error:
+                # A dropped or refused connection is a transport failure like any OSError:
+                # the callers retry those. (aiohttp's disconnect errors are not OSErrors.)
+                raise ApiTransportError(f"{method} {path}: {error!r}") from error
+            if status_code != 429 or attempt >= self._throttle_retries:
+                break
+            attempt += 1
+            self.throttled += 1
+            wait = _retry_after_seconds(retry_after)
+            log.debug("%s %s: throttled (429), try %d in %.1fs", method, path, attempt + 1, wait)
+            await asyncio.sleep(wait)
         if status_code >= 400:
             try:
                 status = orjson.loads(text)

@@ -21,8 +21,28 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+class RetriedRequestsAreWarnings(logging.Filter):
+    """kopf logs each failed try of a request it will send again at ERROR, so a short API
+    server outage fills an ERROR-based alert with requests that then succeeded. Those
+    become WARNING; the try kopf gives up on ("escalating") stays an ERROR."""
+
+    RETRIED = ("failed; will retry", "failed; TCP closed;", "failed; SSL closed;")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (
+            record.levelno == logging.ERROR
+            and record.name.startswith("kopf")
+            and isinstance(record.msg, str)
+            and record.msg.startswith("Request attempt")
+            and any(marker in record.msg for marker in self.RETRIED)
+        ):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def setup_logging(*, json_logs: bool = False, verbose: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RetriedRequestsAreWarnings())
     if json_logs:
         handler.setFormatter(JsonFormatter())
     else:

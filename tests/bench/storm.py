@@ -154,6 +154,10 @@ async def apiserver_writes(client: KubeClient) -> dict[tuple[str, str], float]:
 async def delete_namespace(client: KubeClient, namespace: str) -> None:
     """Delete the namespace and wait until it is gone."""
     try:
+        # One delete-collection call per kind first: the namespace controller alone takes
+        # minutes for thousands of objects (it is rate-limited as a client).
+        for plural in ("sessionrequests", "sessionhosts", "hostpools"):
+            await client.request("DELETE", client.path(plural, namespace))
         await client.request("DELETE", f"/api/v1/namespaces/{namespace}")
         while True:
             await client.request("GET", f"/api/v1/namespaces/{namespace}")
@@ -603,7 +607,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=int(env("BENCH_CONCURRENCY", "64")))
     parser.add_argument("--status-interval", type=float, default=1.0)
     parser.add_argument(
-        "--write-concurrency", type=int, default=int(env("BENCH_WRITE_CONCURRENCY", "128"))
+        "--write-concurrency", type=int, default=int(env("BENCH_WRITE_CONCURRENCY", "256"))
     )
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--plot", default="bench-storm.png")
