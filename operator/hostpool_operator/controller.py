@@ -1650,6 +1650,7 @@ class Controller:
         if kind == "DELETED":
             worker.on_pool(None)
             self.controller_event_pool_deleted(worker)
+            self._forget_if_idle(worker)
         else:
             record = PoolRecord.of(obj)
             known = worker.pool
@@ -1660,6 +1661,26 @@ class Controller:
             ):
                 return
             worker.on_pool(record)
+
+    def _host_left(self, key: tuple[str, str], pool: str) -> None:
+        worker = self.worker(key[0], pool)
+        worker.on_host_deleted(key[1])
+        self._forget_if_idle(worker)
+
+    def _request_left(self, key: tuple[str, str], pool: str) -> None:
+        worker = self.worker(key[0], pool)
+        worker.on_request_deleted(key[1])
+        self._forget_if_idle(worker)
+
+    def _forget_if_idle(self, worker: PoolWorker) -> None:
+        """A pool name nothing refers to any more (no pool, host or request) loses its
+        worker and its metric series, so names that come and go never pile up."""
+        key = (worker.namespace, worker.name)
+        if self.pools.get(key) is not worker or not worker.idle():
+            return
+        del self.pools[key]
+        self.metrics.forget_pool(*key)
+        self.spawn(worker.stop())
 
     def controller_event_pool_deleted(self, worker: PoolWorker) -> None:
         if worker.requests and self.events.allow("pool-deleted", worker.namespace, worker.name):
@@ -1676,10 +1697,10 @@ class Controller:
         if kind == "DELETED":
             self.host_pool.pop(key, None)
             if old_pool is not None:
-                self.worker(key[0], old_pool).on_host_deleted(key[1])
+                self._host_left(key, old_pool)
             return
         if old_pool is not None and old_pool != record.pool:
-            self.worker(key[0], old_pool).on_host_deleted(key[1])
+            self._host_left(key, old_pool)
         worker = self.worker(key[0], record.pool)
         existing = worker.hosts.get(key[1])
         if (
@@ -1698,9 +1719,9 @@ class Controller:
         if kind == "DELETED":
             self.request_pool.pop(key, None)
             if old_pool is not None:
-                self.worker(key[0], old_pool).on_request_deleted(key[1])
+                self._request_left(key, old_pool)
             return
         if old_pool is not None and old_pool != record.pool:
-            self.worker(key[0], old_pool).on_request_deleted(key[1])
+            self._request_left(key, old_pool)
         self.request_pool[key] = record.pool
         self.worker(key[0], record.pool).on_request(record)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from .controller import MetricsSink
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+SESSION_STATES = ("total", "connecting", "active", "disconnected")
 QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60)
 
 
@@ -80,9 +82,21 @@ class PrometheusMetrics(MetricsSink):
         self.pending.labels(namespace, pool).set(status.get("pendingRequests", 0))
         self.hosts.labels(namespace, pool).set(status.get("hosts", {}).get("total", 0))
         self.free.labels(namespace, pool).set(status.get("capacity", {}).get("free", 0))
-        for state in ("total", "connecting", "active", "disconnected"):
+        for state in SESSION_STATES:
             value = status.get("sessions", {}).get(state, 0)
             self.sessions.labels(namespace, pool, state).set(value)
+
+    def forget_pool(self, namespace: str, pool: str) -> None:
+        series: list[tuple[Any, tuple[str, ...]]] = [
+            (metric, ())
+            for metric in (self.latency, self.queued, self.pending, self.hosts, self.free)
+        ]
+        series += [(self.assignments, (reason,)) for reason in ("NewSession", "Reconnected")]
+        series += [(self.scale_actions, (way,)) for way in ("up", "down")]
+        series += [(self.sessions, (state,)) for state in SESSION_STATES]
+        for metric, extra in series:
+            with contextlib.suppress(KeyError):  # never observed for this pool
+                metric.remove(namespace, pool, *extra)
 
     def serve(self, address: str) -> None:
         """Serve /metrics on ``host:port`` in a background thread."""

@@ -5,6 +5,7 @@ starts ``python -m hostpool_operator run --namespace <ns> --status-interval 0.2`
 ``KUBECONFIG`` pointing at the ``kube`` fixture's cluster, waits for its "started" log line,
 and stops it (SIGTERM, SIGKILL after 10 s) at teardown: teardown waits until the operator
 has shut down, a background thread waits for the process to exit.
+It serves its Prometheus metrics on a free local port (``operator_process.metrics()``).
 ``operator_process.restart()`` stops and starts it again (the log file is appended to);
 ``stop()`` and ``start()`` do one half each. A test whose operator logged an error or a
 traceback fails at teardown.
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.helpers import Cluster, KubeLike, OperatorProcess, join_reapers
+from e2e.helpers import Cluster, KubeLike, OperatorProcess, free_port, join_reapers
 
 OPERATOR_LOG_LINES = 80
 
@@ -51,7 +52,9 @@ def operator_process(
     kube: KubeLike, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[OperatorProcess]:
     """The operator watching this test's namespace; started, and stopped after the test."""
-    operator = OperatorProcess(kube.kubeconfig, namespace, tmp_path / "operator.log")
+    operator = OperatorProcess(
+        kube.kubeconfig, namespace, tmp_path / "operator.log", metrics_port=free_port()
+    )
     request.node.stash[_OPERATOR_KEY] = operator
     operator.start()
     try:

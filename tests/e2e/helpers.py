@@ -12,10 +12,12 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -61,6 +63,13 @@ class KubeLike(Protocol):
 
     kubeconfig: Path
     api_client: Any
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def make_api_client(kubeconfig: Path, *, pool_size: int = 32) -> Any:
@@ -188,12 +197,16 @@ class OperatorProcess:
         *,
         status_interval: float = 0.2,
         extra_args: Iterable[str] = (),
+        metrics_port: int | None = None,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.namespace = namespace
         self.log_path = log_path
         self.status_interval = status_interval
         self.extra_args = list(extra_args)
+        self.metrics_port = metrics_port
+        if metrics_port is not None:
+            self.extra_args += ["--metrics-address", f"127.0.0.1:{metrics_port}"]
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.exit_codes: list[int] = []
@@ -310,6 +323,14 @@ class OperatorProcess:
     def restart(self, timeout: float = 30.0) -> None:
         self.stop()
         self.start(timeout=timeout)
+
+    def metrics(self) -> str:
+        """The operator's Prometheus metrics, as text."""
+        assert self.metrics_port is not None, "started without --metrics-address"
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text: str = answer.read().decode()
+            return text
 
     def log_text(self) -> str:
         return self._log_since(0)

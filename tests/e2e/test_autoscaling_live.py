@@ -105,8 +105,7 @@ def test_max_hosts_limits_growth_and_requests_wait_saturated(
     for i, name in enumerate(names):
         cluster.create_request(name, POOL, f"user{i}")
     cluster.wait(
-        lambda: sum(1 for o in cluster.requests().values() if phase(o) == "Assigned") == 4
-        or None,
+        lambda: sum(1 for o in cluster.requests().values() if phase(o) == "Assigned") == 4 or None,
         "four requests assigned (two hosts of two)",
     )
     waiting = [o for o in cluster.requests().values() if phase(o) != "Assigned"]
@@ -115,8 +114,10 @@ def test_max_hosts_limits_growth_and_requests_wait_saturated(
         cluster.wait_request(obj["metadata"]["name"], phase_="Pending", reason="PoolSaturated")
     pool = cluster.wait_pool(
         POOL,
-        lambda p: cond_is(p, "ScalingLimited", "True", "MaxHostsReached")
-        and cond_is(p, "Saturated", "True"),
+        lambda p: (
+            cond_is(p, "ScalingLimited", "True", "MaxHostsReached")
+            and cond_is(p, "Saturated", "True")
+        ),
         "ScalingLimited True (MaxHostsReached) and Saturated",
     )
     assert status(pool)["hosts"]["total"] == 2

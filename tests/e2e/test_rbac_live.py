@@ -19,7 +19,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ import yaml
 
 from chart.argocd_health import health, write_fixture
 from controlplane import ensure_tools
+from e2e.helpers import free_port
 from kube import REPO_ROOT, Kube, make_api_client, resource_path, unique_name
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
@@ -81,13 +81,6 @@ def helm_template(bin_dir: Path, release: str, namespace: str, values: dict[str,
     for key, value in values.items():
         argv += ["--set-json", f"{key}={json.dumps(value)}"]
     return [d for d in yaml.safe_load_all(run_tool(argv)) if isinstance(d, dict)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 # ---------------------------------------------------------------------------------------

@@ -290,3 +290,24 @@ def test_storm_of_200_requests(
     )
     assert status(pool)["capacity"]["free"] == 0
     assert all(sessions_total(h) == limit for h in cluster.hosts().values())
+
+
+def test_a_pool_that_is_gone_leaves_nothing_behind(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    """Once a pool, its hosts and its requests are all deleted, the operator forgets the
+    pool name (its metric series go); the same name used again starts from scratch."""
+    label = 'pool="brief"'
+    for user in ("alice", "bob"):
+        cluster.setup_pool("brief", "BreadthFirst", 2, hosts=["b1"])
+        cluster.create_request(f"r-{user}", "brief", user)
+        placed = cluster.wait_assigned([f"r-{user}"])
+        assert host_of(placed[f"r-{user}"]) == "b1"
+        cluster.wait(lambda: label in operator_process.metrics() or None, "the pool's metrics")
+        cluster.delete("SessionRequest", f"r-{user}")
+        cluster.delete("SessionHost", "b1")
+        cluster.delete("HostPool", "brief")
+        cluster.wait(
+            lambda: label not in operator_process.metrics() or None,
+            "the pool's metric series to go",
+        )
