@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import random
 import ssl
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -63,12 +64,15 @@ class ApiError(Exception):
 
 
 def _retry_after_seconds(header: str | None) -> float:
-    """The wait a 429 asks for (whole seconds), 1 s when it names none, never too long."""
+    """The wait a 429 asks for (whole seconds, 1 s when it names none), plus up to as much
+    again at random: a burst refused together must not come back together, or the same few
+    seats turn most of it away again. Never longer than THROTTLE_MAX_WAIT."""
     try:
         seconds = float(header) if header is not None else 1.0
     except ValueError:
         seconds = 1.0
-    return min(max(seconds, 0.1), THROTTLE_MAX_WAIT)
+    seconds = max(seconds, 0.1)
+    return min(seconds + random.uniform(0, seconds), THROTTLE_MAX_WAIT)
 
 
 def _ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.cluster
 
 FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"
 #: More concurrent writes than the priority level has seats (a handful), by far.
-BURST = 80
+BURST = 40
 
 
 def _connection(kube: Kube, token: str) -> kopf.ConnectionInfo:
