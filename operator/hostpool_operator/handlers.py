@@ -14,6 +14,7 @@ the status the controller writes.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from typing import Any
 
@@ -25,6 +26,9 @@ from .k8s import KubeClient, login
 from .leader import LeaderElector, LeaseForbiddenError, default_namespace
 
 registry = kopf.OperatorRegistry()
+#: Allocations between two young-generation collections (CPython's default is 700).
+GC_YOUNG_THRESHOLD = 10_000
+
 log = logging.getLogger(__name__)
 
 
@@ -87,6 +91,12 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
         memo.watchdog = asyncio.get_running_loop().create_task(_stop_when_lost(memo, elector))
     controller = Controller(client, memo.settings, memo.metrics)
     await controller.initial_sync(memo.namespaces or None)
+    # What exists now (modules, kopf's and our own start-up state) lives as long as the
+    # process: keep it out of the cyclic collector's scans. A logon storm allocates fast,
+    # and each full collection used to walk all of it (up to ~0.1 s with the loop stalled);
+    # fewer, larger young-generation collections cost less in total.
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     memo.controller = controller
     log.info(
         "hostpool-operator started: %d pool(s), watching %s",
