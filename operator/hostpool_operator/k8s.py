@@ -135,7 +135,7 @@ class KubeClient:
     ) -> None:
         self._info = info
         self._throttle_retries = throttle_retries
-        #: Requests sent again after a 429 (for metrics and tests).
+        #: Requests sent again after a 429 (the live throttling test reads it).
         self.throttled = 0
         self._server = info.server.rstrip("/")
         headers = {"Accept": "application/json", "User-Agent": "hostpool-operator"}
