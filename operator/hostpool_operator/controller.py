@@ -1025,16 +1025,21 @@ class PoolWorker:
                     self.on_request(current)
                 return
             record = current
-        status = self._assigned_status(record, placement)
+        # The whole status, as stored plus the decision: the write replaces it, and only on
+        # the version it was read from, so nothing another writer set can be lost.
+        status = {**record.status, **self._assigned_status(record, placement)}
+        status = {key: value for key, value in status.items() if value is not None}
         try:
             async with self.writes:
                 queued = time.monotonic() - record.seen
-                obj = await self.controller.client.patch_status(
+                obj = await self.controller.client.replace_status(
                     REQUESTS,
+                    "SessionRequest",
                     self.namespace,
                     name,
                     status,
                     resource_version=record.meta.resource_version,
+                    uid=record.meta.uid,
                 )
             self.controller.metrics.observe_assignment(
                 self.namespace,

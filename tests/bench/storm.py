@@ -2,8 +2,10 @@
 
 1. **Ceiling.** With no operator, a load generator (its own process) runs the same storm with
    no decision logic: each worker creates a SessionRequest and at once writes its status (a
-   precomputed host, conditional on the resourceVersion the create returned). That is the
-   fastest any operator could place this storm on this API server.
+   precomputed host, conditional on the resourceVersion the create returned). The write is
+   the one the operator makes: the same status fields (phase, host, reason, message,
+   sessionState, assignedAt, the Assigned condition) replaced in one PUT. That is the fastest
+   any operator could place this storm on this API server.
 2. **Operator.** The operator runs as its own process, watching a fresh namespace with one
    pool (default BreadthFirst, 200 hosts x maxSessionLimit 10). The load generator creates N
    requests (default 2,000) with enough concurrency not to be the bottleneck, while this
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "operator"))
 
+from hostpool_operator import conditions as cond  # noqa: E402
 from hostpool_operator.k8s import ApiError, KubeClient  # noqa: E402
 
 GROUP_VERSION = "hostpool.io/v1alpha1"
@@ -61,6 +65,27 @@ def client_for(kubeconfig: str) -> KubeClient:
 
 
 # ------------------------------------------------------------------------------ load generator
+
+
+def assigned_status(host: str, generation: int) -> dict[str, Any]:
+    """The status the operator writes for a new session on ``host`` (same fields, same shape)."""
+    now = datetime.now(UTC)
+    message = f"new session on {host}"
+    return {
+        "observedGeneration": generation,
+        "phase": "Assigned",
+        "host": host,
+        "reason": "NewSession",
+        "message": message,
+        "sessionState": "Connecting",
+        "assignedAt": cond.rfc3339(now),
+        "conditions": cond.merge(
+            None,
+            [cond.Cond("Assigned", "True", "NewSession", message)],
+            now=now,
+            generation=generation,
+        ),
+    }
 
 
 async def loadgen(args: argparse.Namespace) -> None:
@@ -91,18 +116,15 @@ async def loadgen(args: argparse.Namespace) -> None:
                 obj = await client.create("sessionrequests", args.namespace, body)
                 created[name] = started
                 if args.mode == "ceiling":
-                    host = f"host{i % args.hosts:05d}"
-                    await client.patch_status(
+                    meta = obj["metadata"]
+                    await client.replace_status(
                         "sessionrequests",
+                        "SessionRequest",
                         args.namespace,
                         name,
-                        {
-                            "phase": "Assigned",
-                            "host": host,
-                            "reason": "NewSession",
-                            "sessionState": "Connecting",
-                        },
-                        resource_version=obj["metadata"]["resourceVersion"],
+                        assigned_status(f"host{i % args.hosts:05d}", meta.get("generation", 1)),
+                        resource_version=meta["resourceVersion"],
+                        uid=meta["uid"],
                     )
                     assigned[name] = time.time()
             except (TimeoutError, ApiError, aiohttp.ClientError) as error:
