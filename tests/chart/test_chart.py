@@ -42,8 +42,13 @@ OPERATOR_RULES: list[Obj] = [
     },
     {
         "apiGroups": ["hostpool.io"],
-        "resources": ["hostpools/status", "sessionhosts/status", "sessionrequests/status"],
+        "resources": ["hostpools/status", "sessionhosts/status"],
         "verbs": ["patch"],
+    },
+    {
+        "apiGroups": ["hostpool.io"],
+        "resources": ["sessionrequests/status"],
+        "verbs": ["patch", "update"],
     },
     {"apiGroups": ["hostpool.io"], "resources": ["hostpools/finalizers"], "verbs": ["update"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},

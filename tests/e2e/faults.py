@@ -893,7 +893,7 @@ class CuttingProxy:
             raise RuntimeError(f"openssl failed: {proc.stderr}")
         self.server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.server_ssl.load_cert_chain(str(self.cert), str(key))
-        self.match = re.compile(r"^PATCH /apis/hostpool\.io/v1alpha1/namespaces/[^/]+/"
+        self.match = re.compile(r"^PUT /apis/hostpool\.io/v1alpha1/namespaces/[^/]+/"
                                 r"sessionrequests/[^/? ]+/status[? ]")  # fmt: skip
         self.mode = "before"
         self.how = "close"

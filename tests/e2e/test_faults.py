@@ -815,7 +815,7 @@ def host_reason(obj: Obj) -> str | None:
 )
 def test_status_write_cut_off_is_retried(rig: Rig, mode: str, how: str) -> None:
     """The operator talks to the API server through a proxy that drops the connection of the
-    first 5 assignment writes (PATCH sessionrequests/<name>/status) with no response: with
+    first 5 assignment writes (PUT sessionrequests/<name>/status) with no response: with
     ``before`` the write never reaches the API server, with ``after`` it does and only the
     answer is lost; the connection ends with a TLS close (aiohttp: ServerDisconnectedError)
     or a reset (ConnectionResetError). That is what the operator sees when the API server

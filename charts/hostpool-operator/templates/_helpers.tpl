@@ -52,7 +52,9 @@ The rules the operator needs, and nothing else (proven by tests/e2e/test_rbac_li
 - sessionrequests: get (re-read a request after a conflicting status write);
 - sessionhosts: create + delete (scaling adds hosts from the pool's hostTemplate and removes
   only those it created);
-- the status subresources: patch (every status write is a merge patch on the status subresource);
+- the status subresources: patch (pool, host and pending-request status are merge patches);
+  sessionrequests/status also update (an assignment replaces the request's status in one PUT,
+  conditional on its resourceVersion: cheaper for the API server than a patch);
 - hostpools/finalizers: update (hosts it creates carry an ownerReference with
   blockOwnerDeletion: true; clusters with the OwnerReferencesPermissionEnforcement admission
   plugin, e.g. OpenShift, require this permission on the owner for that);
@@ -69,8 +71,11 @@ The rules the operator needs, and nothing else (proven by tests/e2e/test_rbac_li
   resources: ["sessionrequests"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["hostpool.io"]
-  resources: ["hostpools/status", "sessionhosts/status", "sessionrequests/status"]
+  resources: ["hostpools/status", "sessionhosts/status"]
   verbs: ["patch"]
+- apiGroups: ["hostpool.io"]
+  resources: ["sessionrequests/status"]
+  verbs: ["patch", "update"]
 - apiGroups: ["hostpool.io"]
   resources: ["hostpools/finalizers"]
   verbs: ["update"]
