@@ -242,8 +242,10 @@ class ControllerSettings:
     metrics_stale_after: float = 120.0
     #: Host status waits for this long without placements, or at most host_status_max_delay.
     host_status_max_delay: float = 30.0
-    #: Concurrent status writes per pool.
-    write_concurrency: int = 256
+    #: Concurrent status writes per pool. More is not faster: every write in flight is a
+    #: goroutine in the API server, and the watch that delivers new requests (to this
+    #: operator too) lags behind as they multiply (docs/performance.md: 256 was slower).
+    write_concurrency: int = 128
     #: The same Event (object, reason) is posted at most this often (seconds).
     event_interval: float = 30.0
 

@@ -95,6 +95,7 @@ async def loadgen(args: argparse.Namespace) -> None:
     for i in range(args.requests):
         queue.put_nowait(i)
     created: dict[str, float] = {}
+    returned: dict[str, float] = {}
     assigned: dict[str, float] = {}
     errors: list[str] = []
 
@@ -114,6 +115,7 @@ async def loadgen(args: argparse.Namespace) -> None:
             try:
                 started = time.time()
                 obj = await client.create("sessionrequests", args.namespace, body)
+                returned[name] = time.time()
                 created[name] = started
                 if args.mode == "ceiling":
                     meta = obj["metadata"]
@@ -138,6 +140,7 @@ async def loadgen(args: argparse.Namespace) -> None:
         json.dumps(
             {
                 "created": created,
+                "returned": returned,
                 "assigned": assigned,
                 "began": began,
                 "ended": ended,
@@ -310,8 +313,10 @@ async def watch_requests(
     seen: dict[str, tuple[str, float]],
     changed: set[str],
     stop: asyncio.Event,
+    visible: dict[str, float] | None = None,
 ) -> None:
-    """Record when each request is first seen Assigned, and any later change of host."""
+    """Record when each request is first seen Assigned, and any later change of host (and,
+    into ``visible``, when the watch first delivered it at all)."""
     path = client.path("sessionrequests", namespace)
     rv = "0"
     while not stop.is_set():
@@ -333,6 +338,8 @@ async def watch_requests(
                     rv = obj.get("metadata", {}).get("resourceVersion", rv)
                     if event["type"] not in ("ADDED", "MODIFIED"):
                         continue
+                    if visible is not None:
+                        visible.setdefault(obj["metadata"]["name"], time.time())
                     status = obj.get("status") or {}
                     if status.get("phase") != "Assigned":
                         continue
@@ -432,9 +439,12 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
         cpu_before, _ = proc_stats(operator.pid)
         writes_before = await apiserver_writes(client)
         seen: dict[str, tuple[str, float]] = {}
+        visible: dict[str, float] = {}
         changed: set[str] = set()
         stop = asyncio.Event()
-        watcher = asyncio.create_task(watch_requests(client, namespace, seen, changed, stop))
+        watcher = asyncio.create_task(
+            watch_requests(client, namespace, seen, changed, stop, visible)
+        )
         await asyncio.sleep(0.3)
         result = await asyncio.to_thread(
             run_loadgen, args, "operator", namespace, work / "storm.json"
@@ -478,9 +488,26 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
     last = max((t for _, t in seen.values()), default=first)
     assigned = len(listing["items"]) - lost
     # Raw timings stay in the work directory for a closer look at a run.
+    returned = result["returned"]
     (work / "timings.json").write_text(
-        json.dumps({"created": created, "assigned": {n: t for n, (_, t) in seen.items()}})
+        json.dumps(
+            {
+                "created": created,
+                "returned": returned,
+                "visible": visible,
+                "assigned": {n: t for n, (_, t) in seen.items()},
+            }
+        )
     )
+    # Where each request's latency went: its create (until the POST returned), the watch
+    # delivering it (to this process's watch, a proxy for the operator's), and the rest
+    # (delivery to the operator, decision, write, delivery of the result).
+    both = [n for n in created if n in returned and n in visible and n in seen]
+    stages = {
+        "create": [(returned[n] - created[n]) * 1000 for n in both],
+        "watch": [(visible[n] - returned[n]) * 1000 for n in both],
+        "assign": [(seen[n][1] - visible[n]) * 1000 for n in both],
+    }
     return {
         "latencies": latencies,
         "timeline": sorted(t - first for _, t in seen.values()),
@@ -495,6 +522,9 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
         "writesPerAssignment": operator_writes / assigned if assigned else float("nan"),
         "loadgenSeconds": result["ended"] - result["began"],
         "inside": inside,
+        "stages": {
+            k: [round(percentile(v, 50), 1), round(percentile(v, 99), 1)] for k, v in stages.items()
+        },
     }
 
 
@@ -561,6 +591,7 @@ async def bench(args: argparse.Namespace) -> int:
         "operatorRssMb": round(run["operatorRssMb"], 1),
         "inOperatorMeanMs": round(inside["queued"]["meanMs"], 1),
         "inOperatorP99AtMostMs": inside["queued"]["p99AtMostMs"],
+        "stagesP50P99Ms": run["stages"],
     }
     rows = [
         ("requests / assigned", f"{args.requests} / {run['assigned']}"),
@@ -590,6 +621,14 @@ async def bench(args: argparse.Namespace) -> int:
         (
             "  + its write: mean / p99 (ms)",
             f"{inside['written']['meanMs']:.1f} / <= {inside['written']['p99AtMostMs']:.0f}",
+        ),
+        *(
+            (f"  {label}: p50 / p99 (ms)", "{} / {}".format(*run["stages"][key]))
+            for key, label in (
+                ("create", "create (POST)"),
+                ("watch", "then seen by a watch"),
+                ("assign", "then seen Assigned"),
+            )
         ),
         ("API writes per assignment", f"{run['writesPerAssignment']:.3f}"),
         ("load generator time (s)", f"{run['loadgenSeconds']:.2f}"),
@@ -629,7 +668,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=int(env("BENCH_CONCURRENCY", "64")))
     parser.add_argument("--status-interval", type=float, default=1.0)
     parser.add_argument(
-        "--write-concurrency", type=int, default=int(env("BENCH_WRITE_CONCURRENCY", "256"))
+        "--write-concurrency", type=int, default=int(env("BENCH_WRITE_CONCURRENCY", "128"))
     )
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--plot", default="bench-storm.png")
