@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--write-concurrency",
         type=int,
         default=defaults.write_concurrency,
-        help="assignment writes in flight at once per pool (default %(default)s)",
+        help="request status writes in flight at once, shared by all pools (default %(default)s)",
     )
     run.add_argument("--log-format", choices=("text", "json"), default="text")
     run.add_argument("--verbose", "-v", action="store_true", help="debug logging")

@@ -50,6 +50,7 @@ from .api import (
 from .balancing import Demand, HostView, Placement, PoolBalancer
 from .k8s import ApiError, Informer, KubeClient
 from .scaling import ScaleHost, hosts_to_add, hosts_to_remove
+from .writeslots import WriteSlots
 
 log = logging.getLogger(__name__)
 
@@ -242,9 +243,10 @@ class ControllerSettings:
     metrics_stale_after: float = 120.0
     #: Host status waits for this long without placements, or at most host_status_max_delay.
     host_status_max_delay: float = 30.0
-    #: Concurrent status writes per pool. More is not faster: every write in flight is a
-    #: goroutine in the API server, and the watch that delivers new requests (to this
-    #: operator too) lags behind as they multiply (docs/performance.md: 256 was slower).
+    #: Request status writes in flight at once, shared by all pools in turn. More is not
+    #: faster: every write in flight is a goroutine in the API server, and the watch that
+    #: delivers new requests (to this operator too) lags as they multiply
+    #: (docs/performance.md: 256 was slower than 128).
     write_concurrency: int = 128
     #: The same Event (object, reason) is posted at most this often (seconds).
     event_interval: float = 30.0
@@ -306,7 +308,6 @@ class PoolWorker:
         self.deadlines: list[tuple[datetime, str]] = []  # (connecting deadline, user)
         self.stale_hosts: set[str] = set()
         self.task: asyncio.Task[None] | None = None
-        self.writes = asyncio.Semaphore(controller.settings.write_concurrency)
         # Status writes get their own, small lane: they must never hold up assignments.
         self.status_writes = asyncio.Semaphore(4)
         self.last_status_write = 0.0
@@ -1032,7 +1033,7 @@ class PoolWorker:
         status = {**record.status, **self._assigned_status(record, placement)}
         status = {key: value for key, value in status.items() if value is not None}
         try:
-            async with self.writes:
+            async with self.controller.write_slots.slot((self.namespace, self.name)):
                 queued = time.monotonic() - record.seen
                 obj = await self.controller.client.replace_status(
                     REQUESTS,
@@ -1212,7 +1213,7 @@ class PoolWorker:
     ) -> None:
         name = record.meta.name
         try:
-            async with self.writes:
+            async with self.controller.write_slots.slot((self.namespace, self.name)):
                 obj = await self.controller.client.patch_status(
                     REQUESTS,
                     self.namespace,
@@ -1576,6 +1577,7 @@ class Controller:
         self.settings = settings or ControllerSettings()
         self.metrics = metrics or MetricsSink()
         self.events = EventLimiter(self.settings.event_interval)
+        self.write_slots = WriteSlots(self.settings.write_concurrency)
         self.pools: dict[Key, PoolWorker] = {}
         self.host_pool: dict[Key, str] = {}  # a host's pool (poolRef is immutable, but be sure)
         self.request_pool: dict[Key, str] = {}
