@@ -279,8 +279,12 @@ class KubeClient:
         metadata: JSON = {"name": name, "namespace": namespace, "resourceVersion": resource_version}
         if uid:
             metadata["uid"] = uid
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": metadata}
-        body["status"] = status
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": kind,
+            "metadata": metadata,
+            "status": status,
+        }
         return await self.request("PUT", self.path(plural, namespace, name) + "/status", body=body)
 
     async def create(self, plural: str, namespace: str, body: Mapping[str, Any]) -> JSON:

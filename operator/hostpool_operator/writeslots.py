@@ -1,4 +1,4 @@
-"""Assignment writes in flight, bounded for the whole operator and shared fairly by pools.
+"""Request status writes in flight, bounded for the whole operator, shared fairly by pools.
 
 Every write in flight is a request the API server works on at the same time as all others;
 past a point more of them only slow down the watches that deliver new requests
