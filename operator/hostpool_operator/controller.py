@@ -1149,6 +1149,14 @@ class PoolWorker:
             fresh.meta.resource_version, current.meta.resource_version
         ):
             fresh = current
+        said = self.pending_said.get(name)
+        if said is not None and not (
+            fresh.phase == Phase.PENDING.value and fresh.status.get("reason") == said.value
+        ):
+            # The pending reason we last wrote lost to another write (e.g. an older reason
+            # of ours written on the same version): decide again, so it is written anew.
+            self.pending_said.pop(name, None)
+            self.waiting.pop(name, None)
         # Back in line at its old place (same sequence number, same first-seen time).
         self.on_request(fresh)
         self.wake.set()
