@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The bench's compiled reference controller (Go, standard library only): formatted and vetted.
+GO_CHECK := cd tests/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
 
 .PHONY: help venv test test-faults test-unit lint crds bench-engine bench tools cluster-up cluster-down demo demo-down clean
 
@@ -21,6 +23,7 @@ venv: $(STAMP) ## create .venv and install the project with its test extra
 test: $(STAMP) tools ## everything: lint, types, unit, property, CRD and end-to-end tests
 	$(PY) -m ruff check operator tests
 	$(PY) -m mypy
+	$(GO_CHECK)
 	$(PY) -m pytest
 
 test-faults: $(STAMP) tools ## only the fault-injection tests (also part of make test)
@@ -29,9 +32,10 @@ test-faults: $(STAMP) tools ## only the fault-injection tests (also part of make
 test-unit: $(STAMP) ## pure tests only (no control plane needed)
 	$(PY) -m pytest tests/unit
 
-lint: $(STAMP) ## ruff and mypy
+lint: $(STAMP) ## ruff and mypy (and gofmt/go vet for the bench's Go reference controller)
 	$(PY) -m ruff check operator tests
 	$(PY) -m mypy
+	$(GO_CHECK)
 
 crds: $(STAMP) ## regenerate crds/ from the pydantic models
 	$(PY) -m hostpool_operator.cli crds --output-dir crds

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -295,6 +297,109 @@ async def ceiling(
     }
 
 
+def bare_commands(
+    args: argparse.Namespace, client: KubeClient, work: Path
+) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """How to start each bare controller (argv without --namespace/--out, extra environment):
+    the Python one (this file, the operator's HTTP client), and the compiled one (Go standard
+    library, HTTP/2) when ``go`` is installed and the kubeconfig has a CA and a bearer token."""
+    common = ["--hosts", str(args.hosts), "--write-concurrency", str(args.write_concurrency)]
+    commands: dict[str, tuple[list[str], dict[str, str]]] = {
+        "python": (
+            [sys.executable, __file__, "bare-controller", "--kubeconfig", args.kubeconfig, *common],
+            {},
+        )
+    }
+    info = client._info
+    if shutil.which("go") is None or not info.token or not (info.ca_path or info.ca_data):
+        log("compiled bare controller skipped: it needs go, and a CA and a token to connect")
+        return commands
+    binary = work / "barecontroller"
+    subprocess.run(
+        ["go", "build", "-o", str(binary), "."],
+        cwd=Path(__file__).parent / "barecontroller",
+        check=True,
+    )
+    ca = work / "ca.crt"
+    if info.ca_path:
+        ca.write_bytes(Path(os.fsdecode(info.ca_path)).read_bytes())
+    elif info.ca_data:
+        data = info.ca_data
+        text = data.decode() if isinstance(data, bytes) else data
+        ca.write_text(text if "-----BEGIN" in text else base64.b64decode(text).decode())
+    commands["go"] = (
+        [str(binary), "--server", info.server, "--ca", str(ca), *common],
+        {"BARE_CONTROLLER_TOKEN": info.token},
+    )
+    return commands
+
+
+async def bare_run(
+    args: argparse.Namespace,
+    client: KubeClient,
+    work: Path,
+    label: str,
+    command: tuple[list[str], dict[str, str]],
+) -> dict[str, Any]:
+    """The storm placed by a bare controller (its own process) instead of the operator,
+    measured the same way: the same load generator, the same recording watch."""
+    namespace = await create_namespace(client, "bench-bare")
+    out = work / f"bare-{label}.json"
+    out_log = work / f"bare-{label}.log"
+    argv, env = command
+    bare = subprocess.Popen(
+        [*argv, "--namespace", namespace, "--out", str(out)],
+        stdout=out_log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **env},
+    )
+    seen: dict[str, tuple[str, float]] = {}
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(watch_requests(client, namespace, seen, set(), stop))
+    try:
+        for _ in range(300):
+            if "bare controller watching" in out_log.read_text(errors="replace"):
+                break
+            if bare.poll() is not None:
+                raise SystemExit("bench: bare controller exited:\n" + out_log.read_text()[-2000:])
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.3)
+        result = await asyncio.to_thread(
+            run_loadgen, args, "create", namespace, work / f"bare-{label}-load.json"
+        )
+        deadline = time.time() + args.timeout
+        while len(seen) < len(result["created"]) and time.time() < deadline:
+            await asyncio.sleep(0.1)
+    finally:
+        stop.set()
+        watcher.cancel()
+        bare.send_signal(signal.SIGTERM)
+        try:
+            bare.wait(30)
+        except subprocess.TimeoutExpired:
+            bare.kill()
+        await delete_namespace(client, namespace)
+    errors = json.loads(out.read_text())["errorCount"] if out.exists() else -1
+    created = result["created"]
+    (work / f"bare-{label}-timings.json").write_text(
+        json.dumps(
+            {
+                "created": created,
+                "returned": result["returned"],
+                "assigned": {n: t for n, (_, t) in seen.items()},
+            }
+        )
+    )
+    first = min(created.values()) if created else 0.0
+    last = max((t for _, t in seen.values()), default=first)
+    log(f"bare controller ({label}): {len(seen)} of {len(created)} assigned, {errors} write errors")
+    return {
+        "perS": len(seen) / (last - first) if last > first else 0.0,
+        "latencies": [(seen[n][1] - t0) * 1000 for n, t0 in created.items() if n in seen],
+        "assigned": len(seen),
+    }
+
+
 def proc_stats(pid: int) -> tuple[float, float]:
     """(CPU seconds, peak RSS in MB) of a process, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -353,6 +458,74 @@ async def watch_requests(
                         return
         except (TimeoutError, aiohttp.ClientError):
             await asyncio.sleep(0.2)
+
+
+async def bare_controller(args: argparse.Namespace) -> None:
+    """The least any watch-driven controller does: watch the requests and, for each new one,
+    write the status the operator would write for a precomputed host (round robin), with at
+    most ``--write-concurrency`` writes in flight. No informer cache, no decision, no pool or
+    host status. It shows what the API server and this client stack allow a controller's
+    latency to be on this machine; the operator's figures are compared with it."""
+    client = client_for(args.kubeconfig)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    slots = asyncio.Semaphore(args.write_concurrency)
+    writes: set[asyncio.Task[None]] = set()
+    placed = 0
+    errors: list[str] = []
+
+    async def write(obj: dict[str, Any], host: str) -> None:
+        meta = obj["metadata"]
+        async with slots:
+            try:
+                await client.replace_status(
+                    "sessionrequests",
+                    "SessionRequest",
+                    args.namespace,
+                    meta["name"],
+                    assigned_status(host, meta.get("generation", 1)),
+                    resource_version=meta["resourceVersion"],
+                    uid=meta["uid"],
+                )
+            except (TimeoutError, ApiError, aiohttp.ClientError) as error:
+                errors.append(f"{meta['name']}: {error}")
+
+    async def watch() -> None:
+        nonlocal placed
+        path = client.path("sessionrequests", args.namespace)
+        rv = "0"
+        print("bare controller watching", flush=True)
+        while True:
+            params = {"watch": "true", "resourceVersion": rv, "allowWatchBookmarks": "true"}
+            try:
+                async with client._http().get(
+                    client._server + path,
+                    params=params,
+                    timeout=aiohttp.ClientTimeout(total=None, sock_read=60),
+                ) as response:
+                    async for raw in response.content:
+                        event = json.loads(raw)
+                        obj = event["object"]
+                        rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                        if event["type"] != "ADDED" or (obj.get("status") or {}).get("phase"):
+                            continue
+                        host = f"host{placed % args.hosts:05d}"
+                        placed += 1
+                        task = asyncio.create_task(write(obj, host))
+                        writes.add(task)
+                        task.add_done_callback(writes.discard)
+            except (TimeoutError, aiohttp.ClientError):
+                await asyncio.sleep(0.2)
+
+    watcher = asyncio.create_task(watch())
+    await stop.wait()
+    watcher.cancel()
+    if writes:
+        await asyncio.wait(writes)
+    await client.close()
+    Path(args.out).write_text(
+        json.dumps({"placed": placed, "errors": errors[:20], "errorCount": len(errors)})
+    )
 
 
 def free_port() -> int:
@@ -447,7 +620,7 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
         )
         await asyncio.sleep(0.3)
         result = await asyncio.to_thread(
-            run_loadgen, args, "operator", namespace, work / "storm.json"
+            run_loadgen, args, "create", namespace, work / "storm.json"
         )
         deadline = time.time() + args.timeout
         while len(seen) < len(result["created"]) and time.time() < deadline:
@@ -560,6 +733,10 @@ async def bench(args: argparse.Namespace) -> int:
         # the ceiling is taken on both sides of the operator run and averaged.
         before = await ceiling(args, client, work, "before")
         run = await operator_run(args, client, work)
+        bare = {
+            label: await bare_run(args, client, work, label, command)
+            for label, command in bare_commands(args, client, work).items()
+        }
         after = await ceiling(args, client, work, "after")
     finally:
         await client.close()
@@ -584,6 +761,14 @@ async def bench(args: argparse.Namespace) -> int:
         "ceilingP50Ms": round(percentile(ceiling_latencies, 50), 1),
         "ceilingP99Ms": round(percentile(ceiling_latencies, 99), 1),
         "ceilingRatio": round(ratio, 3),
+        "bareControllers": {
+            label: {
+                "perS": round(b["perS"], 1),
+                "p50Ms": round(percentile(b["latencies"], 50), 1),
+                "p99Ms": round(percentile(b["latencies"], 99), 1),
+            }
+            for label, b in bare.items()
+        },
         "p50Ms": round(percentile(run["latencies"], 50), 1),
         "p99Ms": round(percentile(run["latencies"], 99), 1),
         "writesPerAssignment": round(run["writesPerAssignment"], 3),
@@ -609,6 +794,10 @@ async def bench(args: argparse.Namespace) -> int:
             f"{summary['ceilingP50Ms']} / {summary['ceilingP99Ms']}",
         ),
         ("ceiling ratio", f"{ratio:.3f}"),
+        *(
+            (f"bare controller ({label}) /s, p50/p99", f"{b['perS']}, {b['p50Ms']} / {b['p99Ms']}")
+            for label, b in summary["bareControllers"].items()
+        ),
         ("latency p50 / p99 (ms)", f"{summary['p50Ms']} / {summary['p99Ms']}"),
         (
             "operator CPU (s) / peak RSS (MB)",
@@ -652,13 +841,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     sub = parser.add_subparsers(dest="command")
     gen = sub.add_parser("loadgen")
-    gen.add_argument("--mode", choices=("ceiling", "operator"), required=True)
+    gen.add_argument("--mode", choices=("ceiling", "create"), required=True)
     gen.add_argument("--kubeconfig", required=True)
     gen.add_argument("--namespace", required=True)
     gen.add_argument("--requests", type=int, required=True)
     gen.add_argument("--concurrency", type=int, required=True)
     gen.add_argument("--hosts", type=int, required=True)
     gen.add_argument("--out", required=True)
+    bare = sub.add_parser("bare-controller")
+    bare.add_argument("--kubeconfig", required=True)
+    bare.add_argument("--namespace", required=True)
+    bare.add_argument("--hosts", type=int, required=True)
+    bare.add_argument("--write-concurrency", type=int, required=True)
+    bare.add_argument("--out", required=True)
     env = os.environ.get
     parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""))
     parser.add_argument("--requests", type=int, default=int(env("BENCH_REQUESTS", "2000")))
@@ -675,6 +870,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.command == "loadgen":
         asyncio.run(loadgen(args))
+        return 0
+    if args.command == "bare-controller":
+        asyncio.run(bare_controller(args))
         return 0
     if not args.kubeconfig:
         parser.error("no cluster: set KUBECONFIG (make bench starts one and sets it)")

@@ -1,0 +1,3 @@
+module hostpool-operator/bench/barecontroller
+
+go 1.22
