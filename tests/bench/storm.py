@@ -11,13 +11,19 @@
    requests (default 2,000) with enough concurrency not to be the bottleneck, while this
    process watches the requests: per-request latency from creation to Assigned, requests
    assigned over time, and whether any request's host ever changes.
+3. **Bare controllers.** The same storm once more for each of two controllers with no
+   decision logic that learn of requests from a watch, as the operator does, and write the
+   operator's status for a round-robin host: one in Python on the operator's HTTP client, one
+   compiled (Go standard library, HTTP/2; when ``go`` is installed). Their latency is what
+   the API server and this machine allow any watch-driven controller.
 
 Measured: p50/p99 latency, throughput, operator CPU seconds and peak RSS, API writes per
 assignment (kube-apiserver's ``apiserver_request_total`` before and after, minus the load
 generator's own creates), and the invariants lost / duplicates / overLimit (all must be 0).
 The last line of stdout is one JSON object.
 
-Environment: BENCH_REQUESTS, BENCH_HOSTS, BENCH_LIMIT, BENCH_ALGORITHM, BENCH_CONCURRENCY;
+Environment: BENCH_REQUESTS, BENCH_HOSTS, BENCH_LIMIT, BENCH_ALGORITHM, BENCH_CONCURRENCY,
+BENCH_WRITE_CONCURRENCY, BENCH_POOLS (hosts and requests spread round robin over that many pools);
 KUBECONFIG to use an existing cluster instead of starting the local control plane.
 """
 
@@ -51,6 +57,11 @@ GROUP_VERSION = "hostpool.io/v1alpha1"
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
 #: Writes that count: the project's kinds (and their status) and the Events it posts.
 COUNTED = {"sessionrequests", "sessionhosts", "hostpools", "events"}
+
+
+def pool_name(i: int, pools: int) -> str:
+    """The pool of request or host number ``i``: round robin over the pools."""
+    return "storm" if pools == 1 else f"storm-{i % pools}"
 
 
 def log(message: str) -> None:
@@ -112,7 +123,7 @@ async def loadgen(args: argparse.Namespace) -> None:
                 "apiVersion": GROUP_VERSION,
                 "kind": "SessionRequest",
                 "metadata": {"name": name},
-                "spec": {"poolRef": {"name": "storm"}, "user": f"user{i:06d}"},
+                "spec": {"poolRef": {"name": pool_name(i, args.pools)}, "user": f"user{i:06d}"},
             }
             try:
                 started = time.time()
@@ -210,16 +221,17 @@ async def create_namespace(client: KubeClient, prefix: str) -> str:
 
 async def create_pool(client: KubeClient, namespace: str, args: argparse.Namespace) -> None:
     lb: dict[str, Any] = {"type": args.algorithm, "maxSessionLimit": args.limit}
-    await client.create(
-        "hostpools",
-        namespace,
-        {
-            "apiVersion": GROUP_VERSION,
-            "kind": "HostPool",
-            "metadata": {"name": "storm"},
-            "spec": {"loadBalancer": lb},
-        },
-    )
+    for j in range(args.pools):
+        await client.create(
+            "hostpools",
+            namespace,
+            {
+                "apiVersion": GROUP_VERSION,
+                "kind": "HostPool",
+                "metadata": {"name": pool_name(j, args.pools)},
+                "spec": {"loadBalancer": lb},
+            },
+        )
     sem = asyncio.Semaphore(32)
 
     async def host(i: int) -> None:
@@ -231,7 +243,7 @@ async def create_pool(client: KubeClient, namespace: str, args: argparse.Namespa
                     "apiVersion": GROUP_VERSION,
                     "kind": "SessionHost",
                     "metadata": {"name": f"host{i:05d}"},
-                    "spec": {"poolRef": {"name": "storm"}},
+                    "spec": {"poolRef": {"name": pool_name(i, args.pools)}},
                 },
             )
 
@@ -256,6 +268,8 @@ def run_loadgen(args: argparse.Namespace, mode: str, namespace: str, out: Path) 
             str(args.concurrency),
             "--hosts",
             str(args.hosts),
+            "--pools",
+            str(args.pools),
             "--out",
             str(out),
         ],
@@ -547,18 +561,22 @@ async def operator_histograms(client: KubeClient, port: int) -> dict[str, dict[s
         ("queued", "hostpool_assignment_queue_seconds"),
         ("written", "hostpool_assignment_latency_seconds"),
     ):
-        buckets: list[tuple[float, float]] = []
+        # Cumulative counts per bucket bound, summed over the label sets (one per pool).
+        buckets: dict[float, float] = {}
         total = count = 0.0
         for line in text.splitlines():
             if line.startswith(metric + "_bucket{"):
                 bound = re.search(r'le="([^"]+)"', line)
                 assert bound is not None
-                buckets.append((float(bound.group(1)), float(line.rsplit(" ", 1)[1])))
+                le = float(bound.group(1))
+                buckets[le] = buckets.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
             elif line.startswith(metric + "_sum{"):
                 total += float(line.rsplit(" ", 1)[1])
             elif line.startswith(metric + "_count{"):
                 count += float(line.rsplit(" ", 1)[1])
-        p99 = next((b for b, n in sorted(buckets) if count and n >= 0.99 * count), float("nan"))
+        p99 = next(
+            (b for b, n in sorted(buckets.items()) if count and n >= 0.99 * count), float("nan")
+        )
         out[key] = {
             "meanMs": total / count * 1000 if count else float("nan"),
             "p99AtMostMs": p99 * 1000,
@@ -577,7 +595,10 @@ def percentile(values: list[float], p: float) -> float:
 async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path) -> dict[str, Any]:
     namespace = await create_namespace(client, "bench-storm")
     await create_pool(client, namespace, args)
-    log(f"pool: {args.algorithm}, {args.hosts} hosts x maxSessionLimit {args.limit}")
+    log(
+        f"{args.pools} pool(s): {args.algorithm}, {args.hosts} hosts in all "
+        f"x maxSessionLimit {args.limit}"
+    )
     op_log = work / "operator.log"
     metrics_port = free_port()
     profile = os.environ.get("BENCH_PROFILE")
@@ -748,6 +769,7 @@ async def bench(args: argparse.Namespace) -> int:
     summary = {
         "requests": args.requests,
         "hosts": args.hosts,
+        "pools": args.pools,
         "limit": args.limit,
         "algorithm": args.algorithm,
         "assigned": run["assigned"],
@@ -823,8 +845,8 @@ async def bench(args: argparse.Namespace) -> int:
         ("load generator time (s)", f"{run['loadgenSeconds']:.2f}"),
     ]
     print(
-        f"\nlogon storm: {args.algorithm}, {args.hosts} hosts x {args.limit}, "
-        f"{args.requests} requests, concurrency {args.concurrency}"
+        f"\nlogon storm: {args.algorithm}, {args.pools} pool(s), {args.hosts} hosts x "
+        f"{args.limit}, {args.requests} requests, concurrency {args.concurrency}"
     )
     for label, value in rows:
         print(f"  {label:<34} {value}")
@@ -847,6 +869,7 @@ def main() -> int:
     gen.add_argument("--requests", type=int, required=True)
     gen.add_argument("--concurrency", type=int, required=True)
     gen.add_argument("--hosts", type=int, required=True)
+    gen.add_argument("--pools", type=int, required=True)
     gen.add_argument("--out", required=True)
     bare = sub.add_parser("bare-controller")
     bare.add_argument("--kubeconfig", required=True)
@@ -858,6 +881,7 @@ def main() -> int:
     parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""))
     parser.add_argument("--requests", type=int, default=int(env("BENCH_REQUESTS", "2000")))
     parser.add_argument("--hosts", type=int, default=int(env("BENCH_HOSTS", "200")))
+    parser.add_argument("--pools", type=int, default=int(env("BENCH_POOLS", "1")))
     parser.add_argument("--limit", type=int, default=int(env("BENCH_LIMIT", "10")))
     parser.add_argument("--algorithm", default=env("BENCH_ALGORITHM", "BreadthFirst"))
     parser.add_argument("--concurrency", type=int, default=int(env("BENCH_CONCURRENCY", "64")))
@@ -874,6 +898,9 @@ def main() -> int:
     if args.command == "bare-controller":
         asyncio.run(bare_controller(args))
         return 0
+    if args.pools < 1 or args.hosts % args.pools:
+        # Host i and request i then share pool i % pools, which the ceiling's hosts rely on.
+        parser.error("BENCH_POOLS must be at least 1 and divide BENCH_HOSTS")
     if not args.kubeconfig:
         parser.error("no cluster: set KUBECONFIG (make bench starts one and sets it)")
     return asyncio.run(bench(args))
