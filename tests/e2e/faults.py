@@ -842,7 +842,20 @@ class Tally:
 
 
 # ---------------------------------------------------------------------------------------
-# a proxy that cuts requests off
+# a proxy that cuts requests off (or holds them back)
+
+
+@dataclass
+class HeldRequest:
+    """A request :class:`CuttingProxy` holds back until :meth:`CuttingProxy.release`."""
+
+    line: str
+    body: bytes
+    release: asyncio.Event
+    #: Set once the API server's answer has been passed on (or the exchange failed).
+    answered: threading.Event = field(default_factory=threading.Event)
+    #: The status line of that answer, e.g. ``HTTP/1.1 409 Conflict``.
+    answer: str = ""
 
 
 class CuttingProxy:
@@ -857,6 +870,9 @@ class CuttingProxy:
     the client never learns it). ``how`` is ``"close"`` (TLS close and FIN: aiohttp raises
     ServerDisconnectedError) or ``"reset"`` (RST: ConnectionResetError). Either way the
     client gets no response, as when the API server dies mid-request.
+
+    Requests whose request line matches :meth:`hold`'s pattern wait in :attr:`held` until
+    :meth:`release`: that orders two writes the operator has in flight at once.
 
     Its own self-signed certificate (openssl) is the CA of :meth:`kubeconfig`; the bearer
     token passes through, so it works in front of any cluster."""
@@ -899,6 +915,8 @@ class CuttingProxy:
         self.how = "close"
         self.budget = 0
         self.cut: list[str] = []
+        self.hold_match: re.Pattern[str] | None = None
+        self.held: list[HeldRequest] = []
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
@@ -932,6 +950,24 @@ class CuttingProxy:
         "close" or "reset")."""
         with self._lock:
             self.mode, self.budget, self.how = mode, budget, how
+
+    def hold(self, pattern: str | None) -> None:
+        """Hold back the requests whose request line matches ``pattern`` from now on (None:
+        stop holding new ones; those held stay held until released)."""
+        with self._lock:
+            self.hold_match = re.compile(pattern) if pattern else None
+
+    def release(self, held: HeldRequest) -> None:
+        """Forward a held request."""
+        self._loop.call_soon_threadsafe(held.release.set)
+
+    def _hold(self, request_line: str, body: bytes) -> HeldRequest | None:
+        with self._lock:
+            if self.hold_match is None or not self.hold_match.search(request_line):
+                return None
+            held = HeldRequest(request_line, body, asyncio.Event())
+            self.held.append(held)
+            return held
 
     async def _cut(self, writer: asyncio.StreamWriter) -> None:
         if self.how == "reset":
@@ -978,6 +1014,7 @@ class CuttingProxy:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream: asyncio.StreamWriter | None = None
+        held: HeldRequest | None = None
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             lines = head.decode("latin-1").split("\r\n")
@@ -989,6 +1026,9 @@ class CuttingProxy:
                 if name.strip().lower() == "content-length":
                     length = int(value.strip())
             body = await reader.readexactly(length) if length else b""
+            held = self._hold(request_line, body)
+            if held is not None:
+                await held.release.wait()
             cut = self._take(request_line)
             if cut == "before":
                 await self._cut(writer)
@@ -1010,6 +1050,8 @@ class CuttingProxy:
                 await self._cut(writer)
                 return
             while chunk := await up_reader.read(65536):
+                if held is not None and not held.answer:
+                    held.answer = chunk.split(b"\r\n", 1)[0].decode("latin-1")
                 writer.write(chunk)
                 await writer.drain()
             writer.close()
@@ -1020,3 +1062,5 @@ class CuttingProxy:
         finally:
             if upstream is not None:
                 upstream.transport.abort()
+            if held is not None:
+                held.answered.set()

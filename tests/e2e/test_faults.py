@@ -843,3 +843,55 @@ def test_status_write_cut_off_is_retried(rig: Rig, mode: str, how: str) -> None:
         for operator in rig.operators:
             operator.stop(wait=False)
         proxy.stop()
+
+
+# ---------------------------------------------------------------------------------------
+# 7. two pending reasons written on the same version, the older one winning
+
+
+def test_pending_reason_that_lost_a_conflict_is_written_again(rig: Rig) -> None:
+    """A request created before its pool gets a PoolNotFound write. If the pool appears while
+    that write is still in flight, the operator writes PoolSaturated (the new pool has no
+    host) on the same resourceVersion. The proxy holds both writes and lets the older one
+    through first, so the newer one gets a 409 Conflict, and the stored reason is the older,
+    stale one. Correct: the re-read after the conflict shows the reason the operator meant to
+    write is not there, so it decides and writes again; the request ends saying
+    PoolSaturated. (Seen once in CI as a flaky e2e test before the re-read handled it.)"""
+    proxy = CuttingProxy(rig.kube.kubeconfig, rig.tmp_path)
+    proxy.start()
+    try:
+        kubeconfig = proxy.kubeconfig(
+            rig.identity.token, rig.tmp_path / "proxy.kubeconfig", rig.namespace
+        )
+        op = rig.operator("operator", kubeconfig=kubeconfig)
+        op.start()
+        proxy.hold(
+            rf"^PATCH /apis/hostpool\.io/v1alpha1/namespaces/{rig.namespace}/"
+            r"sessionrequests/early/status[? ]"
+        )
+        rig.api.create(request_body(rig.namespace, "early", "late-pool", "early@corp"))
+        poll(lambda: len(proxy.held) == 1, timeout=30, what="the PoolNotFound write held")
+        assert b"PoolNotFound" in proxy.held[0].body, proxy.held[0].body
+        rig.create("HostPool", "late-pool", {"loadBalancer": {"type": "DepthFirst",
+                                                              "maxSessionLimit": 2}})  # fmt: skip
+        poll(lambda: len(proxy.held) == 2, timeout=30, what="the PoolSaturated write held")
+        older, newer = proxy.held
+        assert b"PoolSaturated" in newer.body, newer.body
+        proxy.hold(None)  # what the operator writes after this goes straight through
+        proxy.release(older)
+        assert older.answered.wait(30), "no answer to the PoolNotFound write"
+        assert " 200 " in older.answer, older.answer
+        proxy.release(newer)
+        assert newer.answered.wait(30), "no answer to the PoolSaturated write"
+        assert " 409 " in newer.answer, f"the race was not staged: {newer.answer}"
+        rig.tally.add("pending write losing a conflict to an older one")
+
+        def says_saturated() -> bool:
+            st = status(rig.api.get("SessionRequest", "early"))
+            return st.get("phase") == "Pending" and st.get("reason") == "PoolSaturated"
+
+        poll(says_saturated, timeout=30, what="the request to say PoolSaturated", show=rig.show)
+    finally:
+        for operator in rig.operators:
+            operator.stop(wait=False)
+        proxy.stop()
