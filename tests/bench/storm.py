@@ -345,6 +345,10 @@ def bare_commands(
         [str(binary), "--server", info.server, "--ca", str(ca), *common],
         {"BARE_CONTROLLER_TOKEN": info.token},
     )
+    commands["go-http1"] = (
+        [str(binary), "--server", info.server, "--ca", str(ca), "--http1", *common],
+        {"BARE_CONTROLLER_TOKEN": info.token},
+    )
     return commands
 
 

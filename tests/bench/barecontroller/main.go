@@ -202,6 +202,7 @@ func main() {
 	hosts := flag.Int("hosts", 1, "hosts to place on, named host00000...")
 	inFlight := flag.Int("write-concurrency", 128, "status writes in flight at most")
 	out := flag.String("out", "", "where to write the result (JSON)")
+	http1 := flag.Bool("http1", false, "HTTP/1.1 over a pool of connections instead of HTTP/2 over one")
 	flag.Parse()
 	token := os.Getenv("BARE_CONTROLLER_TOKEN") // not a flag: flags show in ps
 	pem, err := os.ReadFile(*caFile)
@@ -216,7 +217,12 @@ func main() {
 	}
 	transport := &http.Transport{
 		TLSClientConfig:   &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2: true,
+		ForceAttemptHTTP2: !*http1,
+	}
+	if *http1 {
+		// As the Python clients do: one connection per request in flight, kept alive.
+		transport.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+		transport.MaxIdleConnsPerHost = *inFlight + 1
 	}
 	c := &controller{
 		client:    &http.Client{Transport: transport},
