@@ -13,9 +13,10 @@
    assigned over time, and whether any request's host ever changes.
 3. **Bare controllers.** The same storm once more for each of two controllers with no
    decision logic that learn of requests from a watch, as the operator does, and write the
-   operator's status for a round-robin host: one in Python on the operator's HTTP client, one
-   compiled (Go standard library, HTTP/2; when ``go`` is installed). Their latency is what
-   the API server and this machine allow any watch-driven controller.
+   operator's status for a round-robin host: one in Python on the operator's HTTP client, and
+   a compiled one (Go standard library; when ``go`` is installed) over one HTTP/2 connection
+   and over HTTP/1.1 connections. Their latency is what the API server and this machine allow
+   any watch-driven controller.
 
 Measured: p50/p99 latency, throughput, operator CPU seconds and peak RSS, API writes per
 assignment (kube-apiserver's ``apiserver_request_total`` before and after, minus the load
@@ -316,7 +317,8 @@ def bare_commands(
 ) -> dict[str, tuple[list[str], dict[str, str]]]:
     """How to start each bare controller (argv without --namespace/--out, extra environment):
     the Python one (this file, the operator's HTTP client), and the compiled one (Go standard
-    library, HTTP/2) when ``go`` is installed and the kubeconfig has a CA and a bearer token."""
+    library) over HTTP/2 and over HTTP/1.1 when ``go`` is installed and the kubeconfig has a CA
+    and a bearer token."""
     common = ["--hosts", str(args.hosts), "--write-concurrency", str(args.write_concurrency)]
     commands: dict[str, tuple[list[str], dict[str, str]]] = {
         "python": (

@@ -2,8 +2,10 @@
 // SessionRequests of one namespace and, for each new one, writes the status the operator
 // would write for a precomputed host (round robin over the pool's hosts), with a bounded
 // number of writes in flight. No cache, no decision, no pool or host status; HTTP/2 over one
-// connection, as client-go does. It shows how fast any controller could place a storm on this
-// API server and machine, so the operator's latency can be read against it.
+// connection, as client-go does, or with --http1 HTTP/1.1 over a connection per write in
+// flight, as the operator does. It shows how fast a controller with nothing to decide can
+// place a storm on this API server and machine, so the operator's latency can be read
+// against it.
 //
 // Standard library only, so the bench builds it from this directory with no downloads.
 package main
