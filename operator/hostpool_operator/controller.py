@@ -12,7 +12,8 @@ Gather → decide → apply:
 * **Apply.** One status write per assignment, conditional on the request's resourceVersion.
   A failed write releases the reservation; the request is re-read and tried again.
   Pool and host status are written debounced (at most once per ``status_interval``), and only
-  when they changed.
+  when they changed; while placements go on, changes of counts alone wait for a pause (or
+  a maximum delay), so a storm costs each host one write and each pool a few.
 
 Requests that cannot be placed wait with a reason (PoolNotFound, PoolSaturated,
 NoEligibleHost) and are retried when capacity may have appeared: a host added, changed or
@@ -243,6 +244,9 @@ class ControllerSettings:
     metrics_stale_after: float = 120.0
     #: Host status waits for this long without placements, or at most host_status_max_delay.
     host_status_max_delay: float = 30.0
+    #: During placements, a pool status whose only changes are counts waits at most this long
+    #: (a change of a condition's status or reason is written within status_interval).
+    pool_status_max_delay: float = 5.0
     #: Request status writes in flight at once, shared by all pools in turn. More is not
     #: faster: every write in flight is a goroutine in the API server, and the watch that
     #: delivers new requests (to this operator too) lags as they multiply
@@ -315,6 +319,7 @@ class PoolWorker:
         self.last_activity = 0.0  # monotonic time of the latest placement
         self.written_host_status: dict[str, dict[str, Any]] = {}
         self.written_pool_status: dict[str, Any] | None = None
+        self.pool_status_written_at = 0.0  # monotonic
         self.saturated_since: bool | None = None
         self.removing: set[str] = set()  # hosts being deleted by scale-down
         self.empty_since: dict[str, datetime] = {}  # managed hosts with no session, since when
@@ -1494,7 +1499,17 @@ class PoolWorker:
         status = self.pool_status(counts)
         self.controller.metrics.pool_state(self.namespace, self.name, status)
         previous = self.written_pool_status
-        if previous is not None and _same_status(previous, status):
+        clock = time.monotonic()
+        settings = self.controller.settings
+        if not pool_status_due(
+            previous,
+            status,
+            busy=clock - self.last_activity < settings.status_interval,
+            since_written=clock - self.pool_status_written_at,
+            max_delay=settings.pool_status_max_delay,
+        ):
+            if previous is not None and not _same_status(previous, status):
+                self.pool_dirty = True  # counts only, mid-storm: at the pause or the max delay
             return
         saturated = cond.find(status["conditions"], "Saturated")
         is_saturated = saturated is not None and saturated.get("status") == "True"
@@ -1506,6 +1521,7 @@ class PoolWorker:
         try:
             await self.controller.client.patch_status(POOLS, self.namespace, self.name, status)
             self.written_pool_status = status
+            self.pool_status_written_at = time.monotonic()
             self.pool.status.update(status)
         except ApiError as error:
             if not error.not_found:
@@ -1540,6 +1556,46 @@ def _without_times(status: Mapping[str, Any]) -> dict[str, Any]:
 
 def _same_status(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return _without_times(a) == _without_times(b)
+
+
+#: HostPool status fields that only count: during a storm they change with every placement.
+POOL_COUNT_FIELDS = frozenset({"hosts", "sessions", "capacity", "pendingRequests"})
+
+
+def _pool_status_gist(status: Mapping[str, Any]) -> dict[str, Any]:
+    """A pool status without its counts: every other field, and each condition's type, status
+    and reason (condition messages quote counts)."""
+    gist = {k: v for k, v in status.items() if k not in POOL_COUNT_FIELDS and k != "conditions"}
+    gist["conditions"] = sorted(
+        (str(c.get("type")), str(c.get("status")), str(c.get("reason")))
+        for c in status.get("conditions") or []
+    )
+    return gist
+
+
+def pool_status_due(
+    previous: Mapping[str, Any] | None,
+    status: Mapping[str, Any],
+    *,
+    busy: bool,
+    since_written: float,
+    max_delay: float,
+) -> bool:
+    """Whether a pool's new status is written now.
+
+    A pool status of counts alone would otherwise be written every status interval for as
+    long as a storm lasts, per pool: with many pools that is as many writes per second, taken
+    from the API server the assignments need. So while placements go on (``busy``), a change
+    of counts only waits for the pause, or ``max_delay`` since the last write; anything else
+    (a condition's status or reason, observedGeneration) is written at once.
+    """
+    if previous is None:
+        return True
+    if _same_status(previous, status):
+        return False
+    if not busy or since_written >= max_delay:
+        return True
+    return _pool_status_gist(previous) != _pool_status_gist(status)
 
 
 def _ours(current: Mapping[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
