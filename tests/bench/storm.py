@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -432,19 +433,14 @@ def proc_stats(pid: int) -> tuple[float, float]:
     return cpu, peak
 
 
-async def watch_requests(
-    client: KubeClient,
-    namespace: str,
-    seen: dict[str, tuple[str, float]],
-    changed: set[str],
-    stop: asyncio.Event,
-    visible: dict[str, float] | None = None,
-) -> None:
-    """Record when each request is first seen Assigned, and any later change of host (and,
-    into ``visible``, when the watch first delivered it at all)."""
+async def watch_events(
+    client: KubeClient, namespace: str, stop: asyncio.Event | None = None
+) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """(type, object) of every SessionRequest event in the namespace, from the start; the watch
+    resumes from the last resourceVersion after a timeout or a dropped connection."""
     path = client.path("sessionrequests", namespace)
     rv = "0"
-    while not stop.is_set():
+    while stop is None or not stop.is_set():
         params = {
             "watch": "true",
             "resourceVersion": rv,
@@ -461,23 +457,37 @@ async def watch_requests(
                     event = json.loads(raw)
                     obj = event["object"]
                     rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                    if event["type"] not in ("ADDED", "MODIFIED"):
-                        continue
-                    if visible is not None:
-                        visible.setdefault(obj["metadata"]["name"], time.time())
-                    status = obj.get("status") or {}
-                    if status.get("phase") != "Assigned":
-                        continue
-                    name = obj["metadata"]["name"]
-                    host = status.get("host", "")
-                    if name not in seen:
-                        seen[name] = (host, time.time())
-                    elif seen[name][0] != host:
-                        changed.add(name)
-                    if stop.is_set():
-                        return
+                    yield event["type"], obj
         except (TimeoutError, aiohttp.ClientError):
             await asyncio.sleep(0.2)
+
+
+async def watch_requests(
+    client: KubeClient,
+    namespace: str,
+    seen: dict[str, tuple[str, float]],
+    changed: set[str],
+    stop: asyncio.Event,
+    visible: dict[str, float] | None = None,
+) -> None:
+    """Record when each request is first seen Assigned, and any later change of host (and,
+    into ``visible``, when the watch first delivered it at all)."""
+    async for kind, obj in watch_events(client, namespace, stop):
+        if kind not in ("ADDED", "MODIFIED"):
+            continue
+        if visible is not None:
+            visible.setdefault(obj["metadata"]["name"], time.time())
+        status = obj.get("status") or {}
+        if status.get("phase") != "Assigned":
+            continue
+        name = obj["metadata"]["name"]
+        host = status.get("host", "")
+        if name not in seen:
+            seen[name] = (host, time.time())
+        elif seen[name][0] != host:
+            changed.add(name)
+        if stop.is_set():
+            return
 
 
 async def bare_controller(args: argparse.Namespace) -> None:
@@ -512,30 +522,15 @@ async def bare_controller(args: argparse.Namespace) -> None:
 
     async def watch() -> None:
         nonlocal placed
-        path = client.path("sessionrequests", args.namespace)
-        rv = "0"
         print("bare controller watching", flush=True)
-        while True:
-            params = {"watch": "true", "resourceVersion": rv, "allowWatchBookmarks": "true"}
-            try:
-                async with client._http().get(
-                    client._server + path,
-                    params=params,
-                    timeout=aiohttp.ClientTimeout(total=None, sock_read=60),
-                ) as response:
-                    async for raw in response.content:
-                        event = json.loads(raw)
-                        obj = event["object"]
-                        rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                        if event["type"] != "ADDED" or (obj.get("status") or {}).get("phase"):
-                            continue
-                        host = f"host{placed % args.hosts:05d}"
-                        placed += 1
-                        task = asyncio.create_task(write(obj, host))
-                        writes.add(task)
-                        task.add_done_callback(writes.discard)
-            except (TimeoutError, aiohttp.ClientError):
-                await asyncio.sleep(0.2)
+        async for kind, obj in watch_events(client, args.namespace):
+            if kind != "ADDED" or (obj.get("status") or {}).get("phase"):
+                continue
+            host = f"host{placed % args.hosts:05d}"
+            placed += 1
+            task = asyncio.create_task(write(obj, host))
+            writes.add(task)
+            task.add_done_callback(writes.discard)
 
     watcher = asyncio.create_task(watch())
     await stop.wait()

@@ -20,6 +20,7 @@ printed); docs/reliability.md has the table.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -94,6 +95,23 @@ class Rig:
 
     def recorder(self) -> Recorder:
         return Recorder(self.kube.kubeconfig, self.namespace)
+
+    @contextlib.contextmanager
+    def behind_proxy(self) -> Iterator[CuttingProxy]:
+        """The operator, started, talking to the API server through a :class:`CuttingProxy`;
+        both stopped at the end."""
+        proxy = CuttingProxy(self.kube.kubeconfig, self.tmp_path)
+        proxy.start()
+        try:
+            kubeconfig = proxy.kubeconfig(
+                self.identity.token, self.tmp_path / "proxy.kubeconfig", self.namespace
+            )
+            self.operator("operator", kubeconfig=kubeconfig).start()
+            yield proxy
+        finally:
+            for operator in self.operators:
+                operator.stop(wait=False)
+            proxy.stop()
 
     def create(self, kind: str, name: str, spec: dict[str, Any]) -> None:
         body = {
@@ -822,14 +840,7 @@ def test_status_write_cut_off_is_retried(rig: Rig, mode: str, how: str) -> None:
     dies mid-request. Correct: like any failed write, the slot is released,
     the request re-read and decided again, so all 20 requests end Assigned once, none moved,
     none over the limit, and the log has no traceback."""
-    proxy = CuttingProxy(rig.kube.kubeconfig, rig.tmp_path)
-    proxy.start()
-    try:
-        kubeconfig = proxy.kubeconfig(
-            rig.identity.token, rig.tmp_path / "proxy.kubeconfig", rig.namespace
-        )
-        op = rig.operator("operator", kubeconfig=kubeconfig)
-        op.start()
+    with rig.behind_proxy() as proxy:
         rig.pool("df", "DepthFirst", 5, [f"df-{i}" for i in range(4)])
         proxy.arm(mode, 5, how)
         storm = rig.storm()
@@ -839,10 +850,6 @@ def test_status_write_cut_off_is_retried(rig: Rig, mode: str, how: str) -> None:
             poll(lambda: len(proxy.cut) == 5, timeout=30, what="5 writes cut", show=rig.show)
             rig.tally.add(f"assignment write cut off ({mode} reaching the API server, {how})", 5)
             rig.check_end(recorder, names, {"df": 5}, timeout=30)
-    finally:
-        for operator in rig.operators:
-            operator.stop(wait=False)
-        proxy.stop()
 
 
 # ---------------------------------------------------------------------------------------
@@ -857,14 +864,7 @@ def test_pending_reason_that_lost_a_conflict_is_written_again(rig: Rig) -> None:
     stale one. Correct: the re-read after the conflict shows the reason the operator meant to
     write is not there, so it decides and writes again; the request ends saying
     PoolSaturated. (Seen once in CI as a flaky e2e test before the re-read handled it.)"""
-    proxy = CuttingProxy(rig.kube.kubeconfig, rig.tmp_path)
-    proxy.start()
-    try:
-        kubeconfig = proxy.kubeconfig(
-            rig.identity.token, rig.tmp_path / "proxy.kubeconfig", rig.namespace
-        )
-        op = rig.operator("operator", kubeconfig=kubeconfig)
-        op.start()
+    with rig.behind_proxy() as proxy:
         proxy.hold(
             rf"^PATCH /apis/hostpool\.io/v1alpha1/namespaces/{rig.namespace}/"
             r"sessionrequests/early/status[? ]"
@@ -891,7 +891,3 @@ def test_pending_reason_that_lost_a_conflict_is_written_again(rig: Rig) -> None:
             return st.get("phase") == "Pending" and st.get("reason") == "PoolSaturated"
 
         poll(says_saturated, timeout=30, what="the request to say PoolSaturated", show=rig.show)
-    finally:
-        for operator in rig.operators:
-            operator.stop(wait=False)
-        proxy.stop()
