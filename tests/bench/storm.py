@@ -378,12 +378,7 @@ async def bare_run(
     stop = asyncio.Event()
     watcher = asyncio.create_task(watch_requests(client, namespace, seen, set(), stop))
     try:
-        for _ in range(300):
-            if "bare controller watching" in out_log.read_text(errors="replace"):
-                break
-            if bare.poll() is not None:
-                raise SystemExit("bench: bare controller exited:\n" + out_log.read_text()[-2000:])
-            await asyncio.sleep(0.1)
+        await started(bare, out_log, "bare controller watching", "bare controller")
         await asyncio.sleep(0.3)
         result = await asyncio.to_thread(
             run_loadgen, args, "create", namespace, work / f"bare-{label}-load.json"
@@ -419,6 +414,16 @@ async def bare_run(
         "latencies": [(seen[n][1] - t0) * 1000 for n, t0 in created.items() if n in seen],
         "assigned": len(seen),
     }
+
+
+async def started(process: subprocess.Popen[bytes], log_path: Path, line: str, what: str) -> None:
+    """Until ``line`` is in the process's log (at most 30 s); the bench ends if it exits."""
+    for _ in range(300):
+        if line in log_path.read_text(errors="replace"):
+            return
+        if process.poll() is not None:
+            raise SystemExit(f"bench: {what} exited:\n" + log_path.read_text()[-2000:])
+        await asyncio.sleep(0.1)
 
 
 def proc_stats(pid: int) -> tuple[float, float]:
@@ -624,12 +629,7 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
         env={**os.environ, "KUBECONFIG": args.kubeconfig, "PYTHONPATH": str(ROOT / "operator")},
     )
     try:
-        for _ in range(300):
-            if "hostpool-operator started" in op_log.read_text(errors="replace"):
-                break
-            if operator.poll() is not None:
-                raise SystemExit("bench: operator exited:\n" + op_log.read_text()[-2000:])
-            await asyncio.sleep(0.1)
+        await started(operator, op_log, "hostpool-operator started", "operator")
         await asyncio.sleep(1.5)  # initial host status writes settle before we count writes
         cpu_before, _ = proc_stats(operator.pid)
         writes_before = await apiserver_writes(client)
