@@ -11,10 +11,10 @@
    requests (default 2,000) with enough concurrency not to be the bottleneck, while this
    process watches the requests: per-request latency from creation to Assigned, requests
    assigned over time, and whether any request's host ever changes.
-3. **Bare controllers.** The same storm once more for each of two controllers with no
-   decision logic that learn of requests from a watch, as the operator does, and write the
-   operator's status for a round-robin host: one in Python on the operator's HTTP client, and
-   a compiled one (Go standard library; when ``go`` is installed) over one HTTP/2 connection
+3. **Bare controllers.** The same storm once more for each bare controller: no decision
+   logic, it learns of requests from a watch, as the operator does, and writes the operator's
+   status for a round-robin host. One is in Python on the operator's HTTP client; a compiled
+   one (Go standard library; when ``go`` is installed) runs twice, over one HTTP/2 connection
    and over HTTP/1.1 connections. Their latency is what the API server and this machine allow
    any watch-driven controller.
 
