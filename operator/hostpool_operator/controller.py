@@ -304,7 +304,10 @@ class PoolWorker:
         self.inflight: set[str] = set()
         self.pending_said: dict[str, Reason] = {}  # the pending reason last written per request
         self.pending_writes: dict[str, asyncio.Task[None]] = {}  # Pending statuses on their way
-        self.flushing: asyncio.Task[None] | None = None
+        # Pool and host status are written by tasks of their own: a round of host writes in a
+        # large pool takes long, and the pool's status must not wait for it.
+        self.pool_flush: asyncio.Task[None] | None = None
+        self.host_flush: asyncio.Task[None] | None = None
         self.capacity_changed = False
         self.pool_dirty = True
         self.hosts_dirty = True
@@ -357,7 +360,7 @@ class PoolWorker:
             )
 
     async def stop(self) -> None:
-        for task in (self.flushing, self.scaling_task):
+        for task in (self.pool_flush, self.host_flush, self.scaling_task):
             if task is not None:
                 task.cancel()
         if self.task is not None:
@@ -644,6 +647,8 @@ class PoolWorker:
             if timeout is None or timeout > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), timeout)
+            else:
+                await asyncio.sleep(0)  # something is due now; still let every other task run
             self.wake.clear()
             try:
                 self._expire_connecting()
@@ -663,26 +668,29 @@ class PoolWorker:
         timers: list[float] = []
         if self.deadlines:
             timers.append((self.deadlines[0][0] - now).total_seconds())
-        if self.flushing is None or self.flushing.done():
-            clock = time.monotonic()
-            interval = self.controller.settings.status_interval
-            if self.pool_dirty:
-                timers.append(interval - (clock - self.last_status_write))
-            if self.hosts_dirty:
-                due = min(
-                    self.last_activity + interval,
-                    self.last_host_write + self.controller.settings.host_status_max_delay,
-                )
-                timers.append(due - clock)
+        clock = time.monotonic()
+        interval = self.controller.settings.status_interval
+        if self.pool_dirty and _idle(self.pool_flush):
+            timers.append(interval - (clock - self.last_status_write))
+        if self.hosts_dirty and _idle(self.host_flush):
+            due = min(
+                self.last_activity + interval,
+                self.last_host_write + self.controller.settings.host_status_max_delay,
+            )
+            timers.append(due - clock)
         if any(
             h.metrics is not None and h.metrics.sampled_at is not None for h in self.hosts.values()
         ):
             timers.append(self.controller.settings.metrics_stale_after / 4)
         spec = self.spec
         if spec is not None and spec.scaling is not None and self.empty_since:
-            delay = spec.scaling.scale_down_delay_seconds
-            first = min(self.empty_since.values())
-            timers.append((first + timedelta(seconds=delay) - now).total_seconds() + 0.05)
+            # Only delays still running: a host whose delay is over was kept for a reason
+            # (minHosts, bufferSessions, waiting requests) that only an event can change, and
+            # a due time in the past would make this loop run again at once, forever.
+            delay = timedelta(seconds=spec.scaling.scale_down_delay_seconds)
+            ends = [since + delay for since in self.empty_since.values() if since + delay > now]
+            if ends:
+                timers.append((min(ends) - now).total_seconds() + 0.05)
         return max(0.0, min(timers)) if timers else None
 
     def _expire_connecting(self) -> None:
@@ -1254,44 +1262,52 @@ class PoolWorker:
     # -------------------------------------------------------------- pool and host status
 
     def _maybe_flush(self) -> None:
-        """Start a status write (in its own task, so decisions never wait for it) when the
-        interval has passed and something changed."""
-        if self.flushing is not None and not self.flushing.done():
-            return
+        """Start a status write (in a task of its own, so decisions never wait for it) when
+        the interval has passed and something changed; pool and host status independently."""
         clock = time.monotonic()
         interval = self.controller.settings.status_interval
-        pool_due = self.pool_dirty and clock - self.last_status_write >= interval
+        loop = asyncio.get_running_loop()
+        if (
+            self.pool_dirty
+            and _idle(self.pool_flush)
+            and clock - self.last_status_write >= interval
+        ):
+            self.pool_dirty = False
+            self.last_status_write = clock
+            self.pool_flush = loop.create_task(self._flush_pool())
         # Host status waits for a quiet moment (or the maximum delay): during a storm every
         # assignment changes some host's counts, and one write per host per second would
         # cost as much as the assignments themselves.
-        hosts_due = self.hosts_dirty and (
-            clock - self.last_activity >= interval
-            or clock - self.last_host_write >= self.controller.settings.host_status_max_delay
-        )
-        if not (pool_due or hosts_due):
-            return  # the loop wakes again when one is due
-        if pool_due:
-            self.pool_dirty = False
-            self.last_status_write = clock
-        if hosts_due:
+        if (
+            self.hosts_dirty
+            and _idle(self.host_flush)
+            and (
+                clock - self.last_activity >= interval
+                or clock - self.last_host_write >= self.controller.settings.host_status_max_delay
+            )
+        ):
             self.hosts_dirty = False
             self.last_host_write = clock
-        self.flushing = asyncio.get_running_loop().create_task(
-            self._flush_status(pool=pool_due, hosts=hosts_due)
-        )
+            self.host_flush = loop.create_task(self._flush_hosts())
+        # Otherwise the loop wakes again when one is due (_next_timer).
 
-    async def _flush_status(self, *, pool: bool, hosts: bool) -> None:
+    async def _flush_pool(self) -> None:
         try:
-            counts = self._session_counts()
-            if hosts:
-                await self._write_host_statuses(counts)
-            if pool:
-                await self._write_pool_status(counts)
+            await self._write_pool_status(self._session_counts())
         except Exception:
-            log.exception("%s/%s: status write failed", self.namespace, self.name)
-            self.status_dirty = True
+            log.exception("%s/%s: pool status write failed", self.namespace, self.name)
+            self.pool_dirty = True
         finally:
             self.wake.set()  # re-check: more may have changed meanwhile
+
+    async def _flush_hosts(self) -> None:
+        try:
+            await self._write_host_statuses(self._session_counts())
+        except Exception:
+            log.exception("%s/%s: host status write failed", self.namespace, self.name)
+            self.hosts_dirty = True
+        finally:
+            self.wake.set()
 
     def _host_status(
         self,
@@ -1530,6 +1546,10 @@ class PoolWorker:
         except (OSError, TimeoutError) as error:
             log.warning("%s/%s: pool status write failed: %s", self.namespace, self.name, error)
             self.status_dirty = True
+
+
+def _idle(task: asyncio.Task[None] | None) -> bool:
+    return task is None or task.done()
 
 
 def _zero_counts() -> dict[str, int]:

@@ -157,6 +157,23 @@ def test_scale_down_removes_only_empty_operator_hosts_after_the_delay(
     assert removed
 
 
+def test_an_empty_host_kept_by_min_hosts_after_its_delay_leaves_the_operator_running(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    """minHosts 1 and scaleDownDelaySeconds 0: the operator creates one host, which is empty
+    and past its delay at once, and must stay. Its scale-down due time is then in the past for
+    good; that must not make the pool's loop run again without pause (which held the whole
+    operator: the generated-input test hung on such a pool). Another pool created afterwards
+    must still be served, and the kept host must still be there."""
+    del operator_process
+    cluster.setup_pool(POOL, "DepthFirst", 2, scaling=scaling(minHosts=1, scaleDownDelaySeconds=0))
+    cluster.wait(lambda: len(managed(cluster)) == 1 or None, "the minHosts host")
+    cluster.setup_pool("other", "BreadthFirst", 2, hosts=["other-1"])
+    cluster.create_request("r0", "other", "user0")
+    cluster.wait_assigned(["r0"], timeout=30)
+    assert len(managed(cluster)) == 1, "the minHosts host stays"
+
+
 def test_no_over_creation_across_a_restart_mid_scale(
     cluster: Cluster, operator_process: OperatorProcess
 ) -> None:
