@@ -22,6 +22,8 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+import builders
+
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / ".cluster"
 NAMESPACE = "hostpool-demo"
@@ -141,20 +143,17 @@ def apply_pool(objects: Any) -> None:
         VERSION,
         NAMESPACE,
         "hostpools",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "HostPool",
-            "metadata": {"name": POOL},
-            "spec": {
-                "loadBalancer": {"type": "DepthFirst", "maxSessionLimit": LIMIT},
-                "scaling": {
-                    "minHosts": 0,
-                    "maxHosts": MAX_HOSTS,
-                    "scaleDownDelaySeconds": 120,
-                    "hostTemplate": {"metadata": {"labels": {"tier": "autoscaled"}}},
-                },
+        builders.pool(
+            POOL,
+            "DepthFirst",
+            LIMIT,
+            scaling={
+                "minHosts": 0,
+                "maxHosts": MAX_HOSTS,
+                "scaleDownDelaySeconds": 120,
+                "hostTemplate": {"metadata": {"labels": {"tier": "autoscaled"}}},
             },
-        },
+        ),
     )
     for name in ("rds-01", "rds-02"):
         objects.create_namespaced_custom_object(
@@ -162,12 +161,7 @@ def apply_pool(objects: Any) -> None:
             VERSION,
             NAMESPACE,
             "sessionhosts",
-            {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "SessionHost",
-                "metadata": {"name": name},
-                "spec": {"poolRef": {"name": POOL}, "address": f"{name}.corp.example"},
-            },
+            builders.host(name, POOL, address=f"{name}.corp.example"),
         )
         time.sleep(1.1)  # distinct creation seconds: a visible query order for the demo
     say(f"pool {POOL}: DepthFirst, maxSessionLimit {LIMIT}, 2 hosts, scaling up to {MAX_HOSTS}")
@@ -180,12 +174,7 @@ def logon_burst(objects: Any) -> None:
             VERSION,
             NAMESPACE,
             "sessionrequests",
-            {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "SessionRequest",
-                "metadata": {"name": f"logon-{i:02d}"},
-                "spec": {"poolRef": {"name": POOL}, "user": f"user{i:02d}@corp.example"},
-            },
+            builders.request(f"logon-{i:02d}", POOL, f"user{i:02d}@corp.example"),
         )
 
     with ThreadPoolExecutor(max_workers=8) as pool:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import pytest
 import yaml
 
 if TYPE_CHECKING:
@@ -276,18 +277,30 @@ class Kube:
                     self.call("PUT", f"{base}/{name}", body=crd)
                 elif not 200 <= status < 300:
                     raise ApiError("POST", base, status, body)
+
+        def wait(predicate: Callable[[], bool], what: str) -> None:
+            # A TimeoutError, not a failed test: the `kube` fixture adds the API server's log.
+            wait_for(
+                predicate,
+                timeout,
+                what=what,
+                interval=0.25,
+                retry_on=(ApiError,),
+                raises=TimeoutError,
+            )
+
         for name in names:
 
             def established(name: str = name) -> bool:
                 return _crd_established(self.read_crd(name))
 
-            wait_for(established, timeout=timeout, what=f"CRD {name} to become Established")
+            wait(established, f"CRD {name} to become Established")
         for kind in PLURALS:
 
             def served(kind: str = kind) -> bool:
                 return self.request("GET", resource_path(kind))[0] == 200
 
-            wait_for(served, timeout=timeout, what=f"{kind} to be served")
+            wait(served, f"{kind} to be served")
         self.crd_names = names
         return names
 
@@ -315,22 +328,49 @@ def make_api_client(kubeconfig: Path) -> Any:
     return k8s_client.ApiClient(configuration=configuration)
 
 
-def wait_for(predicate: Callable[[], T], *, timeout: float, what: str, interval: float = 0.25) -> T:
-    """Poll ``predicate`` until it returns a truthy value; return that value."""
+def wait_for(
+    predicate: Callable[[], T | None],
+    timeout: float = 30.0,
+    *,
+    what: str = "a condition",
+    interval: float = 0.2,
+    show: Callable[[], str] | None = None,
+    retry_on: tuple[type[BaseException], ...] = (),
+    raises: type[Exception] | None = None,
+) -> T:
+    """Poll ``predicate`` every ``interval`` s until it returns something truthy; return it.
+
+    The one wait of the suite. An exception of a type in ``retry_on`` only means "not yet"
+    (an :class:`ApiError` 404 right after creation; ``e2e.helpers.NOT_YET`` for the
+    ``kubernetes`` client; ``e2e.faults.OUTAGE`` while the API server restarts); any other
+    exception propagates at once. On timeout the test fails (``pytest.fail``, no traceback) with
+    ``what``, the last exception the predicate raised and ``show()``: the state as last seen.
+    With ``raises`` (outside a test, e.g. in a fixture that adds its own context) that
+    exception is raised instead, with the same message."""
     deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
+    last_error: BaseException | None = None
     while True:
         try:
             value = predicate()
-        except ApiError as exc:  # e.g. 404 right after creation
+        except retry_on as exc:
             last_error = exc
         else:
             if value:
                 return value
         if time.monotonic() >= deadline:
-            detail = f" (last error: {last_error})" if last_error else ""
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}{detail}")
+            break
         time.sleep(interval)
+    lines = [f"timed out after {timeout:.1f}s waiting for {what}"]
+    if last_error is not None:
+        lines.append(f"last error: {type(last_error).__name__}: {last_error}"[:2000])
+    if show is not None:
+        try:
+            lines.append("last observed:\n" + show())
+        except Exception as exc:  # never hide the timeout behind a listing error
+            lines.append(f"(could not show the state: {exc})")
+    if raises is not None:
+        raise raises("\n".join(lines))
+    pytest.fail("\n".join(lines), pytrace=False)
 
 
 def iter_schema_nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:

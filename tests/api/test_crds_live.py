@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from builders import host, pool, request
 from hostpool_operator import api
 from kube import (
-    API_VERSION,
     PLURALS,
     ApiError,
     Kube,
@@ -48,34 +48,7 @@ ALL_PROTOCOLS = ["RDP", "PCOIP", "BLAST"]
 
 
 # ---------------------------------------------------------------------------------------
-# Manifest builders
-
-
-def pool(name: str = "pool", **spec: Any) -> dict[str, Any]:
-    spec.setdefault("loadBalancer", {"type": "BreadthFirst"})
-    return {"apiVersion": API_VERSION, "kind": "HostPool", "metadata": {"name": name}, "spec": spec}
-
-
-def host(name: str = "host", pool_name: str = "pool", **spec: Any) -> dict[str, Any]:
-    spec = {"poolRef": {"name": pool_name}, **spec}
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "SessionHost",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
-def request(
-    name: str = "req", pool_name: str = "pool", user: str = "alice", **spec: Any
-) -> dict[str, Any]:
-    spec = {"poolRef": {"name": pool_name}, "user": user, **spec}
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "SessionRequest",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+# Manifests (pool, host and request come from builders.py)
 
 
 def without(obj: dict[str, Any], *path: str) -> dict[str, Any]:

@@ -19,46 +19,32 @@ from typing import Any
 
 import pytest
 
-from kube import API_VERSION, Kube, wait_for
+import builders
+from kube import API_VERSION, ApiError, Kube, wait_for
 
 pytestmark = pytest.mark.cluster
 
 GC_TIMEOUT = 60.0
 
 
-def _pool(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "HostPool",
-        "metadata": {"name": name},
-        "spec": {"loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 4}},
-    }
-
-
 def _owned_host(name: str, owner: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "SessionHost",
-        "metadata": {
-            "name": name,
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": "HostPool",
-                    "name": owner["metadata"]["name"],
-                    "uid": owner["metadata"]["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": {"poolRef": {"name": owner["metadata"]["name"]}},
-    }
+    body = builders.host(name, owner["metadata"]["name"])
+    body["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "HostPool",
+            "name": owner["metadata"]["name"],
+            "uid": owner["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    return body
 
 
 def test_deleting_a_pool_deletes_its_hosts(kube: Kube, namespace: str) -> None:
-    owner = kube.create(namespace, _pool("gc-pool"))
-    bystander_pool = kube.create(namespace, _pool("other-pool"))
+    owner = kube.create(namespace, builders.pool("gc-pool", "DepthFirst", 4))
+    bystander_pool = kube.create(namespace, builders.pool("other-pool", "DepthFirst", 4))
     kube.create(namespace, _owned_host("gc-host-1", owner))
     kube.create(namespace, _owned_host("gc-host-2", owner))
     # A host of another pool, and a host of this pool without an owner: both must stay.
@@ -87,6 +73,7 @@ def test_deleting_a_pool_deletes_its_hosts(kube: Kube, namespace: str) -> None:
         timeout=GC_TIMEOUT,
         interval=0.5,
         what="the garbage collector to delete the pool's SessionHosts",
+        retry_on=(ApiError,),
     )
     elapsed = time.monotonic() - started
     print(f"owned SessionHosts collected {elapsed:.1f}s after the pool was deleted")
@@ -98,7 +85,7 @@ def test_deleting_a_pool_deletes_its_hosts(kube: Kube, namespace: str) -> None:
 def test_foreground_deletion_waits_for_the_hosts(kube: Kube, namespace: str) -> None:
     """With Foreground propagation the pool stays (with a deletionTimestamp and the
     foregroundDeletion finalizer) until its blocking children are gone, then goes too."""
-    owner = kube.create(namespace, _pool("fg-pool"))
+    owner = kube.create(namespace, builders.pool("fg-pool", "DepthFirst", 4))
     kube.create(namespace, _owned_host("fg-host", owner))
     kube.delete("HostPool", namespace, "fg-pool", propagation="Foreground")
 
@@ -112,4 +99,5 @@ def test_foreground_deletion_waits_for_the_hosts(kube: Kube, namespace: str) -> 
         timeout=GC_TIMEOUT,
         interval=0.5,
         what="foreground deletion of the pool and its SessionHost",
+        retry_on=(ApiError,),
     )

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
 
 import kopf
 import pytest
 import yaml
 
+import builders
 from hostpool_operator.k8s import ApiError, KubeClient
 from kube import API_VERSION, Kube, unique_name, wait_for
 
@@ -156,16 +156,9 @@ def _wait_until_classified(connection: kopf.ConnectionInfo, namespace: str, uid:
         finally:
             await client.close()
 
-    wait_for(lambda: asyncio.run(level_in_use()), timeout=30, what="the priority level in use")
-
-
-def _request(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "SessionRequest",
-        "metadata": {"name": name},
-        "spec": {"poolRef": {"name": "storm"}, "user": name},
-    }
+    wait_for(
+        lambda: asyncio.run(level_in_use()), 30, what="the priority level in use", interval=0.25
+    )
 
 
 async def _burst(
@@ -184,7 +177,9 @@ async def _burst(
         nonlocal written
         name = f"{prefix}-{i:03d}"
         try:
-            obj = await client.create("sessionrequests", namespace, _request(name))
+            obj = await client.create(
+                "sessionrequests", namespace, builders.request(name, "storm", name)
+            )
             await client.patch_status(
                 "sessionrequests",
                 namespace,

@@ -6,14 +6,14 @@
 * :func:`install_identity`: the chart's least-privilege ServiceAccount and RBAC for one
   namespace, and a kubeconfig that holds only its token (the approach of
   ``test_rbac_live.py``, over the raw API instead of kubectl).
-* :class:`Recorder`: every state every SessionRequest of a namespace went through, from a
-  LIST and a WATCH that resumes from its last resourceVersion, relists on 410 and keeps
-  going through API server and etcd restarts.
+* :data:`OUTAGE`: what a wait (:func:`kube.wait_for`) takes for "not yet" while the API
+  server or etcd restarts; :func:`retry` calls again through such outages.
 * :class:`Storm`: SessionRequests created from worker threads at a set pace, retrying through
   outages (an AlreadyExists after a dropped connection counts as created).
 * :func:`invariant_problems`: the checks every fault test ends with.
 
-Nothing here sleeps to assert: waits poll a predicate with a timeout.
+Every state of every request is recorded by :class:`e2e.helpers.RequestRecorder`. Nothing here
+sleeps to assert: waits poll a predicate with a timeout.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -42,19 +42,19 @@ from kubernetes import client as k8s
 
 from controlplane import ensure_tools
 from e2e.helpers import (
-    API_VERSION,
     GROUP,
     PLURALS,
     STARTED_LINE,
     VERSION,
     Obj,
     OperatorProcess,
+    RequestHistory,
     host_of,
     make_api_client,
     phase,
     status,
 )
-from kube import REPO_ROOT, Kube, unique_name
+from kube import REPO_ROOT, Kube, unique_name, wait_for
 
 T = TypeVar("T")
 
@@ -101,40 +101,9 @@ def retry(
         time.sleep(0.2)
 
 
-def poll(
-    predicate: Callable[[], T | None],
-    *,
-    timeout: float,
-    what: str,
-    show: Callable[[], str] | None = None,
-    interval: float = 0.2,
-) -> T:
-    """Like :func:`e2e.helpers.wait_for`, but transient API errors (a restarting API server)
-    only mean "not yet"."""
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while True:
-        try:
-            value = predicate()
-        except Exception as exc:
-            if not (transient(exc) or isinstance(exc, k8s.ApiException | KeyError)):
-                raise
-            last = exc
-        else:
-            if value:
-                return value
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(interval)
-    lines = [f"timed out after {timeout:.0f}s waiting for {what}"]
-    if last is not None:
-        lines.append(f"last error: {type(last).__name__}: {last}"[:2000])
-    if show is not None:
-        try:
-            lines.append(show())
-        except Exception as exc:
-            lines.append(f"(could not show the state: {exc})")
-    pytest.fail("\n".join(lines), pytrace=False)
+#: What a predicate may raise while the API server or etcd restarts (see :func:`transient`),
+#: or while the objects are not there yet: for :func:`kube.wait_for`'s ``retry_on``.
+OUTAGE = (k8s.ApiException, KeyError, urllib3.exceptions.HTTPError, OSError)
 
 
 # ---------------------------------------------------------------------------------------
@@ -345,15 +314,6 @@ def leaked_secrets(identity: Identity, text: str) -> list[str]:
 # objects
 
 
-def request_body(namespace: str, name: str, pool: str, user: str, **spec: Any) -> Obj:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "SessionRequest",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"poolRef": {"name": pool}, "user": user, **spec},
-    }
-
-
 class Api:
     """Typed calls on a ``CustomObjectsApi`` of its own (thread-safe connection pool), each
     retried through outages."""
@@ -469,166 +429,6 @@ class Api:
 
 
 # ---------------------------------------------------------------------------------------
-# watching every state of every request
-
-
-State = tuple[str | None, str | None, str | None]  # phase, host, assignedAt
-
-
-@dataclass
-class History:
-    uid: str = ""
-    states: list[State] = field(default_factory=list)
-
-    def record(self, obj: Mapping[str, Any]) -> None:
-        st = status(obj)
-        state = (st.get("phase"), st.get("host"), st.get("assignedAt"))
-        if not self.states or self.states[-1] != state:
-            self.states.append(state)
-
-    def assigned_hosts(self) -> list[str]:
-        """Distinct hosts the request was seen Assigned to, in order."""
-        out: list[str] = []
-        for ph, host, _ in self.states:
-            if ph == "Assigned" and host and host not in out:
-                out.append(host)
-        return out
-
-    def assignments(self) -> int:
-        """How many times it entered Assigned (a new assignedAt counts as a new entry)."""
-        count = 0
-        previous: tuple[str | None, str | None] = (None, None)
-        for ph, _, at in self.states:
-            if ph == "Assigned" and previous != ("Assigned", at):
-                count += 1
-            previous = (ph, at)
-        return count
-
-
-class Recorder:
-    """Watches the namespace's SessionRequests in a thread and keeps every state seen.
-
-    Resumes from the last resourceVersion after a dropped connection, lists again on 410
-    Gone (or when the API server forgot the version after a restart), and never gives up
-    while it runs; ``errors`` counts the interruptions it rode out."""
-
-    def __init__(self, kubeconfig: Path, namespace: str) -> None:
-        self._client = make_api_client(kubeconfig, pool_size=4)
-        self._api = k8s.CustomObjectsApi(self._client)
-        self.namespace = namespace
-        self.histories: dict[str, History] = {}
-        self.latest: dict[str, Obj] = {}
-        self.errors = 0
-        self.relists = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fault-recorder", daemon=True)
-
-    def __enter__(self) -> Recorder:
-        self._thread.start()
-        if not self._ready.wait(30):
-            raise RuntimeError("the request watch did not start")
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=20)
-        self._client.close()
-
-    def _record(self, event: str, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        name = str(meta.get("name"))
-        with self._lock:
-            if event == "DELETED":
-                self.latest.pop(name, None)
-                return
-            history = self.histories.setdefault(name, History(uid=str(meta.get("uid"))))
-            history.record(obj)
-            self.latest[name] = dict(obj)
-
-    def _run(self) -> None:
-        version: str | None = None
-        while not self._stop.is_set():
-            try:
-                if version is None:
-                    listing = cast(
-                        Obj,
-                        self._api.list_namespaced_custom_object(
-                            GROUP,
-                            VERSION,
-                            self.namespace,
-                            PLURALS["SessionRequest"],
-                            _request_timeout=30,
-                        ),
-                    )
-                    names = set()
-                    for item in listing.get("items", []):
-                        names.add(item["metadata"]["name"])
-                        self._record("ADDED", item)
-                    with self._lock:
-                        for gone in set(self.latest) - names:
-                            self.latest.pop(gone)
-                    version = str(listing["metadata"]["resourceVersion"])
-                    self._ready.set()
-                for event in self._events(version):
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        version = None  # 410 Gone: list again
-                        self.relists += 1
-                        break
-                    rv = (obj.get("metadata") or {}).get("resourceVersion")
-                    if rv:
-                        version = str(rv)
-                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                        self._record(str(event["type"]), obj)
-                    if self._stop.is_set():
-                        return
-            except Exception:
-                self.errors += 1
-                time.sleep(0.2)
-
-    def _events(self, version: str) -> Iterator[dict[str, Any]]:
-        response: Any = self._api.list_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            self.namespace,
-            PLURALS["SessionRequest"],
-            watch=True,
-            resource_version=version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=2,
-            _request_timeout=(5, 15),
-            _preload_content=False,
-        )
-        try:
-            buffer = b""
-            for chunk in response.stream(65536, decode_content=True):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        yield json.loads(line)
-        finally:
-            response.release_conn()
-
-    def snapshot(self) -> dict[str, History]:
-        with self._lock:
-            return {n: History(h.uid, list(h.states)) for n, h in self.histories.items()}
-
-    def objects(self) -> dict[str, Obj]:
-        with self._lock:
-            return dict(self.latest)
-
-    def count(self, names: Iterable[str], phase_: str = "Assigned") -> int:
-        with self._lock:
-            return sum(1 for n in names if n in self.latest and phase(self.latest[n]) == phase_)
-
-
-# ---------------------------------------------------------------------------------------
 # a storm of requests
 
 
@@ -697,10 +497,11 @@ class Storm:
 
     def wait(self, timeout: float = 120.0) -> None:
         """Until every queued request was created (or failed for good)."""
-        poll(
+        wait_for(
             lambda: len(self.created) + len(self.errors) >= self.queued,
-            timeout=timeout,
+            timeout,
             what=f"{self.queued} requests to be created",
+            retry_on=OUTAGE,
         )
         assert not self.errors, f"creating requests failed: {self.errors[:5]}"
 
@@ -729,7 +530,7 @@ def per_host_users(requests: Mapping[str, Obj]) -> dict[str, set[str]]:
 def invariant_problems(
     requests: Mapping[str, Obj],
     hosts: Mapping[str, Obj],
-    histories: Mapping[str, History],
+    histories: Mapping[str, RequestHistory],
     limits: Mapping[str, int],
     names: Iterable[str],
     *,
@@ -775,19 +576,8 @@ def invariant_problems(
         if pool in limits and len(users) > limits[pool]:
             problems.append(f"host {host}: {len(users)} sessions, over the limit {limits[pool]}")
     for name, history in sorted(histories.items()):
-        if name in allowed:
-            continue
-        assigned = history.assigned_hosts()
-        if len(assigned) > 1:
-            problems.append(f"{name}: host changed {assigned}: {history.states}")
-        if history.assignments() > 1:
-            problems.append(f"{name}: assigned {history.assignments()} times: {history.states}")
-        phases = [ph for ph, _, _ in history.states]
-        if "Assigned" in phases and any(
-            p != "Assigned" and not (p == "Failed" and name in may_fail)
-            for p in phases[phases.index("Assigned") + 1 :]
-        ):
-            problems.append(f"{name}: left Assigned: {history.states}")
+        if name not in allowed:
+            problems += history.problems(name, may_fail=name in may_fail, assigned_only=True)
     return problems
 
 
@@ -819,11 +609,12 @@ def wait_host_status_matches(api: Api, timeout: float = 60.0) -> None:
             for name, obj in hosts.items()
         )
 
-    poll(
+    wait_for(
         check,
-        timeout=timeout,
+        timeout,
         what="host status.sessions.total to match the Assigned requests",
         show=lambda: describe(api.list("SessionRequest"), api.list("SessionHost")),
+        retry_on=OUTAGE,
     )
 
 

@@ -1,9 +1,11 @@
-"""Helpers for the end-to-end tests: the operator as a subprocess, objects from dicts, polling.
+"""Helpers for the end-to-end tests: the operator as a subprocess, objects from dicts, polling,
+and :class:`RequestRecorder`, which records every state of every request (also through API
+server and etcd restarts, for the fault tests).
 
 Everything here talks to a real API server through the ``kubernetes`` client
 (``CustomObjectsApi`` / ``CoreV1Api`` on the suite's ``ApiClient``). Nothing here sleeps to
-assert: :func:`wait_for` polls until a predicate holds and, when it does not in time, fails
-with a compact dump of the objects it last observed.
+assert: :func:`kube.wait_for` polls until a predicate holds and, when it does not in time,
+fails with a compact dump of the objects it last observed.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from typing import Any, Protocol, TypeVar, cast
 import pytest
 from kubernetes import client as k8s
 
+import builders
+from kube import wait_for
+
 GROUP = "hostpool.io"
 VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
 PLURALS: dict[str, str] = {
     "HostPool": "hostpools",
     "SessionHost": "sessionhosts",
@@ -56,6 +60,10 @@ def join_reapers(timeout: float = 30.0) -> None:
 
 T = TypeVar("T")
 Obj = dict[str, Any]
+
+#: What a predicate on the ``kubernetes`` client may raise while the objects it looks at are
+#: not there (yet): for :func:`kube.wait_for`'s ``retry_on``.
+NOT_YET = (k8s.ApiException, AssertionError, KeyError, TypeError)
 
 
 class KubeLike(Protocol):
@@ -136,46 +144,6 @@ def sessions_total(obj: Mapping[str, Any]) -> int | None:
 def half_up(n: int) -> int:
     """ceil(n/2): how many of n eligible hosts a breadth-first decision picks among."""
     return math.ceil(n / 2)
-
-
-# ---------------------------------------------------------------------------------------
-# polling
-
-
-def wait_for(
-    predicate: Callable[[], T | None],
-    timeout: float = 30.0,
-    *,
-    what: str = "a condition",
-    interval: float = 0.1,
-    show: Callable[[], str] | None = None,
-) -> T:
-    """Poll ``predicate`` every ``interval`` s until it returns something truthy; return it.
-
-    On timeout the test fails with ``what``, the last exception the predicate raised (an
-    ``ApiException`` right after creation, say) and ``show()``: the objects as last seen."""
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            value = predicate()
-        except (k8s.ApiException, AssertionError, KeyError, TypeError) as exc:
-            last_error = exc
-        else:
-            if value:
-                return value
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(interval)
-    lines = [f"timed out after {timeout:.1f}s waiting for {what}"]
-    if last_error is not None:
-        lines.append(f"last error: {type(last_error).__name__}: {last_error}")
-    if show is not None:
-        try:
-            lines.append("last observed objects:\n" + show())
-        except Exception as exc:  # never hide the timeout behind a listing error
-            lines.append(f"(could not list the objects: {exc})")
-    pytest.fail("\n".join(lines), pytrace=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -396,13 +364,13 @@ class Cluster:
     # -- generic ----------------------------------------------------------------------------
 
     def create(self, kind: str, name: str, spec: Mapping[str, Any]) -> Obj:
-        body = {
-            "apiVersion": API_VERSION,
-            "kind": kind,
-            "metadata": {"name": name, "namespace": self.namespace},
-            "spec": dict(spec),
-        }
-        plural = PLURALS[kind]
+        return self.create_body(
+            builders.manifest(kind, name, dict(spec), namespace=self.namespace)
+        )
+
+    def create_body(self, body: Obj) -> Obj:
+        """Create an object from a whole manifest (see :mod:`builders`)."""
+        plural = PLURALS[body["kind"]]
         return cast(
             Obj,
             self.custom.create_namespaced_custom_object(
@@ -451,13 +419,12 @@ class Cluster:
     # -- the project's kinds ------------------------------------------------------------------
 
     def create_pool(self, name: str, lb_type: str, limit: int | None = None, **spec: Any) -> Obj:
-        load_balancer: dict[str, Any] = {"type": lb_type}
-        if limit is not None:
-            load_balancer["maxSessionLimit"] = limit
-        return self.create("HostPool", name, {"loadBalancer": load_balancer, **spec})
+        return self.create_body(
+            builders.pool(name, lb_type, limit, namespace=self.namespace, **spec)
+        )
 
     def create_host(self, name: str, pool: str, **spec: Any) -> Obj:
-        return self.create("SessionHost", name, {"poolRef": {"name": pool}, **spec})
+        return self.create_body(builders.host(name, pool, namespace=self.namespace, **spec))
 
     def create_hosts(self, names: Iterable[str], pool: str, **spec: Any) -> list[Obj]:
         """Created one after another, so query order (creationTimestamp, name) is name order
@@ -504,8 +471,8 @@ class Cluster:
         self.wait(check, f"the operator to report pool {pool} and hosts {names}", timeout)
 
     def create_request(self, name: str, pool: str, user: str, **spec: Any) -> Obj:
-        return self.create(
-            "SessionRequest", name, {"poolRef": {"name": pool}, "user": user, **spec}
+        return self.create_body(
+            builders.request(name, pool, user, namespace=self.namespace, **spec)
         )
 
     def create_requests_concurrently(
@@ -561,7 +528,9 @@ class Cluster:
         return "\n".join(lines)
 
     def wait(self, predicate: Callable[[], T | None], what: str, timeout: float = 30.0) -> T:
-        return wait_for(predicate, timeout, what=what, show=self.describe)
+        return wait_for(
+            predicate, timeout, what=what, interval=0.1, show=self.describe, retry_on=NOT_YET
+        )
 
     def wait_request(
         self,
@@ -644,15 +613,20 @@ def count_by_host(requests: Mapping[str, Obj]) -> dict[str, int]:
     return {host: len(u) for host, u in users.items()}
 
 
+
 # ---------------------------------------------------------------------------------------
-# watching requests
+# recording every state of every request
+
+#: (phase, host, assignedAt) of a SessionRequest.
+State = tuple[str | None, str | None, str | None]
 
 
 @dataclass
 class RequestHistory:
     """The (phase, host, assignedAt) states a request went through, as a watch saw them."""
 
-    states: list[tuple[str | None, str | None, str | None]] = field(default_factory=list)
+    uid: str = ""
+    states: list[State] = field(default_factory=list)
 
     def record(self, obj: Mapping[str, Any]) -> None:
         st = status(obj)
@@ -660,46 +634,76 @@ class RequestHistory:
         if not self.states or self.states[-1] != state:
             self.states.append(state)
 
-    def hosts(self) -> list[str]:
-        """Distinct non-empty hosts in order of appearance."""
+    def hosts(self, *, assigned_only: bool = False) -> list[str]:
+        """Distinct non-empty hosts in order of appearance (only those the request was seen
+        Assigned to, with ``assigned_only``: a foreign writer may set a host on a Pending
+        request)."""
         seen: list[str] = []
-        for _, host, _ in self.states:
-            if host and host not in seen:
+        for ph, host, _ in self.states:
+            if host and host not in seen and (ph == "Assigned" or not assigned_only):
                 seen.append(host)
         return seen
 
     def assignments(self) -> int:
-        """How many times the request entered phase Assigned (or got a new assignedAt)."""
+        """How many times the request entered phase Assigned (a new assignedAt counts as a
+        new entry)."""
         count = 0
         previous: tuple[str | None, str | None] = (None, None)
         for ph, _, at in self.states:
-            if ph == "Assigned" and (previous[0] != "Assigned" or previous[1] != at):
+            if ph == "Assigned" and previous != ("Assigned", at):
                 count += 1
             previous = (ph, at)
         return count
 
+    def problems(
+        self, name: str, *, may_fail: bool = False, assigned_only: bool = False
+    ) -> list[str]:
+        """What is wrong with this history: the host changed (see :meth:`hosts` for
+        ``assigned_only``), the request was assigned more than once, or it left Assigned
+        again (to Failed is allowed with ``may_fail``: its host was deleted)."""
+        out: list[str] = []
+        hosts = self.hosts(assigned_only=assigned_only)
+        if len(hosts) > 1:
+            out.append(f"{name}: host changed {hosts}: {self.states}")
+        if self.assignments() > 1:
+            out.append(f"{name}: assigned {self.assignments()} times: {self.states}")
+        phases = [ph for ph, _, _ in self.states]
+        if "Assigned" in phases and any(
+            p != "Assigned" and not (p == "Failed" and may_fail)
+            for p in phases[phases.index("Assigned") + 1 :]
+        ):
+            out.append(f"{name}: left Assigned: {self.states}")
+        return out
 
-class RequestWatcher:
-    """Watches the namespace's SessionRequests in a thread and keeps every request's history.
 
-    Use as a context manager; :meth:`problems` lists requests whose host changed, that were
-    assigned more than once, or that left phase Assigned again."""
+class RequestRecorder:
+    """Watches the namespace's SessionRequests in a thread and keeps every state seen.
 
-    def __init__(self, kube: KubeLike, namespace: str) -> None:
-        self._client = make_api_client(kube.kubeconfig)
+    Use as a context manager. Resumes from the last resourceVersion after a dropped
+    connection, lists again on 410 Gone (or when the API server forgot the version after a
+    restart), and never gives up while it runs: it keeps going through API server and etcd
+    restarts; ``errors`` counts the interruptions it rode out, ``relists`` the lists again.
+    ``objects()`` are the requests as last seen (deleted ones leave), ``snapshot()`` every
+    request's history."""
+
+    def __init__(self, kubeconfig: Path, namespace: str) -> None:
+        self._client = make_api_client(kubeconfig, pool_size=4)
         self._api = k8s.CustomObjectsApi(self._client)
         self.namespace = namespace
         self.histories: dict[str, RequestHistory] = {}
-        self.errors: list[str] = []
+        self.latest: dict[str, Obj] = {}
+        self.errors = 0
+        self.last_error = ""
+        self.relists = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="request-watch", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="request-recorder", daemon=True)
 
-    def __enter__(self) -> RequestWatcher:
+    def __enter__(self) -> RequestRecorder:
         self._thread.start()
         if not self._ready.wait(30):
-            raise RuntimeError(f"the request watch did not start: {self.errors}")
+            raise RuntimeError(f"the request watch did not start: {self.last_error}")
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -707,64 +711,79 @@ class RequestWatcher:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=15)
+        self._thread.join(timeout=20)
         self._client.close()
 
-    def _record(self, obj: Mapping[str, Any]) -> None:
-        name = str(obj["metadata"]["name"])
+    def _record(self, event: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name"))
         with self._lock:
-            self.histories.setdefault(name, RequestHistory()).record(obj)
+            if event == "DELETED":
+                self.latest.pop(name, None)
+                return
+            history = self.histories.setdefault(name, RequestHistory(uid=str(meta.get("uid"))))
+            history.record(obj)
+            self.latest[name] = dict(obj)
 
     def _run(self) -> None:
-        resource_version: str | None = None
+        version: str | None = None
         while not self._stop.is_set():
             try:
-                if resource_version is None:
+                if version is None:
                     listing = cast(
                         Obj,
                         self._api.list_namespaced_custom_object(
-                            GROUP, VERSION, self.namespace, "sessionrequests"
+                            GROUP,
+                            VERSION,
+                            self.namespace,
+                            PLURALS["SessionRequest"],
+                            _request_timeout=30,
                         ),
                     )
+                    names = set()
                     for item in listing.get("items", []):
-                        self._record(item)
-                    resource_version = str(listing["metadata"]["resourceVersion"])
+                        names.add(item["metadata"]["name"])
+                        self._record("ADDED", item)
+                    with self._lock:
+                        for gone in set(self.latest) - names:
+                            self.latest.pop(gone)
+                    version = str(listing["metadata"]["resourceVersion"])
                     self._ready.set()
-                for event in self._events(resource_version):
-                    if event.get("type") == "ERROR":
-                        resource_version = None  # 410 Gone: list again
-                        break
+                for event in self._events(version):
                     obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        version = None  # 410 Gone: list again
+                        self.relists += 1
+                        break
                     rv = (obj.get("metadata") or {}).get("resourceVersion")
                     if rv:
-                        resource_version = str(rv)
-                    if event.get("type") in ("ADDED", "MODIFIED"):
-                        self._record(obj)
+                        version = str(rv)
+                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                        self._record(str(event["type"]), obj)
                     if self._stop.is_set():
-                        break
+                        return
             except Exception as exc:
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-                if len(self.errors) > 50:
-                    return
+                self.errors += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
                 time.sleep(0.2)
 
-    def _events(self, resource_version: str) -> Iterator[dict[str, Any]]:
-        """One short watch (the server closes it after a second), decoded line by line."""
+    def _events(self, version: str) -> Iterator[dict[str, Any]]:
+        """One short watch (the server closes it after two seconds), decoded line by line."""
         response: Any = self._api.list_namespaced_custom_object(
             GROUP,
             VERSION,
             self.namespace,
-            "sessionrequests",
+            PLURALS["SessionRequest"],
             watch=True,
-            resource_version=resource_version,
+            resource_version=version,
             allow_watch_bookmarks=True,
-            timeout_seconds=1,
-            _request_timeout=10,
+            timeout_seconds=2,
+            _request_timeout=(5, 15),
             _preload_content=False,
         )
         try:
             buffer = b""
-            for chunk in response.stream(4096, decode_content=True):
+            for chunk in response.stream(65536, decode_content=True):
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
@@ -775,22 +794,21 @@ class RequestWatcher:
 
     def snapshot(self) -> dict[str, RequestHistory]:
         with self._lock:
-            return {n: RequestHistory(list(h.states)) for n, h in self.histories.items()}
+            return {n: RequestHistory(h.uid, list(h.states)) for n, h in self.histories.items()}
+
+    def objects(self) -> dict[str, Obj]:
+        with self._lock:
+            return dict(self.latest)
+
+    def count(self, names: Iterable[str], phase_: str = "Assigned") -> int:
+        with self._lock:
+            return sum(1 for n in names if n in self.latest and phase(self.latest[n]) == phase_)
 
     def problems(self, *, failed_ok: Iterable[str] = ()) -> list[str]:
-        """Requests whose host changed, that were assigned more than once, or that left
-        Assigned (except to Failed for the names in ``failed_ok``)."""
+        """Requests whose host changed (in any phase), that were assigned more than once, or
+        that left Assigned (except to Failed for the names in ``failed_ok``)."""
         allowed = set(failed_ok)
         out: list[str] = []
         for name, history in sorted(self.snapshot().items()):
-            hosts = history.hosts()
-            if len(hosts) > 1:
-                out.append(f"{name}: host changed {hosts}: {history.states}")
-            if history.assignments() > 1:
-                out.append(f"{name}: assigned {history.assignments()} times: {history.states}")
-            phases = [ph for ph, _, _ in history.states]
-            if "Assigned" in phases:
-                after = phases[phases.index("Assigned") + 1 :]
-                if any(p != "Assigned" and not (p == "Failed" and name in allowed) for p in after):
-                    out.append(f"{name}: left Assigned: {history.states}")
+            out += history.problems(name, may_fail=name in allowed)
         return out

@@ -24,22 +24,23 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client as k8s
 
+import builders
 from e2e.faults import (
     KOPF_RETRY,
+    OUTAGE,
     STANDBY_LINE,
     Api,
     CuttingProxy,
     FaultOperator,
     Identity,
-    Recorder,
     Storm,
     Tally,
     describe,
@@ -47,15 +48,15 @@ from e2e.faults import (
     invariant_problems,
     leaked_secrets,
     per_host_users,
-    poll,
     remove_identity,
-    request_body,
     wait_host_status_matches,
 )
-from e2e.helpers import API_VERSION, STARTED_LINE, Obj, host_of, status
-from kube import Kube
+from e2e.helpers import STARTED_LINE, Obj, RequestRecorder, host_of, status
+from kube import Kube, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.faults]
+
+T = TypeVar("T")
 
 #: --lease-duration of every operator here: a killed leader's Lease expires after this long.
 LEASE_SECONDS = 3
@@ -93,8 +94,8 @@ class Rig:
         self.storms.append(storm)
         return storm
 
-    def recorder(self) -> Recorder:
-        return Recorder(self.kube.kubeconfig, self.namespace)
+    def recorder(self) -> RequestRecorder:
+        return RequestRecorder(self.kube.kubeconfig, self.namespace)
 
     @contextlib.contextmanager
     def behind_proxy(self) -> Iterator[CuttingProxy]:
@@ -114,22 +115,13 @@ class Rig:
             proxy.stop()
 
     def create(self, kind: str, name: str, spec: dict[str, Any]) -> None:
-        body = {
-            "apiVersion": API_VERSION,
-            "kind": kind,
-            "metadata": {"name": name, "namespace": self.namespace},
-            "spec": spec,
-        }
-        self.api.create(body)
+        self.api.create(builders.manifest(kind, name, spec, namespace=self.namespace))
 
     def pool(self, name: str, lb_type: str, limit: int | None, hosts: list[str]) -> None:
         """Create a pool and its hosts (in order), and wait until the operator reports them."""
-        lb: dict[str, Any] = {"type": lb_type}
-        if limit is not None:
-            lb["maxSessionLimit"] = limit
-        self.create("HostPool", name, {"loadBalancer": lb})
+        self.api.create(builders.pool(name, lb_type, limit, namespace=self.namespace))
         for host in hosts:
-            self.create("SessionHost", host, {"poolRef": {"name": name}})
+            self.api.create(builders.host(host, name, namespace=self.namespace))
         self.wait_pool(name, lambda st: (st.get("hosts") or {}).get("total") == len(hosts))
 
     def wait_pool(self, name: str, check: Any, what: str = "", timeout: float = 60.0) -> Obj:
@@ -142,10 +134,21 @@ class Rig:
             ok = st.get("observedGeneration") == obj["metadata"]["generation"] and check(st)
             return obj if ok else None
 
-        return poll(probe, timeout=timeout, what=f"pool {name} {what}".strip(), show=self.show)
+        return self.wait(probe, f"pool {name} {what}".strip(), timeout)
 
     def show(self) -> str:
         return describe(self.api.list("SessionRequest"), self.api.list("SessionHost"))
+
+    def wait(
+        self,
+        predicate: Callable[[], T | None],
+        what: str,
+        timeout: float = 60.0,
+        show: Callable[[], str] | None = None,
+    ) -> T:
+        """:func:`kube.wait_for` through outages (:data:`e2e.faults.OUTAGE` means "not yet");
+        on timeout it shows ``show()``, by default where the requests are (:meth:`show`)."""
+        return wait_for(predicate, timeout, what=what, show=show or self.show, retry_on=OUTAGE)
 
     def wait_phase(
         self, names: list[str], phase_: str = "Assigned", timeout: float = 120.0
@@ -157,11 +160,11 @@ class Rig:
             done = {n for n in wanted if n in items and status(items[n]).get("phase") == phase_}
             return items if done == wanted else None
 
-        return poll(check, timeout=timeout, what=f"{len(wanted)} requests {phase_}", show=self.show)
+        return self.wait(check, f"{len(wanted)} requests {phase_}", timeout)
 
     def check_end(
         self,
-        recorder: Recorder,
+        recorder: RequestRecorder,
         names: list[str],
         limits: dict[str, int],
         *,
@@ -175,14 +178,14 @@ class Rig:
         requests = self.api.list("SessionRequest")
         hosts = self.api.list("SessionHost")
         # the watch has seen the final versions too
-        poll(
+        self.wait(
             lambda: all(
                 recorder.objects().get(n, {}).get("metadata", {}).get("resourceVersion")
                 == requests[n]["metadata"]["resourceVersion"]
                 for n in names
             ),
-            timeout=30,
-            what="the recorder to see the final versions",
+            "the recorder to see the final versions",
+            30,
         )
         problems = invariant_problems(
             requests, hosts, recorder.snapshot(), limits, names, reset=reset, failed_ok=failed_ok
@@ -230,7 +233,9 @@ def rig(kube: Kube, namespace: str, tmp_path: Path, record_property: Any) -> Ite
 def storm_bodies(namespace: str, pools: list[str], per_pool: int, tag: str) -> list[Obj]:
     """``per_pool`` requests for each pool, interleaved, one distinct user each."""
     return [
-        request_body(namespace, f"{tag}-{pool}-{i:03d}", pool, f"{tag}-{pool}-{i:03d}@corp")
+        builders.request(
+            f"{tag}-{pool}-{i:03d}", pool, f"{tag}-{pool}-{i:03d}@corp", namespace=namespace
+        )
         for i in range(per_pool)
         for pool in pools
     ]
@@ -271,11 +276,9 @@ def test_kill9_during_storm_loses_nothing(rig: Rig) -> None:
                 storm_bodies(rig.namespace, ["df", "bf"], 45, f"w{wave}"), rate=45
             )
             names += wave_names
-            poll(
+            rig.wait(
                 lambda wn=wave_names: recorder.count(wn) >= 30,  # type: ignore[misc]
-                timeout=60,
-                what=f"wave {wave}: 30 requests assigned",
-                show=rig.show,
+                f"wave {wave}: 30 requests assigned",
             )
             assert recorder.count(wave_names) < len(wave_names), "the wave was over too soon"
             op.kill()
@@ -313,12 +316,7 @@ def test_control_plane_restart_during_storm(rig: Rig, component: str) -> None:
     storm = rig.storm()
     with rig.recorder() as recorder:
         names = storm.add(storm_bodies(rig.namespace, ["df", "bf"], 100, "s"), rate=40)
-        poll(
-            lambda: recorder.count(names) >= 40,
-            timeout=60,
-            what="40 requests assigned",
-            show=rig.show,
-        )
+        rig.wait(lambda: recorder.count(names) >= 40, "40 requests assigned")
         assert recorder.count(names) < len(names), "the storm was over too soon"
         t0 = time.monotonic()
         if component == "etcd":
@@ -367,7 +365,7 @@ class Writers:
     """
 
     rig: Rig
-    recorder: Recorder
+    recorder: RequestRecorder
     agent_share: set[str]
     reset_share: set[str]
     reset_max: int
@@ -483,26 +481,22 @@ def test_second_writer_cannot_overwrite_decisions(rig: Rig) -> None:
         threads = writers.run()
         storm.add(bodies, rate=40)
         storm.wait()
-        poll(
+        rig.wait(
             lambda: recorder.count(names) == 80 and recorder.count(names, "Pending") == 40,
-            timeout=60,
-            what="80 requests Assigned and 40 Pending",
-            show=rig.show,
+            "80 requests Assigned and 40 Pending",
         )
-        poll(
+        rig.wait(
             lambda: len(writers.reset) >= 12 and len(writers.rogue_landed) >= 10,
-            timeout=60,
-            what="the resetter and the rogue to have done their work",
+            "the resetter and the rogue to have done their work",
             show=lambda: f"reset {len(writers.reset)}, rogue {len(writers.rogue_landed)}",
         )
         for i in range(8, 14):
             rig.create("SessionHost", f"w-{i:02d}", {"poolRef": {"name": "w"}})
         rig.wait_phase(names)
         # the agent catches up with the last assignments, then everyone stops
-        poll(
+        rig.wait(
             lambda: all(n in writers.marked for n in writers.agent_share),
-            timeout=60,
-            what="the agent to mark its share Active",
+            "the agent to mark its share Active",
         )
         writers.stop.set()
         for thread in threads:
@@ -565,7 +559,7 @@ def test_two_instances_one_places_standby_takes_over(rig: Rig) -> None:
     storm = rig.storm()
     names = storm.add(storm_bodies(rig.namespace, ["df", "bf"], 80, "s"), rate=40)
     with rig.recorder() as recorder:
-        poll(lambda: recorder.count(names) >= 50, timeout=60, what="50 placed", show=rig.show)
+        rig.wait(lambda: recorder.count(names) >= 50, "50 placed")
         assert recorder.count(names) < len(names), "the storm was over too soon"
         # B is still a standby: it logged nothing past the wait, and it is alive.
         b_log = b.log_text()[b_offset:]
@@ -633,7 +627,8 @@ def test_changes_during_storm_end_in_documented_states(rig: Rig) -> None:
 
     def bodies(pool: str, n: int, tag: str = "r") -> list[Obj]:
         return [
-            request_body(ns, f"{pool}-{tag}{i:03d}", pool, f"{pool}-{tag}{i}@c") for i in range(n)
+            builders.request(f"{pool}-{tag}{i:03d}", pool, f"{pool}-{tag}{i}@c", namespace=ns)
+            for i in range(n)
         ]
 
     storm = rig.storm()
@@ -659,11 +654,9 @@ def test_changes_during_storm_end_in_documented_states(rig: Rig) -> None:
             ]
 
         # -- lower the limit of a saturated pool, then add hosts
-        poll(
+        rig.wait(
             lambda: rec.count(lim) == 30 and rec.count(lim, "Pending") == 10,
-            timeout=60,
-            what="lim: 30 placed, 10 waiting",
-            show=rig.show,
+            "lim: 30 placed, 10 waiting",
         )
         rig.api.patch("HostPool", "lim", {"spec": {"loadBalancer": {"maxSessionLimit": 3}}})
         during["lower the limit"] = storm.done(background)
@@ -673,7 +666,7 @@ def test_changes_during_storm_end_in_documented_states(rig: Rig) -> None:
         rig.tally.add("lower maxSessionLimit during a storm")
 
         # -- drain two hosts that have sessions, while requests arrive
-        poll(lambda: rec.count(drn) >= 8, timeout=60, what="drn: 8 placed", show=rig.show)
+        rig.wait(lambda: rec.count(drn) >= 8, "drn: 8 placed")
         for host in ("d-0", "d-1"):
             rig.api.patch("SessionHost", host, {"spec": {"drainMode": True}})
         during["drain hosts"] = storm.done(background)
@@ -683,7 +676,7 @@ def test_changes_during_storm_end_in_documented_states(rig: Rig) -> None:
         rig.tally.add("drain hosts with sessions during a storm", 2)
 
         # -- delete a host that has sessions
-        poll(lambda: rec.count(dele) >= 10, timeout=60, what="del: 10 placed", show=rig.show)
+        rig.wait(lambda: rec.count(dele) >= 10, "del: 10 placed")
         on_e1 = on_host(dele, "e-1")
         assert len(on_e1) == 5, f"e-1 holds {on_e1}"
         assert storm.done(dele) < len(dele), "the del requests were all created already"
@@ -692,7 +685,7 @@ def test_changes_during_storm_end_in_documented_states(rig: Rig) -> None:
         rig.tally.add("delete a host with 5 sessions during a storm")
 
         # -- change the algorithm
-        poll(lambda: rec.count(alg) == 12, timeout=60, what="alg: 12 placed", show=rig.show)
+        rig.wait(lambda: rec.count(alg) == 12, "alg: 12 placed")
         rig.api.patch("HostPool", "alg", {"spec": {"loadBalancer": {"type": "BreadthFirst"}}})
         during["change the algorithm"] = storm.done(background)
         rig.wait_pool("alg", lambda st: True, "observed the new type")
@@ -700,19 +693,19 @@ def test_changes_during_storm_end_in_documented_states(rig: Rig) -> None:
         rig.tally.add("change DepthFirst to BreadthFirst during a storm")
 
         # -- delete the pool, then create it again
-        poll(lambda: rec.count(gone) == 6, timeout=60, what="gone: 6 placed", show=rig.show)
+        rig.wait(lambda: rec.count(gone) == 6, "gone: 6 placed")
         gone_hosts = {n: host_of(o) for n, o in objs(gone).items()}
         offset = len(op.log_text())
         rig.api.delete("HostPool", "gone")
         during["delete the pool"] = storm.done(background)
-        poll(
+        rig.wait(
             lambda: "gone: pool deleted" in op.log_text()[offset:],
-            timeout=30,
-            what="the operator to notice the pool is gone",
+            "the operator to notice the pool is gone",
+            30,
         )
         gone_late = storm.add(bodies("gone", 4, "late"))
         rig.tally.add("delete a pool with sessions during a storm")
-        poll(
+        rig.wait(
             lambda: (
                 all(
                     status(o).get("phase") == "Pending"
@@ -721,9 +714,7 @@ def test_changes_during_storm_end_in_documented_states(rig: Rig) -> None:
                 )
                 and len(objs(gone_late)) == 4
             ),
-            timeout=60,
-            what="4 new gone requests Pending with PoolNotFound",
-            show=rig.show,
+            "4 new gone requests Pending with PoolNotFound",
         )
         assert {n: host_of(o) for n, o in objs(gone).items()} == gone_hosts
         rig.create(
@@ -737,11 +728,9 @@ def test_changes_during_storm_end_in_documented_states(rig: Rig) -> None:
 
         assigned = [*background, *drn, *drn_late, *alg, *alg_late, *gone, *gone_late]
         assigned += [n for n in dele if n not in on_e1]
-        poll(
+        rig.wait(
             lambda: rec.count(lim) == 36 and rec.count(lim, "Pending") == 4,
-            timeout=60,
-            what="lim: 36 placed, 4 waiting",
-            show=rig.show,
+            "lim: 36 placed, 4 waiting",
         )
         rig.wait_phase(on_e1, "Failed")
         requests = rig.check_end(
@@ -759,14 +748,12 @@ def test_changes_during_storm_end_in_documented_states(rig: Rig) -> None:
     waiting = [status(requests[n]) for n in lim if status(requests[n]).get("phase") == "Pending"]
     assert [st.get("reason") for st in waiting] == ["PoolSaturated"] * 4
     rig.wait_pool("lim", lambda st: cond_status(st, "Saturated") == "True", "saturated")
-    poll(
+    rig.wait(
         lambda: all(
             host_reason(rig.api.get("SessionHost", f"l-{i}")) == "SessionLimitReached"
             for i in range(7)
         ),
-        timeout=60,
-        what="every lim host to report SessionLimitReached",
-        show=rig.show,
+        "every lim host to report SessionLimitReached",
     )
 
     # drn: drained hosts keep their sessions and take no request created after the drain
@@ -775,13 +762,11 @@ def test_changes_during_storm_end_in_documented_states(rig: Rig) -> None:
         n: host_of(requests[n]) for n in late_created
     }
     assert count.get("d-0", 0) + count.get("d-1", 0) >= 1
-    poll(
+    rig.wait(
         lambda: all(
             host_reason(rig.api.get("SessionHost", h)) == "Draining" for h in ("d-0", "d-1")
         ),
-        timeout=60,
-        what="d-0 and d-1 to report Draining",
-        show=rig.show,
+        "d-0 and d-1 to report Draining",
     )
 
     # del: e-1's requests failed and stayed where they were; the rest fills the others
@@ -794,7 +779,7 @@ def test_changes_during_storm_end_in_documented_states(rig: Rig) -> None:
             "False",
             "HostDeleted",
         )
-        assert histories[name].assigned_hosts() == ["e-1"]
+        assert histories[name].hosts(assigned_only=True) == ["e-1"]
     assert [count.get(h, 0) for h in ("e-0", "e-2", "e-3")] == [5, 5, 5]
 
     # alg: the late requests were spread breadth-first
@@ -847,7 +832,7 @@ def test_status_write_cut_off_is_retried(rig: Rig, mode: str, how: str) -> None:
         with rig.recorder() as recorder:
             names = storm.add(storm_bodies(rig.namespace, ["df"], 20, "c"), rate=20)
             storm.wait()
-            poll(lambda: len(proxy.cut) == 5, timeout=30, what="5 writes cut", show=rig.show)
+            rig.wait(lambda: len(proxy.cut) == 5, "5 writes cut", 30)
             rig.tally.add(f"assignment write cut off ({mode} reaching the API server, {how})", 5)
             rig.check_end(recorder, names, {"df": 5}, timeout=30)
 
@@ -869,12 +854,14 @@ def test_pending_reason_that_lost_a_conflict_is_written_again(rig: Rig) -> None:
             rf"^PATCH /apis/hostpool\.io/v1alpha1/namespaces/{rig.namespace}/"
             r"sessionrequests/early/status[? ]"
         )
-        rig.api.create(request_body(rig.namespace, "early", "late-pool", "early@corp"))
-        poll(lambda: len(proxy.held) == 1, timeout=30, what="the PoolNotFound write held")
+        rig.api.create(
+            builders.request("early", "late-pool", "early@corp", namespace=rig.namespace)
+        )
+        rig.wait(lambda: len(proxy.held) == 1, "the PoolNotFound write held", 30)
         assert b"PoolNotFound" in proxy.held[0].body, proxy.held[0].body
         rig.create("HostPool", "late-pool", {"loadBalancer": {"type": "DepthFirst",
                                                               "maxSessionLimit": 2}})  # fmt: skip
-        poll(lambda: len(proxy.held) == 2, timeout=30, what="the PoolSaturated write held")
+        rig.wait(lambda: len(proxy.held) == 2, "the PoolSaturated write held", 30)
         older, newer = proxy.held
         assert b"PoolSaturated" in newer.body, newer.body
         proxy.hold(None)  # what the operator writes after this goes straight through
@@ -890,4 +877,4 @@ def test_pending_reason_that_lost_a_conflict_is_written_again(rig: Rig) -> None:
             st = status(rig.api.get("SessionRequest", "early"))
             return st.get("phase") == "Pending" and st.get("reason") == "PoolSaturated"
 
-        poll(says_saturated, timeout=30, what="the request to say PoolSaturated", show=rig.show)
+        rig.wait(says_saturated, "the request to say PoolSaturated", 30)

@@ -31,19 +31,19 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import builders
 from e2e.faults import (
+    OUTAGE,
     Api,
     FaultOperator,
     Identity,
     Storm,
     install_identity,
     leaked_secrets,
-    poll,
     remove_identity,
-    request_body,
 )
-from e2e.helpers import API_VERSION, Obj, status
-from kube import CRD_DIR, Kube, resource_path
+from e2e.helpers import Obj, status
+from kube import CRD_DIR, Kube, resource_path, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.faults]
 
@@ -184,12 +184,7 @@ def objects(draw: st.DrawFn) -> tuple[str, Obj, Obj | None]:
         if p_bad
         else st.from_regex(r"\A[a-z][a-z0-9]{0,10}\Z").map(lambda s: f"h-{s}")
     )
-    body: Obj = {
-        "apiVersion": API_VERSION,
-        "kind": kind,
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+    body = builders.manifest(kind, name, spec)
     metrics = None
     if kind == "SessionHost" and draw(st.booleans()):
         metrics_schema = schema["properties"]["status"]["properties"]["metrics"]
@@ -247,39 +242,11 @@ def test_generated_objects_are_refused_or_handled(
     op = start_operator(identity, namespace, tmp_path / "operator.log")
     try:
         api = Api(kube.kubeconfig, namespace)
-        api.create(
-            {
-                "apiVersion": API_VERSION,
-                "kind": "HostPool",
-                "metadata": {"name": "pool-bf"},
-                "spec": {"loadBalancer": {"type": "BreadthFirst", "maxSessionLimit": 50}},
-            }
-        )
-        api.create(
-            {
-                "apiVersion": API_VERSION,
-                "kind": "HostPool",
-                "metadata": {"name": "pool-df"},
-                "spec": {"loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 2}},
-            }
-        )
-        api.create(
-            {
-                "apiVersion": API_VERSION,
-                "kind": "HostPool",
-                "metadata": {"name": "pool-hz"},
-                "spec": {"loadBalancer": {"type": "Horizon", "maxSessionLimit": 20}},
-            }
-        )
+        api.create(builders.pool("pool-bf", "BreadthFirst", 50))
+        api.create(builders.pool("pool-df", "DepthFirst", 2))
+        api.create(builders.pool("pool-hz", "Horizon", 20))
         for pool in POOLS:
-            api.create(
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": "SessionHost",
-                    "metadata": {"name": f"{pool}-host"},
-                    "spec": {"poolRef": {"name": pool}},
-                }
-            )
+            api.create(builders.host(f"{pool}-host", pool))
         out = Outcomes()
         t0 = time.monotonic()
 
@@ -356,11 +323,12 @@ def test_generated_objects_are_refused_or_handled(
                         )
             return missing
 
-        poll(
+        wait_for(
             lambda: not handled(),
             timeout=120,
             what="the operator to handle every accepted object",
             show=lambda: "\n".join(handled()[:20]),
+            retry_on=OUTAGE,
         )
         requests = api.list("SessionRequest")
         phases = Counter(
@@ -411,31 +379,16 @@ def test_memory_stays_bounded(
     try:
         idle_kb = op.sample_memory()
         pools = [f"m{p:02d}" for p in range(POOL_COUNT)]
-        storm.add(
-            {
-                "apiVersion": API_VERSION,
-                "kind": "HostPool",
-                "metadata": {"name": pool},
-                "spec": {"loadBalancer": {"type": "BreadthFirst", "maxSessionLimit": 3}},
-            }
-            for pool in pools
-        )
+        storm.add(builders.pool(pool, "BreadthFirst", 3) for pool in pools)
         storm.wait()
         storm.add(
-            {
-                "apiVersion": API_VERSION,
-                "kind": "SessionHost",
-                "metadata": {"name": f"{pool}-h{h:03d}"},
-                "spec": {"poolRef": {"name": pool}},
-            }
-            for h in range(HOSTS_PER_POOL)
-            for pool in pools
+            builders.host(f"{pool}-h{h:03d}", pool) for h in range(HOSTS_PER_POOL) for pool in pools
         )
         t0 = time.monotonic()
         storm.wait(timeout=300)
         hosts_s = time.monotonic() - t0
         storm.add(
-            request_body(namespace, f"{pool}-r{r:03d}", pool, f"{pool}-u{r}@corp")
+            builders.request(f"{pool}-r{r:03d}", pool, f"{pool}-u{r}@corp", namespace=namespace)
             for r in range(REQUESTS_PER_POOL)
             for pool in pools
         )
@@ -457,12 +410,13 @@ def test_memory_stays_bounded(
             op.sample_memory()
             return placed() == POOL_COUNT * REQUESTS_PER_POOL
 
-        poll(
+        wait_for(
             all_placed,
             timeout=180,
             what="5,000 sessions in the pools' status",
             show=lambda: f"{placed()} placed",
             interval=1.0,
+            retry_on=OUTAGE,
         )
         requests = api.list("SessionRequest")
         assert len(requests) == POOL_COUNT * REQUESTS_PER_POOL

@@ -27,15 +27,16 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
 
+import builders
 from chart.argocd_health import health, write_fixture
 from controlplane import ensure_tools
 from e2e.helpers import free_port
-from kube import REPO_ROOT, Kube, make_api_client, resource_path, unique_name
+from kube import REPO_ROOT, Kube, make_api_client, resource_path, unique_name, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -51,9 +52,10 @@ FORBIDDEN = re.compile(r"forbidden|\b403\b", re.IGNORECASE)
 #: The one refusal that is no RBAC matter: writing into a namespace being deleted (left
 #: over from an earlier test) is refused with reason Forbidden as well.
 TERMINATING = "because it is being terminated"
+#: How long the waits here may take (polling every 0.2 s; an exception fails at once).
+WAIT_SECONDS = 45
 
 Obj = dict[str, Any]
-T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------------------------
@@ -268,40 +270,20 @@ def start_operator(runs: list[OperatorRun], identity: Identity, tmp_path: Path) 
 # objects
 
 
-def pool(name: str, *, limit: int, max_hosts: int) -> Obj:
-    return {
-        "apiVersion": "hostpool.io/v1alpha1",
-        "kind": "HostPool",
-        "metadata": {"name": name},
-        "spec": {
-            "loadBalancer": {"type": "DepthFirst", "maxSessionLimit": limit},
-            "scaling": {
-                "minHosts": 0,
-                "maxHosts": max_hosts,
-                "bufferSessions": 0,
-                "scaleDownDelaySeconds": 1,
-                "hostTemplate": {"metadata": {"labels": {"origin": "scaling"}}, "spec": {}},
-            },
+def scaling_pool(name: str, *, limit: int, max_hosts: int) -> Obj:
+    """A DepthFirst pool that may create hosts, and removes empty ones after 1 s."""
+    return builders.pool(
+        name,
+        "DepthFirst",
+        limit,
+        scaling={
+            "minHosts": 0,
+            "maxHosts": max_hosts,
+            "bufferSessions": 0,
+            "scaleDownDelaySeconds": 1,
+            "hostTemplate": {"metadata": {"labels": {"origin": "scaling"}}, "spec": {}},
         },
-    }
-
-
-def host(name: str, pool_name: str, *, drain: bool = False) -> Obj:
-    return {
-        "apiVersion": "hostpool.io/v1alpha1",
-        "kind": "SessionHost",
-        "metadata": {"name": name},
-        "spec": {"poolRef": {"name": pool_name}, "drainMode": drain},
-    }
-
-
-def session_request(name: str, pool_name: str) -> Obj:
-    return {
-        "apiVersion": "hostpool.io/v1alpha1",
-        "kind": "SessionRequest",
-        "metadata": {"name": name},
-        "spec": {"poolRef": {"name": pool_name}, "user": f"{name}@corp.example"},
-    }
+    )
 
 
 def items(kube: Kube, kind: str, namespace: str) -> list[Obj]:
@@ -322,18 +304,6 @@ def cond(obj: Obj, type_: str) -> Obj:
     return {}
 
 
-def poll(predicate: Callable[[], T | None], *, what: str, timeout: float = 45) -> T:
-    """Poll until ``predicate`` returns something truthy; return it (TimeoutError else)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
-
-
 def wait_obj(
     kube: Kube, kind: str, namespace: str, name: str, check: Callable[[Obj], bool], what: str
 ) -> Obj:
@@ -341,11 +311,10 @@ def wait_obj(
         obj = kube.get(kind, namespace, name)
         return obj if check(obj) else None
 
-    try:
-        return poll(current, what=f"{kind} {name}: {what}")
-    except TimeoutError as exc:
-        last = kube.get(kind, namespace, name).get("status")
-        raise AssertionError(f"{exc}; its status now: {json.dumps(last)}") from exc
+    def last() -> str:
+        return f"its status now: {json.dumps(kube.get(kind, namespace, name).get('status'))}"
+
+    return wait_for(current, WAIT_SECONDS, what=f"{kind} {name}: {what}", show=last)
 
 
 def phases(kube: Kube, namespace: str) -> dict[str, tuple[str | None, str | None]]:
@@ -362,10 +331,12 @@ def wait_assigned(kube: Kube, namespace: str, names: list[str]) -> dict[str, str
             return {n: str(now[n][1]) for n in names}
         return None
 
-    try:
-        return poll(assigned, what=f"{names} Assigned")
-    except TimeoutError as exc:
-        raise AssertionError(f"{exc}; requests now: {phases(kube, namespace)}") from exc
+    return wait_for(
+        assigned,
+        WAIT_SECONDS,
+        what=f"{names} Assigned",
+        show=lambda: f"requests now: {phases(kube, namespace)}",
+    )
 
 
 def managed_hosts(kube: Kube, namespace: str) -> list[Obj]:
@@ -428,19 +399,19 @@ def test_clusterwide_role_places_scales_up_and_down(
     operator = start_operator(operator_run, identity, tmp_path)
 
     # Placement: depth-first fills one static host, then the next.
-    kube.create(namespace, pool("desk", limit=2, max_hosts=4))
+    kube.create(namespace, scaling_pool("desk", limit=2, max_hosts=4))
     for name in ("static-1", "static-2"):
-        kube.create(namespace, host(name, "desk"))
+        kube.create(namespace, builders.host(name, "desk", drainMode=False))
     first = [f"r{i}" for i in range(1, 5)]
     for name in first:
-        kube.create(namespace, session_request(name, "desk"))
+        kube.create(namespace, builders.request(name, "desk", f"{name}@corp.example"))
     placed = wait_assigned(kube, namespace, first)
     assert Counter(placed.values()) == {"static-1": 2, "static-2": 2}
 
     # Scale-up: four more requests than capacity: the operator creates two hosts.
     extra = [f"r{i}" for i in range(5, 9)]
     for name in extra:
-        kube.create(namespace, session_request(name, "desk"))
+        kube.create(namespace, builders.request(name, "desk", f"{name}@corp.example"))
     placed_extra = wait_assigned(kube, namespace, extra)
     created = managed_hosts(kube, namespace)
     assert sorted(h["metadata"]["name"] for h in created) == sorted(set(placed_extra.values()))
@@ -457,7 +428,7 @@ def test_clusterwide_role_places_scales_up_and_down(
     # Scale-down: without those requests the created hosts are empty and go after 1 s.
     for name in extra:
         kube.delete("SessionRequest", namespace, name)
-    poll(lambda: not managed_hosts(kube, namespace), what="created hosts removed")
+    wait_for(lambda: not managed_hosts(kube, namespace), WAIT_SECONDS, what="created hosts removed")
     assert sorted(h["metadata"]["name"] for h in items(kube, "SessionHost", namespace)) == [
         "static-1",
         "static-2",
@@ -491,7 +462,10 @@ def test_clusterwide_role_places_scales_up_and_down(
     assert_refused(identity, "GET", "/api/v1/secrets")
     assert_refused(identity, "DELETE", resource_path("HostPool", namespace, "desk"))
     assert_refused(
-        identity, "POST", resource_path("HostPool", namespace), pool("x", limit=1, max_hosts=1)
+        identity,
+        "POST",
+        resource_path("HostPool", namespace),
+        scaling_pool("x", limit=1, max_hosts=1),
     )
     assert_refused(
         identity,
@@ -559,12 +533,22 @@ def run_namespaced_scenario(
     tmp_path: Path,
 ) -> None:
     captured: dict[str, Obj] = {}
-    capture(captured, "hostpool-new", kube.create(namespace, pool("vdi", limit=2, max_hosts=4)))
-    capture(captured, "sessionhost-new", kube.create(namespace, host("host-a", "vdi")))
-    kube.create(namespace, host("host-b", "vdi"))
-    kube.create(namespace, host("host-drain", "vdi", drain=True))
-    kube.create(namespace, host("host-orphan", "nowhere"))
-    capture(captured, "sessionrequest-new", kube.create(namespace, session_request("u1", "vdi")))
+    capture(
+        captured, "hostpool-new", kube.create(namespace, scaling_pool("vdi", limit=2, max_hosts=4))
+    )
+    capture(
+        captured,
+        "sessionhost-new",
+        kube.create(namespace, builders.host("host-a", "vdi", drainMode=False)),
+    )
+    kube.create(namespace, builders.host("host-b", "vdi", drainMode=False))
+    kube.create(namespace, builders.host("host-drain", "vdi", drainMode=True))
+    kube.create(namespace, builders.host("host-orphan", "nowhere", drainMode=False))
+    capture(
+        captured,
+        "sessionrequest-new",
+        kube.create(namespace, builders.request("u1", "vdi", "u1@corp.example")),
+    )
 
     operator = start_operator(operator_run, identity, tmp_path)
 
@@ -607,7 +591,7 @@ def run_namespaced_scenario(
     # draining one too), so of six more requests one waits.
     more = ["u2", "u3", "u4", "u5", "u6", "u7"]
     for name in more:
-        kube.create(namespace, session_request(name, "vdi"))
+        kube.create(namespace, builders.request(name, "vdi", f"{name}@corp.example"))
 
     def five_placed() -> dict[str, tuple[str | None, str | None]] | None:
         now = {n: p for n, p in phases(kube, namespace).items() if n in more}
@@ -619,10 +603,12 @@ def run_namespaced_scenario(
                 return now
         return None
 
-    try:
-        now = poll(five_placed, what="five of six placed, one waiting (PoolSaturated)")
-    except TimeoutError as exc:
-        raise AssertionError(f"{exc}; requests now: {phases(kube, namespace)}") from exc
+    now = wait_for(
+        five_placed,
+        WAIT_SECONDS,
+        what="five of six placed, one waiting (PoolSaturated)",
+        show=lambda: f"requests now: {phases(kube, namespace)}",
+    )
     (waiting,) = [n for n, (p, _) in now.items() if p == "Pending"]
     (scaled,) = managed_hosts(kube, namespace)
     scaled_name = scaled["metadata"]["name"]
@@ -710,7 +696,7 @@ def run_namespaced_scenario(
     # Scale-down: the requests on the created hosts end; both hosts go after 1 s.
     for name in [*on_scaled, waiting]:
         kube.delete("SessionRequest", namespace, name)
-    poll(lambda: not managed_hosts(kube, namespace), what="created hosts removed")
+    wait_for(lambda: not managed_hosts(kube, namespace), WAIT_SECONDS, what="created hosts removed")
     assert_probes(identity)
     assert operator.refusals() == [], "\n".join(operator.refusals())
 

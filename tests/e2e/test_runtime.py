@@ -13,7 +13,7 @@ from e2e.helpers import (
     Cluster,
     KubeLike,
     OperatorProcess,
-    RequestWatcher,
+    RequestRecorder,
     cond_is,
     count_by_host,
     host_of,
@@ -46,7 +46,7 @@ def test_algorithm_changed_mid_storm(
         created.release()
 
     try:
-        with RequestWatcher(kube, namespace) as watcher, ThreadPoolExecutor(8) as pool:
+        with RequestRecorder(kube.kubeconfig, namespace) as watcher, ThreadPoolExecutor(8) as pool:
             futures = [pool.submit(create, name) for name in names]
             for _ in range(20):  # a third of the storm is in
                 assert created.acquire(timeout=60)
@@ -174,7 +174,7 @@ def test_restart_keeps_every_assignment(
     hosts = ["h1", "h2", "h3", "h4"]
     limit = 5
     cluster.setup_pool(POOL, "DepthFirst", limit, hosts=hosts)
-    with RequestWatcher(kube, namespace) as watcher:
+    with RequestRecorder(kube.kubeconfig, namespace) as watcher:
         first = [f"a{i}" for i in range(8)]
         for name in first:
             cluster.create_request(name, POOL, f"user-{name}")
@@ -263,7 +263,7 @@ def test_storm_of_200_requests(
     client = make_api_client(kube.kubeconfig)
     try:
         threaded = Cluster(kube, namespace, api_client=client)
-        with RequestWatcher(kube, namespace) as watcher:
+        with RequestRecorder(kube.kubeconfig, namespace) as watcher:
             threaded.create_requests_concurrently(
                 [(name, POOL, f"user-{name}") for name in names], threads=16
             )

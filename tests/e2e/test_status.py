@@ -14,8 +14,8 @@ from e2e.helpers import (
     condition,
     parse_time,
     status,
-    wait_for,
 )
+from kube import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -91,7 +91,9 @@ def test_a_shorter_connecting_timeout_applies_to_sessions_already_connecting(
     cluster.wait_pool(POOL, lambda p: _sessions(p) == _counts(1, 1, 0, 0), "1 connecting")
     assigned_at = parse_time(status(placed)["assignedAt"])
     moment = assigned_at + timedelta(seconds=3)
-    wait_for(lambda: datetime.now(UTC) >= moment, 10, what=f"the clock to pass {moment}")
+    wait_for(
+        lambda: datetime.now(UTC) >= moment, 10, what=f"the clock to pass {moment}", interval=0.1
+    )
 
     # Assigned more than 2 s ago: with a timeout of 2 s it is no longer connecting.
     cluster.patch("HostPool", POOL, {"spec": {"connectingTimeoutSeconds": 2}})
@@ -109,7 +111,9 @@ def _wait_past(ltt: str) -> None:
     """Let the clock pass the second of ``ltt`` (condition times have whole seconds), so a
     rewritten time would differ. A precondition, not an assertion."""
     moment = parse_time(ltt) + timedelta(seconds=1.2)
-    wait_for(lambda: datetime.now(UTC) >= moment, 10, what=f"the clock to pass {moment}")
+    wait_for(
+        lambda: datetime.now(UTC) >= moment, 10, what=f"the clock to pass {moment}", interval=0.1
+    )
 
 
 def test_conditions_follow_api_conventions(

@@ -1,0 +1,85 @@
+"""Manifests (plain dicts) of the project's kinds, for every test that creates objects.
+
+Each builder returns a whole object as it is sent to the API server: ``apiVersion``, ``kind``,
+``metadata`` (``name``, and ``namespace`` only when given) and ``spec``. Keyword arguments
+are further spec fields, in the order given, after the ones the builder sets itself::
+
+    pool("desk", "DepthFirst", 2, scaling={})    # loadBalancer {type, maxSessionLimit}, scaling
+    pool(scaling={})                             # scaling, loadBalancer {type: BreadthFirst}
+    pool(loadBalancer={"type": "RoundRobin"})    # a loadBalancer of its own, as given
+    host("h1", "desk", drainMode=True)           # poolRef, then drainMode
+    request("r1", "desk", "ann@corp", namespace=ns)
+
+The defaults (pool ``pool``, host ``host``, request ``req`` of user ``alice``) name the
+simplest valid objects of ``tests/api/test_crds_live.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kube import API_VERSION
+
+Obj = dict[str, Any]
+
+
+def manifest(kind: str, name: str, spec: Any, *, namespace: str | None = None) -> Obj:
+    """An object of ``kind``; ``spec`` is sent as given (the hostile-input tests send specs
+    that are no mapping at all)."""
+    metadata: Obj = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    return {"apiVersion": API_VERSION, "kind": kind, "metadata": metadata, "spec": spec}
+
+
+def load_balancer(lb_type: str, limit: int | None = None) -> Obj:
+    """``spec.loadBalancer`` of a HostPool: the type, and ``maxSessionLimit`` when given."""
+    lb: Obj = {"type": lb_type}
+    if limit is not None:
+        lb["maxSessionLimit"] = limit
+    return lb
+
+
+def pool(
+    name: str = "pool",
+    lb_type: str | None = None,
+    limit: int | None = None,
+    *,
+    namespace: str | None = None,
+    **spec: Any,
+) -> Obj:
+    """A HostPool. With ``lb_type`` its ``spec.loadBalancer`` (``lb_type``, ``limit``) comes
+    first, then the keywords (a ``loadBalancer`` keyword would replace it). Without, the
+    keywords are the spec, and a ``loadBalancer`` they lack defaults to BreadthFirst (and
+    ``limit``), added last."""
+    if lb_type is not None:
+        spec = {"loadBalancer": load_balancer(lb_type, limit), **spec}
+    else:
+        spec.setdefault("loadBalancer", load_balancer("BreadthFirst", limit))
+    return manifest("HostPool", name, spec, namespace=namespace)
+
+
+def host(
+    name: str = "host", pool_name: str = "pool", *, namespace: str | None = None, **spec: Any
+) -> Obj:
+    """A SessionHost of the pool ``pool_name`` (``spec.poolRef``)."""
+    return manifest(
+        "SessionHost", name, {"poolRef": {"name": pool_name}, **spec}, namespace=namespace
+    )
+
+
+def request(
+    name: str = "req",
+    pool_name: str = "pool",
+    user: str = "alice",
+    *,
+    namespace: str | None = None,
+    **spec: Any,
+) -> Obj:
+    """A SessionRequest of ``user`` for the pool ``pool_name``."""
+    return manifest(
+        "SessionRequest",
+        name,
+        {"poolRef": {"name": pool_name}, "user": user, **spec},
+        namespace=namespace,
+    )
