@@ -20,9 +20,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install the project with its test extra
 
-test: $(STAMP) tools ## everything: lint, types, unit, property, CRD and end-to-end tests
+test: $(STAMP) tools ## everything: lint, types, layers, unit, property, CRD and end-to-end tests
 	$(PY) -m ruff check operator tests
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 	$(GO_CHECK)
 	$(PY) -m pytest
 
@@ -32,16 +33,17 @@ test-faults: $(STAMP) tools ## only the fault-injection tests (also part of make
 test-unit: $(STAMP) ## pure tests only (no control plane needed)
 	$(PY) -m pytest tests/unit
 
-lint: $(STAMP) ## ruff and mypy (and gofmt/go vet for the bench's Go reference controller)
+lint: $(STAMP) ## ruff, mypy, import-linter's layers (and gofmt/go vet for the bench's Go controller)
 	$(PY) -m ruff check operator tests
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 	$(GO_CHECK)
 
 crds: $(STAMP) ## regenerate crds/ from the pydantic models
 	$(PY) -m hostpool_operator.cli crds --output-dir crds
 
 bench-engine: $(STAMP) ## placement decisions per second for 10..10,000 hosts
-	$(PY) -m hostpool_operator.bench_engine
+	$(PY) tests/bench/engine.py
 
 BENCH_KUBECONFIG ?= $(KUBECONFIG)
 

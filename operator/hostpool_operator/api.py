@@ -8,181 +8,36 @@ validators (so the simulator and the operator refuse the same input the same way
 
 from __future__ import annotations
 
-import enum
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, model_validator
-from pydantic.alias_generators import to_camel
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema
+from pydantic import Field, model_validator
 
-GROUP = "hostpool.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-
-#: The largest session limit, and the limit of a pool that sets none.
-MAX_SESSION_LIMIT = 999_999
-DEFAULT_CONNECTING_TIMEOUT_SECONDS = 60
-
-# Generous but finite bounds, so every number and string in the schema is bounded.
-MAX_NAME = 253
-MAX_USER = 256
-MAX_ADDRESS = 253
-MAX_MESSAGE = 32_768
-MAX_REASON = 1_024
-MAX_COUNT = 10_000_000
-MAX_HOSTS = 10_000
-MAX_THRESHOLD = 1_000_000
-MAX_CONDITIONS = 16
-MAX_LABELS = 64
-MAX_LABEL_VALUE = 1_024
-MAX_ANNOTATION_VALUE = 8_192
-
-
-class ApiModel(BaseModel):
-    """Base for every API model: camelCase on the wire, snake_case in Python."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        use_enum_values=False,
-        validate_default=True,
-    )
-
-    @classmethod
-    def __get_pydantic_json_schema__(
-        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        # Carry each model's CEL rules into its JSON schema, so the CRD generator sees them.
-        schema = handler(core_schema)
-        rules = cls.__dict__.get("x_kubernetes_validations")
-        if rules:
-            handler.resolve_ref_schema(schema)["x-kubernetes-validations"] = rules
-        return schema
-
-    def to_api(self) -> dict[str, Any]:
-        """The wire form: camelCase keys, enums as strings, unset optionals left out."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-
-class LoadBalancerType(enum.StrEnum):
-    """How the pool chooses a host for a new session."""
-
-    BREADTH_FIRST = "BreadthFirst"
-    DEPTH_FIRST = "DepthFirst"
-    HORIZON = "Horizon"
-
-
-class Protocol(enum.StrEnum):
-    """A display protocol a session host supports and a client may ask for."""
-
-    RDP = "RDP"
-    PCOIP = "PCOIP"
-    BLAST = "BLAST"
-
-
-ALL_PROTOCOLS: tuple[Protocol, ...] = (Protocol.RDP, Protocol.PCOIP, Protocol.BLAST)
-
-
-class Phase(enum.StrEnum):
-    """Where a SessionRequest stands."""
-
-    PENDING = "Pending"
-    ASSIGNED = "Assigned"
-    FAILED = "Failed"
-
-
-class Reason(enum.StrEnum):
-    """Why a request was placed where it was, or why it is still pending."""
-
-    NEW_SESSION = "NewSession"
-    RECONNECTED = "Reconnected"
-    POOL_NOT_FOUND = "PoolNotFound"
-    POOL_SATURATED = "PoolSaturated"
-    NO_ELIGIBLE_HOST = "NoEligibleHost"
-
-
-class SessionState(enum.StrEnum):
-    """The state of an assigned session; the operator writes Connecting, agents the rest."""
-
-    CONNECTING = "Connecting"
-    ACTIVE = "Active"
-    DISCONNECTED = "Disconnected"
-
-
-class ConditionStatus(enum.StrEnum):
-    TRUE = "True"
-    FALSE = "False"
-    UNKNOWN = "Unknown"
-
-
-# ---------------------------------------------------------------------------------------
-# Shared pieces
-
-
-class Condition(ApiModel):
-    """A condition in the shape of metav1.Condition."""
-
-    type: str = Field(
-        min_length=1, max_length=316, description="Type of the condition, e.g. Ready."
-    )
-    status: ConditionStatus = Field(description="True, False or Unknown.")
-    reason: str = Field(
-        default="",
-        max_length=MAX_REASON,
-        description="A CamelCase word saying why the condition has this status.",
-    )
-    message: str = Field(
-        default="", max_length=MAX_MESSAGE, description="A human-readable explanation."
-    )
-    last_transition_time: datetime | None = Field(
-        default=None, description="When status last changed (not reason or message)."
-    )
-    observed_generation: int | None = Field(
-        default=None,
-        ge=0,
-        le=2**53,
-        description="The .metadata.generation this condition was computed from.",
-    )
-
-
-Conditions = Annotated[
-    list[Condition],
-    Field(
-        default_factory=list,
-        max_length=MAX_CONDITIONS,
-        description="The object's conditions, in the Kubernetes API conventions' shape.",
-    ),
-]
-
-
-class PoolRef(ApiModel):
-    """A reference to a HostPool in the same namespace."""
-
-    name: str = Field(
-        min_length=1,
-        max_length=MAX_NAME,
-        description="Name of the HostPool, in the same namespace as this object.",
-    )
-
-
-class SessionCounts(ApiModel):
-    """Sessions by state."""
-
-    total: int = Field(default=0, ge=0, le=MAX_COUNT, description="All sessions.")
-    connecting: int = Field(
-        default=0,
-        ge=0,
-        le=MAX_COUNT,
-        description="Sessions still logging on (Connecting, within connectingTimeoutSeconds).",
-    )
-    active: int = Field(default=0, ge=0, le=MAX_COUNT, description="Active sessions.")
-    disconnected: int = Field(
-        default=0, ge=0, le=MAX_COUNT, description="Disconnected sessions, kept for reconnects."
-    )
-
+from .api_base import *  # noqa: F403  (the vocabulary is part of this module's API)
+from .api_base import (
+    ALL_PROTOCOLS,
+    DEFAULT_CONNECTING_TIMEOUT_SECONDS,
+    MAX_ADDRESS,
+    MAX_ANNOTATION_VALUE,
+    MAX_COUNT,
+    MAX_HOSTS,
+    MAX_LABEL_VALUE,
+    MAX_LABELS,
+    MAX_MESSAGE,
+    MAX_NAME,
+    MAX_SESSION_LIMIT,
+    MAX_THRESHOLD,
+    MAX_USER,
+    ApiModel,
+    Conditions,
+    LoadBalancerType,
+    Phase,
+    PoolRef,
+    Protocol,
+    Reason,
+    SessionCounts,
+    SessionState,
+)
 
 # ---------------------------------------------------------------------------------------
 # HostPool
@@ -684,5 +539,3 @@ KINDS: tuple[type[HostPool] | type[SessionHost] | type[SessionRequest], ...] = (
     SessionHost,
     SessionRequest,
 )
-
-ConditionType = Literal["Ready", "Saturated", "Available", "Assigned", "MetricsStale"]

@@ -1,8 +1,10 @@
 """The load-balancing engine: where does a new session go?
 
 Pure decision code. A :class:`PoolBalancer` holds the observed state of one pool (its spec,
-its hosts in query order, which user has a session where) and answers :meth:`~PoolBalancer.place`
+its hosts in query order with their session counts) and answers :meth:`~PoolBalancer.place`
 for a request; :meth:`~PoolBalancer.commit` records the decision so the next request sees it.
+Which user has a session where lives in a :class:`~.ledger.SessionLedger`, which the engine
+reads for reconnects: its own (the simulator) or the operator's, shared.
 Nothing here does I/O or knows about Kubernetes; the operator and the simulator both drive it.
 
 Rules common to every algorithm:
@@ -42,6 +44,7 @@ import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from typing import Protocol as Interface
 
 from sortedcontainers import SortedList
 
@@ -52,13 +55,11 @@ from .api import (
     HostMetrics,
     HostPoolSpec,
     LoadBalancerType,
-    LoadIndexSettings,
     Protocol,
     Reason,
 )
-
-#: The load index of a host whose needed inputs were never reported.
-NO_LOAD_INDEX = -1
+from .horizon import NO_LOAD_INDEX, HorizonEntry, HorizonIndex, load_index
+from .ledger import SessionLedger
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,149 +100,25 @@ class Placement:
     host: str | None
     reason: Reason
 
+
+class Slotted(Interface):
+    """Anything with a session count and a drain mode (a HostView, a scaling host)."""
+
     @property
-    def placed(self) -> bool:
-        return self.host is not None
+    def sessions(self) -> int: ...
+
+    @property
+    def drain_mode(self) -> bool: ...
 
 
-def _ratio_percent(value: int, threshold: int) -> int:
-    """min(100, round(100 * value / threshold)), rounding halves up, in integers."""
-    return min(100, (200 * value + threshold) // (2 * threshold))
-
-
-def load_index(
-    settings: LoadIndexSettings, metrics: HostMetrics | None, sessions: int, limit: int
-) -> int:
-    """The Horizon load index of a host, as the project defines it.
-
-    * With ``useCustomScript``: the host's ``customLoadValue``, nothing else.
-    * Otherwise each metric whose threshold is > 0 gives ``min(100, round(100*value/threshold))``;
-      the session factor ``min(100, round(100*sessions/limit))`` counts when
-      ``includeSessionCount`` is set or when no metric threshold is; the index is the largest.
-    * If an input the pool needs was never reported, the index is -1 (no load index).
-    """
-    if settings.use_custom_script:
-        value = None if metrics is None else metrics.custom_load_value
-        return NO_LOAD_INDEX if value is None else value
-    pairs = (
-        (settings.cpu_threshold_percent, None if metrics is None else metrics.cpu_percent),
-        (settings.memory_threshold_percent, None if metrics is None else metrics.memory_percent),
-        (
-            settings.disk_queue_length_threshold,
-            None if metrics is None else metrics.disk_queue_length,
-        ),
-        (
-            settings.disk_read_latency_threshold_ms,
-            None if metrics is None else metrics.disk_read_latency_ms,
-        ),
-        (
-            settings.disk_write_latency_threshold_ms,
-            None if metrics is None else metrics.disk_write_latency_ms,
-        ),
-    )
-    index = 0
-    any_metric = False
-    for threshold, value in pairs:
-        if threshold <= 0:
-            continue
-        any_metric = True
-        if value is None:
-            return NO_LOAD_INDEX
-        index = max(index, _ratio_percent(value, threshold))
-    if settings.include_session_count or not any_metric:
-        index = max(index, _ratio_percent(sessions, limit))
-    return index
+def free_slots(limit: int, hosts: Iterable[Slotted]) -> int:
+    """Session slots left on the hosts that are not draining."""
+    return sum(max(0, limit - h.sessions) for h in hosts if not h.drain_mode)
 
 
 def breadth_first_candidates(n: int) -> int:
     """How many of n eligible hosts a breadth-first decision chooses among: ceil(n/2)."""
     return (n + 1) // 2
-
-
-class _HorizonEntry:
-    """What a host was indexed under, so it can be found again when it changes."""
-
-    __slots__ = ("bucket2", "candidate", "connecting", "host", "load", "queue_key")
-
-    def __init__(
-        self, host: HostView, load: int, candidate: bool, bucket2: bool, connecting: int
-    ) -> None:
-        self.host = host
-        self.load = load
-        self.candidate = candidate
-        self.bucket2 = bucket2
-        self.connecting = connecting
-        self.queue_key = (101 if load == NO_LOAD_INDEX else load, connecting, host.order, host.name)
-
-
-class _HorizonIndex:
-    """Hosts of a Horizon pool that accept new sessions, arranged for the three buckets.
-
-    * ``by_load``: bucket-1 candidates (every default feature, a load index, fewer connecting
-      sessions than the Connection Server threshold), by (load, order). The raised threshold is
-      read off it by position.
-    * ``by_connecting[k]``: the same candidates with k connecting sessions, by (load, order);
-      bucket 1's fair share is the first of the lowest k whose first host is under the threshold.
-    * ``bucket2``: hosts with non-default features under both configured thresholds.
-    * ``queue``: every accepting host by (load, connecting, order): bucket 3, the last resort.
-    """
-
-    def __init__(self) -> None:
-        self.by_load: SortedList = SortedList()
-        self.by_connecting: dict[int, SortedList] = {}
-        self.connecting_levels: SortedList = SortedList()
-        self.bucket2: SortedList = SortedList()
-        self.queue: SortedList = SortedList()
-        self.entries: dict[str, _HorizonEntry] = {}
-
-    def add(self, entry: _HorizonEntry) -> None:
-        host = entry.host
-        self.entries[host.name] = entry
-        self.queue.add(entry.queue_key)
-        if entry.candidate:
-            key = (entry.load, host.order, host.name)
-            self.by_load.add(key)
-            level = self.by_connecting.get(entry.connecting)
-            if level is None:
-                level = self.by_connecting[entry.connecting] = SortedList()
-                self.connecting_levels.add(entry.connecting)
-            level.add(key)
-        elif entry.bucket2:
-            self.bucket2.add(entry.queue_key)
-
-    def discard(self, name: str) -> None:
-        entry = self.entries.pop(name, None)
-        if entry is None:
-            return
-        host = entry.host
-        self.queue.remove(entry.queue_key)
-        if entry.candidate:
-            key = (entry.load, host.order, host.name)
-            self.by_load.remove(key)
-            level = self.by_connecting[entry.connecting]
-            level.remove(key)
-            if not level:
-                del self.by_connecting[entry.connecting]
-                self.connecting_levels.remove(entry.connecting)
-        elif entry.bucket2:
-            self.bucket2.remove(entry.queue_key)
-
-    def raised_threshold(self, configured: int, wanted: int) -> int:
-        """The bucket-1 load threshold after the dynamic raise (see PoolBalancer.buckets)."""
-        if wanted <= 0 or not self.by_load:
-            return configured
-        below = self.by_load.bisect_left((configured,))
-        if below >= wanted:
-            return configured
-        nth = self.by_load[min(wanted, len(self.by_load)) - 1][0]
-        return max(configured, int(nth) + 1)
-
-    def bucket_one_choice(self, threshold: int) -> str | None:
-        for level in self.connecting_levels:
-            first = self.by_connecting[level][0]
-            if first[0] < threshold:
-                return str(first[2])
-        return None
 
 
 class PoolBalancer:
@@ -253,23 +130,28 @@ class PoolBalancer:
         hosts: Iterable[HostView] = (),
         sessions: Iterable[tuple[str, str]] = (),
         *,
+        ledger: SessionLedger | None = None,
         seed: int | None = None,
     ) -> None:
+        """``hosts`` carry their session counts (known users and anonymous sessions alike);
+        ``sessions`` name the users among them (user, host), for reconnects. With a shared
+        ``ledger`` its sessions are the known ones and the counts must agree with it."""
         self._rng = random.Random(seed)
         self._hosts: dict[str, HostView] = {}
-        self._users_on: dict[str, set[str]] = {}
-        self._session_of: dict[str, str] = {}
+        self._ledger = ledger if ledger is not None else SessionLedger()
         self._next_order = 0
         self._index: SortedList = SortedList()
         # How many indexed hosts lack each feature: a request needing a feature no indexed host
         # lacks may take the O(log n) path.
         self._lacking: dict[str, int] = {}
-        self._hz = _HorizonIndex()
+        self._hz = HorizonIndex()
         self._configure(spec)
         for host in hosts:
             self._add(host)
         for user, host_name in sessions:
-            self._record_user(user, host_name)
+            if host_name not in self._hosts:
+                raise KeyError(f"session of {user!r} on unknown host {host_name!r}")
+            self._ledger.open(user, host_name)
         self._rebuild_index()
 
     def _configure(self, spec: HostPoolSpec) -> None:
@@ -306,12 +188,13 @@ class PoolBalancer:
     def host(self, name: str) -> HostView | None:
         return self._hosts.get(name)
 
+    @property
+    def ledger(self) -> SessionLedger:
+        return self._ledger
+
     def session_host(self, user: str) -> str | None:
         """The host where this user has a session in the pool, if any."""
-        return self._session_of.get(user)
-
-    def users_on(self, host: str) -> frozenset[str]:
-        return frozenset(self._users_on.get(host, ()))
+        return self._ledger.host_of(user)
 
     def __len__(self) -> int:
         return len(self._hosts)
@@ -333,14 +216,17 @@ class PoolBalancer:
 
     def remove_host(self, name: str) -> frozenset[str]:
         """A host is gone. Returns the users whose sessions were on it (they lose them)."""
+        users = self._ledger.users_on(name)
+        self.withdraw_host(name)
+        self._ledger.end_on(name)
+        return users
+
+    def withdraw_host(self, name: str) -> None:
+        """The host takes no part in placement (invalid spec, being removed); its sessions
+        stay in the ledger: they exist, and their users still reconnect to them."""
         host = self._hosts.pop(name, None)
-        if host is None:
-            return frozenset()
-        self._unindex(host)
-        users = self._users_on.pop(name, set())
-        for user in users:
-            self._session_of.pop(user, None)
-        return frozenset(users)
+        if host is not None:
+            self._unindex(host)
 
     def set_connecting(self, name: str, connecting: int) -> None:
         """Sessions stop counting as connecting when agents report them or time runs out."""
@@ -354,7 +240,7 @@ class PoolBalancer:
 
     def place(self, demand: Demand) -> Placement:
         """Where this request goes, without changing any state."""
-        existing = self._session_of.get(demand.user)
+        existing = self._ledger.host_of(demand.user)
         if existing is not None:
             return Placement(existing, Reason.RECONNECTED)
         chosen = self._horizon_choice(demand) if self._is_horizon else self._indexed_choice(demand)
@@ -363,35 +249,40 @@ class PoolBalancer:
         return Placement(None, self._pending_reason(demand))
 
     def commit(self, demand: Demand, placement: Placement) -> None:
-        """Record a placement: a new session adds one session and one connecting session."""
+        """Record a placement: a new session adds one session and one connecting session.
+        (The operator opens the session in its ledger itself, with its holder and deadline,
+        then calls :meth:`session_started`.)"""
         if placement.host is None or placement.reason is Reason.RECONNECTED:
             return
-        host = self._hosts[placement.host]
+        self._ledger.open(demand.user, placement.host)
+        self.session_started(placement.host, connecting=True)
+
+    def session_started(self, host_name: str, *, connecting: bool) -> None:
+        """A session the ledger has on this host counts here (no limit applies: it exists)."""
+        host = self._hosts.get(host_name)
+        if host is None:
+            return
         self._unindex(host)
         host.sessions += 1
-        host.connecting += 1
+        host.connecting += int(connecting)
         self._index_host(host)
-        self._record_user(demand.user, host.name)
+
+    def session_ended(self, host_name: str, *, was_connecting: bool) -> None:
+        """A session on this host ended: its slot is free again."""
+        host = self._hosts.get(host_name)
+        if host is None:
+            return
+        self._unindex(host)
+        host.sessions = max(0, host.sessions - 1)
+        if was_connecting:
+            host.connecting = max(0, host.connecting - 1)
+        self._index_host(host)
 
     def assign(self, demand: Demand) -> Placement:
         """place() then commit(): what the simulator does for each request in turn."""
         placement = self.place(demand)
         self.commit(demand, placement)
         return placement
-
-    def adopt(self, user: str, host_name: str, *, connecting: bool = False) -> bool:
-        """Record a session that already exists (observed in the API, placed earlier or by a
-        previous run). No limit applies: the session is there. False if the user already has
-        a session in the pool (it is not counted twice)."""
-        if user in self._session_of:
-            return False
-        host = self._hosts[host_name]
-        self._unindex(host)
-        host.sessions += 1
-        host.connecting += int(connecting)
-        self._index_host(host)
-        self._record_user(user, host_name)
-        return True
 
     def adjust_connecting(self, host_name: str, delta: int) -> None:
         """A session stopped (or started) counting as connecting."""
@@ -401,28 +292,17 @@ class PoolBalancer:
 
     def end_session(self, user: str, *, was_connecting: bool = False) -> str | None:
         """The user logged off (their SessionRequest was deleted). Frees the slot."""
-        name = self._session_of.pop(user, None)
-        if name is None:
+        session = self._ledger.end(user)
+        if session is None:
             return None
-        self._users_on.get(name, set()).discard(user)
-        host = self._hosts.get(name)
-        if host is not None:
-            self._unindex(host)
-            host.sessions = max(0, host.sessions - 1)
-            if was_connecting:
-                host.connecting = max(0, host.connecting - 1)
-            self._index_host(host)
-        return name
+        self.session_ended(session.host, was_connecting=was_connecting)
+        return session.host
 
     # ------------------------------------------------------------------ per-host facts
 
     def load_index_of(self, name: str) -> int:
         host = self._hosts[name]
         return load_index(self._horizon.load_index, host.metrics, host.sessions, self._limit)
-
-    def accepts_new(self, host: HostView) -> bool:
-        """May this host take a new session at all (features aside)?"""
-        return self.availability(host.name)[0]
 
     def availability(self, name: str) -> tuple[bool, str]:
         """(available, reason) for the host's Available condition."""
@@ -484,7 +364,7 @@ class PoolBalancer:
     def _rebuild_index(self) -> None:
         self._index = SortedList()
         self._lacking = {}
-        self._hz = _HorizonIndex()
+        self._hz = HorizonIndex()
         for host in self._hosts.values():
             self._index_host(host)
 
@@ -558,7 +438,9 @@ class PoolBalancer:
         bucket2 = (
             ranked and not host.features.all_default and load < server.rds_load_index_threshold
         )
-        self._hz.add(_HorizonEntry(host, load, candidate, bucket2, host.connecting))
+        self._hz.add(
+            HorizonEntry(host.name, host.order, load, candidate, bucket2, host.connecting)
+        )
 
     def _threshold(self) -> int:
         server = self._horizon.connection_server
@@ -611,21 +493,12 @@ class PoolBalancer:
             host.order = self._next_order
         self._next_order = max(self._next_order, host.order + 1)
         self._hosts[host.name] = host
-        self._users_on.setdefault(host.name, set())
-
-    def _record_user(self, user: str, host_name: str) -> None:
-        if host_name not in self._hosts:
-            raise KeyError(f"session of {user!r} on unknown host {host_name!r}")
-        self._session_of[user] = host_name
-        self._users_on[host_name].add(user)
 
     # ------------------------------------------------------------------ summaries
 
     def free_slots(self) -> int:
         """Session slots left on hosts not in drain mode."""
-        return sum(
-            max(0, self._limit - h.sessions) for h in self._hosts.values() if not h.drain_mode
-        )
+        return free_slots(self._limit, self._hosts.values())
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Each host's sessions, connecting, load index and bucket, in query order."""
@@ -649,5 +522,6 @@ __all__ = [
     "Placement",
     "PoolBalancer",
     "breadth_first_candidates",
+    "free_slots",
     "load_index",
 ]

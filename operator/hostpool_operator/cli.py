@@ -7,6 +7,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .settings import ControllerSettings
+
 
 def _cmd_crds(args: argparse.Namespace) -> int:
     from . import crdgen
@@ -53,7 +55,6 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from . import handlers
-    from .controller import ControllerSettings
     from .logs import setup_logging
 
     setup_logging(json_logs=args.log_format == "json", verbose=args.verbose)
@@ -85,8 +86,6 @@ def _fail(message: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .controller import ControllerSettings
-
     defaults = ControllerSettings()
 
     parser = argparse.ArgumentParser(

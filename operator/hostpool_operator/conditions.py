@@ -56,15 +56,6 @@ def merge(
     return out
 
 
-def same(a: Sequence[Mapping[str, Any]] | None, b: Sequence[Mapping[str, Any]] | None) -> bool:
-    """Equal apart from order."""
-
-    def key(items: Sequence[Mapping[str, Any]] | None) -> list[tuple[Any, ...]]:
-        return sorted(tuple(sorted(c.items())) for c in items or ())
-
-    return key(a) == key(b)
-
-
 def find(conditions: Sequence[Mapping[str, Any]] | None, type_: str) -> Mapping[str, Any] | None:
     for cond in conditions or ():
         if cond.get("type") == type_:

@@ -21,9 +21,12 @@ from typing import Any
 import kopf
 
 from .api import GROUP, VERSION
-from .controller import POOLS, Controller, ControllerSettings, MetricsSink
+from .controller import Controller
 from .k8s import KubeClient, login
 from .leader import LeaderElector, LeaseForbiddenError, default_namespace
+from .ports import MetricsSink
+from .services import POOLS
+from .settings import ControllerSettings
 
 registry = kopf.OperatorRegistry()
 #: Allocations between two young-generation collections (CPython's default is 700).

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import random
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -26,7 +27,8 @@ import aiohttp
 import kopf
 import orjson
 
-from .api import GROUP, VERSION
+from .api import API_VERSION, GROUP, VERSION
+from .conditions import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,8 @@ THROTTLE_MAX_WAIT = 10.0
 
 
 class ApiTransportError(ConnectionError):
-    """The request did not get an answer (connection refused, reset or dropped)."""
+    """The request got no answer (connection refused, reset or dropped, or timed out): it
+    may or may not have been applied. Callers that must know re-read the object."""
 
 
 class ApiError(Exception):
@@ -191,9 +194,9 @@ class KubeClient:
                     text = await response.read()
                     status_code, reason_phrase = response.status, response.reason or ""
                     retry_after = response.headers.get("Retry-After")
-            except aiohttp.ClientError as error:
-                # A dropped or refused connection is a transport failure like any OSError:
-                # the callers retry those. (aiohttp's disconnect errors are not OSErrors.)
+            except (aiohttp.ClientError, TimeoutError, OSError) as error:
+                # No answer: one error type for every way of not getting one (aiohttp's
+                # disconnect errors are not OSErrors, its timeouts are TimeoutErrors).
                 raise ApiTransportError(f"{method} {path}: {error!r}") from error
             if status_code != 429 or attempt >= self._throttle_retries:
                 break
@@ -280,7 +283,7 @@ class KubeClient:
         if uid:
             metadata["uid"] = uid
         body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
+            "apiVersion": API_VERSION,
             "kind": kind,
             "metadata": metadata,
             "status": status,
@@ -303,6 +306,37 @@ class KubeClient:
             body["preconditions"] = {"uid": uid}
         return await self.request("DELETE", self.path(plural, namespace, name), body=body)
 
+    async def watch(
+        self,
+        plural: str,
+        namespace: str | None,
+        *,
+        resource_version: str | None,
+        timeout_seconds: int,
+    ) -> AsyncGenerator[JSON, None]:
+        """The events of one watch from ``resource_version`` (bookmarks included), until the
+        server ends it after ``timeout_seconds``. An HTTP error raises ApiError; a dropped
+        connection ApiTransportError."""
+        params = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+            "resourceVersion": resource_version or "",
+        }
+        url = self._server + self.path(plural, namespace)
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
+        try:
+            async with self._http().get(url, params=params, timeout=timeout) as response:
+                if response.status >= 400:
+                    body = await response.read()
+                    raise ApiError(
+                        response.status, response.reason or "", body.decode(errors="replace")
+                    )
+                async for line in _lines(response.content):
+                    yield orjson.loads(line)
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            raise ApiTransportError(f"watch {plural}: {error!r}") from error
+
     # ------------------------------------------------------------------ Events
 
     async def post_event(
@@ -317,7 +351,7 @@ class KubeClient:
         """Record a core/v1 Event about an object. Failures are logged, never raised."""
         meta = involved.get("metadata", {})
         namespace = meta.get("namespace", "default")
-        now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        now = rfc3339(datetime.now(UTC))
         event = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -326,7 +360,7 @@ class KubeClient:
                 "namespace": namespace,
             },
             "involvedObject": {
-                "apiVersion": f"{GROUP}/{VERSION}",
+                "apiVersion": API_VERSION,
                 "kind": kind,
                 "name": meta.get("name"),
                 "namespace": namespace,
@@ -344,7 +378,7 @@ class KubeClient:
         }
         try:
             await self.request("POST", f"/api/v1/namespaces/{quote(namespace)}/events", body=event)
-        except (TimeoutError, ApiError, aiohttp.ClientError) as error:
+        except (ApiError, ApiTransportError) as error:
             log.warning("could not post event %s on %s: %s", reason, meta.get("name"), error)
 
 
@@ -378,7 +412,6 @@ class Informer:
         self.timeout_seconds = timeout_seconds
         self.resource_version: str | None = None
         self.known: dict[tuple[str, str], JSON] = {}  # key -> minimal metadata, for relists
-        self.synced = asyncio.Event()
 
     def _remember(self, kind: str, obj: JSON) -> None:
         meta = obj.get("metadata") or {}
@@ -401,7 +434,6 @@ class Informer:
             gone = self.known.pop(key)
             self.handler("DELETED", gone)
         self.resource_version = listing["resourceVersion"]
-        self.synced.set()
 
     async def run(self) -> None:
         backoff = 0.5
@@ -416,7 +448,7 @@ class Informer:
             except _GoneError:
                 log.info("%s: watch expired (410 Gone); listing again", self.plural)
                 self.resource_version = None
-            except (TimeoutError, aiohttp.ClientError, OSError, ApiError) as error:
+            except (ApiTransportError, ApiError) as error:
                 log.warning(
                     "%s: watch interrupted (%s); resuming in %.1fs", self.plural, error, backoff
                 )
@@ -426,29 +458,23 @@ class Informer:
                 backoff = min(backoff * 2, 10.0)
 
     async def _watch(self) -> None:
-        params = {
-            "watch": "true",
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(self.timeout_seconds),
-            "resourceVersion": self.resource_version or "",
-        }
-        url = self.client._server + self.client.path(self.plural, self.namespace)
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=self.timeout_seconds + 30)
-        async with self.client._http().get(url, params=params, timeout=timeout) as response:
-            if response.status >= 400:
-                body = await response.read()
-                raise ApiError(
-                    response.status, response.reason or "", body.decode(errors="replace")
-                )
-            async for line in _lines(response.content):
-                event = orjson.loads(line)
-                kind = event.get("type")
+        watch = self.client.watch(
+            self.plural,
+            self.namespace,
+            resource_version=self.resource_version,
+            timeout_seconds=self.timeout_seconds,
+        )
+        async with contextlib.aclosing(watch) as events:  # the connection closes on any exit
+            async for event in events:
+                kind = str(event.get("type"))
                 obj = event.get("object") or {}
                 if kind == "ERROR":
                     if obj.get("code") == 410:
                         raise _GoneError()
                     raise ApiError(
-                        int(obj.get("code") or 500), str(obj.get("reason")), str(obj.get("message"))
+                        int(obj.get("code") or 500),
+                        str(obj.get("reason")),
+                        str(obj.get("message")),
                     )
                 version = (obj.get("metadata") or {}).get("resourceVersion")
                 if version:

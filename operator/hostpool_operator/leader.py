@@ -19,7 +19,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from .k8s import ApiError, KubeClient
+from .k8s import ApiError, ApiTransportError, KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class LeaderElector:
                         f"{self.name}: {error.message}"
                     ) from error
                 log.warning("leader election: %s", error)
-            except (OSError, TimeoutError) as error:
+            except ApiTransportError as error:
                 log.warning("leader election: %s", error)
             if held_elsewhere and not announced:
                 log.info("leader election: another instance leads; waiting as a standby")
@@ -169,7 +169,7 @@ class LeaderElector:
                 if await self._try():
                     continue
                 log.error("leader election: another instance took lease %s", self.name)
-            except (ApiError, OSError, TimeoutError) as error:
+            except (ApiError, ApiTransportError) as error:
                 if time.monotonic() - self._renewed < self.renew_deadline:
                     log.warning("leader election: renewal failed (%s); retrying", error)
                     continue
@@ -189,5 +189,5 @@ class LeaderElector:
             body["spec"]["holderIdentity"] = None
             body["spec"]["leaseDurationSeconds"] = 1
             await self.client.request("PUT", f"{self._path}/{self.name}", body=body)
-        except (ApiError, OSError, TimeoutError) as error:
+        except (ApiError, ApiTransportError) as error:
             log.warning("leader election: could not release the lease: %s", error)

@@ -8,7 +8,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from .controller import MetricsSink
+from .ports import MetricsSink
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SESSION_STATES = ("total", "connecting", "active", "disconnected")

@@ -1,4 +1,5 @@
-"""Scaling decisions: how many session hosts to add, and which empty ones may go.
+"""Scaling decisions: how many session hosts to add, which empty ones may go, and the
+manifest of a host to create.
 
 Pure functions of observed state (no I/O, no clock of their own: ``now`` is passed in), so
 the operator derives every decision from what the API shows and a restart can never make it
@@ -11,8 +12,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from .api import Scaling
+from .api import API_VERSION, HostTemplate, Scaling
+from .balancing import free_slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +38,6 @@ class ScaleUp:
     add: int
     wanted: int
     limited: bool
-
-
-def free_slots(limit: int, hosts: Sequence[ScaleHost]) -> int:
-    """Session slots left on the hosts that are not draining."""
-    return sum(max(0, limit - h.sessions) for h in hosts if not h.drain_mode)
 
 
 def hosts_to_add(
@@ -91,3 +89,65 @@ def hosts_to_remove(
         free -= freed
         removable.append(host.name)
     return removable
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingDecision:
+    """What a pool's scaling does now: create ``add`` hosts, or remove ``remove`` (never
+    both), and what its ScalingLimited condition says (True when maxHosts stops growth)."""
+
+    add: int
+    remove: list[str]
+    limited: bool
+    message: str
+
+
+def decide_scaling(
+    scaling: Scaling, limit: int, hosts: Sequence[ScaleHost], waiting: int, now: datetime
+) -> ScalingDecision:
+    """Add hosts when requests wait for capacity (or the buffer runs low); else remove the
+    operator's hosts that have been empty long enough. ``hosts`` are the pool's hosts in
+    query order, except those being removed already."""
+    up = hosts_to_add(scaling, limit, hosts, waiting)
+    if up.limited:
+        message = (
+            f"maxHosts {scaling.max_hosts} reached; {up.wanted - up.add} more host(s) "
+            "would be needed"
+        )
+    else:
+        message = f"{len(hosts)} of at most {scaling.max_hosts} hosts"
+    if up.add > 0:
+        return ScalingDecision(up.add, [], up.limited, message)
+    remove = hosts_to_remove(scaling, limit, hosts, waiting, now)
+    return ScalingDecision(0, remove, up.limited, message)
+
+
+def host_manifest(
+    template: HostTemplate, *, pool: str, namespace: str, pool_uid: str, labels: dict[str, str]
+) -> dict[str, Any]:
+    """A SessionHost to create from the pool's template: a generated name after the pool,
+    the template's labels plus ``labels``, and the pool as its controlling owner (so deleting
+    the pool deletes the hosts it made)."""
+    spec = template.spec.to_api()
+    spec["poolRef"] = {"name": pool}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "SessionHost",
+        "metadata": {
+            "generateName": f"{pool}-"[:58],
+            "namespace": namespace,
+            "labels": {**template.metadata.labels, **labels},
+            "annotations": dict(template.metadata.annotations),
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "HostPool",
+                    "name": pool,
+                    "uid": pool_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }

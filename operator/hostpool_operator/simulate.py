@@ -22,6 +22,7 @@ from .api import (
     Protocol,
     Reason,
     SessionHostTemplateSpec,
+    describe_validation_error,
 )
 from .balancing import Demand, HostView, PoolBalancer
 from .scaling import ScaleHost, hosts_to_add
@@ -97,15 +98,6 @@ class Scenario(ApiModel):
         return self
 
 
-def _describe(error: ValidationError) -> str:
-    first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "scenario"
-    message = first["msg"].removeprefix("Value error, ")
-    more = len(error.errors()) - 1
-    suffix = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
-    return f"{where}: {message}{suffix}"
-
-
 def parse_scenario(document: Any) -> Scenario:
     """Validate a scenario document; raises ScenarioError naming the field."""
     if not isinstance(document, dict):
@@ -113,7 +105,7 @@ def parse_scenario(document: Any) -> Scenario:
     try:
         return Scenario.model_validate(document)
     except ValidationError as error:
-        raise ScenarioError(_describe(error)) from None
+        raise ScenarioError(describe_validation_error(error, whole="scenario")) from None
 
 
 def balancer_for(scenario: Scenario) -> PoolBalancer:

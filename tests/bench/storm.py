@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "operator"))
 
 from hostpool_operator import conditions as cond  # noqa: E402
-from hostpool_operator.k8s import ApiError, KubeClient  # noqa: E402
+from hostpool_operator.k8s import ApiError, ApiTransportError, KubeClient  # noqa: E402
 
 GROUP_VERSION = "hostpool.io/v1alpha1"
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
@@ -144,7 +144,7 @@ async def loadgen(args: argparse.Namespace) -> None:
                         uid=meta["uid"],
                     )
                     assigned[name] = time.time()
-            except (TimeoutError, ApiError, aiohttp.ClientError) as error:
+            except (ApiError, ApiTransportError) as error:
                 errors.append(f"{name}: {error}")
 
     began = time.time()
@@ -522,7 +522,7 @@ async def bare_controller(args: argparse.Namespace) -> None:
                     resource_version=meta["resourceVersion"],
                     uid=meta["uid"],
                 )
-            except (TimeoutError, ApiError, aiohttp.ClientError) as error:
+            except (ApiError, ApiTransportError) as error:
                 errors.append(f"{meta['name']}: {error}")
 
     async def watch() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from hostpool_operator.conditions import Cond, find, merge, same
+from hostpool_operator.conditions import Cond, find, merge
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=5)
@@ -45,7 +45,3 @@ def test_conditions_of_other_types_are_kept() -> None:
     assert find(out, "Missing") is None
 
 
-def test_same_ignores_order() -> None:
-    a = merge(None, [Cond("A", "True", "x"), Cond("B", "False", "y")], now=T0)
-    assert same(a, list(reversed(a)))
-    assert not same(a, a[:1])

@@ -1,6 +1,6 @@
 """Engine speed: placement decisions per second for pools of 10 to 10,000 hosts.
 
-``make bench-engine`` (or ``python -m hostpool_operator.bench_engine``). A decision is one
+``make bench-engine`` (or ``python tests/bench/engine.py``). A decision is one
 ``assign``: choose a host for a new user and record the session, as the operator does for
 each request of a logon storm. Hosts start with random session counts; each configuration
 runs for a fixed time budget and reports the median of several rounds.
@@ -15,8 +15,8 @@ import statistics
 import time
 from collections.abc import Sequence
 
-from .api import HostPoolSpec
-from .balancing import Demand, HostView, PoolBalancer
+from hostpool_operator.api import HostPoolSpec
+from hostpool_operator.balancing import Demand, HostView, PoolBalancer
 
 SIZES = (10, 100, 1_000, 10_000)
 ALGORITHMS = ("BreadthFirst", "DepthFirst", "Horizon")

@@ -1,0 +1,113 @@
+"""The placement pass: pending requests, in arrival order, become intents.
+
+Pure. One pass takes the new arrivals (and, when capacity may have appeared, the requests
+waiting for it) in the order the operator first saw them, asks the engine for a host, and
+reserves each assignment in the pool's state before the next decision, so no host can go
+over its limit however many requests arrive together. A request that cannot be placed waits
+with a reason; a request whose shape (protocol, unauthenticated) already failed in the same
+pass is not asked again, so a saturated pool costs O(1) engine calls per capacity change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .api import Reason
+from .balancing import Placement
+from .pool_state import PoolState
+from .records import RequestRecord
+from .status import pending_message, says_pending
+
+
+@dataclass(frozen=True, slots=True)
+class Assign:
+    """Write the assignment (the slot is reserved already)."""
+
+    record: RequestRecord
+    placement: Placement
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Write that the request waits, and why."""
+
+    record: RequestRecord
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """The request's spec is invalid: it fails."""
+
+    record: RequestRecord
+
+
+Intent = Assign | Wait | Reject
+
+
+def place_pending(state: PoolState, now: datetime) -> list[Intent]:
+    """One pass in arrival order: the waiting requests too when capacity may have appeared,
+    else only the new arrivals (the waiting ones would fail again)."""
+    names = set(state.arrivals)
+    if state.capacity_changed:
+        names.update(state.waiting)
+        state.capacity_changed = False
+    state.arrivals.clear()
+    queue = sorted((n for n in names if n in state.requests), key=lambda n: state.requests[n].seq)
+    failed_shapes: dict[tuple[Any, bool], Reason] = {}
+    intents: list[Intent] = []
+    for name in queue:
+        record = state.requests.get(name)
+        if record is None or name in state.inflight:
+            state.waiting.pop(name, None)
+            continue
+        intent = decide(state, record, failed_shapes, now)
+        if intent is not None:
+            intents.append(intent)
+    return intents
+
+
+def decide(
+    state: PoolState,
+    record: RequestRecord,
+    failed_shapes: dict[tuple[Any, bool], Reason],
+    now: datetime,
+) -> Intent | None:
+    """Where one request goes, or why it waits (None: it waits, and says so already)."""
+    name = record.meta.name
+    if record.demand is None:
+        state.waiting.pop(name, None)
+        return Reject(record)
+    if state.pool is None:
+        return wait(state, record, Reason.POOL_NOT_FOUND, f"HostPool {state.name!r} does not exist")
+    if state.balancer is None:
+        message = f"HostPool {state.name!r} is invalid: {state.pool.spec_error}"
+        return wait(state, record, Reason.NO_ELIGIBLE_HOST, message)
+    demand = record.demand
+    shape = (demand.protocol, demand.unauthenticated)
+    if demand.user not in state.ledger and shape in failed_shapes:
+        reason = failed_shapes[shape]
+        return wait(state, record, reason, pending_message(reason))
+    placement = state.balancer.place(demand)
+    if placement.host is None:
+        failed_shapes[shape] = placement.reason
+        return wait(state, record, placement.reason, pending_message(placement.reason))
+    state.waiting.pop(name, None)
+    state.pending_said.pop(name, None)
+    state.reserve(record, placement, now)
+    return Assign(record, placement)
+
+
+def wait(state: PoolState, record: RequestRecord, reason: Reason, message: str) -> Wait | None:
+    """The request waits; a write only when it does not say so already (or is being told)."""
+    name = record.meta.name
+    state.waiting[name] = None
+    if state.pending_said.get(name) == reason:
+        return None  # written, or being written, already
+    state.pending_said[name] = reason
+    if says_pending(record, reason):
+        return None  # the stored status says so: no write
+    return Wait(record, reason, message)

@@ -1,0 +1,437 @@
+"""Everything the operator knows of one pool, and how each observation changes it.
+
+Pure: the records of the pool, its hosts and its requests; the session ledger; the engine
+built from them; and the queues of the placement pass (new arrivals, requests waiting for
+capacity, assignments being written). Methods take ``now`` and return what the I/O side has
+to do (a request to fail), never doing it themselves. One :class:`PoolState` per pool, driven
+by one task (``pool_worker``), so its changes never interleave.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from .api import (
+    DEFAULT_CONNECTING_TIMEOUT_SECONDS,
+    HostMetrics,
+    HostPoolSpec,
+    Phase,
+    Reason,
+    SessionState,
+)
+from .balancing import HostView, Placement, PoolBalancer
+from .ledger import Session, SessionLedger
+from .records import HostRecord, PoolRecord, RequestRecord, newer_or_same, query_order
+from .scaling import ScaleHost, ScalingDecision, decide_scaling
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PoolState:
+    """One pool's records, sessions and placement queues."""
+
+    namespace: str
+    name: str
+    #: Host metrics sampled longer ago than this (seconds) are treated as never reported.
+    metrics_stale_after: float = 120.0
+    pool: PoolRecord | None = None
+    hosts: dict[str, HostRecord] = field(default_factory=dict)
+    requests: dict[str, RequestRecord] = field(default_factory=dict)
+    ledger: SessionLedger = field(default_factory=SessionLedger)
+    balancer: PoolBalancer | None = None
+    arrivals: dict[str, None] = field(default_factory=dict)  # request names, arrival order
+    waiting: dict[str, None] = field(default_factory=dict)  # could not be placed yet
+    inflight: set[str] = field(default_factory=set)  # assignment writes on their way
+    pending_said: dict[str, Reason] = field(default_factory=dict)  # last pending reason written
+    stale_hosts: set[str] = field(default_factory=set)
+    removing: set[str] = field(default_factory=set)  # hosts being deleted by scale-down
+    empty_since: dict[str, datetime] = field(default_factory=dict)  # managed, no session
+    #: Capacity may have appeared since the last pass: the waiting requests are tried again.
+    capacity_changed: bool = False
+
+    @property
+    def spec(self) -> HostPoolSpec | None:
+        return None if self.pool is None else self.pool.spec
+
+    @property
+    def forgotten(self) -> bool:
+        """Nothing refers to this pool name any more: no pool, host or request."""
+        return self.pool is None and not self.hosts and not self.requests
+
+    def connecting_timeout(self) -> timedelta:
+        spec = self.spec
+        seconds = (
+            DEFAULT_CONNECTING_TIMEOUT_SECONDS if spec is None else spec.connecting_timeout_seconds
+        )
+        return timedelta(seconds=seconds)
+
+    # -------------------------------------------------------------- the engine's view
+
+    def _metrics_for(self, host: HostRecord, now: datetime) -> HostMetrics | None:
+        metrics = host.metrics
+        if metrics is None:
+            return None
+        sampled = metrics.sampled_at
+        if sampled is not None and (now - sampled).total_seconds() > self.metrics_stale_after:
+            self.stale_hosts.add(host.meta.name)
+            return None
+        self.stale_hosts.discard(host.meta.name)
+        return metrics
+
+    def view(self, host: HostRecord, now: datetime) -> HostView | None:
+        """The host as the engine sees it (None: its spec is invalid)."""
+        if host.spec is None:
+            return None
+        name = host.meta.name
+        return HostView(
+            name=name,
+            drain_mode=host.spec.drain_mode,
+            features=host.spec.features,
+            address=host.spec.address,
+            sessions=self.ledger.count_on(name),
+            connecting=self.ledger.connecting_on(name),
+            metrics=self._metrics_for(host, now),
+            order=query_order(host.meta.created),
+        )
+
+    def rebuild_balancer(self, now: datetime) -> None:
+        """(Re)build the engine from the records, after the pool appears or becomes valid."""
+        spec = self.spec
+        if spec is None:
+            self.balancer = None
+            return
+        views = [
+            view
+            for host in self.hosts.values()
+            if host.meta.name not in self.removing and (view := self.view(host, now)) is not None
+        ]
+        self.balancer = PoolBalancer(spec, views, ledger=self.ledger)
+        self.capacity_changed = True
+
+    def refresh_host(self, host: HostRecord, now: datetime) -> None:
+        """Put the host's current view into the engine, or take it out if it cannot serve."""
+        if self.balancer is None or host.meta.name in self.removing:
+            return
+        view = self.view(host, now)
+        if view is None:
+            self.balancer.withdraw_host(host.meta.name)
+        else:
+            self.balancer.upsert_host(view)
+
+    def recheck_metrics(self, now: datetime) -> bool:
+        """Metrics go stale with time alone: re-evaluate hosts that report sampledAt. True if
+        a host's staleness changed."""
+        if self.balancer is None:
+            return False
+        changed = False
+        for host in self.hosts.values():
+            sampled = host.metrics.sampled_at if host.metrics is not None else None
+            if sampled is None:
+                continue
+            stale = (now - sampled).total_seconds() > self.metrics_stale_after
+            if stale != (host.meta.name in self.stale_hosts):
+                # Noted here too: a host outside the engine (invalid spec, being removed) is
+                # not refreshed, and would otherwise count as changed on every pass.
+                if stale:
+                    self.stale_hosts.add(host.meta.name)
+                else:
+                    self.stale_hosts.discard(host.meta.name)
+                self.refresh_host(host, now)
+                changed = True
+        if changed:
+            self.capacity_changed = True
+        return changed
+
+    # -------------------------------------------------------------- observations
+
+    def set_pool(self, record: PoolRecord | None, now: datetime) -> None:
+        old = self.pool
+        self.pool = record
+        if record is None or record.spec is None:
+            self.balancer = None
+        elif self.balancer is None or old is None or old.spec is None:
+            self.rebuild_balancer(now)
+        elif old.spec != record.spec:
+            self.balancer.set_spec(record.spec)
+        # Sessions still connecting are timed by the pool's connectingTimeoutSeconds: when it
+        # changes, and when the pool first becomes valid (sessions observed before it got the
+        # default).
+        old_timeout = (
+            None if old is None or old.spec is None else old.spec.connecting_timeout_seconds
+        )
+        if (
+            record is not None
+            and record.spec is not None
+            and record.spec.connecting_timeout_seconds != old_timeout
+        ):
+            for session in self.ledger.retime(self.connecting_timeout(), now):
+                self._settled(session)
+        self.capacity_changed = True
+
+    def put_host(self, record: HostRecord, now: datetime) -> None:
+        self.hosts[record.meta.name] = record
+        self.refresh_host(record, now)
+        self.capacity_changed = True
+
+    def drop_host(self, name: str) -> list[tuple[RequestRecord, str]]:
+        """The host is gone, and so are its sessions: returns the requests that held them
+        (they fail, they are never moved) with the host's name."""
+        self.hosts.pop(name, None)
+        self.removing.discard(name)
+        self.empty_since.pop(name, None)
+        self.stale_hosts.discard(name)
+        if self.balancer is not None:
+            self.balancer.withdraw_host(name)
+        lost = [
+            (request, name)
+            for session in self.ledger.end_on(name)
+            for holder in sorted(session.holders)
+            if (request := self.requests.get(holder)) is not None
+        ]
+        self.capacity_changed = True
+        return lost
+
+    def put_request(
+        self, record: RequestRecord, now: datetime, *, seq: Callable[[], int], seen: float
+    ) -> RequestRecord | None:
+        """A request was added or changed. Returns it if it claims a session on a host that
+        no longer exists (that session is gone: the request fails)."""
+        name = record.meta.name
+        previous = self.requests.get(name)
+        if previous is not None and previous.meta.uid != record.meta.uid:
+            self.forget_request(previous)  # a namesake replaced the old one
+            previous = None
+        if previous is not None and not newer_or_same(
+            record.meta.resource_version, previous.meta.resource_version
+        ):
+            return None  # stale event: a newer version is known
+        record.seq = previous.seq if previous is not None else seq()
+        record.seen = previous.seen if previous is not None else seen
+        self.requests[name] = record
+        if name in self.inflight:
+            return None  # our own write is on its way; its answer decides
+        phase = record.phase
+        if phase == Phase.ASSIGNED.value and record.host:
+            return None if self.observe_assigned(record, now) else record
+        if phase == Phase.FAILED.value:
+            self.forget_request(record)
+        else:
+            if self.holds_session(record):
+                # Someone reset a status we had written: release and place again.
+                self.release(record)
+            if name not in self.waiting:
+                self.arrivals[name] = None
+        return None
+
+    def drop_request(self, name: str) -> None:
+        self.pending_said.pop(name, None)
+        record = self.requests.pop(name, None)
+        self.arrivals.pop(name, None)
+        self.waiting.pop(name, None)
+        if record is not None:
+            self.release(record)
+        self.capacity_changed = True
+
+    def forget_request(self, record: RequestRecord) -> None:
+        """The request leaves the queues and its session (a Failed request, a namesake); the
+        reason last written for it no longer holds either (a namesake starts afresh, and a
+        Failed request waits for nothing, so scaling must not count it)."""
+        self.release(record)
+        self.arrivals.pop(record.meta.name, None)
+        self.waiting.pop(record.meta.name, None)
+        self.pending_said.pop(record.meta.name, None)
+
+    # -------------------------------------------------------------- sessions
+
+    def holds_session(self, record: RequestRecord) -> bool:
+        return record.demand is not None and self.ledger.holds(record.demand.user, record.meta.name)
+
+    def connecting_deadline(self, record: RequestRecord, now: datetime) -> datetime | None:
+        """Until when this assigned request's session counts as connecting (None: not)."""
+        if record.session_state != SessionState.CONNECTING.value:
+            return None
+        if record.status.get("reason") != Reason.NEW_SESSION.value:
+            return None
+        assigned = record.assigned_at
+        if assigned is None:
+            return None
+        deadline = assigned + self.connecting_timeout()
+        return deadline if deadline > now else None
+
+    def observe_assigned(self, record: RequestRecord, now: datetime) -> bool:
+        """An assigned request seen in the API: adopt its session if it is new to us. False
+        when the session is on a host that no longer exists."""
+        name = record.meta.name
+        self.arrivals.pop(name, None)
+        self.waiting.pop(name, None)
+        if record.demand is None or record.host is None:
+            return True
+        user = record.demand.user
+        session = self.ledger.session_of(user)
+        if session is None:
+            if record.host not in self.hosts:
+                return False
+            deadline = self.connecting_deadline(record, now)
+            session = self.ledger.open(
+                user, record.host, assigned_at=record.assigned_at, connecting_until=deadline
+            )
+            if self.balancer is not None:
+                self.balancer.session_started(record.host, connecting=deadline is not None)
+        elif session.host != record.host:
+            log.warning(
+                "%s/%s: user %r has sessions on %s and %s; keeping %s",
+                self.namespace,
+                name,
+                user,
+                session.host,
+                record.host,
+                session.host,
+            )
+        session.holders.add(name)
+        # An agent reporting Active/Disconnected ends the connecting phase.
+        if record.session_state in (SessionState.ACTIVE.value, SessionState.DISCONNECTED.value):
+            settled = self.ledger.settle(user)
+            if settled is not None:
+                self._settled(settled)
+        return True
+
+    def reserve(self, record: RequestRecord, placement: Placement, now: datetime) -> None:
+        """The decision takes its slot before it is written, so the next one sees it."""
+        assert record.demand is not None
+        assert placement.host is not None
+        user = record.demand.user
+        if self.ledger.session_of(user) is None:
+            self.ledger.open(
+                user,
+                placement.host,
+                assigned_at=now,
+                connecting_until=now + self.connecting_timeout(),
+            )
+            if self.balancer is not None:
+                self.balancer.session_started(placement.host, connecting=True)
+        self.ledger.hold(user, record.meta.name)
+        self.inflight.add(record.meta.name)
+
+    def release(self, record: RequestRecord) -> None:
+        """This request no longer holds its user's session; the last holder ends it."""
+        if record.demand is None:
+            return
+        ended = self.ledger.release(record.demand.user, record.meta.name)
+        if ended is None:
+            return
+        if self.balancer is not None:
+            self.balancer.session_ended(ended.host, was_connecting=ended.connecting)
+        self.capacity_changed = True
+
+    def expire_connecting(self, now: datetime) -> bool:
+        """Sessions past their connecting deadline settle. True if any did."""
+        settled = self.ledger.expire(now)
+        for session in settled:
+            self._settled(session)
+        return bool(settled)
+
+    def _settled(self, session: Session) -> None:
+        if self.balancer is not None:
+            self.balancer.adjust_connecting(session.host, -1)
+        self.capacity_changed = True
+
+    # -------------------------------------------------------------- scaling
+
+    def waiting_for_capacity(self) -> int:
+        """Distinct users whose requests wait because every slot is taken."""
+        users = set()
+        for name, reason in self.pending_said.items():
+            record = self.requests.get(name)
+            if reason is Reason.POOL_SATURATED and record is not None and record.demand is not None:
+                users.add(record.demand.user)
+        return len(users)
+
+    def scale_hosts(self, now: datetime) -> list[ScaleHost]:
+        """The hosts as scaling sees them, in query order (those being removed left out),
+        noting since when each operator-created host has been empty."""
+        hosts = []
+        for record in sorted(
+            self.hosts.values(), key=lambda h: (query_order(h.meta.created), h.meta.name)
+        ):
+            name = record.meta.name
+            if name in self.removing:
+                continue
+            view = self.balancer.host(name) if self.balancer is not None else None
+            sessions = self.ledger.count_on(name)
+            if record.managed and sessions == 0:
+                self.empty_since.setdefault(name, now)
+            else:
+                self.empty_since.pop(name, None)
+            hosts.append(
+                ScaleHost(
+                    name=name,
+                    sessions=sessions,
+                    # A host the engine cannot use (invalid spec) adds no capacity.
+                    drain_mode=view is None or view.drain_mode,
+                    managed=record.managed,
+                    empty_since=self.empty_since.get(name),
+                )
+            )
+        return hosts
+
+    def decide_scaling(self, now: datetime) -> ScalingDecision | None:
+        """What scaling does now (None: the pool has no valid scaling spec)."""
+        spec = self.spec
+        if spec is None or spec.scaling is None or self.balancer is None:
+            return None
+        hosts = self.scale_hosts(now)
+        return decide_scaling(
+            spec.scaling, self.balancer.limit, hosts, self.waiting_for_capacity(), now
+        )
+
+    def begin_removal(self, names: list[str]) -> None:
+        """Out of the engine first, so no request can be placed on a host being removed."""
+        for name in names:
+            self.removing.add(name)
+            self.empty_since.pop(name, None)
+            if self.balancer is not None:
+                self.balancer.withdraw_host(name)
+
+    def abort_removal(self, name: str, now: datetime) -> None:
+        """The host could not be removed: back into the engine."""
+        self.removing.discard(name)
+        record = self.hosts.get(name)
+        if record is not None:
+            self.refresh_host(record, now)
+            self.capacity_changed = True  # its slots are there again for waiting requests
+
+    def scale_down_due(self, now: datetime) -> datetime | None:
+        """When the next running scale-down delay ends. Only delays still running count: a
+        host whose delay is over was kept for a reason (minHosts, bufferSessions, waiting
+        requests) that only an event can change."""
+        spec = self.spec
+        if spec is None or spec.scaling is None or not self.empty_since:
+            return None
+        delay = timedelta(seconds=spec.scaling.scale_down_delay_seconds)
+        ends = [since + delay for since in self.empty_since.values() if since + delay > now]
+        return min(ends) if ends else None
+
+    # -------------------------------------------------------------- for status
+
+    def pending_count(self) -> int:
+        """Requests neither assigned nor failed, and not being written."""
+        return sum(
+            1
+            for r in self.requests.values()
+            if r.phase not in (Phase.ASSIGNED.value, Phase.FAILED.value)
+            and r.meta.name not in self.inflight
+        )
+
+    def waiting_reasons(self) -> set[object]:
+        """The reasons the waiting requests' stored statuses give."""
+        return {self.requests[n].status.get("reason") for n in self.waiting if n in self.requests}
+
+    def reports_metrics(self) -> bool:
+        """Some host reports when its metrics were sampled (so they can go stale)."""
+        return any(
+            h.metrics is not None and h.metrics.sampled_at is not None for h in self.hosts.values()
+        )

@@ -1,0 +1,192 @@
+"""One pool's task: takes in its watch events, runs its placement passes one at a time, and
+carries out what they decide.
+
+Gather (``on_*``, called by the controller for this pool's objects) → decide
+(``pool_state``, ``placement``, ``scaling``: pure) → apply (``request_writer``,
+``status_flusher``, ``host_scaler``). The loop sleeps until an event wakes it or a timer is
+due: a connecting deadline, a status flush, metrics going stale, a scale-down delay ending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from .host_scaler import HostScaler
+from .placement import Assign, Reject, Wait, place_pending
+from .pool_state import PoolState
+from .records import HostRecord, PoolRecord, RequestRecord
+from .request_writer import RequestWriter
+from .services import Services
+from .status_flusher import StatusFlusher
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class HostRouter(Protocol):
+    """Where a host the scaler created is reported (the controller, which routes it)."""
+
+    def on_host_event(self, kind: str | None, obj: Mapping[str, Any]) -> None: ...
+
+
+class PoolWorker:
+    """One pool: its state, its decision loop, and the parts that write for it."""
+
+    def __init__(self, services: Services, router: HostRouter, namespace: str, name: str) -> None:
+        self.services = services
+        self.namespace = namespace
+        self.name = name
+        self.state = PoolState(
+            namespace, name, metrics_stale_after=services.settings.metrics_stale_after
+        )
+        self.writer = RequestWriter(self.state, services, self)
+        self.scaler = HostScaler(
+            self.state,
+            services,
+            host_created=lambda obj: router.on_host_event("ADDED", obj),
+            wake=self.wake,
+            mark_dirty=self.mark_dirty,
+        )
+        self.flusher = StatusFlusher(
+            self.state, services, scaling_limited=lambda: self.scaler.limited, wake=self.wake
+        )
+        self._wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    # -------------------------------------------------------------- life
+
+    def start(self) -> None:
+        if self.task is None:
+            self.task = self.services.spawn(self._run())
+            self.task.set_name(f"pool/{self.namespace}/{self.name}")
+
+    async def stop(self) -> None:
+        self.flusher.stop()
+        self.scaler.stop()
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+            self.task = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def mark_dirty(self) -> None:
+        self.flusher.mark_dirty()
+
+    def _changed(self) -> None:
+        """Capacity may have changed: status is dirty and the loop runs a pass."""
+        self.flusher.mark_dirty()
+        self._wake.set()
+
+    # -------------------------------------------------------------- events
+
+    def on_pool(self, record: PoolRecord | None) -> None:
+        self.state.set_pool(record, _now())
+        self._changed()
+        if record is not None and record.spec_error:
+            self.services.events.post(
+                record.body,
+                "HostPool",
+                "InvalidSpec",
+                record.spec_error,
+                "Warning",
+                once_per=("pool", self.namespace, self.name, "InvalidSpec"),
+            )
+
+    def on_host(self, record: HostRecord) -> None:
+        self.state.put_host(record, _now())
+        self._changed()
+        if record.spec_error:
+            self.services.events.post(
+                record.body,
+                "SessionHost",
+                "InvalidSpec",
+                record.spec_error,
+                "Warning",
+                once_per=("host", self.namespace, record.meta.name, "InvalidSpec"),
+            )
+
+    def on_host_deleted(self, name: str) -> None:
+        # Sessions on a deleted host are gone: their requests fail (documented), never move.
+        for request, host in self.state.drop_host(name):
+            self.services.spawn(self.writer.write_host_lost(request, host))
+        self.flusher.forget_host(name)
+        self._changed()
+
+    def on_request(self, record: RequestRecord) -> None:
+        lost = self.state.put_request(
+            record, _now(), seq=self.services.next_seq, seen=time.monotonic()
+        )
+        if lost is not None and lost.host is not None:
+            self.services.spawn(self.writer.write_host_lost(lost, lost.host))
+        self.flusher.mark_dirty()
+        if record.meta.name in self.state.arrivals or self.state.capacity_changed:
+            self._wake.set()  # to be placed, or a released slot to fill
+
+    def on_request_deleted(self, name: str) -> None:
+        self.state.drop_request(name)
+        self._changed()
+
+    # -------------------------------------------------------------- the loop
+
+    async def _run(self) -> None:
+        while True:
+            timeout = self._next_timer()
+            if timeout is None or timeout > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+            else:
+                await asyncio.sleep(0)  # something is due now; still let every other task run
+            self._wake.clear()
+            try:
+                self._pass()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let one bad object stop a pool
+                log.exception("%s/%s: placement pass failed; retrying", self.namespace, self.name)
+                await asyncio.sleep(1)
+                self._wake.set()
+
+    def _pass(self) -> None:
+        state = self.state
+        now = _now()
+        if state.expire_connecting(now):
+            self.flusher.mark_dirty()
+        if state.recheck_metrics(now):
+            self.flusher.mark_dirty()
+        for intent in place_pending(state, now):
+            if isinstance(intent, Assign):
+                self.flusher.placed()
+                self.services.spawn(self.writer.write_assigned(intent.record, intent.placement))
+            elif isinstance(intent, Wait):
+                self.writer.wait(intent.record, intent.reason, intent.message)
+            elif isinstance(intent, Reject):
+                self.services.spawn(self.writer.write_invalid(intent.record))
+        self.scaler.scale(now)
+        self.flusher.maybe_flush()
+
+    def _next_timer(self) -> float | None:
+        """Seconds until the loop has something to do without being woken; None: nothing."""
+        state = self.state
+        now = _now()
+        timers = self.flusher.due_in(time.monotonic())
+        deadline = state.ledger.next_deadline()
+        if deadline is not None:
+            timers.append((deadline - now).total_seconds())
+        if state.reports_metrics():
+            timers.append(self.services.settings.metrics_stale_after / 4)
+        scale_down = state.scale_down_due(now)
+        if scale_down is not None:
+            timers.append((scale_down - now).total_seconds() + 0.05)
+        return max(0.0, min(timers)) if timers else None

@@ -1,0 +1,46 @@
+"""Where the controller reports what it did: metrics and Events, as interfaces.
+
+The controller calls these; the operator plugs in Prometheus (``metrics``) and the API's
+Events (``events``), tests may plug in anything. Nothing here does I/O itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+
+class MetricsSink:
+    """Where the controller reports what it did (Prometheus in the operator, nothing here)."""
+
+    def observe_assignment(
+        self, namespace: str, pool: str, reason: str, seconds: float, *, queued: float
+    ) -> None:
+        """A request was assigned: ``seconds`` from first sight to the written status,
+        ``queued`` from first sight to the write being sent."""
+
+    def scaled(self, namespace: str, pool: str, direction: str, hosts: int) -> None:
+        """Hosts were added ("up") or removed ("down")."""
+
+    def pool_state(self, namespace: str, pool: str, status: Mapping[str, Any]) -> None:
+        """The pool's latest status (hosts, sessions, capacity, pending)."""
+
+    def forget_pool(self, namespace: str, pool: str) -> None:
+        """The pool is gone: drop its series."""
+
+
+class EventSink(Protocol):
+    """Posts core/v1 Events about the operator's objects."""
+
+    def post(
+        self,
+        involved: Mapping[str, Any],
+        kind: str,
+        reason: str,
+        message: str,
+        type_: str,
+        *,
+        once_per: tuple[str, ...] | None = None,
+    ) -> None:
+        """Post an Event about ``involved`` (an object, or just its metadata). With
+        ``once_per``, at most one Event per that key in the sink's interval."""

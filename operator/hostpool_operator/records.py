@@ -1,0 +1,204 @@
+"""What the operator keeps of each observed object: the parts its decisions read.
+
+Pure: built from the JSON the API sends (a watch event or a LIST item), validated once with
+the pydantic models, so a malformed object becomes a record with an error message instead
+of an exception in the decision loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from .api import (
+    HostMetrics,
+    HostPoolSpec,
+    SessionHostSpec,
+    SessionRequestSpec,
+    describe_validation_error,
+)
+from .balancing import Demand
+
+#: Label put on hosts the operator creates (scaling); only those are ever removed.
+MANAGED_LABEL = "hostpool.io/managed-by"
+MANAGER = "hostpool-operator"
+#: Label naming the pool of a host the operator created.
+POOL_LABEL = "hostpool.io/pool"
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp from the API, or None when absent or malformed."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def query_order(created: str) -> int:
+    """Hosts are in query order by creationTimestamp (whole seconds), then name."""
+    moment = parse_time(created)
+    return int(moment.timestamp()) if moment is not None else 0
+
+
+def newer_or_same(new: str | None, old: str | None) -> bool:
+    """Is resourceVersion ``new`` at least as recent as ``old``? resourceVersions are etcd
+    revisions (integers) on every etcd-backed API server; if either is not, trust arrival
+    order."""
+    if new is None or old is None:
+        return True
+    try:
+        return int(new) >= int(old)
+    except ValueError:
+        return True
+
+
+def _status(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object's status, or an empty one when it is missing or not an object."""
+    status = obj.get("status")
+    return dict(status) if isinstance(status, Mapping) else {}
+
+
+def pool_ref(obj: Mapping[str, Any]) -> str:
+    """The name in ``spec.poolRef`` of a host or request ("" when missing or malformed)."""
+    spec = obj.get("spec")
+    if isinstance(spec, Mapping) and isinstance(spec.get("poolRef"), Mapping):
+        return str(spec["poolRef"].get("name") or "")
+    return ""
+
+
+@dataclass(slots=True)
+class Meta:
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    generation: int
+    created: str
+    labels: dict[str, str]
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> Meta:
+        meta = obj.get("metadata") or {}
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            resource_version=str(meta.get("resourceVersion", "")),
+            generation=int(meta.get("generation") or 0),
+            created=str(meta.get("creationTimestamp", "")),
+            labels=dict(meta.get("labels") or {}),
+        )
+
+    def reference(self) -> dict[str, Any]:
+        """The object's identity, as an Event's involvedObject needs it."""
+        return {
+            "metadata": {
+                "namespace": self.namespace,
+                "name": self.name,
+                "uid": self.uid,
+                "resourceVersion": self.resource_version,
+            }
+        }
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    meta: Meta
+    pool: str
+    demand: Demand | None
+    spec_error: str | None
+    status: dict[str, Any]
+    seq: int = 0
+    seen: float = 0.0  # monotonic time the operator first saw the request
+
+    @property
+    def phase(self) -> str | None:
+        value = self.status.get("phase")
+        return value if isinstance(value, str) else None
+
+    @property
+    def host(self) -> str | None:
+        value = self.status.get("host")
+        return value if isinstance(value, str) else None
+
+    @property
+    def session_state(self) -> str | None:
+        value = self.status.get("sessionState")
+        return value if isinstance(value, str) else None
+
+    @property
+    def assigned_at(self) -> datetime | None:
+        return parse_time(self.status.get("assignedAt"))
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> RequestRecord:
+        demand: Demand | None = None
+        error: str | None = None
+        try:
+            parsed = SessionRequestSpec.model_validate(obj.get("spec") or {})
+            demand = Demand(parsed.user, parsed.protocol, parsed.unauthenticated)
+        except ValidationError as exc:
+            error = describe_validation_error(exc, under="spec")
+        return cls(Meta.of(obj), pool_ref(obj), demand, error, _status(obj))
+
+
+@dataclass(slots=True)
+class HostRecord:
+    meta: Meta
+    pool: str
+    spec: SessionHostSpec | None
+    spec_error: str | None
+    metrics: HostMetrics | None
+    metrics_error: str | None
+    status: dict[str, Any]
+    body: dict[str, Any]
+
+    @property
+    def managed(self) -> bool:
+        return self.meta.labels.get(MANAGED_LABEL) == MANAGER
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> HostRecord:
+        spec: SessionHostSpec | None = None
+        error: str | None = None
+        try:
+            spec = SessionHostSpec.model_validate(obj.get("spec") or {})
+        except ValidationError as exc:
+            error = describe_validation_error(exc, under="spec")
+        status = _status(obj)
+        metrics: HostMetrics | None = None
+        metrics_error: str | None = None
+        if status.get("metrics") is not None:
+            try:
+                metrics = HostMetrics.model_validate(status["metrics"])
+            except ValidationError as exc:
+                metrics_error = describe_validation_error(exc, under="status.metrics")
+        return cls(
+            Meta.of(obj), pool_ref(obj), spec, error, metrics, metrics_error, status, dict(obj)
+        )
+
+
+@dataclass(slots=True)
+class PoolRecord:
+    meta: Meta
+    spec: HostPoolSpec | None
+    spec_error: str | None
+    status: dict[str, Any]
+    body: dict[str, Any]
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> PoolRecord:
+        spec: HostPoolSpec | None = None
+        error: str | None = None
+        try:
+            spec = HostPoolSpec.model_validate(obj.get("spec") or {})
+        except ValidationError as exc:
+            error = describe_validation_error(exc, under="spec")
+        return cls(Meta.of(obj), spec, error, _status(obj), dict(obj))

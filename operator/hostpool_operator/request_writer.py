@@ -1,0 +1,288 @@
+"""Writing SessionRequest status, and finding out what happened when a write failed.
+
+An assignment is one write: the request's whole status replaced, conditional on the
+resourceVersion (and uid) the decision was made on, so a stale view can never overwrite a
+newer state. Three outcomes:
+
+* **written**: the record takes the answer's version;
+* **refused** (an API answer, e.g. 409): the slot is released, the request re-read and
+  decided again from what the API shows;
+* **no answer** (dropped connection, timeout): the write may have applied, so the slot stays
+  reserved until a re-read tells which, or another request could take it and the host would
+  go over its limit.
+
+Pending and Failed statuses are merge patches; they go through the same write slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from .api import Phase, Reason
+from .balancing import Placement
+from .k8s import ApiError, ApiTransportError
+from .pool_state import PoolState
+from .records import RequestRecord, newer_or_same
+from .services import REQUESTS, Services
+from .status import assigned_status, failed_status, pending_status, says_pending
+
+log = logging.getLogger(__name__)
+
+
+class RequestRouter(Protocol):
+    """What the writer hands observed request versions back to (the pool's worker)."""
+
+    def on_request(self, record: RequestRecord) -> None: ...
+
+    def on_request_deleted(self, name: str) -> None: ...
+
+    def wake(self) -> None: ...
+
+    def mark_dirty(self) -> None: ...
+
+
+class RequestWriter:
+    """Writes one pool's request statuses and recovers from failed writes."""
+
+    def __init__(self, state: PoolState, services: Services, router: RequestRouter) -> None:
+        self.state = state
+        self.services = services
+        self.router = router
+        self._key = (state.namespace, state.name)
+        self.pending_writes: dict[str, asyncio.Task[None]] = {}  # Pending statuses on their way
+
+    # -------------------------------------------------------------- assignments
+
+    async def write_assigned(self, record: RequestRecord, placement: Placement) -> None:
+        state = self.state
+        name = record.meta.name
+        earlier = self.pending_writes.get(name)
+        if earlier is not None:
+            # Our own Pending status for this request is still on its way: wait for it and
+            # write on top of the version it produced, instead of conflicting with ourselves.
+            await asyncio.wait([earlier])
+            current = state.requests.get(name)
+            if (
+                current is None
+                or current.meta.uid != record.meta.uid
+                or current.phase in (Phase.ASSIGNED.value, Phase.FAILED.value)
+            ):
+                # Gone, or decided by someone else meanwhile: the observed state wins.
+                state.inflight.discard(name)
+                state.release(record)
+                if current is not None:
+                    self.router.on_request(current)
+                return
+            record = current
+        host = state.hosts.get(placement.host or "")
+        address = host.spec.address if host is not None and host.spec is not None else None
+        status = assigned_status(record, placement, address, datetime.now(UTC))
+        try:
+            async with self.services.write_slots.slot(self._key):
+                queued = time.monotonic() - record.seen
+                obj = await self.services.client.replace_status(
+                    REQUESTS,
+                    "SessionRequest",
+                    state.namespace,
+                    name,
+                    status,
+                    resource_version=record.meta.resource_version,
+                    uid=record.meta.uid,
+                )
+            self.services.metrics.observe_assignment(
+                state.namespace,
+                state.name,
+                placement.reason.value,
+                time.monotonic() - record.seen,
+                queued=queued,
+            )
+        except ApiError as error:
+            # A definite answer: the write did not apply. Free the slot, re-read, go again.
+            state.inflight.discard(name)
+            state.release(record)
+            await self.after_failed_write(record, error)
+            return
+        except ApiTransportError as error:
+            await self.settle_unknown_write(record, placement, error)
+            return
+        state.inflight.discard(name)
+        fresh = RequestRecord.of(obj)
+        fresh.seq, fresh.seen = record.seq, record.seen
+        current = state.requests.get(name)
+        if current is None or current.meta.uid != fresh.meta.uid:
+            # Deleted while we wrote: the deletion event already released or will release it.
+            state.release(fresh)
+            return
+        state.requests[name] = fresh
+        self.router.mark_dirty()
+
+    async def settle_unknown_write(
+        self, record: RequestRecord, placement: Placement, error: BaseException
+    ) -> None:
+        """The assignment write got no answer: hold the slot, re-read until the API answers,
+        and keep the assignment if it applied, else let the observed state decide."""
+        state = self.state
+        name = record.meta.name
+        log.warning(
+            "%s/%s: no answer to the assignment write (%s); holding the slot until a re-read "
+            "tells whether it applied",
+            state.namespace,
+            name,
+            error,
+        )
+        delay = 0.2
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                obj = await self.services.client.get(REQUESTS, state.namespace, name)
+                break
+            except ApiError as again:
+                if again.not_found:
+                    state.inflight.discard(name)
+                    self.router.on_request_deleted(name)
+                    return
+                log.warning("%s/%s: re-read failed: %s", state.namespace, name, again)
+            except ApiTransportError as again:
+                log.warning("%s/%s: re-read failed: %s", state.namespace, name, again)
+            delay = min(delay * 2, 5.0)
+        fresh = RequestRecord.of(obj)
+        current = state.requests.get(name)
+        state.inflight.discard(name)
+        if current is None:
+            state.release(record)  # deleted meanwhile: its deletion ended the session
+            return
+        if current.meta.uid == fresh.meta.uid:
+            fresh.seq, fresh.seen = current.seq, current.seen
+            if not newer_or_same(fresh.meta.resource_version, current.meta.resource_version):
+                fresh = current
+        applied = fresh.phase == Phase.ASSIGNED.value and fresh.host == placement.host
+        if applied and fresh.meta.uid == record.meta.uid:
+            state.requests[name] = fresh  # it did apply: the reservation is that session
+            self.router.mark_dirty()
+            return
+        state.release(record)  # it did not (or someone else decided): observed state wins
+        self.router.on_request(fresh)
+        self.router.wake()
+
+    async def after_failed_write(self, record: RequestRecord, error: ApiError) -> None:
+        """Re-read the request and let the observed state decide what happens next."""
+        state = self.state
+        name = record.meta.name
+        if error.not_found:
+            self.router.on_request_deleted(name)
+            return
+        if not error.conflict:
+            log.warning("%s/%s: status write failed: %s; retrying", state.namespace, name, error)
+            await asyncio.sleep(0.5)
+        try:
+            obj = await self.services.client.get(REQUESTS, state.namespace, name)
+        except ApiError as again:
+            if again.not_found:
+                self.router.on_request_deleted(name)
+                return
+            log.warning("%s/%s: re-read failed: %s", state.namespace, name, again)
+            state.arrivals[name] = None
+            self.router.wake()
+            return
+        except ApiTransportError as again:
+            log.warning("%s/%s: re-read failed: %s", state.namespace, name, again)
+            state.arrivals[name] = None
+            self.router.wake()
+            return
+        fresh = RequestRecord.of(obj)
+        current = state.requests.get(name)
+        if current is not None and not newer_or_same(
+            fresh.meta.resource_version, current.meta.resource_version
+        ):
+            fresh = current
+        said = state.pending_said.get(name)
+        if said is not None and not says_pending(fresh, said):
+            # The pending reason we last wrote lost to another write (e.g. an older reason
+            # of ours written on the same version): decide again, so it is written anew.
+            state.pending_said.pop(name, None)
+            state.waiting.pop(name, None)
+        # Back in line at its old place (same sequence number, same first-seen time).
+        self.router.on_request(fresh)
+        self.router.wake()
+
+    # -------------------------------------------------------------- waiting and failing
+
+    def wait(self, record: RequestRecord, reason: Reason, message: str) -> None:
+        """Start writing that the request waits; an assignment decided meanwhile waits for
+        this write to land first."""
+        name = record.meta.name
+        task = self.services.spawn(self.write_pending(record, reason, message))
+        self.pending_writes[name] = task
+        task.add_done_callback(
+            lambda done: (
+                self.pending_writes.pop(name, None)
+                if self.pending_writes.get(name) is done
+                else None
+            )
+        )
+
+    async def write_pending(self, record: RequestRecord, reason: Reason, message: str) -> None:
+        state = self.state
+        await self._patch(record, pending_status(record, reason, message, datetime.now(UTC)))
+        self.services.events.post(
+            record.meta.reference(),
+            "SessionRequest",
+            reason.value,
+            f"{message} (pool {state.name}; further requests pending for this reason are "
+            "not reported for a while)",
+            "Warning" if reason is not Reason.POOL_SATURATED else "Normal",
+            once_per=("pending", state.namespace, state.name, reason.value),
+        )
+
+    async def write_host_lost(self, record: RequestRecord, host: str) -> None:
+        message = f"SessionHost {host!r} was deleted; the session on it ended"
+        await self.fail(record, "HostDeleted", message, conditional=False)
+
+    async def write_invalid(self, record: RequestRecord) -> None:
+        if record.phase != Phase.FAILED.value:
+            await self.fail(record, "InvalidSpec", f"invalid request: {record.spec_error}")
+
+    async def fail(
+        self, record: RequestRecord, reason: str, message: str, *, conditional: bool = True
+    ) -> None:
+        """Phase Failed, condition Assigned False with the reason, and a Warning Event."""
+        status = failed_status(record, reason, message, datetime.now(UTC))
+        await self._patch(record, status, conditional=conditional)
+        self.services.events.post(
+            record.meta.reference(), "SessionRequest", reason, message, "Warning"
+        )
+
+    async def _patch(
+        self, record: RequestRecord, status: dict[str, Any], *, conditional: bool = True
+    ) -> None:
+        state = self.state
+        name = record.meta.name
+        try:
+            async with self.services.write_slots.slot(self._key):
+                obj = await self.services.client.patch_status(
+                    REQUESTS,
+                    state.namespace,
+                    name,
+                    status,
+                    resource_version=record.meta.resource_version if conditional else None,
+                )
+        except ApiError as error:
+            if error.conflict:
+                # The request changed under us; the newer version's event re-decides.
+                await self.after_failed_write(record, error)
+            elif not error.not_found:
+                log.warning("%s/%s: status write failed: %s", state.namespace, name, error)
+            return
+        except ApiTransportError as error:
+            log.warning("%s/%s: status write failed: %s", state.namespace, name, error)
+            return
+        fresh = RequestRecord.of(obj)
+        current = state.requests.get(name)
+        if current is not None and current.meta.uid == fresh.meta.uid:
+            fresh.seq, fresh.seen = current.seq, current.seen
+            if newer_or_same(fresh.meta.resource_version, current.meta.resource_version):
+                state.requests[name] = fresh

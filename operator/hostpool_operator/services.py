@@ -1,0 +1,31 @@
+"""What every pool's I/O parts share: the client, settings, sinks, write slots and spawn."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from .k8s import KubeClient
+from .ports import EventSink, MetricsSink
+from .settings import ControllerSettings
+from .writeslots import WriteSlots
+
+POOLS, HOSTS, REQUESTS = "hostpools", "sessionhosts", "sessionrequests"
+
+Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    client: KubeClient
+    settings: ControllerSettings
+    metrics: MetricsSink
+    events: EventSink
+    #: Request status writes in flight, bounded for the whole operator.
+    write_slots: WriteSlots
+    #: Runs a coroutine as a task the controller owns (logged if it fails, cancelled at stop).
+    spawn: Spawn
+    #: The next arrival sequence number (the order requests are placed in, operator-wide).
+    next_seq: Callable[[], int]

@@ -1,0 +1,25 @@
+"""The operator's tunables (command-line options), in one immutable record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    #: Pool and host status are written at most this often (seconds).
+    status_interval: float = 1.0
+    #: Host metrics sampled longer ago than this are stale: treated as never reported.
+    metrics_stale_after: float = 120.0
+    #: Host status waits for this long without placements, or at most host_status_max_delay.
+    host_status_max_delay: float = 30.0
+    #: During placements, a pool status whose only changes are counts waits at most this long
+    #: (a change of a condition's status or reason is written within status_interval).
+    pool_status_max_delay: float = 5.0
+    #: Request status writes in flight at once, shared by all pools in turn. More is not
+    #: faster: every write in flight is a goroutine in the API server, and the watch that
+    #: delivers new requests (to this operator too) lags as they multiply
+    #: (docs/performance.md: 256 was slower than 128).
+    write_concurrency: int = 128
+    #: The same Event (object, reason) is posted at most this often (seconds).
+    event_interval: float = 30.0

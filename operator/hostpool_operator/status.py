@@ -1,0 +1,327 @@
+"""What the operator writes into status: every body, condition, reason and count.
+
+Pure functions of observed state and ``now``: the request status of an assignment, a wait
+or a failure; a host's status (Available with its reason, MetricsStale, load index, bucket,
+sessions); a pool's status (Ready, Saturated, ScalingLimited, counts); and the rule that
+decides when a changed pool status is worth a write during a storm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from . import conditions as cond
+from .api import Phase, Reason, SessionState
+from .balancing import Placement, PoolBalancer
+from .ledger import SessionLedger
+from .records import HostRecord, PoolRecord, RequestRecord
+
+#: Session counts by state, per host and (under None) for the whole pool.
+SessionCounts = dict[str | None, dict[str, int]]
+
+#: HostPool status fields that only count: during a storm they change with every placement.
+POOL_COUNT_FIELDS = frozenset({"hosts", "sessions", "capacity", "pendingRequests"})
+
+
+def zero_counts() -> dict[str, int]:
+    return {"total": 0, "connecting": 0, "active": 0, "disconnected": 0}
+
+
+# ---------------------------------------------------------------------------- requests
+
+
+def assigned_status(
+    record: RequestRecord, placement: Placement, address: str | None, now: datetime
+) -> dict[str, Any]:
+    """The request's status once it holds a session on ``placement.host``: the stored status
+    with the decision on top (the write replaces the whole status), without empty fields."""
+    reason = placement.reason.value
+    message = (
+        f"reconnected to the session on {placement.host}"
+        if placement.reason is Reason.RECONNECTED
+        else f"new session on {placement.host}"
+    )
+    decision = {
+        "observedGeneration": record.meta.generation,
+        "phase": Phase.ASSIGNED.value,
+        "host": placement.host,
+        "hostAddress": address,
+        "reason": reason,
+        "message": message,
+        "sessionState": SessionState.CONNECTING.value,
+        "assignedAt": cond.rfc3339(now),
+        "conditions": cond.merge(
+            record.status.get("conditions"),
+            [cond.Cond("Assigned", "True", reason, message)],
+            now=now,
+            generation=record.meta.generation,
+        ),
+    }
+    status = {**record.status, **decision}
+    return {key: value for key, value in status.items() if value is not None}
+
+
+def pending_message(reason: Reason) -> str:
+    if reason is Reason.POOL_SATURATED:
+        return "every host that could take this session is at maxSessionLimit"
+    return "no host can take a new session now (drain mode, features or logon-storm limits)"
+
+
+def pending_status(
+    record: RequestRecord, reason: Reason, message: str, now: datetime
+) -> dict[str, Any]:
+    """A merge patch: the request waits, with the reason (host and address cleared)."""
+    return {
+        "observedGeneration": record.meta.generation,
+        "phase": Phase.PENDING.value,
+        "reason": reason.value,
+        "message": message,
+        "host": None,
+        "hostAddress": None,
+        "conditions": cond.merge(
+            record.status.get("conditions"),
+            [cond.Cond("Assigned", "False", reason.value, message)],
+            now=now,
+            generation=record.meta.generation,
+        ),
+    }
+
+
+def failed_status(
+    record: RequestRecord, reason: str, message: str, now: datetime
+) -> dict[str, Any]:
+    """A merge patch: phase Failed, condition Assigned False with the reason."""
+    return {
+        "observedGeneration": record.meta.generation,
+        "phase": Phase.FAILED.value,
+        "message": message,
+        "conditions": cond.merge(
+            record.status.get("conditions"),
+            [cond.Cond("Assigned", "False", reason, message)],
+            now=now,
+            generation=record.meta.generation,
+        ),
+    }
+
+
+def says_pending(record: RequestRecord, reason: Reason) -> bool:
+    """The stored status already says the request waits for this reason."""
+    return record.phase == Phase.PENDING.value and record.status.get("reason") == reason.value
+
+
+# ---------------------------------------------------------------------------- sessions
+
+
+def session_counts(ledger: SessionLedger, requests: Mapping[str, RequestRecord]) -> SessionCounts:
+    """Sessions by state, per host and (under None) for the whole pool, in one pass.
+
+    A session is connecting within connectingTimeoutSeconds of its assignment unless an
+    agent reported otherwise; disconnected when every request holding it says so; active
+    otherwise."""
+    counts: SessionCounts = {}
+    for session in ledger.sessions():
+        if session.connecting:
+            state = "connecting"
+        else:
+            states = {requests[h].session_state for h in session.holders if h in requests}
+            disconnected = states == {SessionState.DISCONNECTED.value}
+            state = "disconnected" if disconnected else "active"
+        for key in (session.host, None):
+            bucket = counts.setdefault(key, zero_counts())
+            bucket["total"] += 1
+            bucket[state] += 1
+    return counts
+
+
+# ---------------------------------------------------------------------------- hosts
+
+AVAILABILITY_MESSAGES = {
+    "Draining": "drain mode: no new sessions; reconnects still allowed",
+    "LogonStormThreshold": "turning new logons away (logon-storm threshold)",
+}
+
+
+def host_status(
+    host: HostRecord,
+    *,
+    pool_name: str,
+    pool_exists: bool,
+    balancer: PoolBalancer | None,
+    counts: SessionCounts,
+    buckets: Mapping[str, int],
+    metrics_stale: bool,
+    metrics_stale_after: float,
+    now: datetime,
+) -> dict[str, Any]:
+    """A host's status: Available (and why not), MetricsStale, load index, bucket, sessions."""
+    name = host.meta.name
+    desired: list[cond.Cond] = []
+    status: dict[str, Any] = {"observedGeneration": host.meta.generation}
+    view = balancer.host(name) if balancer is not None else None
+    if host.spec is None:
+        desired.append(cond.Cond("Available", "False", "InvalidSpec", host.spec_error or ""))
+    elif not pool_exists:
+        message = f"HostPool {pool_name!r} does not exist"
+        desired.append(cond.Cond("Available", "False", "PoolNotFound", message))
+    elif balancer is None or view is None:
+        desired.append(cond.Cond("Available", "False", "PoolInvalid", "the pool's spec is invalid"))
+    else:
+        available, reason = balancer.availability(name)
+        if reason == "SessionLimitReached":
+            message = f"{view.sessions} sessions, limit {balancer.limit}"
+        elif reason == "AcceptingSessions":
+            message = f"{view.sessions} of {balancer.limit} sessions"
+        else:
+            message = AVAILABILITY_MESSAGES[reason]
+        desired.append(cond.Cond("Available", "True" if available else "False", reason, message))
+        status["loadIndex"] = balancer.load_index_of(name)
+        if name in buckets:
+            status["bucket"] = buckets[name]
+    status["sessions"] = counts.get(name, zero_counts())
+    if host.metrics_error:
+        desired.append(cond.Cond("MetricsStale", "True", "InvalidMetrics", host.metrics_error))
+    elif metrics_stale:
+        message = (
+            f"metrics older than {metrics_stale_after:.0f}s are ignored: the load index "
+            "treats them as never reported"
+        )
+        desired.append(cond.Cond("MetricsStale", "True", "SampleTooOld", message))
+    else:
+        desired.append(cond.Cond("MetricsStale", "False", "Fresh", ""))
+    status["conditions"] = cond.merge(
+        host.status.get("conditions"), desired, now=now, generation=host.meta.generation
+    )
+    return status
+
+
+# ---------------------------------------------------------------------------- pools
+
+
+def pool_status(
+    pool: PoolRecord,
+    *,
+    host_count: int,
+    balancer: PoolBalancer | None,
+    pending: int,
+    waiting_reasons: Iterable[Any],
+    scaling_limited: tuple[bool, str] | None,
+    counts: SessionCounts,
+    now: datetime,
+) -> dict[str, Any]:
+    """A pool's status: Ready, Saturated, ScalingLimited and the counts.
+
+    ``pending`` counts requests neither assigned, failed nor being written; ``waiting_reasons``
+    are the reasons the waiting requests' stored statuses give."""
+    hosts = {"total": host_count, "available": 0, "draining": 0, "full": 0}
+    capacity = {"total": 0, "free": 0}
+    if balancer is not None:
+        for view in balancer.hosts():
+            if view.drain_mode:
+                hosts["draining"] += 1
+            else:
+                capacity["total"] += balancer.limit
+            if view.sessions >= balancer.limit:
+                hosts["full"] += 1
+            if balancer.availability(view.name)[0]:
+                hosts["available"] += 1
+        capacity["free"] = balancer.free_slots()
+    desired: list[cond.Cond] = []
+    if pool.spec is None:
+        desired.append(cond.Cond("Ready", "False", "InvalidSpec", pool.spec_error or ""))
+        desired.append(cond.Cond("Saturated", "Unknown", "InvalidSpec", "the spec is invalid"))
+    else:
+        if hosts["total"] == 0:
+            desired.append(cond.Cond("Ready", "True", "NoHosts", "the pool has no SessionHost yet"))
+        else:
+            message = f"{hosts['available']} of {hosts['total']} hosts take new sessions"
+            desired.append(cond.Cond("Ready", "True", "Reconciled", message))
+        if Reason.POOL_SATURATED.value in set(waiting_reasons):
+            message = f"{pending} request(s) wait for a free session slot"
+            desired.append(cond.Cond("Saturated", "True", "RequestsWaiting", message))
+        elif hosts["total"] and capacity["free"] == 0:
+            desired.append(cond.Cond("Saturated", "True", "NoFreeSessions", "every slot is taken"))
+        else:
+            message = f"{capacity['free']} free slots"
+            desired.append(cond.Cond("Saturated", "False", "CapacityAvailable", message))
+    if scaling_limited is not None:
+        limited, message = scaling_limited
+        reason = "MaxHostsReached" if limited else "WithinLimits"
+        desired.append(cond.Cond("ScalingLimited", "True" if limited else "False", reason, message))
+    return {
+        "observedGeneration": pool.meta.generation,
+        "hosts": hosts,
+        "sessions": counts.get(None, zero_counts()),
+        "capacity": capacity,
+        "pendingRequests": pending,
+        "conditions": cond.merge(
+            pool.status.get("conditions"), desired, now=now, generation=pool.meta.generation
+        ),
+    }
+
+
+def is_saturated(status: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether a pool status says Saturated=True, and its message."""
+    saturated = cond.find(status.get("conditions"), "Saturated")
+    if saturated is None:
+        return False, ""
+    return saturated.get("status") == "True", str(saturated.get("message", ""))
+
+
+# ---------------------------------------------------------------------------- comparing
+
+
+def _without_times(status: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(status)
+    out["conditions"] = [
+        {k: v for k, v in c.items() if k != "lastTransitionTime"}
+        for c in status.get("conditions") or []
+    ]
+    return out
+
+
+def same_status(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Equal but for the conditions' lastTransitionTime."""
+    return _without_times(a) == _without_times(b)
+
+
+def ours(current: Mapping[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of ``current`` that the operator writes (as ``template`` has them)."""
+    return {k: current.get(k) for k in template}
+
+
+def _pool_status_gist(status: Mapping[str, Any]) -> dict[str, Any]:
+    """A pool status without its counts: every other field, and each condition's type, status
+    and reason (condition messages quote counts)."""
+    gist = {k: v for k, v in status.items() if k not in POOL_COUNT_FIELDS and k != "conditions"}
+    gist["conditions"] = sorted(
+        (str(c.get("type")), str(c.get("status")), str(c.get("reason")))
+        for c in status.get("conditions") or []
+    )
+    return gist
+
+
+def pool_status_due(
+    previous: Mapping[str, Any] | None,
+    status: Mapping[str, Any],
+    *,
+    busy: bool,
+    since_written: float,
+    max_delay: float,
+) -> bool:
+    """Whether a pool's new status is written now.
+
+    A pool status of counts alone would otherwise be written every status interval for as
+    long as a storm lasts, per pool: with many pools that is as many writes per second, taken
+    from the API server the assignments need. So while placements go on (``busy``), a change
+    of counts only waits for the pause, or ``max_delay`` since the last write; anything else
+    (a condition's status or reason, observedGeneration) is written at once.
+    """
+    if previous is None:
+        return True
+    if same_status(previous, status):
+        return False
+    if not busy or since_written >= max_delay:
+        return True
+    return _pool_status_gist(previous) != _pool_status_gist(status)
