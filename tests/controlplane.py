@@ -2,12 +2,15 @@
 
 A thin, typed wrapper over the repository's shell scripts:
 
-* ``tests/cluster/tools.sh`` builds etcd, kube-apiserver, kube-controller-manager, kubectl and helm
-  from Go modules once (cached outside the repository) and links them into ``.cluster/bin``;
+* ``tests/cluster/tools.sh`` builds etcd, kube-apiserver, kube-controller-manager,
+  kube-scheduler, kubectl, helm and kwok from Go modules once (cached outside the repository)
+  and links them into ``.cluster/bin``;
 * ``tests/cluster/cluster.sh up|down DIR`` starts or stops etcd, kube-apiserver and
-  kube-controller-manager on 127.0.0.1, with the admin kubeconfig at ``DIR/kubeconfig`` and
-  the logs under ``DIR/logs``; ``restart-apiserver|restart-etcd DIR`` restart one of them
-  with the same ports, flags and data (fault tests).
+  kube-controller-manager on 127.0.0.1, and (unless ``fake_nodes`` is 0) kube-scheduler and
+  kwok with that many fake nodes, so that pods are scheduled and become Ready; the admin
+  kubeconfig is ``DIR/kubeconfig``, the logs are under ``DIR/logs``.
+  ``restart-apiserver|restart-etcd DIR`` restart one of them with the same ports, flags and
+  data (fault tests); ``fail-pod`` and ``remove-node`` break a pod or a node on purpose.
 
 Typical use (e.g. from a session-scoped pytest fixture)::
 
@@ -37,8 +40,12 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parent.parent
 """The repository this file belongs to."""
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager")
-"""The processes that ``tests/cluster/cluster.sh`` runs; each logs to ``<log_dir>/<name>.log``."""
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+"""The processes that ``tests/cluster/cluster.sh`` runs (the last two with fake nodes); each
+logs to ``<log_dir>/<name>.log``."""
+
+#: Fake nodes a control plane gets by default (named kwok-node-1, -2, ...).
+DEFAULT_FAKE_NODES = 3
 
 
 class ControlPlaneError(RuntimeError):
@@ -109,11 +116,13 @@ class ControlPlane:
         repo_root: Path = REPO_ROOT,
         bin_dir: Path | None = None,
         timeout: float = 180.0,
+        fake_nodes: int = DEFAULT_FAKE_NODES,
     ) -> None:
         self.directory = Path(directory).resolve()
         self.repo_root = Path(repo_root).resolve()
         self.bin_dir = bin_dir.resolve() if bin_dir is not None else None
         self.timeout = timeout
+        self.fake_nodes = fake_nodes
 
     @property
     def kubeconfig(self) -> Path:
@@ -133,13 +142,14 @@ class ControlPlane:
         env = dict(os.environ)
         if self.bin_dir is not None:
             env["HOSTPOOL_BIN_DIR"] = str(self.bin_dir)
+        env["HOSTPOOL_FAKE_NODES"] = str(self.fake_nodes)
         return env
 
     def _cluster(
-        self, action: str, env: dict[str, str] | None = None
+        self, action: str, *args: str, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         return _run(
-            [str(self.script), action, str(self.directory)],
+            [str(self.script), action, str(self.directory), *args],
             env={**self._env(), **(env or {})},
             timeout=self.timeout,
             what=f"tests/cluster/cluster.sh {action}",
@@ -181,6 +191,14 @@ class ControlPlane:
         /readyz ok again. No data is lost: etcd's data directory is kept."""
         self._restart("restart-etcd", crash=crash, down_seconds=down_seconds)
 
+    def fail_pod(self, namespace: str, name: str) -> None:
+        """Mark a pod Failed and not Ready, as a kubelet reports a crashed pod."""
+        self._cluster("fail-pod", namespace, name)
+
+    def remove_node(self, name: str) -> None:
+        """Delete a node; kube-controller-manager's pod GC deletes its pods afterwards."""
+        self._cluster("remove-node", name)
+
     def _restart(self, action: str, *, crash: bool, down_seconds: float) -> None:
         if down_seconds < 0:
             raise ValueError(f"down_seconds must not be negative: {down_seconds}")
@@ -193,7 +211,7 @@ class ControlPlane:
         )
 
     def is_running(self) -> bool:
-        """True when all three processes run and the API server reports /readyz ok."""
+        """True when every process runs and the API server reports /readyz ok."""
         if not self.directory.exists():
             return False
         try:
@@ -203,8 +221,8 @@ class ControlPlane:
         return True
 
     def log_tail(self, name: str, lines: int = 40) -> str:
-        """The last ``lines`` lines of a component's log (``etcd``, ``kube-apiserver``,
-        ``kube-controller-manager``), or a note when there is no such log yet."""
+        """The last ``lines`` lines of a component's log (one of ``COMPONENTS``), or a note
+        when there is no such log yet."""
         if name not in COMPONENTS:
             raise ValueError(f"unknown component {name!r}; expected one of {COMPONENTS}")
         path = self.log_dir / f"{name}.log"

@@ -328,6 +328,18 @@ def make_api_client(kubeconfig: Path) -> Any:
     return k8s_client.ApiClient(configuration=configuration)
 
 
+def need_control_plane(kube: Kube, why: str) -> ControlPlane:
+    """The suite's own control plane, for a test that must act on its processes or nodes;
+    the test is skipped against an external cluster (``HOSTPOOL_TEST_KUBECONFIG``), where
+    it does not apply."""
+    if kube.control_plane is None:
+        pytest.skip(
+            f"{why} needs the suite's own control plane; HOSTPOOL_TEST_KUBECONFIG names "
+            "an external cluster"
+        )
+    return kube.control_plane
+
+
 def wait_for(
     predicate: Callable[[], T | None],
     timeout: float = 30.0,

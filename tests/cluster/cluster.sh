@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A real, local Kubernetes control plane for tests and demos (no Docker, no kubelet):
-# etcd -> kube-apiserver -> kube-controller-manager, all on 127.0.0.1 and free ports.
+# etcd -> kube-apiserver -> kube-controller-manager, all on 127.0.0.1 and free ports; and,
+# so that pods run, kube-scheduler and kwok with fake nodes (kwok plays their kubelet:
+# nodes become Ready, scheduled pods Running and Ready with an IP; no container runs).
 #
 # Usage: tests/cluster/cluster.sh up DIR       start (or, if already healthy, just report) the cluster
 #        tests/cluster/cluster.sh down DIR     stop it (fine when not running)
@@ -14,14 +16,20 @@
 #            stop that one process and start it again with the same ports, flags and data
 #            (a fault for tests: clients see their connections and watches drop); wait until
 #            it is healthy again and the API server reports /readyz ok
+#        tests/cluster/cluster.sh fail-pod DIR NAMESPACE POD
+#            mark a pod Failed and not Ready, as a kubelet would for a crashed pod
+#        tests/cluster/cluster.sh remove-node DIR NODE
+#            delete a fake node; kube-controller-manager's pod GC then deletes its pods
 #
 # `up` prints the admin kubeconfig path (DIR/kubeconfig) on stdout; progress goes to stderr.
 # Layout of DIR: kubeconfig, pki/ (CA, serving cert, service-account keys, token file),
-# etcd/ (data, wiped at each fresh start), logs/{etcd,kube-apiserver,kube-controller-manager}.log,
-# pids/<name>.pid, state.env (ports).
+# etcd/ (data, wiped at each fresh start), logs/<component>.log, pids/<name>.pid, state.env
+# (ports, fake node count).
 #
 # Env: HOSTPOOL_BIN_DIR          binaries (default <repo>/.cluster/bin, filled by tests/cluster/tools.sh)
-#      HOSTPOOL_KCM_CONTROLLERS  kube-controller-manager --controllers value
+#      HOSTPOOL_FAKE_NODES       fake nodes to create (default 3); 0: no kube-scheduler, no kwok
+#      HOSTPOOL_KCM_CONTROLLERS  kube-controller-manager --controllers value (with fake nodes, the
+#                                node lifecycle and pod GC controllers are added to it)
 #      HOSTPOOL_READY_TIMEOUT    seconds to wait for each component (default 60)
 #      HOSTPOOL_STOP_SIGNAL      restart-apiserver/restart-etcd: TERM (default, a clean stop) or
 #                                KILL (a crash)
@@ -32,20 +40,29 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN_DIR="${HOSTPOOL_BIN_DIR:-$REPO_ROOT/.cluster/bin}"
 KCM_CONTROLLERS="${HOSTPOOL_KCM_CONTROLLERS:-garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller}"
 READY_TIMEOUT="${HOSTPOOL_READY_TIMEOUT:-60}"
-COMPONENTS=(etcd kube-apiserver kube-controller-manager)
+BASE_COMPONENTS=(etcd kube-apiserver kube-controller-manager)
+POD_COMPONENTS=(kube-scheduler kwok)
+COMPONENTS=("${BASE_COMPONENTS[@]}")
+# With fake nodes, kube-controller-manager also runs the node lifecycle controller (it takes
+# the not-ready taint off a node once kwok reports it Ready) and pod GC (the pods of a
+# removed node are deleted).
+POD_CONTROLLERS="node-lifecycle-controller,pod-garbage-collector-controller"
 STARTING=0 # set while `up` starts processes: a failure then stops them again
 
 log() { printf 'cluster: %s\n' "$*" >&2; }
 
 usage() {
   echo "usage: $0 {up|down|status|restart-controller-manager|restart-apiserver|restart-etcd} DIR" >&2
+  echo "       $0 fail-pod DIR NAMESPACE POD | remove-node DIR NODE" >&2
   exit 2
 }
 
-[[ $# -eq 2 ]] || usage
+[[ $# -ge 2 ]] || usage
 CMD="$1"
 mkdir -p "$2"
 DIR="$(cd "$2" && pwd)"
+shift 2
+ARGS=("$@")
 PKI="$DIR/pki"
 LOGS="$DIR/logs"
 PIDS="$DIR/pids"
@@ -92,8 +109,20 @@ apiserver_get() { # path -> body on HTTP 200, else fails
     "https://127.0.0.1:$APISERVER_PORT$1" 2>/dev/null
 }
 
+load_state() { # ports and fake node count of the running cluster; sets COMPONENTS
+  # shellcheck disable=SC1090
+  source "$STATE"
+  COMPONENTS=("${BASE_COMPONENTS[@]}")
+  if ((${FAKE_NODES:-0} > 0)); then
+    COMPONENTS+=("${POD_COMPONENTS[@]}")
+    [[ ",$KCM_CONTROLLERS," == *,node-lifecycle-controller,* ]] ||
+      KCM_CONTROLLERS+=",$POD_CONTROLLERS"
+  fi
+}
+
 healthy() {
   [[ -f "$STATE" && -f "$KUBECONFIG_PATH" ]] || return 1
+  load_state
   local c
   for c in "${COMPONENTS[@]}"; do
     pid_of "$c" >/dev/null || return 1
@@ -105,7 +134,7 @@ stop_all() {
   # All at once: the data is thrown away at the next start, so there is nothing to drain.
   local c pid i
   local -A pids=()
-  for c in kube-controller-manager kube-apiserver etcd; do
+  for c in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
     if pid="$(pid_of "$c")"; then
       pids[$c]=$pid
       kill -TERM "$pid" 2>/dev/null || true
@@ -127,7 +156,7 @@ stop_all() {
     fi
     log "stopped $c (pid $pid)"
   done
-  for c in "${COMPONENTS[@]}"; do
+  for c in "${BASE_COMPONENTS[@]}" "${POD_COMPONENTS[@]}"; do
     rm -f "$PIDS/$c.pid"
   done
 }
@@ -259,6 +288,74 @@ start_controller_manager() {
   fi
 }
 
+start_scheduler() {
+  log "starting kube-scheduler"
+  start kube-scheduler \
+    --kubeconfig="$KUBECONFIG_PATH" \
+    --authentication-kubeconfig="$KUBECONFIG_PATH" \
+    --authorization-kubeconfig="$KUBECONFIG_PATH" \
+    --leader-elect=false \
+    --secure-port=0
+  sleep 0.5
+  pid_of kube-scheduler >/dev/null || fail "kube-scheduler exited at start" kube-scheduler
+}
+
+start_kwok() {
+  log "starting kwok for nodes annotated kwok.x-k8s.io/node=fake"
+  start kwok \
+    --kubeconfig="$KUBECONFIG_PATH" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --cidr=10.0.0.1/24 \
+    --node-ip=10.0.0.1 \
+    --server-address=127.0.0.1:0 \
+    --config="$BIN_DIR/kwok-stages.yaml"
+  sleep 0.5
+  pid_of kwok >/dev/null || fail "kwok exited at start" kwok
+}
+
+fake_node() { # name -> a Node for kwok: annotated, tainted (pods must tolerate it), room for pods
+  cat <<NODE
+apiVersion: v1
+kind: Node
+metadata:
+  name: $1
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    kubernetes.io/hostname: $1
+    kubernetes.io/os: linux
+    type: kwok
+spec:
+  taints:
+  - key: kwok.x-k8s.io/node
+    value: fake
+    effect: NoSchedule
+status:
+  allocatable: {cpu: "32", memory: 256Gi, pods: "110"}
+  capacity: {cpu: "32", memory: 256Gi, pods: "110"}
+NODE
+}
+
+nodes_ready() { # every fake node Ready and without the not-ready taint
+  local out
+  out="$("$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_PATH" get nodes -l type=kwok \
+    -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}:{.spec.taints[*].key}{"\n"}{end}' 2>/dev/null)" ||
+    return 1
+  [[ "$(grep -c '=True:' <<<"$out")" -ge "$FAKE_NODES" ]] || return 1
+  ! grep -q 'node.kubernetes.io/not-ready' <<<"$out"
+}
+
+start_fake_nodes() {
+  local i
+  for ((i = 1; i <= FAKE_NODES; i++)); do
+    fake_node "kwok-node-$i" | "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_PATH" apply -f - >/dev/null ||
+      fail "creating fake node kwok-node-$i failed" kwok
+  done
+  wait_for kwok "$FAKE_NODES fake node(s) Ready and schedulable" nodes_ready
+}
+
 start_etcd() { # same flags, ports and data dir at every start (`up` wipes the data first)
   log "starting etcd on 127.0.0.1:$ETCD_PORT"
   start etcd \
@@ -304,11 +401,21 @@ cmd_up() {
   # Leftovers of a partial or crashed run: stop what is left, start afresh.
   stop_all 2>/dev/null
 
+  FAKE_NODES="${HOSTPOOL_FAKE_NODES:-3}"
+  [[ "$FAKE_NODES" =~ ^[0-9]+$ ]] || fail "HOSTPOOL_FAKE_NODES must be a whole number, not $FAKE_NODES"
+  COMPONENTS=("${BASE_COMPONENTS[@]}")
+  if ((FAKE_NODES > 0)); then
+    COMPONENTS+=("${POD_COMPONENTS[@]}")
+    KCM_CONTROLLERS+=",$POD_CONTROLLERS"
+  fi
   local c
   for c in "${COMPONENTS[@]}" kubectl; do
     [[ -x "$BIN_DIR/$c" ]] ||
       fail "binary $BIN_DIR/$c not found; run tests/cluster/tools.sh (make tools) first or set HOSTPOOL_BIN_DIR"
   done
+  if ((FAKE_NODES > 0)) && [[ ! -s "$BIN_DIR/kwok-stages.yaml" ]]; then
+    fail "$BIN_DIR/kwok-stages.yaml not found; run tests/cluster/tools.sh (make tools) first"
+  fi
   for c in openssl curl python3 setsid base64; do
     command -v "$c" >/dev/null || fail "required command '$c' not found on PATH"
   done
@@ -330,6 +437,7 @@ ETCD_PORT=$ETCD_PORT
 ETCD_PEER_PORT=$ETCD_PEER_PORT
 APISERVER_PORT=$APISERVER_PORT
 ADMIN_TOKEN=$ADMIN_TOKEN
+FAKE_NODES=$FAKE_NODES
 EOF
   chmod 600 "$STATE"
 
@@ -340,6 +448,11 @@ EOF
   wait_for kube-apiserver "/readyz on port $APISERVER_PORT" apiserver_ready
 
   start_controller_manager
+  if ((FAKE_NODES > 0)); then
+    start_scheduler
+    start_kwok
+    start_fake_nodes
+  fi
 
   STARTING=0
   log "ready in $((SECONDS - t0))s; kubeconfig: $KUBECONFIG_PATH"
@@ -364,8 +477,7 @@ cmd_restart_controller_manager() {
   fi
   rm -f "$PIDS/kube-controller-manager.pid"
   mv -f "$LOGS/kube-controller-manager.log" "$LOGS/kube-controller-manager.previous.log" 2>/dev/null || true
-  # shellcheck disable=SC1090
-  source "$STATE"
+  load_state
   start_controller_manager
   log "kube-controller-manager restarted"
 }
@@ -393,8 +505,7 @@ cmd_restart_component() { # etcd | kube-apiserver
   [[ "$sig" == TERM || "$sig" == KILL ]] || fail "HOSTPOOL_STOP_SIGNAL must be TERM or KILL, not $sig"
   [[ "$down" =~ ^[0-9]+(\.[0-9]+)?$ ]] || fail "HOSTPOOL_DOWN_SECONDS must be a number, not $down"
   healthy || fail "no running, ready cluster in $DIR; run: $0 up $DIR"
-  # shellcheck disable=SC1090
-  source "$STATE"
+  load_state
   local t0=$SECONDS
   stop_one "$name" "$sig"
   sleep "$down"
@@ -417,6 +528,28 @@ cmd_status() {
   fi
 }
 
+kubectl_admin() { "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+
+cmd_fail_pod() { # namespace pod
+  [[ ${#ARGS[@]} -eq 2 ]] || usage
+  healthy || fail "no running, ready cluster in $DIR; run: $0 up $DIR"
+  local now patch
+  now="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  patch='{"status":{"phase":"Failed","reason":"FailedOnPurpose","conditions":['
+  patch+='{"type":"Ready","status":"False","reason":"FailedOnPurpose","lastTransitionTime":"'"$now"'"}]}}'
+  kubectl_admin -n "${ARGS[0]}" patch pod "${ARGS[1]}" --subresource=status --type=merge -p "$patch" \
+    >/dev/null || fail "could not mark pod ${ARGS[0]}/${ARGS[1]} Failed"
+  log "pod ${ARGS[0]}/${ARGS[1]} marked Failed"
+}
+
+cmd_remove_node() { # node
+  [[ ${#ARGS[@]} -eq 1 ]] || usage
+  healthy || fail "no running, ready cluster in $DIR; run: $0 up $DIR"
+  kubectl_admin delete node "${ARGS[0]}" --wait=false >/dev/null ||
+    fail "could not delete node ${ARGS[0]}"
+  log "node ${ARGS[0]} removed"
+}
+
 case "$CMD" in
   up) cmd_up ;;
   down) cmd_down ;;
@@ -424,5 +557,7 @@ case "$CMD" in
   restart-controller-manager) cmd_restart_controller_manager ;;
   restart-apiserver) cmd_restart_component kube-apiserver ;;
   restart-etcd) cmd_restart_component etcd ;;
+  fail-pod) cmd_fail_pod ;;
+  remove-node) cmd_remove_node ;;
   *) usage ;;
 esac

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Build the local control-plane tools from Go modules, once, into a cache outside the repo,
 # and link them into .cluster/bin/:
-#   kube-apiserver, kube-controller-manager, kubectl  (k8s.io/kubernetes, tests/cluster/k8s)
+#   kube-apiserver, kube-controller-manager,
+#   kube-scheduler, kubectl                           (k8s.io/kubernetes, tests/cluster/k8s)
 #   etcd                                              (go.etcd.io/etcd/server/v3, tests/cluster/etcd)
 #   helm                                              (helm.sh/helm/v3, tests/cluster/helm)
+#   kwok, and kwok-stages.yaml from the same module   (sigs.k8s.io/kwok, tests/cluster/kwok)
 # The module versions are pinned by the committed go.mod/go.sum files under tests/cluster/.
 # The cache key covers those files, the Go version and this script, so any change rebuilds.
 #
@@ -19,9 +21,13 @@ K8S_VERSION=v1.37.2
 K8S_MINOR=37
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v3.22.0
+KWOK_VERSION=v0.8.0
 
-K8S_BINS=(kube-apiserver kube-controller-manager kubectl)
-ALL_BINS=("${K8S_BINS[@]}" etcd helm)
+K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+ALL_BINS=("${K8S_BINS[@]}" etcd helm kwok)
+# kwok's stages (how fake nodes and their pods move on): node "fast" and "heartbeat", pod "fast".
+KWOK_STAGES=(node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml
+  pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml)
 
 log() { printf 'tools: %s\n' "$*" >&2; }
 die() { printf 'tools: error: %s\n' "$*" >&2; exit 1; }
@@ -51,16 +57,17 @@ digest="$(
   {
     echo "$go_version $(go env GOOS GOARCH | tr '\n' ' ') CGO_ENABLED=0"
     echo "${GO_BUILD_FLAGS[*]}|$ETCD_LDFLAGS|$HELM_LDFLAGS|$K8S_LDFLAGS"
-    for m in k8s etcd helm; do cat "$MODS/$m/go.mod" "$MODS/$m/go.sum"; done
+    echo "${KWOK_STAGES[*]}"
+    for m in k8s etcd helm kwok; do cat "$MODS/$m/go.mod" "$MODS/$m/go.sum"; done
   } | sha256sum | cut -c1-12
 )"
-KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}_${go_version}_${digest}"
+KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}_kwok-${KWOK_VERSION}_${go_version}_${digest}"
 CACHE_BIN="$CACHE_ROOT/$KEY/bin"
 
 link_all() {
   mkdir -p "$BIN_DIR"
   local b
-  for b in "${ALL_BINS[@]}"; do
+  for b in "${ALL_BINS[@]}" kwok-stages.yaml; do
     ln -sfn "$CACHE_BIN/$b" "$BIN_DIR/$b"
   done
   echo "$BIN_DIR"
@@ -71,6 +78,7 @@ all_cached() {
   for b in "${ALL_BINS[@]}"; do
     [[ -x "$CACHE_BIN/$b" ]] || return 1
   done
+  [[ -s "$CACHE_BIN/kwok-stages.yaml" ]]
 }
 
 # Warm path: nothing to build.
@@ -141,7 +149,25 @@ if need "${K8S_BINS[@]}"; then
   build "${K8S_BINS[*]}" "$MODS/k8s" "$K8S_LDFLAGS" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler \
     k8s.io/kubernetes/cmd/kubectl
+fi
+
+if need kwok; then
+  build kwok "$MODS/kwok" "-s -w" sigs.k8s.io/kwok/cmd/kwok
+fi
+
+if [[ ! -s "$CACHE_BIN/kwok-stages.yaml" ]]; then
+  # The stage definitions ship in the kwok module; kwok wants them as one file of documents.
+  kwok_dir="$(cd "$MODS/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+  [[ -d "$kwok_dir/kustomize/stage" ]] || die "kwok's stage definitions not found in $kwok_dir"
+  tmp="$(mktemp "$CACHE_ROOT/$KEY/stages.XXXXXX")"
+  for f in "${KWOK_STAGES[@]}"; do
+    [[ -f "$kwok_dir/kustomize/stage/$f" ]] || die "kwok stage $f not found in $kwok_dir"
+    printf -- '---\n' >>"$tmp"
+    cat "$kwok_dir/kustomize/stage/$f" >>"$tmp"
+  done
+  mv -f "$tmp" "$CACHE_BIN/kwok-stages.yaml"
 fi
 
 log "all tools built in $(($(date +%s) - total_start))s into $CACHE_BIN"

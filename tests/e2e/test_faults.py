@@ -52,7 +52,7 @@ from e2e.faults import (
     wait_host_status_matches,
 )
 from e2e.helpers import STARTED_LINE, Obj, RequestRecorder, host_of, status
-from kube import Kube, wait_for
+from kube import Kube, need_control_plane, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.faults]
 
@@ -241,15 +241,6 @@ def storm_bodies(namespace: str, pools: list[str], per_pool: int, tag: str) -> l
     ]
 
 
-def need_control_plane(kube: Kube) -> Any:
-    if kube.control_plane is None:
-        pytest.skip(
-            "restarting kube-apiserver or etcd needs the suite's own control plane; "
-            "HOSTPOOL_TEST_KUBECONFIG names an external cluster"
-        )
-    return kube.control_plane
-
-
 # ---------------------------------------------------------------------------------------
 # 1. kill -9 during a storm
 
@@ -304,7 +295,7 @@ def test_control_plane_restart_during_storm(rig: Rig, component: str) -> None:
     same ports, flags and data. The operator keeps running: its informers resume (or relist
     after 410) and kopf's pool watch reconnects, so a host added and a pool changed after the
     restart are seen, requests created after it are placed, and the invariants hold."""
-    control_plane = need_control_plane(rig.kube)
+    control_plane = need_control_plane(rig.kube, "restarting kube-apiserver or etcd")
     rig.expected.append(KOPF_RETRY)
     limits = {"df": 10, "bf": 10}
     # A leader that cannot renew its Lease for 2/3 of its duration stops (see leader.py): the
