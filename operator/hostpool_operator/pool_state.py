@@ -136,10 +136,7 @@ class PoolState:
             if stale != (host.meta.name in self.stale_hosts):
                 # Noted here too: a host outside the engine (invalid spec, being removed) is
                 # not refreshed, and would otherwise count as changed on every pass.
-                if stale:
-                    self.stale_hosts.add(host.meta.name)
-                else:
-                    self.stale_hosts.discard(host.meta.name)
+                (self.stale_hosts.add if stale else self.stale_hosts.discard)(host.meta.name)
                 self.refresh_host(host, now)
                 changed = True
         if changed:
@@ -157,9 +154,8 @@ class PoolState:
             self.rebuild_balancer(now)
         elif old.spec != record.spec:
             self.balancer.set_spec(record.spec)
-        # Sessions still connecting are timed by the pool's connectingTimeoutSeconds: when it
-        # changes, and when the pool first becomes valid (sessions observed before it got the
-        # default).
+        # Connecting sessions are timed again when the timeout changes, and when the pool first
+        # becomes valid (sessions observed before it got the default).
         old_timeout = (
             None if old is None or old.spec is None else old.spec.connecting_timeout_seconds
         )
