@@ -111,14 +111,8 @@ class HostScaler:
             self._host_created(obj)
             created += 1
         if created:
-            self.services.metrics.scaled(state.namespace, state.name, "up", created)
-            log.info("%s/%s: added %d host(s)", state.namespace, state.name, created)
-            self.services.events.post(
-                self._pool_body(),
-                "HostPool",
-                "HostsAdded",
-                f"added {created} SessionHost(s) from the template",
-                "Normal",
+            self._report(
+                "up", created, "HostsAdded", f"added {created} SessionHost(s) from the template"
             )
         self._wake()
 
@@ -140,13 +134,14 @@ class HostScaler:
                 )
                 state.abort_removal(name, datetime.now(UTC))
         if removed:
-            self.services.metrics.scaled(state.namespace, state.name, "down", removed)
-            log.info("%s/%s: removed %d empty host(s)", state.namespace, state.name, removed)
-            self.services.events.post(
-                self._pool_body(),
-                "HostPool",
-                "HostsRemoved",
-                f"removed empty SessionHost(s): {', '.join(names)}",
-                "Normal",
+            self._report(
+                "down", removed, "HostsRemoved", f"removed empty SessionHost(s): {', '.join(names)}"
             )
         self._wake()
+
+    def _report(self, direction: str, hosts: int, reason: str, message: str) -> None:
+        """Hosts were added or removed: the metric, a log line and an Event on the pool."""
+        state = self.state
+        self.services.metrics.scaled(state.namespace, state.name, direction, hosts)
+        log.info("%s/%s: %s", state.namespace, state.name, message)
+        self.services.events.post(self._pool_body(), "HostPool", reason, message, "Normal")

@@ -69,33 +69,13 @@ def pending_message(reason: Reason) -> str:
     return "no host can take a new session now (drain mode, features or logon-storm limits)"
 
 
-def pending_status(
-    record: RequestRecord, reason: Reason, message: str, now: datetime
+def _unassigned(
+    record: RequestRecord, phase: Phase, reason: str, message: str, now: datetime
 ) -> dict[str, Any]:
-    """A merge patch: the request waits, with the reason (host and address cleared)."""
+    """A merge patch: the phase, and condition Assigned False with the reason."""
     return {
         "observedGeneration": record.meta.generation,
-        "phase": Phase.PENDING.value,
-        "reason": reason.value,
-        "message": message,
-        "host": None,
-        "hostAddress": None,
-        "conditions": cond.merge(
-            record.status.get("conditions"),
-            [cond.Cond("Assigned", "False", reason.value, message)],
-            now=now,
-            generation=record.meta.generation,
-        ),
-    }
-
-
-def failed_status(
-    record: RequestRecord, reason: str, message: str, now: datetime
-) -> dict[str, Any]:
-    """A merge patch: phase Failed, condition Assigned False with the reason."""
-    return {
-        "observedGeneration": record.meta.generation,
-        "phase": Phase.FAILED.value,
+        "phase": phase.value,
         "message": message,
         "conditions": cond.merge(
             record.status.get("conditions"),
@@ -104,6 +84,21 @@ def failed_status(
             generation=record.meta.generation,
         ),
     }
+
+
+def pending_status(
+    record: RequestRecord, reason: Reason, message: str, now: datetime
+) -> dict[str, Any]:
+    """A merge patch: the request waits, with the reason (host and address cleared)."""
+    status = _unassigned(record, Phase.PENDING, reason.value, message, now)
+    return {**status, "reason": reason.value, "host": None, "hostAddress": None}
+
+
+def failed_status(
+    record: RequestRecord, reason: str, message: str, now: datetime
+) -> dict[str, Any]:
+    """A merge patch: phase Failed, condition Assigned False with the reason."""
+    return _unassigned(record, Phase.FAILED, reason, message, now)
 
 
 def says_pending(record: RequestRecord, reason: Reason) -> bool:
