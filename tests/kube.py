@@ -317,14 +317,17 @@ def _crd_established(crd: dict[str, Any]) -> bool:
     return state.get("Established") == "True" and state.get("NamesAccepted") == "True"
 
 
-def make_api_client(kubeconfig: Path) -> Any:
-    """A ``kubernetes`` ApiClient for the kubeconfig's current context."""
+def make_api_client(kubeconfig: Path, *, pool_size: int | None = None) -> Any:
+    """A ``kubernetes`` ApiClient for the kubeconfig's current context; ``pool_size`` sets its
+    connection pool (threads each need a connection)."""
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
 
     configuration = k8s_client.Configuration()
     load: Any = k8s_config.load_kube_config  # untyped in the client library
     load(config_file=str(kubeconfig), client_configuration=configuration, persist_config=False)
+    if pool_size is not None:
+        configuration.connection_pool_maxsize = pool_size
     return k8s_client.ApiClient(configuration=configuration)
 
 

@@ -42,19 +42,15 @@ from kubernetes import client as k8s
 
 from controlplane import ensure_tools
 from e2e.helpers import (
-    GROUP,
-    PLURALS,
     STARTED_LINE,
-    VERSION,
     Obj,
     OperatorProcess,
     RequestHistory,
     host_of,
-    make_api_client,
-    phase,
+    per_host_users,
     status,
 )
-from kube import REPO_ROOT, Kube, unique_name, wait_for
+from kube import GROUP, PLURALS, REPO_ROOT, VERSION, Kube, make_api_client, unique_name, wait_for
 
 T = TypeVar("T")
 
@@ -515,16 +511,6 @@ class Storm:
 
 # ---------------------------------------------------------------------------------------
 # invariants
-
-
-def per_host_users(requests: Mapping[str, Obj]) -> dict[str, set[str]]:
-    """Distinct users with an Assigned request per host."""
-    users: dict[str, set[str]] = {}
-    for obj in requests.values():
-        host = host_of(obj)
-        if host is not None and phase(obj) == "Assigned":
-            users.setdefault(host, set()).add(str((obj.get("spec") or {}).get("user")))
-    return users
 
 
 def invariant_problems(

@@ -31,15 +31,8 @@ import pytest
 from kubernetes import client as k8s
 
 import builders
-from kube import wait_for
+from kube import GROUP, PLURALS, VERSION, make_api_client, wait_for
 
-GROUP = "hostpool.io"
-VERSION = "v1alpha1"
-PLURALS: dict[str, str] = {
-    "HostPool": "hostpools",
-    "SessionHost": "sessionhosts",
-    "SessionRequest": "sessionrequests",
-}
 MERGE_PATCH = "application/merge-patch+json"
 
 #: The log line the operator prints once its initial LIST is done and placement runs.
@@ -78,17 +71,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def make_api_client(kubeconfig: Path, *, pool_size: int = 32) -> Any:
-    """A ``kubernetes`` ApiClient of its own (for threads: a larger connection pool)."""
-    from kubernetes import config as k8s_config
-
-    configuration = k8s.Configuration()
-    load: Any = k8s_config.load_kube_config  # untyped in the client library
-    load(config_file=str(kubeconfig), client_configuration=configuration, persist_config=False)
-    configuration.connection_pool_maxsize = pool_size
-    return k8s.ApiClient(configuration=configuration)
 
 
 # ---------------------------------------------------------------------------------------
@@ -364,9 +346,7 @@ class Cluster:
     # -- generic ----------------------------------------------------------------------------
 
     def create(self, kind: str, name: str, spec: Mapping[str, Any]) -> Obj:
-        return self.create_body(
-            builders.manifest(kind, name, dict(spec), namespace=self.namespace)
-        )
+        return self.create_body(builders.manifest(kind, name, dict(spec), namespace=self.namespace))
 
     def create_body(self, body: Obj) -> Obj:
         """Create an object from a whole manifest (see :mod:`builders`)."""
@@ -603,15 +583,19 @@ def hosts_of(requests: Mapping[str, Obj]) -> dict[str, str | None]:
     return {name: host_of(obj) for name, obj in requests.items()}
 
 
-def count_by_host(requests: Mapping[str, Obj]) -> dict[str, int]:
-    """How many distinct users each host serves, from the requests assigned to it."""
+def per_host_users(requests: Mapping[str, Obj]) -> dict[str, set[str]]:
+    """Distinct users with an Assigned request, per host."""
     users: dict[str, set[str]] = {}
     for obj in requests.values():
         host = host_of(obj)
         if host is not None and phase(obj) == "Assigned":
             users.setdefault(host, set()).add(str((obj.get("spec") or {}).get("user")))
-    return {host: len(u) for host, u in users.items()}
+    return users
 
+
+def count_by_host(requests: Mapping[str, Obj]) -> dict[str, int]:
+    """How many distinct users each host serves, from the requests assigned to it."""
+    return {host: len(users) for host, users in per_host_users(requests).items()}
 
 
 # ---------------------------------------------------------------------------------------

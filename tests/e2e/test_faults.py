@@ -47,11 +47,10 @@ from e2e.faults import (
     install_identity,
     invariant_problems,
     leaked_secrets,
-    per_host_users,
     remove_identity,
     wait_host_status_matches,
 )
-from e2e.helpers import STARTED_LINE, Obj, RequestRecorder, host_of, status
+from e2e.helpers import STARTED_LINE, Obj, RequestRecorder, host_of, per_host_users, status
 from kube import Kube, need_control_plane, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.faults]

@@ -12,11 +12,11 @@ from e2e.helpers import (
     cond_is,
     condition,
     host_of,
-    make_api_client,
     phase,
     sessions_total,
     status,
 )
+from kube import make_api_client
 
 pytestmark = pytest.mark.e2e
 
@@ -81,7 +81,7 @@ def test_two_requests_of_a_new_user_at_once_share_one_session(
     hosts = [f"h{i}" for i in range(6)]
     cluster.setup_pool(POOL, "BreadthFirst", hosts=hosts)
     pairs = [(f"{user}-{k}", POOL, user) for user in ("ann", "ben", "cid") for k in (1, 2)]
-    client = make_api_client(kube.kubeconfig)
+    client = make_api_client(kube.kubeconfig, pool_size=32)
     try:
         Cluster(kube, namespace, api_client=client).create_requests_concurrently(pairs, threads=6)
     finally:

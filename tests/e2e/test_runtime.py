@@ -18,11 +18,11 @@ from e2e.helpers import (
     count_by_host,
     host_of,
     hosts_of,
-    make_api_client,
     phase,
     sessions_total,
     status,
 )
+from kube import make_api_client
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +37,7 @@ def test_algorithm_changed_mid_storm(
     limit = 5
     cluster.setup_pool(POOL, "BreadthFirst", limit, hosts=hosts)
     names = [f"r{i:02d}" for i in range(50)]
-    client = make_api_client(kube.kubeconfig)
+    client = make_api_client(kube.kubeconfig, pool_size=32)
     threaded = Cluster(kube, namespace, api_client=client)
     created = threading.Semaphore(0)
 
@@ -260,7 +260,7 @@ def test_storm_of_200_requests(
     limit = 20
     cluster.setup_pool(POOL, "DepthFirst", limit, hosts=hosts)
     names = [f"s{i:03d}" for i in range(200)]
-    client = make_api_client(kube.kubeconfig)
+    client = make_api_client(kube.kubeconfig, pool_size=32)
     try:
         threaded = Cluster(kube, namespace, api_client=client)
         with RequestRecorder(kube.kubeconfig, namespace) as watcher:
