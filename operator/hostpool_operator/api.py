@@ -9,7 +9,7 @@ validators (so the simulator and the operator refuse the same input the same way
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, ClassVar
+from typing import ClassVar
 
 from pydantic import Field, model_validator
 
@@ -18,11 +18,8 @@ from .api_base import (
     ALL_PROTOCOLS,
     DEFAULT_CONNECTING_TIMEOUT_SECONDS,
     MAX_ADDRESS,
-    MAX_ANNOTATION_VALUE,
     MAX_COUNT,
     MAX_HOSTS,
-    MAX_LABEL_VALUE,
-    MAX_LABELS,
     MAX_MESSAGE,
     MAX_NAME,
     MAX_SESSION_LIMIT,
@@ -38,6 +35,7 @@ from .api_base import (
     SessionCounts,
     SessionState,
 )
+from .api_workload import TemplateMetadata, WorkloadRef, WorkloadTemplate
 
 # ---------------------------------------------------------------------------------------
 # HostPool
@@ -187,21 +185,6 @@ class HorizonSettings(ApiModel):
     )
 
 
-class TemplateMetadata(ApiModel):
-    """Labels and annotations for hosts the operator creates."""
-
-    labels: dict[str, Annotated[str, Field(max_length=MAX_LABEL_VALUE)]] = Field(
-        default_factory=dict,
-        max_length=MAX_LABELS,
-        description="Labels for each new SessionHost (the pool label is added).",
-    )
-    annotations: dict[str, Annotated[str, Field(max_length=MAX_ANNOTATION_VALUE)]] = Field(
-        default_factory=dict,
-        max_length=MAX_LABELS,
-        description="Annotations for each new SessionHost.",
-    )
-
-
 class HostFeatures(ApiModel):
     """What a session host supports; Horizon puts hosts with every default feature first."""
 
@@ -248,6 +231,11 @@ class HostTemplate(ApiModel):
     spec: SessionHostTemplateSpec = Field(
         default_factory=SessionHostTemplateSpec, description="Spec of new hosts."
     )
+    workload: WorkloadTemplate | None = Field(
+        default=None,
+        description="Created with each new host, named after it; the host takes sessions "
+        "only while the workload has condition Ready=True.",
+    )
 
 
 class Scaling(ApiModel):
@@ -284,6 +272,15 @@ class Scaling(ApiModel):
     )
     host_template: HostTemplate = Field(
         default_factory=HostTemplate, description="New SessionHosts are made from this."
+    )
+    host_ready_timeout_seconds: int = Field(
+        default=600,
+        ge=1,
+        le=86_400,
+        description=(
+            "A new host whose workload is not Ready this long after it was created is "
+            "reported (condition and Event) and no longer counted as capacity on its way."
+        ),
     )
 
     @model_validator(mode="after")
@@ -343,6 +340,12 @@ class HostCounts(ApiModel):
     draining: int = Field(default=0, ge=0, le=MAX_COUNT, description="Hosts in drain mode.")
     full: int = Field(
         default=0, ge=0, le=MAX_COUNT, description="Hosts at or above the session limit."
+    )
+    not_ready: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_COUNT,
+        description="Hosts whose workload is missing or not Ready (starting, or lost).",
     )
 
 
@@ -406,6 +409,13 @@ class SessionHostSpec(ApiModel):
     features: HostFeatures = Field(
         default_factory=HostFeatures, description="What the host supports."
     )
+    workload_ref: WorkloadRef | None = Field(
+        default=None,
+        description=(
+            "The workload this host stands for (set by the operator on hosts it creates with "
+            "a workload). The host takes new sessions only while it exists and is Ready."
+        ),
+    )
 
 
 class HostMetrics(ApiModel):
@@ -441,6 +451,14 @@ class SessionHostStatus(ApiModel):
         default=None, description="Written by the host's agent, not by the operator."
     )
     sessions: SessionCounts = Field(default_factory=SessionCounts, description="Sessions.")
+    address: str | None = Field(
+        default=None,
+        max_length=MAX_ADDRESS,
+        description=(
+            "The address in force: spec.address, else the one the agent reports, else the "
+            "workload's (workloadRef.addressFrom); copied to requests on assignment."
+        ),
+    )
     load_index: int | None = Field(
         default=None,
         ge=-1,
@@ -503,8 +521,8 @@ class SessionRequestStatus(ApiModel):
     reason: Reason | None = Field(
         default=None,
         description=(
-            "NewSession or Reconnected when assigned; PoolNotFound, PoolSaturated or "
-            "NoEligibleHost while pending."
+            "NewSession or Reconnected when assigned; PoolNotFound, PoolSaturated, "
+            "NoEligibleHost or HostsStarting while pending; HostLost when failed."
         ),
     )
     message: str | None = Field(

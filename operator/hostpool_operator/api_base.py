@@ -105,6 +105,10 @@ class Reason(enum.StrEnum):
     POOL_NOT_FOUND = "PoolNotFound"
     POOL_SATURATED = "PoolSaturated"
     NO_ELIGIBLE_HOST = "NoEligibleHost"
+    #: Waiting while hosts the operator added are still starting (their workloads not Ready).
+    HOSTS_STARTING = "HostsStarting"
+    #: Failed: the workload under the session's host disappeared, and the session with it.
+    HOST_LOST = "HostLost"
 
 
 class SessionState(enum.StrEnum):
@@ -185,7 +189,6 @@ class SessionCounts(ApiModel):
     disconnected: int = Field(
         default=0, ge=0, le=MAX_COUNT, description="Disconnected sessions, kept for reconnects."
     )
-
 
 
 def describe_validation_error(error: ValidationError, *, under: str = "", whole: str = "") -> str:

@@ -438,9 +438,7 @@ class PoolBalancer:
         bucket2 = (
             ranked and not host.features.all_default and load < server.rds_load_index_threshold
         )
-        self._hz.add(
-            HorizonEntry(host.name, host.order, load, candidate, bucket2, host.connecting)
-        )
+        self._hz.add(HorizonEntry(host.name, host.order, load, candidate, bucket2, host.connecting))
 
     def _threshold(self) -> int:
         server = self._horizon.connection_server

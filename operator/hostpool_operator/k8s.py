@@ -27,7 +27,7 @@ import aiohttp
 import kopf
 import orjson
 
-from .api import API_VERSION, GROUP, VERSION
+from .api import API_VERSION
 from .conditions import rfc3339
 
 log = logging.getLogger(__name__)
@@ -127,8 +127,14 @@ def login(settings: kopf.OperatorSettings | None = None) -> kopf.ConnectionInfo:
     return info
 
 
+def group_version_path(api_version: str) -> str:
+    """The URL path of an API group/version: the core group lives under /api."""
+    return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+
+
 class KubeClient:
-    """A minimal asynchronous Kubernetes API client for hostpool.io objects and Events."""
+    """A minimal asynchronous Kubernetes API client: hostpool.io objects, the workloads
+    behind hosts, and Events."""
 
     def __init__(
         self,
@@ -216,11 +222,19 @@ class KubeClient:
         parsed: JSON = orjson.loads(text) if text else {}
         return parsed
 
-    # ------------------------------------------------------------------ hostpool.io
+    # ------------------------------------------------------------------ objects
+    # Every call is about hostpool.io unless ``api_version`` names another group/version
+    # (the workloads behind session hosts: Pods, VirtualMachines...).
 
     @staticmethod
-    def path(plural: str, namespace: str | None = None, name: str | None = None) -> str:
-        base = f"/apis/{GROUP}/{VERSION}"
+    def path(
+        plural: str,
+        namespace: str | None = None,
+        name: str | None = None,
+        *,
+        api_version: str = API_VERSION,
+    ) -> str:
+        base = group_version_path(api_version)
         if namespace is not None:
             base += f"/namespaces/{quote(namespace)}"
         base += f"/{plural}"
@@ -228,20 +242,33 @@ class KubeClient:
             base += f"/{quote(name)}"
         return base
 
-    async def list(self, plural: str, namespace: str | None = None) -> JSON:
+    async def list(
+        self, plural: str, namespace: str | None = None, *, api_version: str = API_VERSION
+    ) -> JSON:
         """Every object of a kind (paged), with the list's resourceVersion."""
         items: list[JSON] = []
         params: dict[str, str] = {"limit": "500"}
+        path = self.path(plural, namespace, api_version=api_version)
         while True:
-            page = await self.request("GET", self.path(plural, namespace), params=params)
+            page = await self.request("GET", path, params=params)
             items.extend(page.get("items", []))
             token = page.get("metadata", {}).get("continue")
             if not token:
                 return {"items": items, "resourceVersion": page["metadata"].get("resourceVersion")}
             params = {"limit": "500", "continue": token}
 
-    async def get(self, plural: str, namespace: str, name: str) -> JSON:
-        return await self.request("GET", self.path(plural, namespace, name))
+    async def get(
+        self, plural: str, namespace: str, name: str, *, api_version: str = API_VERSION
+    ) -> JSON:
+        return await self.request(
+            "GET", self.path(plural, namespace, name, api_version=api_version)
+        )
+
+    async def resources(self, api_version: str) -> list[JSON]:
+        """The resources the API server serves in ``api_version`` (discovery)."""
+        listing = await self.request("GET", group_version_path(api_version))
+        found: list[JSON] = listing.get("resources") or []
+        return found
 
     async def patch_status(
         self,
@@ -290,11 +317,26 @@ class KubeClient:
         }
         return await self.request("PUT", self.path(plural, namespace, name) + "/status", body=body)
 
-    async def create(self, plural: str, namespace: str, body: Mapping[str, Any]) -> JSON:
-        return await self.request("POST", self.path(plural, namespace), body=body)
+    async def create(
+        self,
+        plural: str,
+        namespace: str,
+        body: Mapping[str, Any],
+        *,
+        api_version: str = API_VERSION,
+    ) -> JSON:
+        return await self.request(
+            "POST", self.path(plural, namespace, api_version=api_version), body=body
+        )
 
     async def delete(
-        self, plural: str, namespace: str, name: str, *, uid: str | None = None
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None = None,
+        api_version: str = API_VERSION,
     ) -> JSON:
         """Delete; with a uid, only that incarnation of the object (never a namesake)."""
         body: JSON = {
@@ -304,7 +346,9 @@ class KubeClient:
         }
         if uid is not None:
             body["preconditions"] = {"uid": uid}
-        return await self.request("DELETE", self.path(plural, namespace, name), body=body)
+        return await self.request(
+            "DELETE", self.path(plural, namespace, name, api_version=api_version), body=body
+        )
 
     async def watch(
         self,
@@ -313,6 +357,7 @@ class KubeClient:
         *,
         resource_version: str | None,
         timeout_seconds: int,
+        api_version: str = API_VERSION,
     ) -> AsyncGenerator[JSON, None]:
         """The events of one watch from ``resource_version`` (bookmarks included), until the
         server ends it after ``timeout_seconds``. An HTTP error raises ApiError; a dropped
@@ -323,7 +368,7 @@ class KubeClient:
             "timeoutSeconds": str(timeout_seconds),
             "resourceVersion": resource_version or "",
         }
-        url = self._server + self.path(plural, namespace)
+        url = self._server + self.path(plural, namespace, api_version=api_version)
         timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
         try:
             async with self._http().get(url, params=params, timeout=timeout) as response:
@@ -404,9 +449,11 @@ class Informer:
         handler: Handler,
         *,
         timeout_seconds: int = 300,
+        api_version: str = API_VERSION,
     ) -> None:
         self.client = client
         self.plural = plural
+        self.api_version = api_version
         self.namespace = namespace
         self.handler = handler
         self.timeout_seconds = timeout_seconds
@@ -423,7 +470,7 @@ class Informer:
 
     async def list_once(self) -> None:
         """(Re)list: every object is reported; known objects that are gone become DELETED."""
-        listing = await self.client.list(self.plural, self.namespace)
+        listing = await self.client.list(self.plural, self.namespace, api_version=self.api_version)
         seen = set()
         for obj in listing["items"]:
             meta = obj.get("metadata") or {}
@@ -463,6 +510,7 @@ class Informer:
             self.namespace,
             resource_version=self.resource_version,
             timeout_seconds=self.timeout_seconds,
+            api_version=self.api_version,
         )
         async with contextlib.aclosing(watch) as events:  # the connection closes on any exit
             async for event in events:
