@@ -21,6 +21,8 @@ from .ports import MetricsSink
 from .records import HostRecord, Meta, PoolRecord, RequestRecord, newer_or_same
 from .services import HOSTS, POOLS, REQUESTS, Services
 from .settings import ControllerSettings
+from .workload_watch import WorkloadWatch
+from .workloads import KindKey, WorkloadKey, WorkloadRecord, kind_key, workload_key
 from .writeslots import WriteSlots
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,13 @@ class Controller:
         self.client = client
         self.settings = settings or ControllerSettings()
         self.metrics = metrics or MetricsSink()
+        self.workloads = WorkloadWatch(
+            client,
+            self.spawn,
+            on_event=self.on_workload_event,
+            on_synced=self.on_workload_kind_synced,
+            on_error=self.on_workload_kind_error,
+        )
         self.services = Services(
             client=client,
             settings=self.settings,
@@ -48,10 +57,14 @@ class Controller:
             write_slots=WriteSlots(self.settings.write_concurrency),
             spawn=self.spawn,
             next_seq=self._next_seq,
+            workload_resource=self.workloads.resource,
         )
         self.pools: dict[Key, PoolWorker] = {}
         self.host_pool: dict[Key, str] = {}  # a host's pool (poolRef is immutable, but be sure)
         self.request_pool: dict[Key, str] = {}
+        # Which host stands on which workload, both ways (a host's workloadRef may change).
+        self.host_workload: dict[Key, WorkloadKey] = {}
+        self.workload_host: dict[WorkloadKey, tuple[str, str]] = {}  # -> (pool, host)
         self._seq = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self.informers: list[Informer] = []
@@ -98,8 +111,13 @@ class Controller:
             for plural, handler in ((HOSTS, self.on_host_event), (REQUESTS, self.on_request_event))
             for scope in scopes
         ]
+        self.workloads.scopes = scopes
         for informer in self.informers:
             await informer.list_once()
+        # The workloads of every kind in use are listed before the first decision too: a
+        # host whose workload is merely not listed yet must not look lost.
+        for api_version, kind in self._kinds_in_use():
+            await self.workloads.ensure(api_version, kind)
         self.start()
         for informer in self.informers:
             self.spawn(informer.run())
@@ -117,6 +135,18 @@ class Controller:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     # -------------------------------------------------------------- events
+
+    def _kinds_in_use(self) -> set[tuple[str, str]]:
+        kinds = set()
+        for worker in self.pools.values():
+            template = worker.scaler.template()
+            if template is not None:
+                kinds.add((template.api_version, template.kind))
+            for host in worker.state.hosts.values():
+                ref = host.spec.workload_ref if host.spec is not None else None
+                if ref is not None:
+                    kinds.add((ref.api_version, ref.kind))
+        return kinds
 
     def on_pool_event(self, kind: str | None, obj: Mapping[str, Any]) -> None:
         meta = Meta.of(obj)
@@ -136,6 +166,9 @@ class Controller:
         ):
             return
         worker.on_pool(record)
+        template = worker.scaler.template()
+        if template is not None and self.started:
+            self.workloads.want(template.api_version, template.kind)
 
     def on_host_event(self, kind: str | None, obj: Mapping[str, Any]) -> None:
         record = HostRecord.of(obj)
@@ -143,6 +176,7 @@ class Controller:
         old_pool = self.host_pool.get(key)
         if kind == "DELETED":
             self.host_pool.pop(key, None)
+            self._unlink_workload(key)
             if old_pool is not None:
                 self._host_left(key, old_pool)
             return
@@ -158,6 +192,50 @@ class Controller:
             return
         self.host_pool[key] = record.pool
         worker.on_host(record)
+        self._link_workload(key, record, worker)
+
+    # -------------------------------------------------------------- workloads
+
+    def _link_workload(self, key: Key, record: HostRecord, worker: PoolWorker) -> None:
+        """Keep the host ↔ workload index, and tell the pool about a workload new to it."""
+        ref = record.spec.workload_ref if record.spec is not None else None
+        wanted = workload_key(key[0], ref) if ref is not None else None
+        if self.host_workload.get(key) == wanted and wanted is not None:
+            return  # unchanged: the pool knows its workload already
+        self._unlink_workload(key)
+        if ref is None or wanted is None:
+            if key[1] in worker.state.workloads:
+                worker.on_workload(key[1], None, known=False)
+            return
+        self.host_workload[key] = wanted
+        self.workload_host[wanted] = (record.pool, key[1])
+        if self.started:
+            self.workloads.want(ref.api_version, ref.kind)
+        known = self.workloads.synced(kind_key(ref.api_version, ref.kind))
+        worker.on_workload(key[1], self.workloads.get(wanted), known=known)
+
+    def _unlink_workload(self, key: Key) -> None:
+        old = self.host_workload.pop(key, None)
+        if old is not None and self.workload_host.get(old, (None, key[1]))[1] == key[1]:
+            self.workload_host.pop(old, None)
+
+    def on_workload_event(self, key: WorkloadKey, record: WorkloadRecord | None) -> None:
+        owner = self.workload_host.get(key)
+        if owner is not None:
+            self.worker(key[0], owner[0]).on_workload(owner[1], record, known=True)
+
+    def on_workload_kind_synced(self, kind: KindKey) -> None:
+        """A kind was listed: every host on a workload of that kind learns what exists."""
+        for key, (pool, host) in list(self.workload_host.items()):
+            if (key[1], key[2]) == kind:
+                self.worker(key[0], pool).on_workload(host, self.workloads.get(key), known=True)
+
+    def on_workload_kind_error(self, kind: KindKey, message: str | None) -> None:
+        """A kind cannot be watched (or can again): the pools whose template uses it say so."""
+        for worker in list(self.pools.values()):
+            template = worker.scaler.template()
+            if template is not None and kind_key(template.api_version, template.kind) == kind:
+                worker.on_watch_error(message)
 
     def on_request_event(self, kind: str | None, obj: Mapping[str, Any]) -> None:
         record = RequestRecord.of(obj)

@@ -1,23 +1,45 @@
-"""Carrying out a pool's scaling decisions: creating hosts from its template, deleting the
-operator's empty ones.
+"""Carrying out a pool's scaling decisions: creating hosts (and their workloads) from its
+template, deleting the operator's empty ones, and keeping a workload under every host the
+operator created.
 
 One change at a time per pool: its result is observed before the next decision, and every
 decision is derived from the hosts the API shows, so a restart never creates a host twice.
+A workload the API server refuses (a bad template, a kind it does not serve, a forbidden
+resource) is reported on the pool and tried again with back-off, never in a tight loop;
+meanwhile no further host is added for the same template.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from .api_workload import WorkloadTemplate
 from .k8s import ApiError, ApiTransportError
+from .pool_scaling import decide
 from .pool_state import PoolState
-from .records import MANAGED_LABEL, MANAGER, POOL_LABEL
+from .records import MANAGED_LABEL, MANAGER, POOL_LABEL, HostRecord
 from .scaling import host_manifest
 from .services import HOSTS, Services
+from .workloads import workload_manifest
+
+#: Characters of generated host names (as the API server's generateName uses: no vowels,
+#: no look-alike digits).
+NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+#: Back-off of workload creation after a refusal: first wait, then doubled up to the max.
+RETRY_FIRST = 5.0
+RETRY_MAX = 300.0
+
+
+def host_name(pool: str) -> str:
+    """A new host's name: the pool's, a dash and five random characters."""
+    return f"{pool[:57]}-{''.join(secrets.choice(NAME_ALPHABET) for _ in range(5))}"
+
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +63,12 @@ class HostScaler:
         self.task: asyncio.Task[None] | None = None
         #: The ScalingLimited condition (status, message); None without a scaling spec.
         self.limited: tuple[bool, str] | None = None
+        #: Why workloads cannot be created or watched (reason, message); None: they can.
+        self.refused: tuple[str, str] | None = None
+        #: Why the workload kind cannot be watched (set by the controller); None: it can.
+        self.watch_error: str | None = None
+        self._retry_at = 0.0  # monotonic: no workload creation before this
+        self._backoff = RETRY_FIRST
 
     def stop(self) -> None:
         if self.task is not None:
@@ -56,7 +84,11 @@ class HostScaler:
             return
         if self.task is not None and not self.task.done():
             return  # one change at a time; its result is observed before the next decision
-        decision = state.decide_scaling(now)
+        missing = self.hosts_without_workload()
+        if missing and time.monotonic() >= self._retry_at:
+            self.task = self.services.spawn(self._keep_workloads(missing))
+            return
+        decision = decide(state, now)
         if decision is None:
             if self.limited is not None:
                 self.limited = None
@@ -75,7 +107,7 @@ class HostScaler:
                 )
             self.limited = limited
             self._mark_dirty()
-        if decision.add > 0:
+        if decision.add > 0 and self.refused is None:
             self.task = self.services.spawn(self._create(decision.add))
         elif decision.remove:
             state.begin_removal(decision.remove)
@@ -87,29 +119,35 @@ class HostScaler:
         assert spec is not None
         assert spec.scaling is not None
         assert state.pool is not None
-        manifest = host_manifest(
-            spec.scaling.host_template,
-            pool=state.name,
-            namespace=state.namespace,
-            pool_uid=state.pool.meta.uid,
-            labels={POOL_LABEL: state.name, MANAGED_LABEL: MANAGER},
-        )
+        template = spec.scaling.host_template
         created = 0
         for _ in range(count):
+            manifest = host_manifest(
+                template,
+                pool=state.name,
+                namespace=state.namespace,
+                pool_uid=state.pool.meta.uid,
+                labels={POOL_LABEL: state.name, MANAGED_LABEL: MANAGER},
+                # Named here, so the host's workloadRef is in the one write that creates it.
+                name=host_name(state.name) if template.workload is not None else None,
+            )
             try:
                 obj = await self.services.client.create(HOSTS, state.namespace, manifest)
-            except (ApiError, ApiTransportError) as error:
-                log.warning(
-                    "%s/%s: could not create a host: %s", state.namespace, state.name, error
-                )
-                self.services.events.post(
-                    self._pool_body(), "HostPool", "ScaleUpFailed", str(error), "Warning"
-                )
-                await asyncio.sleep(2)
+            except ApiError as error:
+                if error.conflict:
+                    continue  # a namesake exists (a one-in-14-million draw): the next pass
+                await self._create_failed(error)
+                break
+            except ApiTransportError as error:
+                await self._create_failed(error)
                 break
             # Known at once, so the next decision counts it (the watch event follows).
             self._host_created(obj)
             created += 1
+            if template.workload is not None:
+                host = HostRecord.of(obj)
+                if not await self._create_workload(template.workload, host):
+                    break
         if created:
             self._report(
                 "up", created, "HostsAdded", f"added {created} SessionHost(s) from the template"
@@ -138,6 +176,156 @@ class HostScaler:
                 "down", removed, "HostsRemoved", f"removed empty SessionHost(s): {', '.join(names)}"
             )
         self._wake()
+
+    async def _create_failed(self, error: BaseException) -> None:
+        state = self.state
+        log.warning("%s/%s: could not create a host: %s", state.namespace, state.name, error)
+        self.services.events.post(
+            self._pool_body(), "HostPool", "ScaleUpFailed", str(error), "Warning"
+        )
+        await asyncio.sleep(2)
+
+    # -------------------------------------------------------------- workloads
+
+    def template(self) -> WorkloadTemplate | None:
+        spec = self.state.spec
+        if spec is None or spec.scaling is None:
+            return None
+        return spec.scaling.host_template.workload
+
+    def workload_failure(self) -> tuple[bool, str, str] | None:
+        """The pool's WorkloadFailure condition (failing, reason, message); None without a
+        workload template."""
+        template = self.template()
+        if template is None:
+            return None
+        if self.watch_error is not None:
+            return True, "WatchFailed", self.watch_error
+        if self.refused is not None:
+            return True, *self.refused
+        return False, "WorkloadsCreated", f"{template.kind} workloads are created with new hosts"
+
+    def hosts_without_workload(self) -> list[HostRecord]:
+        """Hosts the operator created whose workload (of the template's kind) is known not
+        to exist, or has ended and is the operator's own: it makes them again."""
+        template = self.template()
+        if template is None:
+            return []
+        state = self.state
+        missing = []
+        for host in state.hosts.values():
+            ref = host.spec.workload_ref if host.spec is not None else None
+            if (
+                ref is None
+                or not host.managed
+                or host.meta.name in state.removing
+                or host.meta.name not in state.workloads
+                or (ref.api_version, ref.kind) != (template.api_version, template.kind)
+            ):
+                continue
+            workload = state.workloads[host.meta.name]
+            if workload is None or (workload.terminal and workload.owner_host_uid == host.meta.uid):
+                missing.append(host)
+        return missing
+
+    async def _keep_workloads(self, hosts: list[HostRecord]) -> None:
+        template = self.template()
+        state = self.state
+        if template is None:
+            return
+        for host in hosts:
+            workload = state.workloads.get(host.meta.name)
+            if workload is not None:
+                # Ended for good (a failed pod): ours to remove; the watch reports it gone,
+                # and the next pass creates the new one.
+                try:
+                    await self.services.client.delete(
+                        await self._plural(template),
+                        state.namespace,
+                        workload.name,
+                        uid=workload.uid,
+                        api_version=template.api_version,
+                    )
+                except (ApiError, ApiTransportError) as error:
+                    log.warning("%s: could not remove ended workload: %s", host.meta.name, error)
+                continue
+            if await self._create_workload(template, host):
+                message = f"created {template.kind} {host.meta.name!r} again (it was missing)"
+                log.info("%s/%s: %s", state.namespace, host.meta.name, message)
+                self.services.events.post(
+                    host.body, "SessionHost", "WorkloadRecreated", message, "Normal"
+                )
+            else:
+                break
+        self._wake()
+
+    async def _plural(self, template: WorkloadTemplate) -> str:
+        try:
+            found = await self.services.workload_resource(template.api_version, template.kind)
+        except (ApiError, ApiTransportError) as error:
+            log.warning("discovery of %s %s failed: %s", template.api_version, template.kind, error)
+            return ""
+        return found or ""
+
+    async def _create_workload(self, template: WorkloadTemplate, host: HostRecord) -> bool:
+        """Create the host's workload. False when it was refused (reported, backing off)."""
+        state = self.state
+        plural = await self._plural(template)
+        if not plural:
+            served = f"{template.api_version} {template.kind} is not served by the API server"
+            self._refuse("KindNotServed", served)
+            return False
+        manifest = workload_manifest(
+            template,
+            host=host.meta.name,
+            host_uid=host.meta.uid,
+            namespace=state.namespace,
+            pool=state.name,
+        )
+        try:
+            await self.services.client.create(
+                plural, state.namespace, manifest, api_version=template.api_version
+            )
+        except ApiError as error:
+            self._refuse("FailedCreate", f"{template.kind} {host.meta.name!r}: {error.message}")
+            return False
+        except ApiTransportError as error:
+            log.warning("%s/%s: workload not created: %s", state.namespace, host.meta.name, error)
+            self._retry_at = time.monotonic() + RETRY_FIRST
+            return False
+        if self.refused is not None:
+            self.refused = None
+            self._mark_dirty()
+        self._backoff = RETRY_FIRST
+        self._retry_at = 0.0
+        return True
+
+    def _refuse(self, reason: str, message: str) -> None:
+        """The API server refused a workload: the pool says so, and the next try waits."""
+        state = self.state
+        self._retry_at = time.monotonic() + self._backoff
+        log.warning(
+            "%s/%s: %s; next try in %.0fs", state.namespace, state.name, message, self._backoff
+        )
+        self._backoff = min(self._backoff * 2, RETRY_MAX)
+        if self.refused != (reason, message):
+            self.refused = (reason, message)
+            self.services.events.post(
+                self._pool_body(), "HostPool", "WorkloadCreateFailed", message, "Warning"
+            )
+            self._mark_dirty()
+
+    def template_changed(self) -> None:
+        """A new template may be good: try again at once."""
+        self.refused = None
+        self._retry_at = 0.0
+        self._backoff = RETRY_FIRST
+
+    def retry_in(self, clock: float) -> float | None:
+        """Seconds until a held-back workload creation may be tried (for the loop's timer)."""
+        if self.hosts_without_workload() or self.refused is not None:
+            return max(0.0, self._retry_at - clock)
+        return None
 
     def _report(self, direction: str, hosts: int, reason: str, message: str) -> None:
         """Hosts were added or removed: the metric, a log line and an Event on the pool."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
 import contextlib
 import logging
 import random
@@ -264,11 +265,10 @@ class KubeClient:
             "GET", self.path(plural, namespace, name, api_version=api_version)
         )
 
-    async def resources(self, api_version: str) -> list[JSON]:
+    async def resources(self, api_version: str) -> builtins.list[JSON]:
         """The resources the API server serves in ``api_version`` (discovery)."""
         listing = await self.request("GET", group_version_path(api_version))
-        found: list[JSON] = listing.get("resources") or []
-        return found
+        return [r for r in listing.get("resources") or [] if isinstance(r, dict)]
 
     async def patch_status(
         self,

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from .api import Reason
-from .balancing import Placement
+from .balancing import Demand, Placement
 from .pool_state import PoolState
 from .records import RequestRecord
 from .status import pending_message, says_pending
@@ -93,12 +93,28 @@ def decide(
         return wait(state, record, reason, pending_message(reason))
     placement = state.balancer.place(demand)
     if placement.host is None:
-        failed_shapes[shape] = placement.reason
-        return wait(state, record, placement.reason, pending_message(placement.reason))
+        reason = placement.reason
+        if starting_host_for(state, demand, now):
+            reason = Reason.HOSTS_STARTING  # capacity is on its way: not saturated
+        failed_shapes[shape] = reason
+        return wait(state, record, reason, pending_message(reason))
     state.waiting.pop(name, None)
     state.pending_said.pop(name, None)
     state.reserve(record, placement, now)
     return Assign(record, placement)
+
+
+def starting_host_for(state: PoolState, demand: Demand, now: datetime) -> bool:
+    """Some host the operator added, still starting, could take this request."""
+    for host in state.hosts.values():
+        if host.spec is None or host.spec.drain_mode or host.meta.name in state.removing:
+            continue
+        workload = state.workload_state(host, now)
+        if workload is not None and workload.starting:
+            view = state.view(host, now)
+            if view is not None and view.supports(demand):
+                return True
+    return False
 
 
 def wait(state: PoolState, record: RequestRecord, reason: Reason, message: str) -> Wait | None:

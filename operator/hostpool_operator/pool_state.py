@@ -24,8 +24,15 @@ from .api import (
 )
 from .balancing import HostView, Placement, PoolBalancer
 from .ledger import Session, SessionLedger
-from .records import HostRecord, PoolRecord, RequestRecord, newer_or_same, query_order
-from .scaling import ScaleHost, ScalingDecision, decide_scaling
+from .records import (
+    HostRecord,
+    PoolRecord,
+    RequestRecord,
+    newer_or_same,
+    parse_time,
+    query_order,
+)
+from .workloads import Gate, WorkloadRecord, WorkloadState, workload_state
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +57,9 @@ class PoolState:
     stale_hosts: set[str] = field(default_factory=set)
     removing: set[str] = field(default_factory=set)  # hosts being deleted by scale-down
     empty_since: dict[str, datetime] = field(default_factory=dict)  # managed, no session
+    #: The workload of each host with a workloadRef whose kind has been listed (None: it
+    #: does not exist). A host missing here has a workload not observed yet.
+    workloads: dict[str, WorkloadRecord | None] = field(default_factory=dict)
     #: Capacity may have appeared since the last pass: the waiting requests are tried again.
     capacity_changed: bool = False
 
@@ -87,11 +97,14 @@ class PoolState:
         if host.spec is None:
             return None
         name = host.meta.name
+        workload = self.workload_state(host, now)
+        # A host whose workload is not Ready is closed like a draining one: reconnects only.
+        closed = workload is not None and workload.gate is not Gate.OPEN
         return HostView(
             name=name,
-            drain_mode=host.spec.drain_mode,
+            drain_mode=host.spec.drain_mode or closed,
             features=host.spec.features,
-            address=host.spec.address,
+            address=self.address_of(host),
             sessions=self.ledger.count_on(name),
             connecting=self.ledger.connecting_on(name),
             metrics=self._metrics_for(host, now),
@@ -143,6 +156,57 @@ class PoolState:
             self.capacity_changed = True
         return changed
 
+    # -------------------------------------------------------------- workloads
+
+    def workload_state(self, host: HostRecord, now: datetime) -> WorkloadState | None:
+        """The host's workload as decisions see it (None: the host has no workloadRef)."""
+        if host.spec is None or host.spec.workload_ref is None:
+            return None
+        spec = self.spec
+        scaling = spec.scaling if spec is not None else None
+        timeout = scaling.host_ready_timeout_seconds if scaling is not None else 600
+        return workload_state(
+            host.spec.workload_ref,
+            self.workloads.get(host.meta.name),
+            known=host.meta.name in self.workloads,
+            managed=host.managed,
+            host_created=parse_time(host.meta.created),
+            ready_timeout=timeout,
+            now=now,
+        )
+
+    def address_of(self, host: HostRecord) -> str | None:
+        """The address in force: the spec's, else the agent's, else the workload's."""
+        if host.spec is None:
+            return None
+        if host.spec.address:
+            return host.spec.address
+        agent = host.status.get("agent")
+        if isinstance(agent, dict) and isinstance(agent.get("address"), str) and agent["address"]:
+            return str(agent["address"])
+        ref = host.spec.workload_ref
+        workload = self.workloads.get(host.meta.name)
+        return workload.address(ref.address_from) if ref is not None and workload else None
+
+    def observe_workload(
+        self, host: str, workload: WorkloadRecord | None, *, known: bool, now: datetime
+    ) -> list[tuple[RequestRecord, str]]:
+        """The workload under ``host`` was observed. If it is gone (or has ended) while the
+        host holds sessions, those sessions are gone too: their requests are returned, to
+        fail (never moved)."""
+        if not known:
+            self.workloads.pop(host, None)
+        else:
+            self.workloads[host] = workload
+        lost: list[tuple[RequestRecord, str]] = []
+        if known and (workload is None or workload.terminal) and self.ledger.count_on(host):
+            lost = self._end_sessions_on(host)
+        record = self.hosts.get(host)
+        if record is not None:
+            self.refresh_host(record, now)
+        self.capacity_changed = True
+        return lost
+
     # -------------------------------------------------------------- observations
 
     def set_pool(self, record: PoolRecord | None, now: datetime) -> None:
@@ -180,16 +244,21 @@ class PoolState:
         self.removing.discard(name)
         self.empty_since.pop(name, None)
         self.stale_hosts.discard(name)
+        self.workloads.pop(name, None)
         if self.balancer is not None:
             self.balancer.withdraw_host(name)
-        lost = [
+        lost = self._end_sessions_on(name)
+        self.capacity_changed = True
+        return lost
+
+    def _end_sessions_on(self, name: str) -> list[tuple[RequestRecord, str]]:
+        """Every session on the host ends; the requests that held them, with the host."""
+        return [
             (request, name)
             for session in self.ledger.end_on(name)
             for holder in sorted(session.holders)
             if (request := self.requests.get(holder)) is not None
         ]
-        self.capacity_changed = True
-        return lost
 
     def put_request(
         self, record: RequestRecord, now: datetime, *, seq: Callable[[], int], seen: float
@@ -337,53 +406,6 @@ class PoolState:
 
     # -------------------------------------------------------------- scaling
 
-    def waiting_for_capacity(self) -> int:
-        """Distinct users whose requests wait because every slot is taken."""
-        users = set()
-        for name, reason in self.pending_said.items():
-            record = self.requests.get(name)
-            if reason is Reason.POOL_SATURATED and record is not None and record.demand is not None:
-                users.add(record.demand.user)
-        return len(users)
-
-    def scale_hosts(self, now: datetime) -> list[ScaleHost]:
-        """The hosts as scaling sees them, in query order (those being removed left out),
-        noting since when each operator-created host has been empty."""
-        hosts = []
-        for record in sorted(
-            self.hosts.values(), key=lambda h: (query_order(h.meta.created), h.meta.name)
-        ):
-            name = record.meta.name
-            if name in self.removing:
-                continue
-            view = self.balancer.host(name) if self.balancer is not None else None
-            sessions = self.ledger.count_on(name)
-            if record.managed and sessions == 0:
-                self.empty_since.setdefault(name, now)
-            else:
-                self.empty_since.pop(name, None)
-            hosts.append(
-                ScaleHost(
-                    name=name,
-                    sessions=sessions,
-                    # A host the engine cannot use (invalid spec) adds no capacity.
-                    drain_mode=view is None or view.drain_mode,
-                    managed=record.managed,
-                    empty_since=self.empty_since.get(name),
-                )
-            )
-        return hosts
-
-    def decide_scaling(self, now: datetime) -> ScalingDecision | None:
-        """What scaling does now (None: the pool has no valid scaling spec)."""
-        spec = self.spec
-        if spec is None or spec.scaling is None or self.balancer is None:
-            return None
-        hosts = self.scale_hosts(now)
-        return decide_scaling(
-            spec.scaling, self.balancer.limit, hosts, self.waiting_for_capacity(), now
-        )
-
     def begin_removal(self, names: list[str]) -> None:
         """Out of the engine first, so no request can be placed on a host being removed."""
         for name in names:
@@ -399,17 +421,6 @@ class PoolState:
         if record is not None:
             self.refresh_host(record, now)
             self.capacity_changed = True  # its slots are there again for waiting requests
-
-    def scale_down_due(self, now: datetime) -> datetime | None:
-        """When the next running scale-down delay ends. Only delays still running count: a
-        host whose delay is over was kept for a reason (minHosts, bufferSessions, waiting
-        requests) that only an event can change."""
-        spec = self.spec
-        if spec is None or spec.scaling is None or not self.empty_since:
-            return None
-        delay = timedelta(seconds=spec.scaling.scale_down_delay_seconds)
-        ends = [since + delay for since in self.empty_since.values() if since + delay > now]
-        return min(ends) if ends else None
 
     # -------------------------------------------------------------- for status
 

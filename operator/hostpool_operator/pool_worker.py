@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from . import pool_scaling
 from .host_scaler import HostScaler
 from .placement import Assign, Reject, Wait, place_pending
 from .pool_state import PoolState
@@ -24,6 +25,7 @@ from .records import HostRecord, PoolRecord, RequestRecord
 from .request_writer import RequestWriter
 from .services import Services
 from .status_flusher import StatusFlusher
+from .workloads import WorkloadRecord
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,11 @@ class PoolWorker:
             mark_dirty=self.mark_dirty,
         )
         self.flusher = StatusFlusher(
-            self.state, services, scaling_limited=lambda: self.scaler.limited, wake=self.wake
+            self.state,
+            services,
+            scaling_limited=lambda: self.scaler.limited,
+            wake=self.wake,
+            workload_failure=self.scaler.workload_failure,
         )
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -92,7 +98,10 @@ class PoolWorker:
     # -------------------------------------------------------------- events
 
     def on_pool(self, record: PoolRecord | None) -> None:
+        old = self.scaler.template()
         self.state.set_pool(record, _now())
+        if self.scaler.template() != old:
+            self.scaler.template_changed()
         self._changed()
         if record is not None and record.spec_error:
             self.services.events.post(
@@ -123,6 +132,28 @@ class PoolWorker:
             self.services.spawn(self.writer.write_host_lost(request, host))
         self.flusher.forget_host(name)
         self._changed()
+
+    def on_workload(self, host: str, record: WorkloadRecord | None, *, known: bool) -> None:
+        """The workload under ``host`` changed (or was first listed). Sessions on a machine
+        that is gone are gone too: their requests fail with HostLost, never moved."""
+        lost = self.state.observe_workload(host, record, known=known, now=_now())
+        if lost:
+            host_record = self.state.hosts.get(host)
+            message = f"the workload is gone; {len(lost)} session(s) on it ended"
+            if host_record is not None:
+                self.services.events.post(
+                    host_record.body, "SessionHost", "HostLost", message, "Warning"
+                )
+            log.warning("%s/%s: %s", self.namespace, host, message)
+        for request, name in lost:
+            self.services.spawn(self.writer.write_workload_lost(request, name))
+        self._changed()
+
+    def on_watch_error(self, message: str | None) -> None:
+        if self.scaler.watch_error != message:
+            self.scaler.watch_error = message
+            self.mark_dirty()
+            self.wake()
 
     def on_request(self, record: RequestRecord) -> None:
         lost = self.state.put_request(
@@ -174,7 +205,30 @@ class PoolWorker:
             elif isinstance(intent, Reject):
                 self.services.spawn(self.writer.write_invalid(intent.record))
         self.scaler.scale(now)
+        self._report_not_ready(now)
         self.flusher.maybe_flush()
+
+    def _report_not_ready(self, now: datetime) -> None:
+        """A host whose workload did not become Ready in time: a Warning Event, once per
+        workload (its status says so at the next flush)."""
+        for host in self.state.hosts.values():
+            workload = self.state.workload_state(host, now)
+            if workload is None or not workload.timed_out:
+                continue
+            record = self.state.workloads.get(host.meta.name)
+            self.services.events.post(
+                host.body,
+                "SessionHost",
+                "HostNotReady",
+                workload.message,
+                "Warning",
+                once_per=(
+                    "not-ready",
+                    self.namespace,
+                    host.meta.name,
+                    record.uid if record else "",
+                ),
+            )
 
     def _next_timer(self) -> float | None:
         """Seconds until the loop has something to do without being woken; None: nothing."""
@@ -186,7 +240,12 @@ class PoolWorker:
             timers.append((deadline - now).total_seconds())
         if state.reports_metrics():
             timers.append(self.services.settings.metrics_stale_after / 4)
-        scale_down = state.scale_down_due(now)
+        scale_down = pool_scaling.scale_down_due(state, now)
         if scale_down is not None:
             timers.append((scale_down - now).total_seconds() + 0.05)
+        for ready_by in pool_scaling.start_deadlines(state, now):
+            timers.append((ready_by - now).total_seconds() + 0.05)
+        retry = self.scaler.retry_in(time.monotonic())
+        if retry is not None:
+            timers.append(retry + 0.05)
         return max(0.0, min(timers)) if timers else None

@@ -79,7 +79,7 @@ class RequestWriter:
                 return
             record = current
         host = state.hosts.get(placement.host or "")
-        address = host.spec.address if host is not None and host.spec is not None else None
+        address = state.address_of(host) if host is not None else None
         status = assigned_status(record, placement, address, datetime.now(UTC))
         try:
             async with self.services.write_slots.slot(self._key):
@@ -242,15 +242,30 @@ class RequestWriter:
         message = f"SessionHost {host!r} was deleted; the session on it ended"
         await self.fail(record, "HostDeleted", message, conditional=False)
 
+    async def write_workload_lost(self, record: RequestRecord, host: str) -> None:
+        """The machine under the session is gone: the session is lost, never moved."""
+        message = f"the workload of SessionHost {host!r} is gone; the session on it ended"
+        reason = Reason.HOST_LOST.value
+        await self.fail(record, reason, message, conditional=False, status_reason=reason)
+
     async def write_invalid(self, record: RequestRecord) -> None:
         if record.phase != Phase.FAILED.value:
             await self.fail(record, "InvalidSpec", f"invalid request: {record.spec_error}")
 
     async def fail(
-        self, record: RequestRecord, reason: str, message: str, *, conditional: bool = True
+        self,
+        record: RequestRecord,
+        reason: str,
+        message: str,
+        *,
+        conditional: bool = True,
+        status_reason: str | None = None,
     ) -> None:
-        """Phase Failed, condition Assigned False with the reason, and a Warning Event."""
+        """Phase Failed, condition Assigned False with the reason, and a Warning Event
+        (``status_reason``: also status.reason)."""
         status = failed_status(record, reason, message, datetime.now(UTC))
+        if status_reason is not None:
+            status["reason"] = status_reason
         await self._patch(record, status, conditional=conditional)
         self.services.events.post(
             record.meta.reference(), "SessionRequest", reason, message, "Warning"

@@ -16,6 +16,7 @@ from typing import Any
 
 from .api import API_VERSION, HostTemplate, Scaling
 from .balancing import free_slots
+from .workloads import workload_ref
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,31 +124,39 @@ def decide_scaling(
 
 
 def host_manifest(
-    template: HostTemplate, *, pool: str, namespace: str, pool_uid: str, labels: dict[str, str]
+    template: HostTemplate,
+    *,
+    pool: str,
+    namespace: str,
+    pool_uid: str,
+    labels: dict[str, str],
+    name: str | None = None,
 ) -> dict[str, Any]:
-    """A SessionHost to create from the pool's template: a generated name after the pool,
-    the template's labels plus ``labels``, and the pool as its controlling owner (so deleting
-    the pool deletes the hosts it made)."""
+    """A SessionHost to create from the pool's template: ``name`` (else a name generated
+    after the pool), the template's labels plus ``labels``, the pool as its controlling owner
+    (so deleting the pool deletes the hosts it made), and, when the template has a workload,
+    the reference to the workload of the same name."""
     spec = template.spec.to_api()
     spec["poolRef"] = {"name": pool}
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "SessionHost",
-        "metadata": {
-            "generateName": f"{pool}-"[:58],
-            "namespace": namespace,
-            "labels": {**template.metadata.labels, **labels},
-            "annotations": dict(template.metadata.annotations),
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": "HostPool",
-                    "name": pool,
-                    "uid": pool_uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": spec,
+    metadata: dict[str, Any] = {
+        "namespace": namespace,
+        "labels": {**template.metadata.labels, **labels},
+        "annotations": dict(template.metadata.annotations),
+        "ownerReferences": [
+            {
+                "apiVersion": API_VERSION,
+                "kind": "HostPool",
+                "name": pool,
+                "uid": pool_uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
     }
+    if name is not None:
+        metadata["name"] = name
+    else:
+        metadata["generateName"] = f"{pool}-"[:58]
+    if template.workload is not None and name is not None:
+        spec["workloadRef"] = workload_ref(template.workload, name).to_api()
+    return {"apiVersion": API_VERSION, "kind": "SessionHost", "metadata": metadata, "spec": spec}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,3 +29,6 @@ class Services:
     spawn: Spawn
     #: The next arrival sequence number (the order requests are placed in, operator-wide).
     next_seq: Callable[[], int]
+    #: The resource (plural) serving a workload kind (apiVersion, kind), discovered on first
+    #: use; None when the API server does not serve it.
+    workload_resource: Callable[[str, str], Awaitable[str | None]]

@@ -8,7 +8,7 @@ decides when a changed pool status is worth a write during a storm.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +17,7 @@ from .api import Phase, Reason, SessionState
 from .balancing import Placement, PoolBalancer
 from .ledger import SessionLedger
 from .records import HostRecord, PoolRecord, RequestRecord
+from .workloads import Gate, WorkloadState
 
 #: Session counts by state, per host and (under None) for the whole pool.
 SessionCounts = dict[str | None, dict[str, int]]
@@ -66,6 +67,8 @@ def assigned_status(
 def pending_message(reason: Reason) -> str:
     if reason is Reason.POOL_SATURATED:
         return "every host that could take this session is at maxSessionLimit"
+    if reason is Reason.HOSTS_STARTING:
+        return "hosts added for this pool are starting; placed as soon as one is Ready"
     return "no host can take a new session now (drain mode, features or logon-storm limits)"
 
 
@@ -149,8 +152,11 @@ def host_status(
     metrics_stale: bool,
     metrics_stale_after: float,
     now: datetime,
+    workload: WorkloadState | None = None,
+    address: str | None = None,
 ) -> dict[str, Any]:
-    """A host's status: Available (and why not), MetricsStale, load index, bucket, sessions."""
+    """A host's status: Available (and why not), WorkloadReady, MetricsStale, load index,
+    bucket, sessions and the address in force."""
     name = host.meta.name
     desired: list[cond.Cond] = []
     status: dict[str, Any] = {"observedGeneration": host.meta.generation}
@@ -162,6 +168,10 @@ def host_status(
         desired.append(cond.Cond("Available", "False", "PoolNotFound", message))
     elif balancer is None or view is None:
         desired.append(cond.Cond("Available", "False", "PoolInvalid", "the pool's spec is invalid"))
+    elif workload is not None and workload.gate is not Gate.OPEN:
+        gate = workload.gate.value
+        desired.append(cond.Cond("Available", "False", gate, workload.message))
+        status["loadIndex"] = balancer.load_index_of(name)
     else:
         available, reason = balancer.availability(name)
         if reason == "SessionLimitReached":
@@ -175,6 +185,10 @@ def host_status(
         if name in buckets:
             status["bucket"] = buckets[name]
     status["sessions"] = counts.get(name, zero_counts())
+    status["address"] = address
+    if workload is not None:
+        ready = "True" if workload.gate is Gate.OPEN else "False"
+        desired.append(cond.Cond("WorkloadReady", ready, workload.reason, workload.message))
     if host.metrics_error:
         desired.append(cond.Cond("MetricsStale", "True", "InvalidMetrics", host.metrics_error))
     elif metrics_stale:
@@ -204,16 +218,25 @@ def pool_status(
     scaling_limited: tuple[bool, str] | None,
     counts: SessionCounts,
     now: datetime,
+    not_ready: Collection[str] = (),
+    workload_failure: tuple[bool, str, str] | None = None,
 ) -> dict[str, Any]:
-    """A pool's status: Ready, Saturated, ScalingLimited and the counts.
+    """A pool's status: Ready, Saturated, ScalingLimited, WorkloadFailure and the counts.
+
+    ``not_ready`` names the hosts whose workloads are missing or not Ready;
+    ``workload_failure`` is (failing, reason, message) for a pool with a workload template:
+    failing while its workloads cannot be created or watched (None: no template, no
+    condition).
 
     ``pending`` counts requests neither assigned, failed nor being written; ``waiting_reasons``
     are the reasons the waiting requests' stored statuses give."""
-    hosts = {"total": host_count, "available": 0, "draining": 0, "full": 0}
+    hosts = {"total": host_count, "available": 0, "draining": 0, "full": 0, "notReady": 0}
     capacity = {"total": 0, "free": 0}
     if balancer is not None:
         for view in balancer.hosts():
-            if view.drain_mode:
+            if view.name in not_ready:
+                hosts["notReady"] += 1
+            elif view.drain_mode:
                 hosts["draining"] += 1
             else:
                 capacity["total"] += balancer.limit
@@ -232,14 +255,28 @@ def pool_status(
         else:
             message = f"{hosts['available']} of {hosts['total']} hosts take new sessions"
             desired.append(cond.Cond("Ready", "True", "Reconciled", message))
-        if Reason.POOL_SATURATED.value in set(waiting_reasons):
+        reasons = set(waiting_reasons)
+        if Reason.POOL_SATURATED.value in reasons:
             message = f"{pending} request(s) wait for a free session slot"
             desired.append(cond.Cond("Saturated", "True", "RequestsWaiting", message))
+        elif Reason.HOSTS_STARTING.value in reasons:
+            message = f"{pending} request(s) wait for the hosts being started"
+            desired.append(cond.Cond("Saturated", "True", "HostsStarting", message))
         elif hosts["total"] and capacity["free"] == 0:
             desired.append(cond.Cond("Saturated", "True", "NoFreeSessions", "every slot is taken"))
         else:
             message = f"{capacity['free']} free slots"
             desired.append(cond.Cond("Saturated", "False", "CapacityAvailable", message))
+    if workload_failure is not None:
+        failing, reason, message = workload_failure
+        if failing:
+            desired.append(cond.Cond("WorkloadFailure", "True", reason, message))
+            desired = [
+                cond.Cond("Ready", "False", "WorkloadFailure", message) if c.type == "Ready" else c
+                for c in desired
+            ]
+        else:
+            desired.append(cond.Cond("WorkloadFailure", "False", reason, message))
     if scaling_limited is not None:
         limited, message = scaling_limited
         reason = "MaxHostsReached" if limited else "WithinLimits"

@@ -31,6 +31,7 @@ from .status import (
     same_status,
     session_counts,
 )
+from .workloads import Gate
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,12 @@ class StatusFlusher:
         services: Services,
         scaling_limited: Callable[[], tuple[bool, str] | None],
         wake: Callable[[], None],
+        workload_failure: Callable[[], tuple[bool, str, str] | None] = lambda: None,
     ) -> None:
         self.state = state
         self.services = services
         self._scaling_limited = scaling_limited
+        self._workload_failure = workload_failure
         self._wake = wake
         self.pool_dirty = True
         self.hosts_dirty = True
@@ -162,6 +165,8 @@ class StatusFlusher:
                 metrics_stale=host.meta.name in state.stale_hosts,
                 metrics_stale_after=self.services.settings.metrics_stale_after,
                 now=now,
+                workload=state.workload_state(host, now),
+                address=state.address_of(host),
             )
             previous = self.written_hosts.get(host.meta.name)
             if previous is not None and same_status(previous, status):
@@ -194,6 +199,13 @@ class StatusFlusher:
         pool = state.pool
         if pool is None:
             return
+        now = datetime.now(UTC)
+        not_ready = {
+            host.meta.name
+            for host in state.hosts.values()
+            if (workload := state.workload_state(host, now)) is not None
+            and workload.gate is not Gate.OPEN
+        }
         status = pool_status(
             pool,
             host_count=len(state.hosts),
@@ -202,7 +214,9 @@ class StatusFlusher:
             waiting_reasons=state.waiting_reasons(),
             scaling_limited=self._scaling_limited(),
             counts=counts,
-            now=datetime.now(UTC),
+            now=now,
+            not_ready=not_ready,
+            workload_failure=self._workload_failure(),
         )
         self.services.metrics.pool_state(state.namespace, state.name, status)
         previous = self.written_pool

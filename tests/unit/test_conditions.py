@@ -43,5 +43,3 @@ def test_conditions_of_other_types_are_kept() -> None:
     assert find(out, "Audited") == theirs[0]
     assert find(out, "Ready") is not None
     assert find(out, "Missing") is None
-
-

@@ -39,8 +39,6 @@ SATURATED = pending_message(Reason.POOL_SATURATED)
 NOT_ELIGIBLE = pending_message(Reason.NO_ELIGIBLE_HOST)
 
 
-
-
 def summary(intents: Iterable[Intent]) -> list[tuple[str, str, str | None]]:
     """(kind, request, host or reason) of each intent."""
     out: list[tuple[str, str, str | None]] = []

@@ -15,6 +15,7 @@ import pytest
 
 from hostpool_operator.api import Phase, Reason
 from hostpool_operator.balancing import HostView, Placement
+from hostpool_operator import pool_scaling
 from hostpool_operator.placement import Assign, Intent, Wait, place_pending
 from hostpool_operator.pool_state import PoolState
 from hostpool_operator.records import (
@@ -91,7 +92,7 @@ def test_a_pool_gone_or_invalid_has_no_engine_but_keeps_its_sessions(second: Obj
     state.set_pool(None if second is None else PoolRecord.of(second), at(1))
     assert state.balancer is None
     assert state.ledger.host_of("alice") == "h1"
-    assert state.decide_scaling(at(1)) is None
+    assert pool_scaling.decide(state, at(1)) is None
     state.set_pool(PoolRecord.of(pool_obj(limit=2)), at(2))  # back: rebuilt with the session
     assert view(state, "h1").sessions == 1
 
@@ -257,7 +258,7 @@ def test_drop_host_returns_the_holders_of_its_sessions_and_frees_the_users() -> 
 def test_drop_host_forgets_its_scaling_and_metrics_bookkeeping() -> None:
     pool = Pool(pool_obj(scaling={"maxHosts": 3}), [host_obj("m1", labels=MANAGED)])
     state = pool.state
-    state.decide_scaling(T0)
+    pool_scaling.decide(state, T0)
     state.stale_hosts.add("m1")
     state.begin_removal(["m1"])
     state.empty_since["m1"] = T0
@@ -291,7 +292,7 @@ def test_a_host_being_removed_takes_no_request_until_the_removal_is_aborted() ->
     state = pool.state
     state.begin_removal(["m1"])
     assert in_engine(state) == []
-    assert [h.name for h in state.scale_hosts(T0)] == []
+    assert [h.name for h in pool_scaling.scale_hosts(state, T0)] == []
     pool.arrive("r1", "alice")
     assert [(i.reason if isinstance(i, Wait) else i) for i in pool.place()] == [
         Reason.POOL_SATURATED
@@ -300,7 +301,7 @@ def test_a_host_being_removed_takes_no_request_until_the_removal_is_aborted() ->
     assert in_engine(state) == []
     state.abort_removal("m1", at(2))
     assert in_engine(state) == ["m1"]
-    assert [h.name for h in state.scale_hosts(at(2))] == ["m1"]
+    assert [h.name for h in pool_scaling.scale_hosts(state, at(2))] == ["m1"]
 
 
 # ---------------------------------------------------------------------------- connecting
@@ -488,8 +489,8 @@ def test_scaling_adds_hosts_for_requests_waiting_for_capacity(
     max_hosts: int, users: list[str], add: int, limited: bool
 ) -> None:
     pool = saturated_pool(max_hosts, users)
-    assert pool.state.waiting_for_capacity() == len(set(users))
-    decision = pool.state.decide_scaling(T0)
+    assert pool_scaling.waiting_for_capacity(pool.state) == len(set(users))
+    decision = pool_scaling.decide(pool.state, T0)
     assert decision is not None
     assert (decision.add, decision.remove, decision.limited) == (add, [], limited)
 
@@ -497,11 +498,11 @@ def test_scaling_adds_hosts_for_requests_waiting_for_capacity(
 def test_a_request_placed_after_waiting_no_longer_counts_for_scaling() -> None:
     pool = saturated_pool(5, ["alice"])
     state = pool.state
-    assert state.waiting_for_capacity() == 1
+    assert pool_scaling.waiting_for_capacity(state) == 1
     state.drop_request("r0")  # zed logs off: alice's request takes the slot
     assert [i.record.meta.name for i in pool.place() if isinstance(i, Assign)] == ["w0"]
-    assert state.waiting_for_capacity() == 0
-    decision = state.decide_scaling(T0)
+    assert pool_scaling.waiting_for_capacity(state) == 0
+    decision = pool_scaling.decide(state, T0)
     assert decision is not None
     assert decision.add == 0
 
@@ -510,8 +511,8 @@ def test_requests_waiting_for_another_reason_add_no_host() -> None:
     pool = Pool(pool_obj(limit=1, scaling={"maxHosts": 5}), [host_obj("h1", drainMode=True)])
     pool.arrive("r1", "alice")
     assert [i.reason for i in pool.place() if isinstance(i, Wait)] == [Reason.NO_ELIGIBLE_HOST]
-    assert pool.state.waiting_for_capacity() == 0
-    decision = pool.state.decide_scaling(T0)
+    assert pool_scaling.waiting_for_capacity(pool.state) == 0
+    decision = pool_scaling.decide(pool.state, T0)
     assert decision is not None
     assert decision.add == 0
 
@@ -519,8 +520,8 @@ def test_requests_waiting_for_another_reason_add_no_host() -> None:
 def test_no_scaling_spec_decides_nothing() -> None:
     pool = saturated_pool(3, ["a"])
     pool.state.set_pool(PoolRecord.of(pool_obj(limit=1)), T0)
-    assert pool.state.decide_scaling(T0) is None
-    assert pool.state.scale_down_due(T0) is None
+    assert pool_scaling.decide(pool.state, T0) is None
+    assert pool_scaling.scale_down_due(pool.state, T0) is None
 
 
 def scale_down_pool(delay: int = 300) -> Pool:
@@ -549,22 +550,22 @@ def test_empty_operator_hosts_go_only_after_the_scale_down_delay(
     pool = scale_down_pool()
     pool.session("rb", "bob", "busy")
     state = pool.state
-    first = state.decide_scaling(T0)  # notes since when each managed host is empty
+    first = pool_scaling.decide(state, T0)  # notes since when each managed host is empty
     assert first is not None
     assert (first.add, first.remove) == (0, [])
     assert state.empty_since == {"mine": T0}  # never the user's host, never a busy one
-    assert state.scale_down_due(T0) == at(300)
-    decision = state.decide_scaling(at(now))
+    assert pool_scaling.scale_down_due(state, T0) == at(300)
+    decision = pool_scaling.decide(state, at(now))
     assert decision is not None
     assert (decision.add, decision.remove) == (0, removed)
-    assert state.scale_down_due(at(now)) == due
+    assert pool_scaling.scale_down_due(state, at(now)) == due
 
 
 def test_a_host_a_user_created_is_never_removed() -> None:
     pool = scale_down_pool(delay=0)
     state = pool.state
     for now in (0, 1, 10**6):
-        decision = state.decide_scaling(at(now))
+        decision = pool_scaling.decide(state, at(now))
         assert decision is not None
         assert "users" not in decision.remove
     assert "users" not in state.empty_since
@@ -573,20 +574,20 @@ def test_a_host_a_user_created_is_never_removed() -> None:
 def test_an_empty_delay_starts_again_when_the_host_had_a_session_meanwhile() -> None:
     pool = scale_down_pool()
     state = pool.state
-    state.decide_scaling(T0)  # busy and mine empty since T0
+    pool_scaling.decide(state, T0)  # busy and mine empty since T0
     pool.session("rm", "mona", "mine", now=at(100))
-    state.decide_scaling(at(100))
+    pool_scaling.decide(state, at(100))
     assert "mine" not in state.empty_since
     state.drop_request("rm")
-    state.decide_scaling(at(200))
+    pool_scaling.decide(state, at(200))
     assert state.empty_since["mine"] == at(200)
-    assert state.scale_down_due(at(250)) == at(300)  # busy's delay ends first
-    decision = state.decide_scaling(at(300))
+    assert pool_scaling.scale_down_due(state, at(250)) == at(300)  # busy's delay ends first
+    decision = pool_scaling.decide(state, at(300))
     assert decision is not None
     assert decision.remove == ["busy"]
     state.begin_removal(decision.remove)
-    assert state.scale_down_due(at(300)) == at(500)
-    decision = state.decide_scaling(at(500))
+    assert pool_scaling.scale_down_due(state, at(300)) == at(500)
+    decision = pool_scaling.decide(state, at(500))
     assert decision is not None
     assert decision.remove == ["mine"]
 
@@ -599,7 +600,7 @@ def test_no_host_is_removed_while_requests_wait_for_capacity() -> None:
     pool.session("r0", "zed", "m1")
     pool.arrive("r1", "alice")
     pool.place()
-    decision = pool.state.decide_scaling(at(1000))
+    decision = pool_scaling.decide(pool.state, at(1000))
     assert decision is not None
     assert (decision.add, decision.remove, decision.limited) == (0, [], True)
 
@@ -662,11 +663,11 @@ def test_a_namesake_of_a_waiting_request_gets_its_own_wait_written() -> None:
 
 def test_a_waiting_request_that_failed_no_longer_counts_for_scaling() -> None:
     pool = saturated_pool(5, ["alice"])
-    assert pool.state.decide_scaling(T0) is not None
-    assert pool.state.waiting_for_capacity() == 1
+    assert pool_scaling.decide(pool.state, T0) is not None
+    assert pool_scaling.waiting_for_capacity(pool.state) == 1
     pool.put(request_obj("w0", "alice", rv=5, status={"phase": Phase.FAILED.value}))
-    assert pool.state.waiting_for_capacity() == 0
-    decision = pool.state.decide_scaling(T0)
+    assert pool_scaling.waiting_for_capacity(pool.state) == 0
+    decision = pool_scaling.decide(pool.state, T0)
     assert decision is not None
     assert decision.add == 0
 

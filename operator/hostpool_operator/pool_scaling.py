@@ -1,0 +1,97 @@
+"""A pool's scaling, read from its state: the hosts as scaling sees them, the demand that
+waits for capacity, and the decision.
+
+Pure functions of a :class:`PoolState` and ``now``. Hosts the operator added whose workloads
+are still starting count as capacity on its way (so one burst never provisions twice); a
+host whose workload is missing, not Ready past its timeout, or closed for sessions adds none.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from .api import Reason
+from .pool_state import PoolState
+from .records import query_order
+from .scaling import ScaleHost, ScalingDecision, decide_scaling
+
+#: Reasons of requests that wait for capacity (adding hosts helps them).
+WAITING_FOR_CAPACITY = frozenset({Reason.POOL_SATURATED, Reason.HOSTS_STARTING})
+
+
+def waiting_for_capacity(state: PoolState) -> int:
+    """Distinct users whose requests wait because every slot is taken (or still starting)."""
+    users = set()
+    for name, reason in state.pending_said.items():
+        record = state.requests.get(name)
+        if reason in WAITING_FOR_CAPACITY and record is not None and record.demand is not None:
+            users.add(record.demand.user)
+    return len(users)
+
+
+def scale_hosts(state: PoolState, now: datetime) -> list[ScaleHost]:
+    """The hosts as scaling sees them, in query order (those being removed left out),
+    noting since when each operator-created host has been empty."""
+    hosts = []
+    for record in sorted(
+        state.hosts.values(), key=lambda h: (query_order(h.meta.created), h.meta.name)
+    ):
+        name = record.meta.name
+        if name in state.removing:
+            continue
+        view = state.balancer.host(name) if state.balancer is not None else None
+        sessions = state.ledger.count_on(name)
+        if record.managed and sessions == 0:
+            state.empty_since.setdefault(name, now)
+        else:
+            state.empty_since.pop(name, None)
+        workload = state.workload_state(record, now)
+        if view is None or record.spec is None:
+            closed = True  # a host the engine cannot use (invalid spec) adds no capacity
+        elif workload is not None and workload.starting:
+            closed = record.spec.drain_mode  # its slots are on their way
+        else:
+            closed = view.drain_mode
+        hosts.append(
+            ScaleHost(
+                name=name,
+                sessions=sessions,
+                drain_mode=closed,
+                managed=record.managed,
+                empty_since=state.empty_since.get(name),
+            )
+        )
+    return hosts
+
+
+def decide(state: PoolState, now: datetime) -> ScalingDecision | None:
+    """What scaling does now (None: the pool has no valid scaling spec)."""
+    spec = state.spec
+    if spec is None or spec.scaling is None or state.balancer is None:
+        return None
+    hosts = scale_hosts(state, now)
+    return decide_scaling(
+        spec.scaling, state.balancer.limit, hosts, waiting_for_capacity(state), now
+    )
+
+
+def scale_down_due(state: PoolState, now: datetime) -> datetime | None:
+    """When the next running scale-down delay ends. Only delays still running count: a
+    host whose delay is over was kept for a reason (minHosts, bufferSessions, waiting
+    requests) that only an event can change."""
+    spec = state.spec
+    if spec is None or spec.scaling is None or not state.empty_since:
+        return None
+    delay = timedelta(seconds=spec.scaling.scale_down_delay_seconds)
+    ends = [since + delay for since in state.empty_since.values() if since + delay > now]
+    return min(ends) if ends else None
+
+
+def start_deadlines(state: PoolState, now: datetime) -> list[datetime]:
+    """When each starting host's ready timeout ends (its status and scaling change then)."""
+    deadlines = []
+    for host in state.hosts.values():
+        workload = state.workload_state(host, now)
+        if workload is not None and workload.ready_by is not None:
+            deadlines.append(workload.ready_by)
+    return deadlines

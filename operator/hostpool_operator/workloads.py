@@ -1,0 +1,217 @@
+"""What the operator knows of the workload behind a host, and what follows from it.
+
+Pure: a workload (a Pod, a VirtualMachine, any object with a ``Ready`` condition) is kept as
+a small record built from the API's JSON; from the record, the host's reference and ``now``
+follow whether the host may take new sessions (its gate), whether it is still starting, the
+host's address, and the manifest of a workload to create.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .api import API_VERSION
+from .api_workload import DEFAULT_ADDRESS_FROM, WorkloadRef, WorkloadTemplate
+from .records import MANAGED_LABEL, MANAGER, POOL_LABEL, parse_time
+
+#: Label on every workload the operator creates, naming its SessionHost.
+HOST_LABEL = "hostpool.io/host"
+#: Pod phases a pod never leaves: its machine is gone for good.
+TERMINAL_POD_PHASES = frozenset({"Failed", "Succeeded"})
+
+#: (group, kind): which workloads one informer watches.
+KindKey = tuple[str, str]
+#: (namespace, group, kind, name): one workload.
+WorkloadKey = tuple[str, str, str, str]
+
+
+def kind_key(api_version: str, kind: str) -> KindKey:
+    return (api_version.rpartition("/")[0], kind)
+
+
+def workload_key(namespace: str, ref: WorkloadRef) -> WorkloadKey:
+    return (namespace, ref.group, ref.kind, ref.name)
+
+
+def resolve(obj: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted path (list items by index), or None when any step is missing."""
+    node: Any = obj
+    for step in path.split("."):
+        if isinstance(node, Mapping):
+            node = node.get(step)
+        elif isinstance(node, list) and step.isdigit() and int(step) < len(node):
+            node = node[int(step)]
+        else:
+            return None
+    return node
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRecord:
+    """The parts of a workload the operator reads."""
+
+    namespace: str
+    name: str
+    uid: str
+    created: datetime | None
+    ready: bool
+    #: Pod phase Failed or Succeeded: it will never be Ready again.
+    terminal: bool
+    #: The uid of the SessionHost that controls it (None: someone else's).
+    owner_host_uid: str | None
+    #: metadata and status, for addressFrom (the spec is dropped: pods' are large).
+    readable: dict[str, Any]
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any], kind: str) -> WorkloadRecord:
+        """From the API's JSON (list items carry no kind: it is passed in)."""
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        assert isinstance(meta, Mapping)
+        status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+        assert isinstance(status, Mapping)
+        ready = any(
+            isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        owner = next(
+            (
+                str(ref.get("uid", ""))
+                for ref in meta.get("ownerReferences") or []
+                if isinstance(ref, Mapping)
+                and ref.get("controller")
+                and ref.get("kind") == "SessionHost"
+            ),
+            None,
+        )
+        terminal = kind == "Pod" and status.get("phase") in TERMINAL_POD_PHASES
+        readable = {
+            "metadata": {k: v for k, v in meta.items() if k != "managedFields"},
+            "status": dict(status),
+        }
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            created=parse_time(meta.get("creationTimestamp")),
+            ready=ready and not terminal,
+            terminal=terminal,
+            owner_host_uid=owner,
+            readable=readable,
+        )
+
+    def address(self, path: str | None) -> str | None:
+        value = resolve(self.readable, path or DEFAULT_ADDRESS_FROM)
+        return str(value) if isinstance(value, str | int) and str(value) else None
+
+
+class Gate(enum.StrEnum):
+    """May the host take new sessions, as far as its workload goes."""
+
+    OPEN = "Ready"
+    NOT_READY = "WorkloadNotReady"
+    MISSING = "WorkloadMissing"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadState:
+    """A host's workload as its decisions see it."""
+
+    gate: Gate
+    #: Created by the operator and not Ready yet, within hostReadyTimeoutSeconds: its slots
+    #: are on their way (scaling counts them; waiting requests say HostsStarting).
+    starting: bool
+    #: Not Ready for longer than hostReadyTimeoutSeconds: reported and counted out.
+    timed_out: bool
+    #: The WorkloadReady condition's reason and message.
+    reason: str
+    message: str
+    #: When a starting host's ready timeout ends.
+    ready_by: datetime | None = None
+
+
+def workload_state(
+    ref: WorkloadRef,
+    workload: WorkloadRecord | None,
+    *,
+    known: bool,
+    managed: bool,
+    host_created: datetime | None,
+    ready_timeout: float,
+    now: datetime,
+) -> WorkloadState:
+    """The gate of a host with a workloadRef. ``known``: the workload's kind has been listed,
+    so an absent record means the workload does not exist."""
+    what = f"{ref.kind} {ref.name!r}"
+    if workload is not None and workload.ready:
+        return WorkloadState(Gate.OPEN, False, False, "Ready", f"{what} is Ready")
+    if workload is None:
+        gate = Gate.MISSING
+        reason = "Missing" if known else "NotObserved"
+        message = f"{what} does not exist" if known else f"{what} not observed yet"
+    else:
+        gate = Gate.NOT_READY
+        reason = "Terminated" if workload.terminal else "NotReady"
+        message = f"{what} has ended" if workload.terminal else f"{what} is not Ready"
+    starting = timed_out = False
+    ready_by = None
+    if managed:
+        # A recreated workload starts afresh: the clock runs from the later creation.
+        times = [t for t in (host_created, workload.created if workload else None) if t]
+        since = max(times) if times else now
+        waited = (now - since).total_seconds()
+        if waited < ready_timeout:
+            starting = True
+            ready_by = since + timedelta(seconds=ready_timeout)
+        else:
+            timed_out = True
+            reason = "StartTimeout"
+            message = f"{message} {waited:.0f}s after it was created; counted out of capacity"
+    return WorkloadState(gate, starting, timed_out, reason, message, ready_by)
+
+
+def workload_manifest(
+    template: WorkloadTemplate, *, host: str, host_uid: str, namespace: str, pool: str
+) -> dict[str, Any]:
+    """The workload of a new host: the template's object, named after the host, labelled
+    with its pool and host, controlled by the host (so garbage collection removes it)."""
+    labels = {
+        **template.metadata.labels,
+        POOL_LABEL: pool,
+        HOST_LABEL: host,
+        MANAGED_LABEL: MANAGER,
+    }
+    return {
+        "apiVersion": template.api_version,
+        "kind": template.kind,
+        "metadata": {
+            "name": host,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": dict(template.metadata.annotations),
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "SessionHost",
+                    "name": host,
+                    "uid": host_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": template.spec,
+    }
+
+
+def workload_ref(template: WorkloadTemplate, host: str) -> WorkloadRef:
+    """The reference a new host keeps to its workload."""
+    return WorkloadRef(
+        api_version=template.api_version,
+        kind=template.kind,
+        name=host,
+        address_from=template.address_from,
+    )
