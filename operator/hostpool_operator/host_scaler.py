@@ -26,7 +26,7 @@ from .pool_state import PoolState
 from .records import MANAGED_LABEL, MANAGER, POOL_LABEL, HostRecord
 from .scaling import host_manifest
 from .services import HOSTS, Services
-from .workloads import workload_manifest
+from .workloads import WorkloadRecord, workload_manifest
 
 #: Characters of generated host names (as the API server's generateName uses: no vowels,
 #: no look-alike digits).
@@ -52,12 +52,14 @@ class HostScaler:
         state: PoolState,
         services: Services,
         host_created: Callable[[Mapping[str, Any]], None],
+        workload_created: Callable[[str, WorkloadRecord], None],
         wake: Callable[[], None],
         mark_dirty: Callable[[], None],
     ) -> None:
         self.state = state
         self.services = services
         self._host_created = host_created
+        self._workload_created = workload_created
         self._wake = wake
         self._mark_dirty = mark_dirty
         self.task: asyncio.Task[None] | None = None
@@ -283,21 +285,41 @@ class HostScaler:
             pool=state.name,
         )
         try:
-            await self.services.client.create(
+            obj = await self.services.client.create(
                 plural, state.namespace, manifest, api_version=template.api_version
             )
         except ApiError as error:
+            if error.conflict and await self._ours_already(template, plural, host):
+                return True  # created by an earlier try whose answer was lost
             self._refuse("FailedCreate", f"{template.kind} {host.meta.name!r}: {error.message}")
             return False
         except ApiTransportError as error:
             log.warning("%s/%s: workload not created: %s", state.namespace, host.meta.name, error)
             self._retry_at = time.monotonic() + RETRY_FIRST
             return False
+        # Known at once, so no pass takes it for missing before the watch event arrives.
+        self._workload_created(host.meta.name, WorkloadRecord.of(obj, template.kind))
         if self.refused is not None:
             self.refused = None
             self._mark_dirty()
         self._backoff = RETRY_FIRST
         self._retry_at = 0.0
+        return True
+
+    async def _ours_already(
+        self, template: WorkloadTemplate, plural: str, host: HostRecord
+    ) -> bool:
+        """A workload of the host's name exists: is it the one this host controls?"""
+        try:
+            obj = await self.services.client.get(
+                plural, self.state.namespace, host.meta.name, api_version=template.api_version
+            )
+        except (ApiError, ApiTransportError):
+            return False
+        record = WorkloadRecord.of(obj, template.kind)
+        if record.owner_host_uid != host.meta.uid:
+            return False
+        self._workload_created(host.meta.name, record)
         return True
 
     def _refuse(self, reason: str, message: str) -> None:

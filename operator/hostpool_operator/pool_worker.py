@@ -55,6 +55,7 @@ class PoolWorker:
             self.state,
             services,
             host_created=lambda obj: router.on_host_event("ADDED", obj),
+            workload_created=lambda host, record: self.on_workload(host, record, known=True),
             wake=self.wake,
             mark_dirty=self.mark_dirty,
         )

@@ -234,7 +234,7 @@ class RequestWriter:
             reason.value,
             f"{message} (pool {state.name}; further requests pending for this reason are "
             "not reported for a while)",
-            "Warning" if reason is not Reason.POOL_SATURATED else "Normal",
+            "Normal" if reason in (Reason.POOL_SATURATED, Reason.HOSTS_STARTING) else "Warning",
             once_per=("pending", state.namespace, state.name, reason.value),
         )
 
