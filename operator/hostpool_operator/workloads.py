@@ -158,7 +158,9 @@ def workload_state(
         message = f"{what} has ended" if workload.terminal else f"{what} is not Ready"
     starting = timed_out = False
     ready_by = None
-    if managed:
+    if managed and (workload is not None or not known):
+        # Starting: it exists but is not Ready yet, or it is not listed yet. A workload known
+        # to be missing is not on its way (it was refused, or is being made again).
         # A recreated workload starts afresh: the clock runs from the later creation.
         times = [t for t in (host_created, workload.created if workload else None) if t]
         since = max(times) if times else now

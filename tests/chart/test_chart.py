@@ -7,6 +7,7 @@ No cluster: ``helm lint`` and ``helm template`` only (the live proof of the RBAC
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -53,6 +54,18 @@ OPERATOR_RULES: list[Obj] = [
     {"apiGroups": ["hostpool.io"], "resources": ["hostpools/finalizers"], "verbs": ["update"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
+#: The verbs of every workload rule: informers (get, list, watch), a pool's hostTemplate
+#: creating a host's workload, and a terminally failed workload deleted and created again.
+WORKLOAD_VERBS = ["get", "list", "watch", "create", "delete"]
+#: Workloads are controlled by their SessionHost with blockOwnerDeletion: true.
+HOST_FINALIZERS_RULE: Obj = {
+    "apiGroups": ["hostpool.io"],
+    "resources": ["sessionhosts/finalizers"],
+    "verbs": ["update"],
+}
+POD_RULE: Obj = {"apiGroups": [""], "resources": ["pods"], "verbs": WORKLOAD_VERBS}
+#: The rules of the default values: the operator's own, and Pods as workloads.
+DEFAULT_RULES: list[Obj] = [*OPERATOR_RULES, HOST_FINALIZERS_RULE, POD_RULE]
 LEASE_RULES: list[Obj] = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     {
@@ -114,6 +127,22 @@ def container(docs: list[Obj]) -> Obj:
     return result
 
 
+def operator_rules(docs: list[Obj]) -> list[Obj]:
+    """The rules of the operator's role on its objects: the ClusterRole, or with
+    watchNamespace the Role outside the release namespace (not the Lease's)."""
+    roles = by_kind(docs, "ClusterRole") or [
+        r for r in by_kind(docs, "Role") if r["metadata"]["namespace"] != "hostpool-system"
+    ]
+    assert len(roles) == 1, roles
+    rules: list[Obj] = roles[0]["rules"]
+    return rules
+
+
+def workload_rules(rules: list[Obj]) -> list[Obj]:
+    """The rules beyond the operator's fixed ones."""
+    return [r for r in rules if r not in OPERATOR_RULES]
+
+
 def source_crds() -> dict[str, Obj]:
     return {
         (doc := yaml.safe_load(p.read_text()))["metadata"]["name"]: doc
@@ -138,6 +167,10 @@ def test_helm_lint_is_clean(helm: Path, tmp_path: Path) -> None:
                 "crds": {"enabled": False},
                 "serviceMonitor": {"enabled": True},
                 "leaderElection": {"enabled": False},
+                "workloadResources": [
+                    {"apiGroup": "", "resources": ["pods"]},
+                    {"apiGroup": "kubevirt.io", "resources": ["virtualmachines"]},
+                ],
             }
         )
     )
@@ -193,7 +226,7 @@ def test_default_objects(render: Render) -> None:
 def test_default_rbac_grants_exactly_the_operators_calls(render: Render) -> None:
     docs = render()
     cluster_role = one(docs, "ClusterRole")
-    assert cluster_role["rules"] == OPERATOR_RULES
+    assert cluster_role["rules"] == DEFAULT_RULES
     binding = one(docs, "ClusterRoleBinding")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -290,7 +323,7 @@ def test_watch_namespace_uses_a_role_there(render: Render) -> None:
     docs = render(watchNamespace="vdi")
     roles = {r["metadata"]["namespace"]: r for r in by_kind(docs, "Role")}
     assert sorted(roles) == ["hostpool-system", "vdi"]
-    assert roles["vdi"]["rules"] == OPERATOR_RULES
+    assert roles["vdi"]["rules"] == DEFAULT_RULES
     assert roles["hostpool-system"]["rules"] == LEASE_RULES
     bindings = {b["metadata"]["namespace"]: b for b in by_kind(docs, "RoleBinding")}
     assert bindings["vdi"]["roleRef"]["name"] == roles["vdi"]["metadata"]["name"]
@@ -300,6 +333,62 @@ def test_watch_namespace_uses_a_role_there(render: Render) -> None:
     assert not by_kind(docs, "ClusterRoleBinding")
     args = container(docs)["args"]
     assert args[args.index("--namespace") + 1] == "vdi"
+
+
+@pytest.mark.parametrize("watch_namespace", ["", "vdi"])
+def test_default_workload_rule_is_pods_with_exactly_the_workload_verbs(
+    render: Render, watch_namespace: str
+) -> None:
+    """Default values: one workload rule, Pods in the core group, get/list/watch/create/
+    delete and nothing else (no update, patch or subresource)."""
+    rules = operator_rules(render(watchNamespace=watch_namespace))
+    assert workload_rules(rules) == [HOST_FINALIZERS_RULE, POD_RULE]
+    pod_rules = [r for r in rules if any(res.startswith("pods") for res in r["resources"])]
+    assert pod_rules == [POD_RULE]
+    assert sorted(pod_rules[0]["verbs"]) == ["create", "delete", "get", "list", "watch"]
+    assert pod_rules[0]["apiGroups"] == [""]
+
+
+@pytest.mark.parametrize("watch_namespace", ["", "vdi"])
+def test_custom_workload_resources_render_exactly_those_rules(
+    render: Render, watch_namespace: str
+) -> None:
+    resources = [
+        {"apiGroup": "kubevirt.io", "resources": ["virtualmachines"]},
+        {"apiGroup": "desktops.example.com", "resources": ["desktops", "kiosks"]},
+    ]
+    rules = operator_rules(render(watchNamespace=watch_namespace, workloadResources=resources))
+    assert workload_rules(rules) == [
+        HOST_FINALIZERS_RULE,
+        {"apiGroups": ["kubevirt.io"], "resources": ["virtualmachines"], "verbs": WORKLOAD_VERBS},
+        {
+            "apiGroups": ["desktops.example.com"],
+            "resources": ["desktops", "kiosks"],
+            "verbs": WORKLOAD_VERBS,
+        },
+    ]
+    # The list replaces the default: no Pods unless listed.
+    assert not [r for r in rules if "pods" in r["resources"]]
+
+
+@pytest.mark.parametrize("watch_namespace", ["", "vdi"])
+def test_no_workload_resources_no_workload_rule(render: Render, watch_namespace: str) -> None:
+    rules = operator_rules(render(watchNamespace=watch_namespace, workloadResources=[]))
+    assert rules == OPERATOR_RULES
+    assert not [r for r in rules if set(r["verbs"]) >= {"get", "create", "delete"}]
+
+
+def test_the_kubevirt_command_of_the_docs(helm: Path) -> None:
+    """docs/install.md's --set-json for KubeVirt: Pods and VirtualMachines."""
+    docs = (REPO_ROOT / "docs" / "install.md").read_text()
+    (value,) = re.findall(r"--set-json '(workloadResources=[^']*)'", docs)
+    proc = run_helm(helm, "template", "hp", str(CHART_DIR), "--set-json", value)
+    rules = operator_rules([d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)])
+    assert workload_rules(rules) == [
+        HOST_FINALIZERS_RULE,
+        POD_RULE,
+        {"apiGroups": ["kubevirt.io"], "resources": ["virtualmachines"], "verbs": WORKLOAD_VERBS},
+    ]
 
 
 def test_rbac_and_service_account_can_be_left_out(render: Render) -> None:
@@ -413,6 +502,42 @@ def test_image_and_extra_args(render: Render) -> None:
         ({"metrics.port": 70000}, "at '/metrics/port'"),
         ({"crds.keep": "yes"}, "at '/crds/keep': got string, want boolean"),
         ({"replicas": 1}, "additional properties 'replicas' not allowed"),
+        (
+            {"workloadResources": [{"apiGroup": "kubevirt.io"}]},
+            "at '/workloadResources/0': missing property 'resources'",
+        ),
+        (
+            {"workloadResources": [{"apiGroup": "kubevirt.io", "resources": "virtualmachines"}]},
+            "at '/workloadResources/0/resources': got string, want array",
+        ),
+        (
+            {"workloadResources": [{"resources": ["pods"]}]},
+            "at '/workloadResources/0': missing property 'apiGroup'",
+        ),
+        (
+            {"workloadResources": [{"apiGroup": "", "resources": []}]},
+            "at '/workloadResources/0/resources': minItems",
+        ),
+        (
+            {"workloadResources": [{"apiGroup": "", "resources": ["*"]}]},
+            "at '/workloadResources/0/resources/0'",
+        ),
+        (
+            {"workloadResources": [{"apiGroup": "", "resources": ["pods/exec"]}]},
+            "at '/workloadResources/0/resources/0'",
+        ),
+        (
+            {"workloadResources": [{"apiGroup": "*", "resources": ["pods"]}]},
+            "at '/workloadResources/0/apiGroup'",
+        ),
+        (
+            {"workloadResources": [{"apiGroup": "", "resources": ["pods"], "verbs": ["*"]}]},
+            "additional properties 'verbs' not allowed",
+        ),
+        (
+            {"workloadResources": {"apiGroup": ""}},
+            "at '/workloadResources': got object, want array",
+        ),
     ],
 )
 def test_schema_refuses_bad_values(helm: Path, values: dict[str, Any], message: str) -> None:

@@ -8,6 +8,12 @@ as a subprocess with the arguments of the chart's Deployment under that identity
 drives placement, scale-up and scale-down, checks that the operator's log holds no
 authorization refusal, and that the identity is refused (403) what its role does not grant.
 
+The workload rules (chart value ``workloadResources``) are proven with real requests under
+the same token: with the default values the identity creates, gets, lists, watches and
+deletes a Pod in the watched namespace, and is refused Deployments, Secrets and patching the
+Pod; with a custom resource in ``workloadResources`` (a CRD installed for the test) that
+resource gets the same five calls, and an empty list grants none.
+
 The namespaced test also takes the objects the Argo CD health checks are tested against
 (``tests/chart/test_argocd_health.py``): it runs the Lua checks on the live objects, and
 with ``HOSTPOOL_UPDATE_ARGOCD_FIXTURES=1`` writes them to ``tests/e2e/fixtures/argocd/``.
@@ -54,6 +60,13 @@ FORBIDDEN = re.compile(r"forbidden|\b403\b", re.IGNORECASE)
 TERMINATING = "because it is being terminated"
 #: How long the waits here may take (polling every 0.2 s; an exception fails at once).
 WAIT_SECONDS = 45
+
+#: The workload verbs the chart grants on each entry of ``workloadResources``.
+WORKLOAD_VERBS = ("get", "list", "watch", "create", "delete")
+#: A custom workload kind for the test: its CRD is created (and removed) by ``desktop_crd``.
+DESKTOP_GROUP = "vdi.example.com"
+DESKTOP_CRD_NAME = f"desktops.{DESKTOP_GROUP}"
+CRD_BASE = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 Obj = dict[str, Any]
 
@@ -356,6 +369,164 @@ def assert_refused(identity: Identity, method: str, path: str, body: Any = None)
     assert identity.username in answer.get("message", "")
 
 
+def pod_manifest(name: str) -> Obj:
+    """A pod for the fake nodes (it tolerates their taint); on a cluster with real nodes and
+    no node labelled type=kwok it just stays Pending, which is all these tests need."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"type": "kwok"},
+            "tolerations": [
+                {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+            "containers": [{"name": "desktop", "image": "example.invalid/desktop:1"}],
+        },
+    }
+
+
+def desktop_manifest(name: str) -> Obj:
+    return {
+        "apiVersion": f"{DESKTOP_GROUP}/v1",
+        "kind": "Desktop",
+        "metadata": {"name": name},
+        "spec": {"image": "example.invalid/desktop:1"},
+    }
+
+
+def pods_path(namespace: str | None = None) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+
+
+def desktops_path(namespace: str) -> str:
+    return f"/apis/{DESKTOP_GROUP}/v1/namespaces/{namespace}/desktops"
+
+
+def wait_default_service_account(kube: Kube, namespace: str) -> None:
+    """A pod is admitted only once its namespace's ServiceAccount ``default`` exists (the
+    ServiceAccount admission plugin refuses it before that, also with reason Forbidden)."""
+    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
+    wait_for(lambda: kube.request("GET", path)[0] == 200, WAIT_SECONDS, what=path)
+
+
+def wait_role_in_effect(identity: Identity, namespace: str) -> None:
+    """Until the API server's authorizer has seen the new role and binding, even granted
+    calls are refused: wait until a SelfSubjectAccessReview for one of the operator's fixed
+    rules (list sessionhosts) is allowed."""
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {
+            "resourceAttributes": {
+                "group": "hostpool.io",
+                "resource": "sessionhosts",
+                "verb": "list",
+                "namespace": namespace,
+            }
+        },
+    }
+    path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+    def allowed() -> bool:
+        answer = identity.api.call("POST", path, body=review)
+        return bool(answer["status"].get("allowed"))
+
+    wait_for(allowed, WAIT_SECONDS, what=f"the role of {identity.username} in effect")
+
+
+#: Every verb RBAC knows for a resource collection or object.
+ALL_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+
+
+def allowed_verbs(identity: Identity, group: str, resource: str, namespace: str) -> set[str]:
+    """The verbs of ALL_VERBS the identity may use on ``resource`` in ``namespace``, each
+    asked of the API server with a SelfSubjectAccessReview under the identity's token."""
+    path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+    allowed: set[str] = set()
+    for verb in ALL_VERBS:
+        attributes = {"group": group, "resource": resource, "verb": verb, "namespace": namespace}
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        }
+        if identity.api.call("POST", path, body=review)["status"].get("allowed"):
+            allowed.add(verb)
+    return allowed
+
+
+def watch_events(identity: Identity, collection: str, resource_version: str) -> list[Obj]:
+    """The events of a real watch from ``resource_version``, which the server ends after
+    2 s (``timeoutSeconds``)."""
+    code, answer = identity.api.request(
+        "GET",
+        collection,
+        query={"watch": "true", "resourceVersion": resource_version, "timeoutSeconds": "2"},
+    )
+    assert code == 200, f"{identity.username}: watch {collection} answered {code}: {answer}"
+    if isinstance(answer, dict):  # a single event line decodes as one object
+        return [answer]
+    return [json.loads(line) for line in str(answer or "").splitlines() if line.strip()]
+
+
+def assert_workload_calls(identity: Identity, kube: Kube, collection: str, body: Obj) -> None:
+    """The identity's own requests on one workload resource: list, create, get, list, watch
+    (the ADDED event of the object it created) and delete all succeed; patching it (a verb
+    the chart does not grant) is refused. The admin then sees the object gone."""
+    name = body["metadata"]["name"]
+    who = identity.username
+
+    def ok(method: str, path: str, codes: tuple[int, ...], **kwargs: Any) -> Any:
+        code, answer = identity.api.request(method, path, **kwargs)
+        assert code in codes, f"{who}: {method} {path} answered {code}: {answer}"
+        return answer
+
+    before = ok("GET", collection, (200,))
+    created = ok("POST", collection, (201,), body=body)
+    uid = created["metadata"]["uid"]
+    assert ok("GET", f"{collection}/{name}", (200,))["metadata"]["uid"] == uid
+    listing = ok("GET", collection, (200,))
+    assert uid in [o["metadata"]["uid"] for o in listing["items"]]
+    events = watch_events(identity, collection, before["metadata"]["resourceVersion"])
+    added = [e for e in events if e.get("type") == "ADDED"]
+    assert uid in [e["object"]["metadata"]["uid"] for e in added], events
+    assert_refused(
+        identity, "PATCH", f"{collection}/{name}", {"metadata": {"labels": {"patched": "yes"}}}
+    )
+    options = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+    ok("DELETE", f"{collection}/{name}", (200, 202), body=options)
+    wait_for(
+        lambda: kube.request("GET", f"{collection}/{name}")[0] == 404,
+        WAIT_SECONDS,
+        what=f"{collection}/{name} deleted by {who}",
+    )
+
+
+def assert_pod_workloads(identity: Identity, kube: Kube, namespace: str) -> None:
+    """Default workloadResources: Pods in the watched namespace, all five verbs; no
+    Deployments, no Secrets."""
+    wait_default_service_account(kube, namespace)
+    assert_workload_calls(identity, kube, pods_path(namespace), pod_manifest("workload-pod"))
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "desktops"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "desktop"}},
+            "template": {
+                "metadata": {"labels": {"app": "desktop"}},
+                "spec": pod_manifest("x")["spec"],
+            },
+        },
+    }
+    assert_refused(
+        identity, "POST", f"/apis/apps/v1/namespaces/{namespace}/deployments", deployment
+    )
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {}}
+    assert_refused(identity, "POST", f"/api/v1/namespaces/{namespace}/secrets", secret)
+
+
 def assert_probes(identity: Identity) -> None:
     """The liveness probe and the metrics endpoint the chart points at answer."""
     args = identity.operator_args
@@ -474,6 +645,11 @@ def test_clusterwide_role_places_scales_up_and_down(
         {"spec": {"user": "mallory@corp.example"}},
     )
     assert_refused(identity, "GET", "/api/v1/namespaces/kube-system/configmaps")
+
+    # Workloads (default workloadResources: Pods): all five verbs, cluster-wide lists too.
+    assert_pod_workloads(identity, kube, namespace)
+    code, answer = identity.api.request("GET", pods_path())
+    assert code == 200, f"list pods in all namespaces answered {code}: {answer}"
 
 
 # Expected health of the captured objects: fixture name -> (Argo CD status, message part).
@@ -707,6 +883,12 @@ def run_namespaced_scenario(
     assert_refused(identity, "DELETE", resource_path("HostPool", namespace, "vdi"))
     assert_refused(identity, "POST", f"/api/v1/namespaces/{release_ns}/events", {})
 
+    # Workloads: Pods in the watched namespace only.
+    assert_pod_workloads(identity, kube, namespace)
+    assert_refused(identity, "GET", pods_path())
+    assert_refused(identity, "GET", pods_path(release_ns))
+    assert_refused(identity, "POST", pods_path(release_ns), pod_manifest("elsewhere"))
+
     check_and_store_fixtures(captured)
 
 
@@ -721,3 +903,106 @@ def check_and_store_fixtures(captured: dict[str, Obj]) -> None:
     if os.environ.get(UPDATE_FIXTURES_ENV) == "1":
         for name, obj in captured.items():
             write_fixture(name, obj)
+
+
+# ---------------------------------------------------------------------------------------
+# workloadResources: the kinds the operator may use as workloads
+
+
+@pytest.fixture
+def desktop_crd(kube: Kube) -> Iterator[str]:
+    """A namespaced custom kind (Desktop, vdi.example.com/v1) for a custom workload resource;
+    deleted afterwards."""
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": DESKTOP_CRD_NAME},
+        "spec": {
+            "group": DESKTOP_GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "plural": "desktops",
+                "singular": "desktop",
+                "kind": "Desktop",
+                "listKind": "DesktopList",
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "x-kubernetes-preserve-unknown-fields": True,
+                                },
+                                "status": {
+                                    "type": "object",
+                                    "x-kubernetes-preserve-unknown-fields": True,
+                                },
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    code, answer = kube.request("POST", CRD_BASE, body=crd)
+    assert code in (201, 409), f"creating the Desktop CRD answered {code}: {answer}"
+    served = f"/apis/{DESKTOP_GROUP}/v1/desktops"
+    wait_for(lambda: kube.request("GET", served)[0] == 200, WAIT_SECONDS, what=f"{served} served")
+    yield DESKTOP_GROUP
+    kube.request("DELETE", f"{CRD_BASE}/{DESKTOP_CRD_NAME}")
+
+
+def test_workload_resources_value_sets_the_workload_kinds(
+    kube: Kube,
+    namespace: str,
+    desktop_crd: str,
+    install_identity: Callable[[str, dict[str, Any]], Identity],
+) -> None:
+    """A custom resource listed in workloadResources gets the five workload verbs (next to
+    Pods, listed too); the default values do not grant it; an empty list grants no workload
+    at all. Real requests with each identity's token, in one-namespace mode."""
+    custom = install_identity(
+        namespace,
+        {
+            "watchNamespace": namespace,
+            "workloadResources": [
+                {"apiGroup": "", "resources": ["pods"]},
+                {"apiGroup": desktop_crd, "resources": ["desktops"]},
+            ],
+        },
+    )
+    default = install_identity(namespace, {"watchNamespace": namespace})
+    empty = install_identity(namespace, {"watchNamespace": namespace, "workloadResources": []})
+    for identity in (custom, default, empty):
+        wait_role_in_effect(identity, namespace)
+
+    assert_workload_calls(custom, kube, desktops_path(namespace), desktop_manifest("desk-1"))
+    assert_pod_workloads(custom, kube, namespace)
+
+    # The default values: Pods only, not the custom kind.
+    assert_refused(default, "GET", desktops_path(namespace))
+    assert_refused(default, "POST", desktops_path(namespace), desktop_manifest("desk-2"))
+
+    # No workload resources: neither Pods nor the custom kind, for any workload verb.
+    for collection, body in (
+        (pods_path(namespace), pod_manifest("p")),
+        (desktops_path(namespace), desktop_manifest("d")),
+    ):
+        assert_refused(empty, "GET", collection)
+        assert_refused(empty, "GET", f"{collection}/{body['metadata']['name']}")
+        assert_refused(empty, "POST", collection, body)
+        assert_refused(empty, "DELETE", f"{collection}/{body['metadata']['name']}")
+        code, answer = empty.api.request("GET", collection, query={"watch": "true"})
+        assert code == 403, f"watch {collection} answered {code}: {answer}"
+
+    # Exactly the five verbs, as the API server's authorizer answers for each identity.
+    for identity, expected in ((custom, set(WORKLOAD_VERBS)), (default, set()), (empty, set())):
+        assert allowed_verbs(identity, desktop_crd, "desktops", namespace) == expected
+    assert allowed_verbs(default, "", "pods", namespace) == set(WORKLOAD_VERBS)
+    assert allowed_verbs(empty, "", "pods", namespace) == set()

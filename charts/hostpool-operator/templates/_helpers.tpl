@@ -58,7 +58,14 @@ The rules the operator needs, and nothing else (proven by tests/e2e/test_rbac_li
 - hostpools/finalizers: update (hosts it creates carry an ownerReference with
   blockOwnerDeletion: true; clusters with the OwnerReferencesPermissionEnforcement admission
   plugin, e.g. OpenShift, require this permission on the owner for that);
-- core events: create (Events on pools, hosts and requests; never read back).
+- core events: create (Events on pools, hosts and requests; never read back);
+- one rule per entry of .Values.workloadResources: get, list, watch, create, delete (an
+  informer per workload kind; a pool's hostTemplate.workload creates one workload per host,
+  and a terminally failed workload the operator created is deleted and created again);
+- with any workload resource, sessionhosts/finalizers: update (each workload it creates is
+  controlled by its SessionHost with blockOwnerDeletion: true; see hostpools/finalizers).
+API discovery (/api/v1, /apis/<group>/<version>) needs no rule: the default
+system:discovery ClusterRole allows it to every authenticated identity.
 */}}
 {{- define "hostpool-operator.rules" -}}
 - apiGroups: ["hostpool.io"]
@@ -82,4 +89,14 @@ The rules the operator needs, and nothing else (proven by tests/e2e/test_rbac_li
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+{{- if .Values.workloadResources }}
+- apiGroups: ["hostpool.io"]
+  resources: ["sessionhosts/finalizers"]
+  verbs: ["update"]
+{{- end }}
+{{- range .Values.workloadResources }}
+- apiGroups: [{{ .apiGroup | toJson }}]
+  resources: {{ .resources | toJson }}
+  verbs: ["get", "list", "watch", "create", "delete"]
+{{- end }}
 {{- end }}
