@@ -439,13 +439,21 @@ def wait_role_in_effect(identity: Identity, namespace: str) -> None:
 ALL_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 
 
-def allowed_verbs(identity: Identity, group: str, resource: str, namespace: str) -> set[str]:
+def allowed_verbs(
+    identity: Identity, group: str, resource: str, namespace: str, subresource: str = ""
+) -> set[str]:
     """The verbs of ALL_VERBS the identity may use on ``resource`` in ``namespace``, each
     asked of the API server with a SelfSubjectAccessReview under the identity's token."""
     path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
     allowed: set[str] = set()
     for verb in ALL_VERBS:
-        attributes = {"group": group, "resource": resource, "verb": verb, "namespace": namespace}
+        attributes = {
+            "group": group,
+            "resource": resource,
+            "subresource": subresource,
+            "verb": verb,
+            "namespace": namespace,
+        }
         review = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",
@@ -1006,3 +1014,8 @@ def test_workload_resources_value_sets_the_workload_kinds(
         assert allowed_verbs(identity, desktop_crd, "desktops", namespace) == expected
     assert allowed_verbs(default, "", "pods", namespace) == set(WORKLOAD_VERBS)
     assert allowed_verbs(empty, "", "pods", namespace) == set()
+    # Workloads are controlled by their host with blockOwnerDeletion (needed where the
+    # OwnerReferencesPermissionEnforcement admission plugin runs): only with workloads.
+    for identity, expected in ((custom, {"update"}), (default, {"update"}), (empty, set())):
+        finalizers = allowed_verbs(identity, "hostpool.io", "sessionhosts", namespace, "finalizers")
+        assert finalizers == expected
