@@ -35,7 +35,9 @@ from .api_base import (
     SessionCounts,
     SessionState,
 )
-from .api_workload import TemplateMetadata, WorkloadRef, WorkloadTemplate
+from .api_workload import TemplateMetadata as TemplateMetadata  # re-exported
+from .api_workload import WorkloadRef as WorkloadRef
+from .api_workload import WorkloadTemplate as WorkloadTemplate
 
 # ---------------------------------------------------------------------------------------
 # HostPool

@@ -19,6 +19,7 @@ from .balancing import Demand, Placement
 from .pool_state import PoolState
 from .records import RequestRecord
 from .status import pending_message, says_pending
+from .workloads import Gate
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,8 @@ def decide(
         reason = placement.reason
         if starting_host_for(state, demand, now):
             reason = Reason.HOSTS_STARTING  # capacity is on its way: not saturated
+        elif reason is Reason.NO_ELIGIBLE_HOST and short_of_ready_hosts(state, demand, now):
+            reason = Reason.POOL_SATURATED  # more hosts would help: scaling may add them
         failed_shapes[shape] = reason
         return wait(state, record, reason, pending_message(reason))
     state.waiting.pop(name, None)
@@ -115,6 +118,27 @@ def starting_host_for(state: PoolState, demand: Demand, now: datetime) -> bool:
             if view is not None and view.supports(demand):
                 return True
     return False
+
+
+def short_of_ready_hosts(state: PoolState, demand: Demand, now: datetime) -> bool:
+    """Every host that could take this request (features, not in drain mode) is full or
+    has no Ready workload, and at least one has none: the pool lacks machines, which adding
+    hosts fixes (the engine alone would say NoEligibleHost, as for draining hosts)."""
+    assert state.balancer is not None
+    limit = state.balancer.limit
+    closed = False
+    for host in state.hosts.values():
+        if host.spec is None or host.spec.drain_mode or host.meta.name in state.removing:
+            continue
+        view = state.view(host, now)
+        if view is None or not view.supports(demand):
+            continue
+        workload = state.workload_state(host, now)
+        if workload is not None and workload.gate is not Gate.OPEN:
+            closed = True
+        elif view.sessions < limit:
+            return False  # a Ready host with room turned it away (logon-storm limits)
+    return closed
 
 
 def wait(state: PoolState, record: RequestRecord, reason: Reason, message: str) -> Wait | None:

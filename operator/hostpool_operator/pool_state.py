@@ -32,7 +32,7 @@ from .records import (
     parse_time,
     query_order,
 )
-from .workloads import Gate, WorkloadRecord, WorkloadState, workload_state
+from .workloads import Gate, WorkloadRecord, WorkloadState, host_address, workload_state
 
 log = logging.getLogger(__name__)
 
@@ -176,17 +176,7 @@ class PoolState:
         )
 
     def address_of(self, host: HostRecord) -> str | None:
-        """The address in force: the spec's, else the agent's, else the workload's."""
-        if host.spec is None:
-            return None
-        if host.spec.address:
-            return host.spec.address
-        agent = host.status.get("agent")
-        if isinstance(agent, dict) and isinstance(agent.get("address"), str) and agent["address"]:
-            return str(agent["address"])
-        ref = host.spec.workload_ref
-        workload = self.workloads.get(host.meta.name)
-        return workload.address(ref.address_from) if ref is not None and workload else None
+        return host_address(host, self.workloads.get(host.meta.name))
 
     def observe_workload(
         self, host: str, workload: WorkloadRecord | None, *, known: bool, now: datetime

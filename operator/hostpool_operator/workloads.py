@@ -16,7 +16,7 @@ from typing import Any
 
 from .api import API_VERSION
 from .api_workload import DEFAULT_ADDRESS_FROM, WorkloadRef, WorkloadTemplate
-from .records import MANAGED_LABEL, MANAGER, POOL_LABEL, parse_time
+from .records import MANAGED_LABEL, MANAGER, POOL_LABEL, HostRecord, parse_time
 
 #: Label on every workload the operator creates, naming its SessionHost.
 HOST_LABEL = "hostpool.io/host"
@@ -106,6 +106,20 @@ class WorkloadRecord:
     def address(self, path: str | None) -> str | None:
         value = resolve(self.readable, path or DEFAULT_ADDRESS_FROM)
         return str(value) if isinstance(value, str | int) and str(value) else None
+
+
+def host_address(host: HostRecord, workload: WorkloadRecord | None) -> str | None:
+    """The address in force: the spec's, else the one the agent reports, else the
+    workload's (at its reference's addressFrom)."""
+    if host.spec is None:
+        return None
+    if host.spec.address:
+        return host.spec.address
+    agent = host.status.get("agent")
+    if isinstance(agent, Mapping) and isinstance(agent.get("address"), str) and agent["address"]:
+        return str(agent["address"])
+    ref = host.spec.workload_ref
+    return workload.address(ref.address_from) if ref is not None and workload else None
 
 
 class Gate(enum.StrEnum):

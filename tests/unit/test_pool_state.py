@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from hostpool_operator import pool_scaling
 from hostpool_operator.api import Phase, Reason
 from hostpool_operator.balancing import HostView, Placement
-from hostpool_operator import pool_scaling
 from hostpool_operator.placement import Assign, Intent, Wait, place_pending
 from hostpool_operator.pool_state import PoolState
 from hostpool_operator.records import (

@@ -1,0 +1,564 @@
+"""Workload-backed hosts, the pure part: the workload record, the gate a host's workload
+puts on new sessions, starting and timed-out hosts, the address in force, the manifests;
+and what follows in the pool's state: HostsStarting, HostLost, scaling that counts starting
+hosts (one burst never provisions twice)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hostpool_operator import pool_scaling
+from hostpool_operator.api import Reason, Scaling, WorkloadRef, WorkloadTemplate
+from hostpool_operator.balancing import Placement
+from hostpool_operator.placement import Assign, Wait
+from hostpool_operator.records import HostRecord, PoolRecord
+from hostpool_operator.scaling import host_manifest
+from hostpool_operator.status import host_status, pool_status, session_counts
+from hostpool_operator.workloads import (
+    HOST_LABEL,
+    Gate,
+    WorkloadRecord,
+    host_address,
+    resolve,
+    workload_manifest,
+    workload_state,
+)
+from state_builders import (
+    NS,
+    POOL,
+    T0,
+    Pool,
+    assigned,
+    at,
+    host_obj,
+    metadata,
+    pool_obj,
+    request_obj,
+)
+
+Obj = dict[str, Any]
+MANAGED = {"hostpool.io/managed-by": "hostpool-operator", "hostpool.io/pool": POOL}
+POD_TEMPLATE: Obj = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"labels": {"app": "desktop", HOST_LABEL: "spoofed"}},
+    "spec": {"containers": [{"name": "desktop", "image": "xrdp"}], "unknownField": {"x": 1}},
+}
+
+
+def ref(name: str, **kw: Any) -> Obj:
+    return {"apiVersion": "v1", "kind": "Pod", "name": name, **kw}
+
+
+def pod(
+    name: str,
+    *,
+    ready: bool | None = True,
+    ip: str | None = "10.0.0.7",
+    created: int = 0,
+    phase: str = "Running",
+    owner_uid: str | None = None,
+    uid: str | None = None,
+) -> Obj:
+    meta = metadata(name, created=created, uid=uid)
+    meta["managedFields"] = [{"manager": "kubelet"}]
+    if owner_uid is not None:
+        meta["ownerReferences"] = [
+            {"kind": "SessionHost", "name": name, "uid": owner_uid, "controller": True}
+        ]
+    status: Obj = {"phase": phase}
+    if ready is not None:
+        status["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if ip is not None:
+        status["podIP"] = ip
+    return {"metadata": meta, "status": status}
+
+
+def workload_pool(limit: int = 2, timeout: int = 60, **scaling: Any) -> Obj:
+    return pool_obj(
+        limit,
+        scaling={
+            "maxHosts": 10,
+            "hostReadyTimeoutSeconds": timeout,
+            "hostTemplate": {"workload": POD_TEMPLATE},
+            **scaling,
+        },
+    )
+
+
+def managed_host(name: str, *, created: int = 0) -> Obj:
+    return host_obj(name, created=created, labels=MANAGED, workloadRef=ref(name))
+
+
+def observe(pool: Pool, host: str, obj: Obj | None, now: datetime = T0) -> list[Any]:
+    record = None if obj is None else WorkloadRecord.of(obj, "Pod")
+    return pool.state.observe_workload(host, record, known=True, now=now)
+
+
+# --------------------------------------------------------------------------- the record
+
+
+def test_record_reads_ready_owner_and_address_and_drops_managed_fields() -> None:
+    record = WorkloadRecord.of(pod("h1", owner_uid="uid-h1"), "Pod")
+    assert record.ready
+    assert not record.terminal
+    assert record.owner_host_uid == "uid-h1"
+    assert record.address(None) == "10.0.0.7"
+    assert record.address("metadata.name") == "h1"
+    assert "managedFields" not in record.readable["metadata"]
+
+
+@pytest.mark.parametrize(
+    ("ready", "phase", "is_ready", "terminal"),
+    [
+        (True, "Running", True, False),
+        (False, "Running", False, False),
+        (None, "Pending", False, False),
+        (True, "Failed", False, True),  # a failed pod never serves again, whatever it says
+        (False, "Succeeded", False, True),
+    ],
+)
+def test_record_readiness(ready: bool | None, phase: str, is_ready: bool, terminal: bool) -> None:
+    record = WorkloadRecord.of(pod("h1", ready=ready, phase=phase), "Pod")
+    assert (record.ready, record.terminal) == (is_ready, terminal)
+
+
+def test_only_pods_have_terminal_phases() -> None:
+    record = WorkloadRecord.of(pod("vm", phase="Failed"), "VirtualMachine")
+    assert record.ready
+    assert not record.terminal
+
+
+def test_owner_is_only_a_controlling_session_host() -> None:
+    obj = pod("h1")
+    obj["metadata"]["ownerReferences"] = [
+        {"kind": "ReplicaSet", "uid": "rs", "controller": True},
+        {"kind": "SessionHost", "uid": "sh", "controller": False},
+    ]
+    assert WorkloadRecord.of(obj, "Pod").owner_host_uid is None
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("status.podIP", "10.1.2.3"),
+        ("status.interfaces.1.ipAddress", "10.9.9.9"),
+        ("status.interfaces.2.ipAddress", None),
+        ("status.interfaces.x", None),
+        ("status.nothing.here", None),
+        ("status.port", 3389),
+    ],
+)
+def test_resolve_dotted_paths(path: str, expected: object) -> None:
+    obj = {
+        "status": {
+            "podIP": "10.1.2.3",
+            "port": 3389,
+            "interfaces": [{"ipAddress": "10.8.8.8"}, {"ipAddress": "10.9.9.9"}],
+        }
+    }
+    assert resolve(obj, path) == expected
+
+
+# --------------------------------------------------------------------------- the gate
+
+
+def state_of(
+    workload: Obj | None,
+    *,
+    known: bool = True,
+    managed: bool = True,
+    host_created: int = 0,
+    now: int = 10,
+    timeout: float = 60,
+) -> Any:
+    record = None if workload is None else WorkloadRecord.of(workload, "Pod")
+    return workload_state(
+        WorkloadRef.model_validate(ref("h1")),
+        record,
+        known=known,
+        managed=managed,
+        host_created=at(host_created),
+        ready_timeout=timeout,
+        now=at(now),
+    )
+
+
+def test_ready_workload_opens_the_gate() -> None:
+    state = state_of(pod("h1"))
+    assert (state.gate, state.starting, state.timed_out, state.reason) == (
+        Gate.OPEN,
+        False,
+        False,
+        "Ready",
+    )
+
+
+def test_not_ready_workload_of_a_new_host_is_starting_until_the_timeout() -> None:
+    state = state_of(pod("h1", ready=False), now=59)
+    assert (state.gate, state.starting, state.timed_out) == (Gate.NOT_READY, True, False)
+    assert state.ready_by == at(60)
+    late = state_of(pod("h1", ready=False), now=60)
+    assert (late.gate, late.starting, late.timed_out, late.reason) == (
+        Gate.NOT_READY,
+        False,
+        True,
+        "StartTimeout",
+    )
+    assert "counted out" in late.message
+
+
+def test_a_recreated_workload_starts_its_clock_again() -> None:
+    state = state_of(pod("h1", ready=False, created=100), now=150)
+    assert state.starting
+    assert state.ready_by == at(160)
+
+
+def test_known_missing_workload_is_not_on_its_way() -> None:
+    state = state_of(None, known=True)
+    assert (state.gate, state.starting, state.timed_out, state.reason) == (
+        Gate.MISSING,
+        False,
+        False,
+        "Missing",
+    )
+
+
+def test_a_workload_not_listed_yet_is_never_called_missing() -> None:
+    state = state_of(None, known=False)
+    assert (state.gate, state.reason, state.starting) == (Gate.MISSING, "NotObserved", True)
+
+
+def test_a_users_host_is_never_starting_nor_timed_out() -> None:
+    state = state_of(pod("h1", ready=False), managed=False, now=10_000)
+    assert (state.gate, state.starting, state.timed_out) == (Gate.NOT_READY, False, False)
+
+
+def test_an_ended_pod_closes_the_gate_as_terminated() -> None:
+    state = state_of(pod("h1", phase="Failed"), managed=False)
+    assert (state.gate, state.reason) == (Gate.NOT_READY, "Terminated")
+
+
+# --------------------------------------------------------------------------- address
+
+
+@pytest.mark.parametrize(
+    ("spec_address", "agent", "expected"),
+    [
+        ("rds.example", {"address": "10.5.5.5"}, "rds.example"),
+        (None, {"address": "10.5.5.5"}, "10.5.5.5"),
+        (None, None, "10.0.0.7"),
+        (None, {"address": ""}, "10.0.0.7"),
+    ],
+)
+def test_address_in_force(spec_address: str | None, agent: Obj | None, expected: str) -> None:
+    obj = host_obj("h1", workloadRef=ref("h1"))
+    if spec_address:
+        obj["spec"]["address"] = spec_address
+    if agent is not None:
+        obj["status"] = {"agent": agent}
+    workload = WorkloadRecord.of(pod("h1"), "Pod")
+    assert host_address(HostRecord.of(obj), workload) == expected
+
+
+def test_address_from_the_references_path() -> None:
+    obj = host_obj("h1", workloadRef=ref("h1", addressFrom="metadata.name"))
+    assert host_address(HostRecord.of(obj), WorkloadRecord.of(pod("h1"), "Pod")) == "h1"
+    assert host_address(HostRecord.of(obj), None) is None
+
+
+# --------------------------------------------------------------------------- manifests
+
+
+def test_workload_manifest_names_labels_and_owns() -> None:
+    template = WorkloadTemplate.model_validate(POD_TEMPLATE)
+    manifest = workload_manifest(template, host="p-x7k2p", host_uid="u1", namespace=NS, pool=POOL)
+    meta = manifest["metadata"]
+    assert (manifest["apiVersion"], manifest["kind"]) == ("v1", "Pod")
+    assert (meta["name"], meta["namespace"]) == ("p-x7k2p", NS)
+    # The operator's labels win over the template's: a template cannot point a workload at
+    # another host.
+    assert meta["labels"] == {
+        "app": "desktop",
+        HOST_LABEL: "p-x7k2p",
+        "hostpool.io/pool": POOL,
+        "hostpool.io/managed-by": "hostpool-operator",
+    }
+    [owner] = meta["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "SessionHost",
+        "p-x7k2p",
+        "u1",
+        True,
+    )
+    assert manifest["spec"] == POD_TEMPLATE["spec"]  # kept as written, unknown fields too
+
+
+def test_host_manifest_refers_to_its_workload() -> None:
+    scaling = Scaling.model_validate(
+        {"hostTemplate": {"workload": {**POD_TEMPLATE, "addressFrom": "status.hostIP"}}}
+    )
+    manifest = host_manifest(
+        scaling.host_template,
+        pool=POOL,
+        namespace=NS,
+        pool_uid="pu",
+        labels=MANAGED,
+        name="p-abcde",
+    )
+    assert manifest["metadata"]["name"] == "p-abcde"
+    assert "generateName" not in manifest["metadata"]
+    assert manifest["spec"]["workloadRef"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "p-abcde",
+        "addressFrom": "status.hostIP",
+    }
+
+
+def test_host_manifest_without_workload_keeps_generate_name() -> None:
+    scaling = Scaling.model_validate({})
+    manifest = host_manifest(
+        scaling.host_template, pool=POOL, namespace=NS, pool_uid="pu", labels=MANAGED
+    )
+    assert manifest["metadata"]["generateName"] == f"{POOL}-"
+    assert "workloadRef" not in manifest["spec"]
+
+
+# --------------------------------------------------------------------------- the pool
+
+
+def test_a_host_takes_sessions_only_once_its_workload_is_ready() -> None:
+    pool = Pool(workload_pool(), [managed_host("h1")])
+    observe(pool, "h1", pod("h1", ready=False))
+    pool.arrive("r1", "alice")
+    [intent] = pool.place(at(1))
+    assert isinstance(intent, Wait)
+    assert intent.reason is Reason.HOSTS_STARTING
+    observe(pool, "h1", pod("h1", ready=True), at(2))
+    [intent] = pool.place(at(2))
+    assert isinstance(intent, Assign)
+    assert intent.placement == Placement("h1", Reason.NEW_SESSION)
+
+
+def test_waiting_says_saturated_when_nothing_is_starting() -> None:
+    pool = Pool(workload_pool(timeout=5), [managed_host("h1")])
+    observe(pool, "h1", pod("h1", ready=False))
+    pool.arrive("r1", "alice")
+    [intent] = pool.place(at(10))  # past the ready timeout: not on its way any more
+    assert isinstance(intent, Wait)
+    # Short of machines, not of eligible hosts: scaling counts it and adds a host.
+    assert intent.reason is Reason.POOL_SATURATED
+
+
+def test_a_drained_pool_still_says_no_eligible_host() -> None:
+    pool = Pool(workload_pool(), [host_obj("h1", drainMode=True, workloadRef=ref("h1"))])
+    observe(pool, "h1", pod("h1", ready=False))
+    pool.arrive("r1", "alice")
+    [intent] = pool.place(at(1))
+    assert isinstance(intent, Wait)
+    assert intent.reason is Reason.NO_ELIGIBLE_HOST
+
+
+def test_a_users_host_that_is_not_ready_is_not_starting() -> None:
+    pool = Pool(workload_pool(), [host_obj("u1", workloadRef=ref("u1"))])
+    observe(pool, "u1", pod("u1", ready=False))
+    pool.arrive("r1", "alice")
+    [intent] = pool.place(at(1))
+    assert isinstance(intent, Wait)
+    assert intent.reason is not Reason.HOSTS_STARTING
+
+
+def test_reconnects_follow_the_draining_rules() -> None:
+    pool = Pool(workload_pool(), [managed_host("h1"), managed_host("h2")])
+    observe(pool, "h1", pod("h1"))
+    observe(pool, "h2", pod("h2"))
+    pool.session("s1", "alice", "h1")
+    observe(pool, "h1", pod("h1", ready=False))  # not Ready, still there
+    pool.arrive("again", "alice")
+    pool.arrive("new", "bob")
+    intents = {i.record.meta.name: i for i in pool.place(at(1))}
+    again, new = intents["again"], intents["new"]
+    assert isinstance(again, Assign)
+    assert again.placement == Placement("h1", Reason.RECONNECTED)
+    assert isinstance(new, Assign)
+    assert new.placement.host == "h2"
+
+
+def test_a_lost_workload_ends_the_sessions_on_its_host_only() -> None:
+    pool = Pool(workload_pool(), [managed_host("h1"), managed_host("h2")])
+    observe(pool, "h1", pod("h1"))
+    observe(pool, "h2", pod("h2"))
+    pool.session("a", "alice", "h1")
+    pool.session("b", "bob", "h1")
+    pool.session("c", "carol", "h2")
+    lost = observe(pool, "h1", None, at(5))
+    assert sorted((r.meta.name, h) for r, h in lost) == [("a", "h1"), ("b", "h1")]
+    assert pool.state.ledger.count_on("h1") == 0
+    assert pool.state.ledger.count_on("h2") == 1
+    assert pool.state.balancer is not None
+    view = pool.state.balancer.host("h1")
+    assert view is not None
+    assert view.sessions == 0
+    assert view.drain_mode  # no workload: closed
+
+
+def test_an_ended_pod_loses_its_sessions_too() -> None:
+    pool = Pool(workload_pool(), [managed_host("h1")])
+    observe(pool, "h1", pod("h1"))
+    pool.session("a", "alice", "h1")
+    lost = observe(pool, "h1", pod("h1", phase="Failed"), at(5))
+    assert [r.meta.name for r, _ in lost] == ["a"]
+
+
+def test_a_workload_not_listed_yet_loses_nothing() -> None:
+    pool = Pool(workload_pool(), [managed_host("h1")])
+    pool.session("a", "alice", "h1")
+    assert pool.state.observe_workload("h1", None, known=False, now=T0) == []
+    assert pool.state.ledger.count_on("h1") == 1
+
+
+def test_a_request_assigned_to_a_host_without_workload_listing_is_kept() -> None:
+    # The operator restarted: hosts and requests are listed before the workloads are.
+    pool = Pool(workload_pool(), [managed_host("h1")])
+    assert pool.put(request_obj("a", "alice", status=assigned("h1"))) is None
+    assert pool.state.ledger.count_on("h1") == 1
+
+
+# --------------------------------------------------------------------------- scaling
+
+
+def test_starting_hosts_count_as_capacity_on_its_way() -> None:
+    pool = Pool(workload_pool(limit=2), [managed_host("h1"), managed_host("h2")])
+    observe(pool, "h1", pod("h1", ready=False))
+    observe(pool, "h2", pod("h2", ready=False))
+    for i in range(7):
+        pool.arrive(f"r{i}", f"user{i}")
+    pool.place(at(1))
+    assert pool_scaling.waiting_for_capacity(pool.state) == 7
+    decision = pool_scaling.decide(pool.state, at(1))
+    assert decision is not None
+    assert decision.add == 2  # 7 sessions at 2 per host: 4 hosts, 2 of them starting
+
+
+def test_a_timed_out_host_is_counted_out() -> None:
+    pool = Pool(workload_pool(limit=2, timeout=30), [managed_host("h1")])
+    observe(pool, "h1", pod("h1", ready=False))
+    pool.arrive("r1", "alice")
+    pool.place(at(1))
+    early = pool_scaling.decide(pool.state, at(1))
+    assert early is not None
+    assert early.add == 0
+    pool.state.capacity_changed = True
+    pool.place(at(31))
+    late = pool_scaling.decide(pool.state, at(31))
+    assert late is not None
+    assert late.add == 1
+    assert pool_scaling.start_deadlines(pool.state, at(1)) == [at(30)]
+    assert pool_scaling.start_deadlines(pool.state, at(31)) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    limit=st.integers(1, 5),
+    ready=st.integers(0, 4),
+    users=st.integers(1, 30),
+    buffer=st.integers(0, 4),
+)
+def test_one_burst_never_provisions_twice(limit: int, ready: int, users: int, buffer: int) -> None:
+    """Scale up for a burst, let the new hosts be starting (not Ready), decide again: nothing
+    more is added, and the hosts made are exactly the ones needed."""
+    hosts = [managed_host(f"h{i}") for i in range(ready)]
+    pool = Pool(workload_pool(limit=limit, bufferSessions=buffer, maxHosts=100), hosts)
+    for i in range(ready):
+        observe(pool, f"h{i}", pod(f"h{i}"))
+    for i in range(users):
+        pool.arrive(f"r{i}", f"user{i}")
+    for intent in pool.place(at(1)):
+        if isinstance(intent, Assign):
+            pool.written(intent, at(1))
+    first = pool_scaling.decide(pool.state, at(1))
+    assert first is not None
+    waiting = pool_scaling.waiting_for_capacity(pool.state)
+    free = ready * limit - (users - waiting)
+    needed = max(0, -(-(waiting + buffer - free) // limit))
+    assert first.add == needed
+    for i in range(first.add):
+        name = f"new{i}"
+        pool.state.put_host(HostRecord.of(managed_host(name, created=1)), at(1))
+        observe(pool, name, pod(name, ready=False, created=1), at(1))
+    pool.state.capacity_changed = True
+    pool.place(at(2))
+    again = pool_scaling.decide(pool.state, at(2))
+    assert again is not None
+    assert again.add == 0
+
+
+# --------------------------------------------------------------------------- status
+
+
+def test_host_status_says_why_a_workload_host_is_closed() -> None:
+    pool = Pool(workload_pool(), [managed_host("h1")])
+    observe(pool, "h1", pod("h1", ready=False))
+    state = pool.state
+    host = state.hosts["h1"]
+    status = host_status(
+        host,
+        pool_name=POOL,
+        pool_exists=True,
+        balancer=state.balancer,
+        counts=session_counts(state.ledger, state.requests),
+        buckets={},
+        metrics_stale=False,
+        metrics_stale_after=120,
+        now=at(1),
+        workload=state.workload_state(host, at(1)),
+        address=state.address_of(host),
+    )
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert (conditions["Available"]["status"], conditions["Available"]["reason"]) == (
+        "False",
+        "WorkloadNotReady",
+    )
+    assert (conditions["WorkloadReady"]["status"], conditions["WorkloadReady"]["reason"]) == (
+        "False",
+        "NotReady",
+    )
+    assert status["address"] == "10.0.0.7"
+
+
+def test_pool_status_counts_not_ready_hosts_and_reports_workload_failure() -> None:
+    pool = Pool(workload_pool(), [managed_host("h1"), managed_host("h2")])
+    observe(pool, "h1", pod("h1"))
+    observe(pool, "h2", pod("h2", ready=False))
+    state = pool.state
+    record = state.pool
+    assert isinstance(record, PoolRecord)
+    status = pool_status(
+        record,
+        host_count=2,
+        balancer=state.balancer,
+        pending=0,
+        waiting_reasons=[],
+        scaling_limited=None,
+        counts={},
+        now=at(1),
+        not_ready={"h2"},
+        workload_failure=(True, "FailedCreate", "spec.containers[0].image: Required value"),
+    )
+    assert status["hosts"]["notReady"] == 1
+    assert status["hosts"]["draining"] == 0
+    assert status["capacity"]["total"] == 2  # only the Ready host's slots
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["WorkloadFailure"]["status"] == "True"
+    assert conditions["WorkloadFailure"]["reason"] == "FailedCreate"
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == (
+        "False",
+        "WorkloadFailure",
+    )
+    assert "image" in conditions["Ready"]["message"]
