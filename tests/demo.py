@@ -1,15 +1,19 @@
-"""`make demo`: a depth-first pool fills host by host, scales up, and a logon burst is placed.
+"""`make demo`: a depth-first pool fills host by host, scales up with pod-backed hosts, and a
+logon burst is placed.
 
 Uses the cluster of HOSTPOOL_TEST_KUBECONFIG (or KUBECONFIG) when set, e.g. kind; otherwise
-the local control plane from `make cluster-up` (.cluster/kubeconfig). Installs the CRDs,
-starts the operator in the background, applies a pool of two hosts (maxSessionLimit 5,
-scaling up to 6 hosts) and creates 40 SessionRequests at once, then shows the pool filling
-as it happens and a summary. The operator keeps running so you can look around afterwards.
+the local control plane from `make cluster-up` (.cluster/kubeconfig), whose pods run on kwok's
+fake nodes. Installs the CRDs, starts the operator in the background, applies a pool of two
+hosts (maxSessionLimit 5, scaling up to 6 hosts, each added host backed by a Pod) and creates
+40 SessionRequests at once, then shows the pool filling as it happens and a summary: how long
+each added host took from the scale-up decision to taking sessions. The operator keeps running
+so you can look around afterwards.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,6 +36,20 @@ LIMIT = 5
 MAX_HOSTS = 6
 USERS = 40
 GROUP, VERSION = "hostpool.io", "v1alpha1"
+#: The Pod behind every host the operator adds. On kind it really runs (the pause image
+#: stands in for a desktop image such as an xrdp container); on the local control plane kwok
+#: plays its node, hence the toleration.
+DESKTOP_POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"labels": {"app": "desktop"}},
+    "spec": {
+        "containers": [{"name": "desktop", "image": "registry.k8s.io/pause:3.10"}],
+        "tolerations": [
+            {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+        ],
+    },
+}
 
 
 def say(message: str) -> None:
@@ -151,7 +169,10 @@ def apply_pool(objects: Any) -> None:
                 "minHosts": 0,
                 "maxHosts": MAX_HOSTS,
                 "scaleDownDelaySeconds": 120,
-                "hostTemplate": {"metadata": {"labels": {"tier": "autoscaled"}}},
+                "hostTemplate": {
+                    "metadata": {"labels": {"tier": "autoscaled"}},
+                    "workload": DESKTOP_POD,
+                },
             },
         ),
     )
@@ -164,7 +185,10 @@ def apply_pool(objects: Any) -> None:
             builders.host(name, POOL, address=f"{name}.corp.example"),
         )
         time.sleep(1.1)  # distinct creation seconds: a visible query order for the demo
-    say(f"pool {POOL}: DepthFirst, maxSessionLimit {LIMIT}, 2 hosts, scaling up to {MAX_HOSTS}")
+    say(
+        f"pool {POOL}: DepthFirst, maxSessionLimit {LIMIT}, 2 hosts, scaling up to {MAX_HOSTS} "
+        "with a Pod behind each added host"
+    )
 
 
 def logon_burst(objects: Any) -> None:
@@ -182,16 +206,29 @@ def logon_burst(objects: Any) -> None:
     say(f"{USERS} users logged on at once")
 
 
-def snapshot(objects: Any) -> Snapshot:
+def snapshot(objects: Any, core: Any) -> Snapshot:
     pool = objects.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "hostpools", POOL)
     hosts = objects.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "sessionhosts")
     requests = objects.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "sessionrequests")
-    return pool, hosts["items"], requests["items"]
+    pods = {p.metadata.name: p for p in core.list_namespaced_pod(NAMESPACE).items}
+    return pool, hosts["items"], requests["items"], pods
 
 
-def render(pool: dict[str, Any], hosts: list[Any], requests: list[Any], elapsed: float) -> str:
+def conditions_of(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in obj.get("status", {}).get("conditions", [])}
+
+
+def pod_state(pod: Any) -> str:
+    if pod is None:
+        return "-"
+    ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+    node = pod.spec.node_name or "unscheduled"
+    return f"{pod.status.phase}{' Ready' if ready else ''} on {node}"
+
+
+def render(snap: Snapshot, elapsed: float) -> str:
+    pool, hosts, requests, pods = snap
     status = pool.get("status", {})
-    conditions = {c["type"]: c for c in status.get("conditions", [])}
     phases: dict[str, int] = {}
     for r in requests:
         key = r.get("status", {}).get("phase", "New")
@@ -204,36 +241,50 @@ def render(pool: dict[str, Any], hosts: list[Any], requests: list[Any], elapsed:
         f"free {status.get('capacity', {}).get('free', '?')}  "
         f"pending {status.get('pendingRequests', '?')}",
         "  conditions: "
-        + "  ".join(f"{t}={c['status']}({c['reason']})" for t, c in sorted(conditions.items())),
+        + "  ".join(
+            f"{t}={c['status']}({c['reason']})" for t, c in sorted(conditions_of(pool).items())
+        ),
         "",
-        f"  {'HOST':<16} {'SESSIONS':<{LIMIT + 10}} AVAILABLE",
+        f"  {'HOST':<16} {'SESSIONS':<{LIMIT + 10}} {'AVAILABLE':<28} {'ADDRESS':<20} POD",
     ]
     ordered = sorted(
         hosts, key=lambda h: (h["metadata"]["creationTimestamp"], h["metadata"]["name"])
     )
     for h in ordered:
+        name = h["metadata"]["name"]
         sessions = h.get("status", {}).get("sessions", {}).get("total", 0)
-        host_conditions = {c["type"]: c for c in h.get("status", {}).get("conditions", [])}
-        available = host_conditions.get("Available")
+        available = conditions_of(h).get("Available")
         state = f"{available['status']} ({available['reason']})" if available else "-"
+        address = h.get("status", {}).get("address") or h["spec"].get("address") or "-"
+        backed = "workloadRef" in h["spec"]
         bar = "#" * sessions + "." * max(0, LIMIT - sessions)
-        lines.append(f"  {h['metadata']['name']:<16} [{bar}] {sessions:>2}/{LIMIT}   {state}")
+        lines.append(
+            f"  {name:<16} [{bar}] {sessions:>2}/{LIMIT}   {state:<28} {address:<20} "
+            f"{pod_state(pods.get(name)) if backed else '(no workload)'}"
+        )
     lines.append("")
     lines.append("  requests: " + ", ".join(f"{k} {v}" for k, v in sorted(phases.items())))
     return "\n".join(lines)
 
 
-Snapshot = tuple[dict[str, Any], list[Any], list[Any]]
+Snapshot = tuple[dict[str, Any], list[Any], list[Any], dict[str, Any]]
 
 
-def watch(objects: Any, started: float) -> Snapshot:
+def start_times(log_path: Path) -> list[float]:
+    """Seconds from each scale-up decision to the new host's Pod being Ready, as the
+    operator logs them (it also exports them: hostpool_host_start_seconds)."""
+    pattern = re.compile(r"host \S+ ready ([0-9.]+)s after the scale-up decision")
+    return sorted(float(m.group(1)) for m in pattern.finditer(log_path.read_text(errors="replace")))
+
+
+def watch(objects: Any, core: Any, started: float) -> Snapshot:
     tty = sys.stdout.isatty()
     last = ""
     stable_since = time.monotonic()
     while True:
-        pool, hosts, requests = snapshot(objects)
+        snap = snapshot(objects, core)
         elapsed = time.monotonic() - started
-        frame = render(pool, hosts, requests, elapsed)
+        frame = render(snap, elapsed)
         body = frame.split("\n", 1)[1]
         if body != last:
             stable_since = time.monotonic()
@@ -242,13 +293,14 @@ def watch(objects: Any, started: float) -> Snapshot:
             else:
                 print(frame + "\n", flush=True)
             last = body
+        requests = snap[2]
         settled = all(r.get("status", {}).get("phase") in ("Assigned", "Pending") for r in requests)
         if settled and time.monotonic() - stable_since > 3:
-            return pool, hosts, requests
+            return snap
         if elapsed > 90:
             say("still changing after 90 s; stopping the display")
-            return pool, hosts, requests
-        time.sleep(0.3)
+            return snap
+        time.sleep(0.2)
 
 
 def main() -> int:
@@ -256,13 +308,14 @@ def main() -> int:
     config.load_kube_config(str(path))  # type: ignore[no-untyped-call]
     api = client.ApiClient()
     install_crds(client.ApiextensionsV1Api(api))
-    fresh_namespace(client.CoreV1Api(api))
+    core = client.CoreV1Api(api)
+    fresh_namespace(core)
     start_operator(path)
     objects = client.CustomObjectsApi(api)
     apply_pool(objects)
     started = time.monotonic()
     logon_burst(objects)
-    pool, hosts, requests = watch(objects, started)
+    pool, hosts, requests, pods = watch(objects, core, started)
     assigned = [r for r in requests if r.get("status", {}).get("phase") == "Assigned"]
     waiting = [r for r in requests if r.get("status", {}).get("phase") == "Pending"]
     added = [h for h in hosts if h["metadata"].get("labels", {}).get("hostpool.io/managed-by")]
@@ -278,19 +331,29 @@ def main() -> int:
         f"({', '.join(sorted({r['status'].get('reason', '?') for r in waiting})) or '-'})"
     )
     print(f"  hosts: 2 created by you, {len(added)} added by the operator (maxHosts {MAX_HOSTS})")
+    backed = [p for name, p in pods.items() if any(h["metadata"]["name"] == name for h in added)]
+    print(f"  pods behind the added hosts: {len(backed)} ({len(added)} hosts)")
+    durations = start_times(CLUSTER / "logs" / "operator.log")
+    if durations:
+        print(
+            "  scale-up decision to host taking sessions (host and pod created, pod scheduled "
+            f"and Ready): median {durations[len(durations) // 2]:.2f} s, "
+            f"max {durations[-1]:.2f} s over {len(durations)} host(s)"
+        )
     print(f"  hosts over maxSessionLimit: {len(over)}")
-    conditions = {c["type"]: c for c in pool.get("status", {}).get("conditions", [])}
-    limited = conditions.get("ScalingLimited")
+    limited = conditions_of(pool).get("ScalingLimited")
     if limited and limited["status"] == "True":
         print(f"  ScalingLimited: {limited['message']}")
     kc = os.path.relpath(path, Path.cwd()) if str(path).startswith(str(ROOT)) else str(path)
     print(
         "\nLook around (the operator is still running):\n"
         f"  export KUBECONFIG={kc} PATH=$PWD/.cluster/bin:$PATH\n"
-        f"  kubectl get hp,sh,sr -n {NAMESPACE}\n"
+        f"  kubectl get hp,sh,sr,pods -n {NAMESPACE} -o wide\n"
         f"  kubectl describe hp {POOL} -n {NAMESPACE}\n"
         f"  kubectl delete sr -n {NAMESPACE} logon-01 logon-02\n"
         "      (two sessions end: two waiting users get their slots)\n"
+        f"  kubectl delete pod -n {NAMESPACE} <an added host's pod>\n"
+        "      (its sessions fail with HostLost; the operator starts the pod again)\n"
         "  curl -s 127.0.0.1:9090/metrics | grep ^hostpool_\n"
         "  tail -f .cluster/logs/operator.log\n"
         "Tear down: make demo-down   (stops the operator and the local control plane)"

@@ -169,6 +169,16 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
         _column("Load", "integer", ".status.loadIndex", "Load index (-1..100)."),
         _column("Drain", "boolean", ".spec.drainMode", "Drain mode."),
         _condition_column("Available", "Available"),
+        _column("Address", "string", ".status.address", "The address handed to clients."),
+        {
+            **_column(
+                "Reason",
+                "string",
+                '.status.conditions[?(@.type=="Available")].reason',
+                "Why the host takes new sessions or not (e.g. WorkloadNotReady).",
+            ),
+            "priority": 1,
+        },
         _AGE,
     ],
     "SessionRequest": [

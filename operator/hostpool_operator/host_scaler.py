@@ -70,6 +70,8 @@ class HostScaler:
         #: Why the workload kind cannot be watched (set by the controller); None: it can.
         self.watch_error: str | None = None
         self._retry_at = 0.0  # monotonic: no workload creation before this
+        #: Hosts added and not Ready yet: the monotonic time of the decision that made them.
+        self.decided_at: dict[str, float] = {}
         self._backoff = RETRY_FIRST
 
     def stop(self) -> None:
@@ -110,12 +112,12 @@ class HostScaler:
             self.limited = limited
             self._mark_dirty()
         if decision.add > 0 and self.refused is None:
-            self.task = self.services.spawn(self._create(decision.add))
+            self.task = self.services.spawn(self._create(decision.add, time.monotonic()))
         elif decision.remove:
             state.begin_removal(decision.remove)
             self.task = self.services.spawn(self._remove(decision.remove))
 
-    async def _create(self, count: int) -> None:
+    async def _create(self, count: int, decided: float) -> None:
         state = self.state
         spec = state.spec
         assert spec is not None
@@ -148,6 +150,7 @@ class HostScaler:
             created += 1
             if template.workload is not None:
                 host = HostRecord.of(obj)
+                self.decided_at[host.meta.name] = decided
                 if not await self._create_workload(template.workload, host):
                     break
         if created:
@@ -336,6 +339,25 @@ class HostScaler:
                 self._pool_body(), "HostPool", "WorkloadCreateFailed", message, "Warning"
             )
             self._mark_dirty()
+
+    def workload_ready(self, host: str) -> None:
+        """A host's workload is Ready: if the operator added the host, how long it took."""
+        decided = self.decided_at.pop(host, None)
+        if decided is None:
+            return
+        seconds = time.monotonic() - decided
+        state = self.state
+        self.services.metrics.host_started(state.namespace, state.name, seconds)
+        log.info(
+            "%s/%s: host %s ready %.2fs after the scale-up decision",
+            state.namespace,
+            state.name,
+            host,
+            seconds,
+        )
+
+    def forget(self, host: str) -> None:
+        self.decided_at.pop(host, None)
 
     def template_changed(self) -> None:
         """A new template may be good: try again at once."""

@@ -12,6 +12,7 @@ from .ports import MetricsSink
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SESSION_STATES = ("total", "connecting", "active", "disconnected")
+HOST_START_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60)
 
 
@@ -61,6 +62,20 @@ class PrometheusMetrics(MetricsSink):
             labels,
             registry=self.registry,
         )
+        self.host_start = Histogram(
+            "hostpool_host_start_seconds",
+            "From the scale-up decision to the new host's workload being Ready (the host "
+            "taking sessions).",
+            labels,
+            buckets=HOST_START_BUCKETS,
+            registry=self.registry,
+        )
+        self.not_ready = Gauge(
+            "hostpool_hosts_not_ready",
+            "SessionHosts whose workload is missing or not Ready.",
+            labels,
+            registry=self.registry,
+        )
         self.scale_actions = Counter(
             "hostpool_scale_actions",
             "Hosts added (up) or removed (down) by the operator.",
@@ -78,8 +93,12 @@ class PrometheusMetrics(MetricsSink):
     def scaled(self, namespace: str, pool: str, direction: str, hosts: int) -> None:
         self.scale_actions.labels(namespace, pool, direction).inc(hosts)
 
+    def host_started(self, namespace: str, pool: str, seconds: float) -> None:
+        self.host_start.labels(namespace, pool).observe(seconds)
+
     def pool_state(self, namespace: str, pool: str, status: Mapping[str, Any]) -> None:
         self.pending.labels(namespace, pool).set(status.get("pendingRequests", 0))
+        self.not_ready.labels(namespace, pool).set(status.get("hosts", {}).get("notReady", 0))
         self.hosts.labels(namespace, pool).set(status.get("hosts", {}).get("total", 0))
         self.free.labels(namespace, pool).set(status.get("capacity", {}).get("free", 0))
         for state in SESSION_STATES:
@@ -89,7 +108,15 @@ class PrometheusMetrics(MetricsSink):
     def forget_pool(self, namespace: str, pool: str) -> None:
         series: list[tuple[Any, tuple[str, ...]]] = [
             (metric, ())
-            for metric in (self.latency, self.queued, self.pending, self.hosts, self.free)
+            for metric in (
+                self.latency,
+                self.queued,
+                self.pending,
+                self.hosts,
+                self.free,
+                self.host_start,
+                self.not_ready,
+            )
         ]
         series += [(self.assignments, (reason,)) for reason in ("NewSession", "Reconnected")]
         series += [(self.scale_actions, (way,)) for way in ("up", "down")]

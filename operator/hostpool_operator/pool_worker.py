@@ -132,12 +132,15 @@ class PoolWorker:
         for request, host in self.state.drop_host(name):
             self.services.spawn(self.writer.write_host_lost(request, host))
         self.flusher.forget_host(name)
+        self.scaler.forget(name)
         self._changed()
 
     def on_workload(self, host: str, record: WorkloadRecord | None, *, known: bool) -> None:
         """The workload under ``host`` changed (or was first listed). Sessions on a machine
         that is gone are gone too: their requests fail with HostLost, never moved."""
         lost = self.state.observe_workload(host, record, known=known, now=_now())
+        if record is not None and record.ready:
+            self.scaler.workload_ready(host)
         if lost:
             host_record = self.state.hosts.get(host)
             message = f"the workload is gone; {len(lost)} session(s) on it ended"

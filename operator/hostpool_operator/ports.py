@@ -22,6 +22,10 @@ class MetricsSink:
     def scaled(self, namespace: str, pool: str, direction: str, hosts: int) -> None:
         """Hosts were added ("up") or removed ("down")."""
 
+    def host_started(self, namespace: str, pool: str, seconds: float) -> None:
+        """A host the operator added has its workload Ready, ``seconds`` after the scale-up
+        decision that made it."""
+
     def pool_state(self, namespace: str, pool: str, status: Mapping[str, Any]) -> None:
         """The pool's latest status (hosts, sessions, capacity, pending)."""
 

@@ -8,7 +8,7 @@ from hostpool_operator.metrics import PrometheusMetrics
 
 STATUS = {
     "pendingRequests": 2,
-    "hosts": {"total": 3},
+    "hosts": {"total": 3, "notReady": 1},
     "capacity": {"free": 4},
     "sessions": {"total": 5, "connecting": 1, "active": 4, "disconnected": 0},
 }
@@ -25,6 +25,7 @@ def test_forget_pool_drops_every_series_of_that_pool_only() -> None:
         metrics.observe_assignment("ns", pool, "NewSession", 0.2, queued=0.01)
         metrics.observe_assignment("ns", pool, "Reconnected", 0.1, queued=0.01)
         metrics.scaled("ns", pool, "up", 2)
+        metrics.host_started("ns", pool, 1.5)
     assert 'pool="gone"' in exposition(metrics)
     metrics.forget_pool("ns", "gone")
     text = exposition(metrics)
@@ -37,3 +38,14 @@ def test_forget_pool_of_a_pool_never_observed_is_harmless() -> None:
     metrics.forget_pool("ns", "never-seen")
     metrics.pool_state("ns", "never-seen", STATUS)
     assert 'pool="never-seen"' in exposition(metrics)
+
+
+def test_host_start_and_not_ready_hosts_are_exported() -> None:
+    metrics = PrometheusMetrics()
+    metrics.pool_state("ns", "p", STATUS)
+    metrics.host_started("ns", "p", 1.5)
+    metrics.host_started("ns", "p", 40)
+    text = exposition(metrics)
+    assert 'hostpool_hosts_not_ready{namespace="ns",pool="p"} 1.0' in text
+    assert 'hostpool_host_start_seconds_count{namespace="ns",pool="p"} 2.0' in text
+    assert 'hostpool_host_start_seconds_bucket{le="2.0",namespace="ns",pool="p"} 1.0' in text
