@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # The bench's compiled reference controller (Go, standard library only): formatted and vetted.
 GO_CHECK := cd tests/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
 
-.PHONY: help venv test test-faults test-unit lint crds bench-engine bench tools cluster-up cluster-down demo demo-down clean
+.PHONY: help venv test test-faults test-unit lint crds bench-engine bench bench-hosts tools cluster-up cluster-down demo demo-down clean
 
 help:
 	@grep -E '^[a-z-]+:.*?## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -55,6 +55,9 @@ bench: $(STAMP) tools ## logon storm against the API server: operator vs. the wr
 	.cluster/bin/kubectl --kubeconfig "$$kc" apply -f crds/ >/dev/null && \
 	.cluster/bin/kubectl --kubeconfig "$$kc" wait --for=condition=Established crd --all --timeout=60s >/dev/null && \
 	KUBECONFIG="$$kc" $(PY) tests/bench/storm.py --plot .cluster/bench-storm.png
+
+bench-hosts: $(STAMP) tools ## 50 pod-backed hosts started on demand by a logon storm: hosts created vs. needed
+	@$(PY) tests/bench/hosts.py
 
 tools: ## build kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kubectl, helm, kwok into the cache
 	tests/cluster/tools.sh

@@ -33,6 +33,8 @@ from .workloads import WorkloadRecord, workload_manifest
 NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 #: Back-off of workload creation after a refusal: first wait, then doubled up to the max.
 RETRY_FIRST = 5.0
+#: Hosts created at once in one scale-up round.
+CREATE_BATCH = 8
 RETRY_MAX = 300.0
 
 
@@ -118,46 +120,54 @@ class HostScaler:
             self.task = self.services.spawn(self._remove(decision.remove))
 
     async def _create(self, count: int, decided: float) -> None:
-        state = self.state
-        spec = state.spec
-        assert spec is not None
-        assert spec.scaling is not None
-        assert state.pool is not None
-        template = spec.scaling.host_template
+        """Create ``count`` hosts (and their workloads), a batch at a time: a logon storm on
+        an empty pool needs many at once, and each one waits for its own two writes only.
+        A failure ends the round; the next decision sees what was made."""
         created = 0
-        for _ in range(count):
-            manifest = host_manifest(
-                template,
-                pool=state.name,
-                namespace=state.namespace,
-                pool_uid=state.pool.meta.uid,
-                labels={POOL_LABEL: state.name, MANAGED_LABEL: MANAGER},
-                # Named here, so the host's workloadRef is in the one write that creates it.
-                name=host_name(state.name) if template.workload is not None else None,
-            )
-            try:
-                obj = await self.services.client.create(HOSTS, state.namespace, manifest)
-            except ApiError as error:
-                if error.conflict:
-                    continue  # a namesake exists (a one-in-14-million draw): the next pass
-                await self._create_failed(error)
+        remaining = count
+        while remaining > 0:
+            batch = min(remaining, CREATE_BATCH)
+            results = await asyncio.gather(*(self._create_one(decided) for _ in range(batch)))
+            created += sum(1 for made in results if made)
+            remaining -= batch
+            if not all(results) or self.refused is not None:
                 break
-            except ApiTransportError as error:
-                await self._create_failed(error)
-                break
-            # Known at once, so the next decision counts it (the watch event follows).
-            self._host_created(obj)
-            created += 1
-            if template.workload is not None:
-                host = HostRecord.of(obj)
-                self.decided_at[host.meta.name] = decided
-                if not await self._create_workload(template.workload, host):
-                    break
         if created:
             self._report(
                 "up", created, "HostsAdded", f"added {created} SessionHost(s) from the template"
             )
         self._wake()
+
+    async def _create_one(self, decided: float) -> bool:
+        """One host from the template, then its workload. False when either failed."""
+        state = self.state
+        spec = state.spec
+        if spec is None or spec.scaling is None or state.pool is None:
+            return False  # the pool went away or became invalid meanwhile
+        template = spec.scaling.host_template
+        manifest = host_manifest(
+            template,
+            pool=state.name,
+            namespace=state.namespace,
+            pool_uid=state.pool.meta.uid,
+            labels={POOL_LABEL: state.name, MANAGED_LABEL: MANAGER},
+            # Named here, so the host's workloadRef is in the one write that creates it.
+            name=host_name(state.name) if template.workload is not None else None,
+        )
+        try:
+            obj = await self.services.client.create(HOSTS, state.namespace, manifest)
+        except (ApiError, ApiTransportError) as error:
+            # A namesake (a one-in-14-million draw) included: the next decision tries again.
+            await self._create_failed(error)
+            return False
+        # Known at once, so the next decision counts it (the watch event follows).
+        self._host_created(obj)
+        if template.workload is None:
+            return True
+        host = HostRecord.of(obj)
+        self.decided_at[host.meta.name] = decided
+        await self._create_workload(template.workload, host)
+        return True  # the host exists either way; a refused workload is retried with back-off
 
     async def _remove(self, names: list[str]) -> None:
         state = self.state
