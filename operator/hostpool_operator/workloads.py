@@ -20,8 +20,10 @@ from .records import MANAGED_LABEL, MANAGER, POOL_LABEL, HostRecord, parse_time
 
 #: Label on every workload the operator creates, naming its SessionHost.
 HOST_LABEL = "hostpool.io/host"
-#: Pod phases a pod never leaves: its machine is gone for good.
-TERMINAL_POD_PHASES = frozenset({"Failed", "Succeeded"})
+#: Phases a Pod or a KubeVirt VirtualMachineInstance never leaves: its machine is gone.
+TERMINAL_PHASES = frozenset({"Failed", "Succeeded"})
+#: Kinds whose status.phase says that (other kinds' phases mean what their authors chose).
+PHASED_KINDS = frozenset({"Pod", "VirtualMachineInstance"})
 
 #: (group, kind): which workloads one informer watches.
 KindKey = tuple[str, str]
@@ -59,7 +61,7 @@ class WorkloadRecord:
     uid: str
     created: datetime | None
     ready: bool
-    #: Pod phase Failed or Succeeded: it will never be Ready again.
+    #: Phase Failed or Succeeded (Pods, VMIs): it will never be Ready again.
     terminal: bool
     #: The uid of the SessionHost that controls it (None: someone else's).
     owner_host_uid: str | None
@@ -87,7 +89,7 @@ class WorkloadRecord:
             ),
             None,
         )
-        terminal = kind == "Pod" and status.get("phase") in TERMINAL_POD_PHASES
+        terminal = kind in PHASED_KINDS and status.get("phase") in TERMINAL_PHASES
         readable = {
             "metadata": {k: v for k, v in meta.items() if k != "managedFields"},
             "status": dict(status),

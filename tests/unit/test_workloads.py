@@ -128,10 +128,12 @@ def test_record_readiness(ready: bool | None, phase: str, is_ready: bool, termin
     assert (record.ready, record.terminal) == (is_ready, terminal)
 
 
-def test_only_pods_have_terminal_phases() -> None:
+def test_phases_end_only_pods_and_vm_instances() -> None:
     record = WorkloadRecord.of(pod("vm", phase="Failed"), "VirtualMachine")
     assert record.ready
     assert not record.terminal
+    instance = WorkloadRecord.of(pod("vmi", phase="Failed"), "VirtualMachineInstance")
+    assert instance.terminal
 
 
 def test_owner_is_only_a_controlling_session_host() -> None:
