@@ -222,6 +222,34 @@ REFUSALS: dict[str, Refusal] = {
     "host-missing-poolRef": Refusal(without(host(), "spec", "poolRef"), "spec.poolRef"),
     "host-empty-poolRef-name": Refusal(host(pool_name=""), "spec.poolRef.name"),
     "host-address-254-chars": Refusal(host(address="a" * 254), "spec.address"),
+    "workload-without-kind": Refusal(
+        pool(scaling={"hostTemplate": {"workload": {"apiVersion": "v1"}}}),
+        "spec.scaling.hostTemplate.workload.kind",
+    ),
+    "workload-bad-apiVersion": Refusal(
+        pool(scaling={"hostTemplate": {"workload": {"apiVersion": "V1", "kind": "Pod"}}}),
+        "spec.scaling.hostTemplate.workload.apiVersion",
+    ),
+    "workload-addressFrom-outside-status": Refusal(
+        pool(
+            scaling={
+                "hostTemplate": {
+                    "workload": {"apiVersion": "v1", "kind": "Pod", "addressFrom": "spec.nodeName"}
+                }
+            }
+        ),
+        "spec.scaling.hostTemplate.workload.addressFrom",
+    ),
+    "hostReadyTimeoutSeconds-0": Refusal(
+        pool(scaling={"hostReadyTimeoutSeconds": 0}), "spec.scaling.hostReadyTimeoutSeconds"
+    ),
+    "host-workloadRef-without-name": Refusal(
+        host(workloadRef={"apiVersion": "v1", "kind": "Pod"}), "spec.workloadRef.name"
+    ),
+    "host-workloadRef-lowercase-kind": Refusal(
+        host(workloadRef={"apiVersion": "v1", "kind": "pod", "name": "p"}),
+        "spec.workloadRef.kind",
+    ),
 }
 
 
@@ -378,6 +406,22 @@ def test_partial_horizon_block_keeps_values_and_fills_the_rest(kube: Kube, names
     assert horizon["logonStorm"] == {"connectingSessionThreshold": 0, "loadIndexThreshold": 0}
 
 
+def test_workload_template_spec_is_kept_as_written(kube: Kube, namespace: str) -> None:
+    """The workload's own spec is not pruned: its kind's API server validates it later."""
+    workload = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "spec": {"domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}}},
+    }
+    created = kube.create(namespace, pool("vms", scaling={"hostTemplate": {"workload": workload}}))
+    stored = created["spec"]["scaling"]["hostTemplate"]["workload"]
+    assert stored == {
+        **workload,
+        "metadata": {"labels": {}, "annotations": {}},
+        "addressFrom": "status.podIP",
+    }
+
+
 def test_scaling_defaults(kube: Kube, namespace: str) -> None:
     scaling = kube.create(namespace, pool("scaled", scaling={}))["spec"]["scaling"]
     assert scaling == {
@@ -385,6 +429,7 @@ def test_scaling_defaults(kube: Kube, namespace: str) -> None:
         "maxHosts": 10,
         "bufferSessions": 0,
         "scaleDownDelaySeconds": 600,
+        "hostReadyTimeoutSeconds": 600,
         "hostTemplate": {
             "metadata": {"labels": {}, "annotations": {}},
             "spec": {
