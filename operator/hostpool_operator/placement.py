@@ -109,8 +109,9 @@ def decide(
 
 def starting_host_for(state: PoolState, demand: Demand, now: datetime) -> bool:
     """Some host the operator added, still starting, could take this request."""
-    for host in state.hosts.values():
-        if host.spec is None or host.spec.drain_mode or host.meta.name in state.removing:
+    for name in state.workloads:  # hosts with a listed workload: nothing to do for others
+        host = state.hosts.get(name)
+        if host is None or host.spec is None or host.spec.drain_mode or name in state.removing:
             continue
         workload = state.workload_state(host, now)
         if workload is not None and workload.starting:

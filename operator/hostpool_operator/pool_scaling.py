@@ -90,8 +90,9 @@ def scale_down_due(state: PoolState, now: datetime) -> datetime | None:
 def start_deadlines(state: PoolState, now: datetime) -> list[datetime]:
     """When each starting host's ready timeout ends (its status and scaling change then)."""
     deadlines = []
-    for host in state.hosts.values():
-        workload = state.workload_state(host, now)
+    for name in state.workloads:  # only hosts with a listed workload: cheap for other pools
+        host = state.hosts.get(name)
+        workload = state.workload_state(host, now) if host is not None else None
         if workload is not None and workload.ready_by is not None:
             deadlines.append(workload.ready_by)
     return deadlines

@@ -215,9 +215,10 @@ class PoolWorker:
     def _report_not_ready(self, now: datetime) -> None:
         """A host whose workload did not become Ready in time: a Warning Event, once per
         workload (its status says so at the next flush)."""
-        for host in self.state.hosts.values():
-            workload = self.state.workload_state(host, now)
-            if workload is None or not workload.timed_out:
+        for name in self.state.workloads:
+            host = self.state.hosts.get(name)
+            workload = self.state.workload_state(host, now) if host is not None else None
+            if host is None or workload is None or not workload.timed_out:
                 continue
             record = self.state.workloads.get(host.meta.name)
             self.services.events.post(
