@@ -139,7 +139,7 @@ class Controller:
     def _kinds_in_use(self) -> set[tuple[str, str]]:
         kinds = set()
         for worker in self.pools.values():
-            template = worker.scaler.template()
+            template = worker.keeper.template()
             if template is not None:
                 kinds.add((template.api_version, template.kind))
             for host in worker.state.hosts.values():
@@ -166,7 +166,7 @@ class Controller:
         ):
             return
         worker.on_pool(record)
-        template = worker.scaler.template()
+        template = worker.keeper.template()
         if template is not None and self.started:
             self.workloads.want(template.api_version, template.kind)
 
@@ -233,7 +233,7 @@ class Controller:
     def on_workload_kind_error(self, kind: KindKey, message: str | None) -> None:
         """A kind cannot be watched (or can again): the pools whose template uses it say so."""
         for worker in list(self.pools.values()):
-            template = worker.scaler.template()
+            template = worker.keeper.template()
             if template is not None and kind_key(template.api_version, template.kind) == kind:
                 worker.on_watch_error(message)
 

@@ -25,6 +25,7 @@ from .records import HostRecord, PoolRecord, RequestRecord
 from .request_writer import RequestWriter
 from .services import Services
 from .status_flusher import StatusFlusher
+from .workload_keeper import WorkloadKeeper
 from .workloads import WorkloadRecord
 
 log = logging.getLogger(__name__)
@@ -51,11 +52,18 @@ class PoolWorker:
             namespace, name, metrics_stale_after=services.settings.metrics_stale_after
         )
         self.writer = RequestWriter(self.state, services, self)
+        self.keeper = WorkloadKeeper(
+            self.state,
+            services,
+            workload_created=lambda host, record: self.on_workload(host, record, known=True),
+            wake=self.wake,
+            mark_dirty=self.mark_dirty,
+        )
         self.scaler = HostScaler(
             self.state,
             services,
+            self.keeper,
             host_created=lambda obj: router.on_host_event("ADDED", obj),
-            workload_created=lambda host, record: self.on_workload(host, record, known=True),
             wake=self.wake,
             mark_dirty=self.mark_dirty,
         )
@@ -64,7 +72,7 @@ class PoolWorker:
             services,
             scaling_limited=lambda: self.scaler.limited,
             wake=self.wake,
-            workload_failure=self.scaler.workload_failure,
+            workload_failure=self.keeper.workload_failure,
         )
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -99,10 +107,10 @@ class PoolWorker:
     # -------------------------------------------------------------- events
 
     def on_pool(self, record: PoolRecord | None) -> None:
-        old = self.scaler.template()
+        old = self.keeper.template()
         self.state.set_pool(record, _now())
-        if self.scaler.template() != old:
-            self.scaler.template_changed()
+        if self.keeper.template() != old:
+            self.keeper.template_changed()
         self._changed()
         if record is not None and record.spec_error:
             self.services.events.post(
@@ -132,7 +140,7 @@ class PoolWorker:
         for request, host in self.state.drop_host(name):
             self.services.spawn(self.writer.write_host_lost(request, host))
         self.flusher.forget_host(name)
-        self.scaler.forget(name)
+        self.keeper.forget(name)
         self._changed()
 
     def on_workload(self, host: str, record: WorkloadRecord | None, *, known: bool) -> None:
@@ -140,7 +148,7 @@ class PoolWorker:
         that is gone are gone too: their requests fail with HostLost, never moved."""
         lost = self.state.observe_workload(host, record, known=known, now=_now())
         if record is not None and record.ready:
-            self.scaler.workload_ready(host)
+            self.keeper.workload_ready(host)
         if lost:
             host_record = self.state.hosts.get(host)
             message = f"the workload is gone; {len(lost)} session(s) on it ended"
@@ -154,8 +162,8 @@ class PoolWorker:
         self._changed()
 
     def on_watch_error(self, message: str | None) -> None:
-        if self.scaler.watch_error != message:
-            self.scaler.watch_error = message
+        if self.keeper.watch_error != message:
+            self.keeper.watch_error = message
             self.mark_dirty()
             self.wake()
 
@@ -250,7 +258,7 @@ class PoolWorker:
             timers.append((scale_down - now).total_seconds() + 0.05)
         for ready_by in pool_scaling.start_deadlines(state, now):
             timers.append((ready_by - now).total_seconds() + 0.05)
-        retry = self.scaler.retry_in(time.monotonic())
+        retry = self.keeper.retry_in(time.monotonic())
         if retry is not None:
             timers.append(retry + 0.05)
         return max(0.0, min(timers)) if timers else None

@@ -1,0 +1,264 @@
+"""Keeping a workload under every host the operator created: creating it with the host,
+creating it again when it is lost, and reporting (with back-off) when the API server refuses
+it.
+
+A workload the API server refuses (a bad template, a kind it does not serve, a forbidden
+resource) is reported on the pool (condition WorkloadFailure, a Warning Event) and tried
+again after 5 s, 10 s, ... up to 5 minutes, never in a tight loop. The operator only ever
+deletes a workload it created, and only one that has ended (a failed Pod), to make it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .api_workload import WorkloadTemplate
+from .k8s import ApiError, ApiTransportError
+from .pool_state import PoolState
+from .records import HostRecord
+from .services import Services
+from .workloads import WorkloadRecord, workload_manifest
+
+log = logging.getLogger(__name__)
+
+#: Back-off of workload creation after a refusal: first wait, then doubled up to the max.
+RETRY_FIRST = 5.0
+RETRY_MAX = 300.0
+
+
+class WorkloadKeeper:
+    """One pool's workloads: what is missing, creating it, and the WorkloadFailure state."""
+
+    def __init__(
+        self,
+        state: PoolState,
+        services: Services,
+        workload_created: Callable[[str, WorkloadRecord], None],
+        wake: Callable[[], None],
+        mark_dirty: Callable[[], None],
+    ) -> None:
+        self.state = state
+        self.services = services
+        self._workload_created = workload_created
+        self._wake = wake
+        self._mark_dirty = mark_dirty
+        #: Why workloads cannot be created (reason, message); None: they can.
+        self.refused: tuple[str, str] | None = None
+        #: Why the workload kind cannot be watched (set by the controller); None: it can.
+        self.watch_error: str | None = None
+        self._retry_at = 0.0  # monotonic: no workload creation before this
+        self._backoff = RETRY_FIRST
+        #: Hosts added and not Ready yet: the monotonic time of the decision that made them.
+        self.decided_at: dict[str, float] = {}
+        #: The uid of the ended workload deleted for each host (until the watch says so).
+        self._deleted: dict[str, str] = {}
+
+    def _pool_body(self) -> dict[str, Any]:
+        return self.state.pool.body if self.state.pool is not None else {}
+
+    def template(self) -> WorkloadTemplate | None:
+        spec = self.state.spec
+        if spec is None or spec.scaling is None:
+            return None
+        return spec.scaling.host_template.workload
+
+    def workload_failure(self) -> tuple[bool, str, str] | None:
+        """The pool's WorkloadFailure condition (failing, reason, message); None without a
+        workload template."""
+        template = self.template()
+        if template is None:
+            return None
+        if self.watch_error is not None:
+            return True, "WatchFailed", self.watch_error
+        if self.refused is not None:
+            return True, *self.refused
+        return False, "WorkloadsCreated", f"{template.kind} workloads are created with new hosts"
+
+    def hosts_without_workload(self) -> list[HostRecord]:
+        """Hosts the operator created whose workload (of the template's kind) is known not
+        to exist, or has ended and is the operator's own: it makes them again."""
+        template = self.template()
+        if template is None:
+            return []
+        state = self.state
+        missing = []
+        for host in state.hosts.values():
+            ref = host.spec.workload_ref if host.spec is not None else None
+            if (
+                ref is None
+                or not host.managed
+                or host.meta.name in state.removing
+                or host.meta.name not in state.workloads
+                or (ref.api_version, ref.kind) != (template.api_version, template.kind)
+            ):
+                continue
+            workload = state.workloads[host.meta.name]
+            if workload is None or (
+                workload.terminal
+                and workload.owner_host_uid == host.meta.uid
+                and self._deleted.get(host.meta.name) != workload.uid
+            ):
+                missing.append(host)
+        return missing
+
+    async def keep(self, hosts: list[HostRecord]) -> None:
+        """Make the workloads of these hosts again (an ended one of ours is removed first)."""
+        template = self.template()
+        state = self.state
+        if template is None:
+            return
+        for host in hosts:
+            workload = state.workloads.get(host.meta.name)
+            if workload is not None:
+                # Ended for good (a failed pod): ours to remove; the watch reports it gone,
+                # and the next pass creates the new one.
+                try:
+                    await self.services.client.delete(
+                        await self._plural(template),
+                        state.namespace,
+                        workload.name,
+                        uid=workload.uid,
+                        api_version=template.api_version,
+                    )
+                    self._deleted[host.meta.name] = workload.uid
+                except ApiError as error:
+                    if error.not_found:
+                        self._deleted[host.meta.name] = workload.uid  # gone already
+                    else:
+                        log.warning(
+                            "%s: could not remove ended workload: %s", host.meta.name, error
+                        )
+                except ApiTransportError as error:
+                    log.warning("%s: could not remove ended workload: %s", host.meta.name, error)
+                continue
+            if await self._create_workload(template, host):
+                message = f"created {template.kind} {host.meta.name!r} again (it was missing)"
+                log.info("%s/%s: %s", state.namespace, host.meta.name, message)
+                self.services.events.post(
+                    host.body, "SessionHost", "WorkloadRecreated", message, "Normal"
+                )
+            else:
+                break
+        self._wake()
+
+    async def _plural(self, template: WorkloadTemplate) -> str:
+        try:
+            found = await self.services.workload_resource(template.api_version, template.kind)
+        except (ApiError, ApiTransportError) as error:
+            log.warning("discovery of %s %s failed: %s", template.api_version, template.kind, error)
+            return ""
+        return found or ""
+
+    async def create_for(
+        self, template: WorkloadTemplate, host: HostRecord, decided: float
+    ) -> None:
+        """The workload of a host just added by a scale-up decision made at ``decided``."""
+        self.decided_at[host.meta.name] = decided
+        await self._create_workload(template, host)
+
+    async def _create_workload(self, template: WorkloadTemplate, host: HostRecord) -> bool:
+        """Create the host's workload. False when it was refused (reported, backing off)."""
+        state = self.state
+        plural = await self._plural(template)
+        if not plural:
+            served = f"{template.api_version} {template.kind} is not served by the API server"
+            self._refuse("KindNotServed", served)
+            return False
+        manifest = workload_manifest(
+            template,
+            host=host.meta.name,
+            host_uid=host.meta.uid,
+            namespace=state.namespace,
+            pool=state.name,
+        )
+        try:
+            obj = await self.services.client.create(
+                plural, state.namespace, manifest, api_version=template.api_version
+            )
+        except ApiError as error:
+            if error.conflict and await self._ours_already(template, plural, host):
+                return True  # created by an earlier try whose answer was lost
+            self._refuse("FailedCreate", f"{template.kind} {host.meta.name!r}: {error.message}")
+            return False
+        except ApiTransportError as error:
+            log.warning("%s/%s: workload not created: %s", state.namespace, host.meta.name, error)
+            self._retry_at = time.monotonic() + RETRY_FIRST
+            return False
+        # Known at once, so no pass takes it for missing before the watch event arrives.
+        self._workload_created(host.meta.name, WorkloadRecord.of(obj, template.kind))
+        if self.refused is not None:
+            self.refused = None
+            self._mark_dirty()
+        self._backoff = RETRY_FIRST
+        self._retry_at = 0.0
+        return True
+
+    async def _ours_already(
+        self, template: WorkloadTemplate, plural: str, host: HostRecord
+    ) -> bool:
+        """A workload of the host's name exists: is it the one this host controls?"""
+        try:
+            obj = await self.services.client.get(
+                plural, self.state.namespace, host.meta.name, api_version=template.api_version
+            )
+        except (ApiError, ApiTransportError):
+            return False
+        record = WorkloadRecord.of(obj, template.kind)
+        if record.owner_host_uid != host.meta.uid:
+            return False
+        self._workload_created(host.meta.name, record)
+        return True
+
+    def _refuse(self, reason: str, message: str) -> None:
+        """The API server refused a workload: the pool says so, and the next try waits."""
+        state = self.state
+        self._retry_at = time.monotonic() + self._backoff
+        log.warning(
+            "%s/%s: %s; next try in %.0fs", state.namespace, state.name, message, self._backoff
+        )
+        self._backoff = min(self._backoff * 2, RETRY_MAX)
+        if self.refused != (reason, message):
+            self.refused = (reason, message)
+            self.services.events.post(
+                self._pool_body(), "HostPool", "WorkloadCreateFailed", message, "Warning"
+            )
+            self._mark_dirty()
+
+    def workload_ready(self, host: str) -> None:
+        """A host's workload is Ready: if the operator added the host, how long it took."""
+        decided = self.decided_at.pop(host, None)
+        if decided is None:
+            return
+        seconds = time.monotonic() - decided
+        state = self.state
+        self.services.metrics.host_started(state.namespace, state.name, seconds)
+        log.info(
+            "%s/%s: host %s ready %.2fs after the scale-up decision",
+            state.namespace,
+            state.name,
+            host,
+            seconds,
+        )
+
+    def forget(self, host: str) -> None:
+        self.decided_at.pop(host, None)
+        self._deleted.pop(host, None)
+
+    def template_changed(self) -> None:
+        """A new template may be good: try again at once."""
+        self.refused = None
+        self._retry_at = 0.0
+        self._backoff = RETRY_FIRST
+
+    def may_try(self, clock: float) -> bool:
+        """Workload creation is not held back by a refusal's back-off."""
+        return clock >= self._retry_at
+
+    def retry_in(self, clock: float) -> float | None:
+        """Seconds until a held-back workload creation may be tried (for the loop's timer)."""
+        if self.hosts_without_workload() or self.refused is not None:
+            return max(0.0, self._retry_at - clock)
+        return None
