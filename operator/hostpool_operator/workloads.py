@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from .api import API_VERSION
+from .api import API_VERSION, MAX_ADDRESS
 from .api_workload import DEFAULT_ADDRESS_FROM, WorkloadRef, WorkloadTemplate
 from .records import MANAGED_LABEL, MANAGER, POOL_LABEL, HostRecord, parse_time
 
@@ -75,14 +75,18 @@ class WorkloadRecord:
         assert isinstance(meta, Mapping)
         status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
         assert isinstance(status, Mapping)
-        ready = any(
+        # A custom kind's status is whatever its controller wrote: anything not shaped like
+        # conditions simply is not Ready.
+        conditions = status.get("conditions")
+        ready = isinstance(conditions, list) and any(
             isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
-            for c in status.get("conditions") or []
+            for c in conditions
         )
+        owners = meta.get("ownerReferences")
         owner = next(
             (
                 str(ref.get("uid", ""))
-                for ref in meta.get("ownerReferences") or []
+                for ref in (owners if isinstance(owners, list) else [])
                 if isinstance(ref, Mapping)
                 and ref.get("controller")
                 and ref.get("kind") == "SessionHost"
@@ -107,7 +111,9 @@ class WorkloadRecord:
 
     def address(self, path: str | None) -> str | None:
         value = resolve(self.readable, path or DEFAULT_ADDRESS_FROM)
-        return str(value) if isinstance(value, str | int) and str(value) else None
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            return None  # a boolean, an object or a list is no address
+        return str(value)[:MAX_ADDRESS] or None
 
 
 def host_address(host: HostRecord, workload: WorkloadRecord | None) -> str | None:

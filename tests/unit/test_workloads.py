@@ -167,6 +167,40 @@ def test_resolve_dotted_paths(path: str, expected: object) -> None:
     assert resolve(obj, path) == expected
 
 
+@pytest.mark.parametrize(
+    "status",
+    [
+        {"conditions": "Ready"},
+        {"conditions": 7},
+        {"conditions": [None, "x", {"type": "Ready"}]},
+        {"conditions": [{"type": "Ready", "status": True}]},
+        "not an object",
+    ],
+)
+def test_a_malformed_status_is_just_not_ready(status: object) -> None:
+    """A custom kind's status is whatever its controller wrote: never a crash."""
+    obj: Obj = {"metadata": metadata("d1"), "status": status}
+    obj["metadata"]["ownerReferences"] = "nonsense"
+    record = WorkloadRecord.of(obj, "Desktop")
+    assert not record.ready
+    assert record.owner_host_uid is None
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (True, None),
+        ({"ip": "10.0.0.1"}, None),
+        (["10.0.0.1"], None),
+        ("", None),
+        ("a" * 300, "a" * 253),
+    ],
+)
+def test_only_a_string_or_number_is_an_address(value: object, expected: str | None) -> None:
+    obj: Obj = {"metadata": metadata("d1"), "status": {"ip": value}}
+    assert WorkloadRecord.of(obj, "Desktop").address("status.ip") == expected
+
+
 # --------------------------------------------------------------------------- the gate
 
 
