@@ -392,6 +392,7 @@ class KubeClient:
         reason: str,
         message: str,
         type_: str = "Normal",
+        component: str = "hostpool-operator",
     ) -> None:
         """Record a core/v1 Event about an object. Failures are logged, never raised."""
         meta = involved.get("metadata", {})
@@ -415,8 +416,8 @@ class KubeClient:
             "reason": reason,
             "message": message[:1024],
             "type": type_,
-            "source": {"component": "hostpool-operator"},
-            "reportingComponent": "hostpool-operator",
+            "source": {"component": component},
+            "reportingComponent": component,
             "firstTimestamp": now,
             "lastTimestamp": now,
             "count": 1,

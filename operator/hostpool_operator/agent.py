@@ -1,0 +1,432 @@
+"""`hostpool-agent`: the program on every session host that reports its load and sessions.
+
+Every ``--interval`` seconds (30 by default, as Horizon's agent samples) it writes its own
+host's ``status.metrics`` (figures over the interval, see ``agent_figures``) and
+``status.agent``, and nothing else of the host; it sets ``status.sessionState`` of the
+requests assigned to its host from what the machine reports, deletes a request whose user
+has logged off, and carries out forced logoffs (``status.logoff``). Every write is a merge
+patch of the agent's own fields only, so it can never overwrite what the operator writes.
+Errors (the API server away, a failing script) are logged and reported; the agent keeps
+running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import Any
+from urllib.parse import urlparse
+
+import psutil
+
+from .agent_figures import Counters, custom_load_value, load_figures
+from .agent_sessions import HostRequest, LogoffTracker, SessionTracker, parse_sessions
+from .conditions import rfc3339
+from .k8s import ApiError, ApiTransportError, KubeClient, login
+from .logs import setup_logging
+
+log = logging.getLogger("hostpool_operator.agent")
+
+HOSTS, REQUESTS = "sessionhosts", "sessionrequests"
+#: Figures the agent owns in status.metrics (sent as null when not measured this time, so a
+#: stale value never lingers).
+METRIC_KEYS = (
+    "cpuPercent",
+    "memoryPercent",
+    "diskQueueLength",
+    "diskReadLatencyMs",
+    "diskWriteLatencyMs",
+    "customLoadValue",
+)
+#: A failing load script is reported again at most this often (seconds).
+EVENT_REPEAT = 300.0
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def version() -> str:
+    try:
+        return metadata.version("hostpool-operator")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def read_counters() -> Counters:
+    cpu = psutil.cpu_times()
+    idle = cpu.idle + getattr(cpu, "iowait", 0.0)
+    total = sum(cpu)
+    disk = psutil.disk_io_counters()
+    return Counters(
+        at=time.monotonic(),
+        cpu_busy=total - idle,
+        cpu_total=total,
+        reads=disk.read_count if disk else 0,
+        writes=disk.write_count if disk else 0,
+        read_ms=disk.read_time if disk else 0,
+        write_ms=disk.write_time if disk else 0,
+    )
+
+
+def local_address(server: str) -> str | None:
+    """The machine's address on the way to the API server (what clients can reach)."""
+    parsed = urlparse(server)
+    host = parsed.hostname
+    if not host:
+        return None
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect((host, parsed.port or 443))  # UDP: no packet is sent
+        address: str = sock.getsockname()[0]
+        return address
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    ok: bool
+    output: str
+    problem: str = ""
+
+
+async def run_command(
+    command: str, timeout: float, env: Mapping[str, str] | None = None
+) -> CommandResult:
+    """Run a shell command; its stdout, or what went wrong (exit code, timeout)."""
+    try:
+        process = await asyncio.create_subprocess_shell(
+            command,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    except OSError as error:
+        return CommandResult(False, "", f"could not start: {error}")
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), timeout)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
+        return CommandResult(False, "", f"did not finish within {timeout:.0f}s")
+    text = out.decode(errors="replace")
+    if process.returncode != 0:
+        detail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        return CommandResult(False, text, f"exited with {process.returncode} {detail[0]}".strip())
+    return CommandResult(True, text)
+
+
+@dataclass
+class AgentOptions:
+    host: str
+    namespace: str
+    interval: float = 30.0
+    load_script: str | None = None
+    sessions_command: str | None = None
+    notify_command: str | None = None
+    logoff_command: str | None = None
+    command_timeout: float = 10.0
+    address: str | None = None
+
+
+@dataclass
+class Agent:
+    """One host's agent: sample, report, act on sessions."""
+
+    client: KubeClient
+    options: AgentOptions
+    address: str | None = None
+    sessions: SessionTracker = field(default_factory=SessionTracker)
+    logoffs: LogoffTracker = field(default_factory=LogoffTracker)
+    host_object: dict[str, Any] = field(default_factory=dict)
+    _event_at: dict[str, float] = field(default_factory=dict)
+    _deleted: set[str] = field(default_factory=set)  # request uids deleted by this agent
+
+    @property
+    def involved(self) -> dict[str, Any]:
+        """The host as an Event's involvedObject (its name, even before it was read)."""
+        meta = dict(self.host_object.get("metadata") or {})
+        meta.setdefault("name", self.options.host)
+        meta.setdefault("namespace", self.options.namespace)
+        return {"metadata": meta}
+
+    # -------------------------------------------------------------- the loop
+
+    async def run(self, stop: asyncio.Event) -> None:
+        interval = self.options.interval
+        step = min(5.0, interval)  # memory is sampled this often, logoff deadlines checked
+        before = read_counters()
+        memory = [psutil.virtual_memory().percent]
+        next_report = time.monotonic() + interval
+        requests: list[HostRequest] = []
+        log.info(
+            "agent for %s/%s: reporting every %.0fs",
+            self.options.namespace,
+            self.options.host,
+            interval,
+        )
+        while not stop.is_set():
+            now = time.monotonic()
+            wait = min(step, max(0.0, next_report - now))
+            deadline = LogoffTracker.next_deadline(requests)
+            if deadline is not None:
+                wait = min(wait, max(0.0, (deadline - datetime.now(UTC)).total_seconds()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), wait)
+            if stop.is_set():
+                break
+            memory.append(psutil.virtual_memory().percent)
+            if time.monotonic() >= next_report:
+                after = read_counters()
+                figures = load_figures(before, after, memory)
+                before, memory = after, []
+                next_report += interval
+                if next_report < time.monotonic():  # fell behind (suspended): start afresh
+                    next_report = time.monotonic() + interval
+                await self.report(figures)
+                requests = await self.host_requests()
+                await self.follow_sessions(requests)
+            elif deadline is not None and deadline <= datetime.now(UTC):
+                requests = await self.host_requests()
+            await self.carry_out_logoffs(requests)
+
+    # -------------------------------------------------------------- metrics
+
+    async def report(self, figures: dict[str, int]) -> None:
+        metrics: dict[str, Any] = {key: figures.get(key) for key in METRIC_KEYS}
+        if self.options.load_script:
+            metrics["customLoadValue"] = await self.custom_load()
+        metrics["sampledAt"] = rfc3339(datetime.now(UTC))
+        agent: dict[str, Any] = {"version": version()}
+        if self.address:
+            agent["address"] = self.address
+        try:
+            self.host_object = await self.client.patch_status(
+                HOSTS,
+                self.options.namespace,
+                self.options.host,
+                {"metrics": metrics, "agent": agent},
+            )
+        except (ApiError, ApiTransportError) as error:
+            log.warning("could not write the metrics of %s: %s", self.options.host, error)
+            return
+        log.debug("reported %s", metrics)
+
+    async def custom_load(self) -> int | None:
+        assert self.options.load_script is not None
+        result = await run_command(self.options.load_script, self.options.command_timeout)
+        try:
+            if not result.ok:
+                raise ValueError(f"the load script {result.problem}")
+            return custom_load_value(result.output)
+        except ValueError as error:
+            message = f"{error}; no customLoadValue reported"
+            log.warning("%s", message)
+            await self.event("LoadScriptFailed", message)
+            return None
+
+    async def event(self, reason: str, message: str) -> None:
+        """A Warning Event on the host, at most once per EVENT_REPEAT for the same reason
+        and message (a script failing every 30 s is one problem, not a flood)."""
+        key = f"{reason}:{message}"
+        now = time.monotonic()
+        if now - self._event_at.get(key, -EVENT_REPEAT) < EVENT_REPEAT:
+            return
+        self._event_at = {k: t for k, t in self._event_at.items() if now - t < EVENT_REPEAT}
+        self._event_at[key] = now
+        await self.client.post_event(
+            self.involved,
+            kind="SessionHost",
+            reason=reason,
+            message=message,
+            type_="Warning",
+            component="hostpool-agent",
+        )
+
+    # -------------------------------------------------------------- sessions
+
+    async def host_requests(self) -> list[HostRequest]:
+        """The requests assigned to this host."""
+        try:
+            listing = await self.client.list(REQUESTS, self.options.namespace)
+        except (ApiError, ApiTransportError) as error:
+            log.warning("could not list the session requests: %s", error)
+            return []
+        found = []
+        for obj in listing["items"]:
+            status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+            if status.get("host") != self.options.host:
+                continue
+            request = HostRequest.of(obj)
+            if request is not None and request.uid not in self._deleted:
+                found.append(request)
+        return found
+
+    async def machine_sessions(self) -> dict[str, str] | None:
+        """The users on this machine and their state (None: could not tell this time)."""
+        if not self.options.sessions_command:
+            return {user.name: "Active" for user in psutil.users()}
+        result = await run_command(self.options.sessions_command, self.options.command_timeout)
+        if not result.ok:
+            log.warning("the sessions command %s", result.problem)
+            await self.event("SessionsCommandFailed", f"the sessions command {result.problem}")
+            return None  # a failed sample must not look like everyone logged off
+        sessions, problems = parse_sessions(result.output)
+        for problem in problems:
+            log.warning("sessions command output: %s", problem)
+        return sessions
+
+    async def follow_sessions(self, requests: Sequence[HostRequest]) -> None:
+        reported = await self.machine_sessions()
+        if reported is None:
+            return
+        writes, deletes = self.sessions.sample(requests, reported)
+        for request, state in writes:
+            await self.write_state(request, state)
+        for request in deletes:
+            log.info("user %s logged off: deleting %s", request.user, request.name)
+            await self.delete(request)
+
+    async def write_state(self, request: HostRequest, state: str) -> None:
+        try:
+            await self.client.patch_status(
+                REQUESTS, self.options.namespace, request.name, {"sessionState": state}
+            )
+        except (ApiError, ApiTransportError) as error:
+            log.warning("could not set %s to %s: %s", request.name, state, error)
+
+    async def delete(self, request: HostRequest) -> None:
+        """Delete exactly this request (never a namesake), once."""
+        if request.uid in self._deleted:
+            return
+        try:
+            await self.client.delete(
+                REQUESTS, self.options.namespace, request.name, uid=request.uid
+            )
+        except ApiError as error:
+            if error.status not in (404, 409):  # gone already, or a namesake: nothing to do
+                log.warning("could not delete %s: %s", request.name, error)
+                return
+        except ApiTransportError as error:
+            log.warning("could not delete %s: %s", request.name, error)
+            return
+        self._deleted.add(request.uid)
+
+    # -------------------------------------------------------------- forced logoff
+
+    async def carry_out_logoffs(self, requests: Sequence[HostRequest]) -> None:
+        notify, logoff = self.logoffs.due(requests, datetime.now(UTC))
+        for request in notify:
+            if self.options.notify_command:
+                env = {
+                    "HOSTPOOL_USER": request.user,
+                    "HOSTPOOL_MESSAGE": request.logoff_message or "",
+                    "HOSTPOOL_DEADLINE": rfc3339(request.logoff_deadline)
+                    if request.logoff_deadline
+                    else "",
+                }
+                result = await run_command(
+                    self.options.notify_command, self.options.command_timeout, env
+                )
+                if not result.ok:
+                    log.warning("notify command for %s %s", request.user, result.problem)
+            log.info("notified %s of the logoff at %s", request.user, request.logoff_deadline)
+        for request in logoff:
+            if request.uid in self._deleted:
+                continue
+            if self.options.logoff_command:
+                result = await run_command(
+                    self.options.logoff_command,
+                    self.options.command_timeout,
+                    {"HOSTPOOL_USER": request.user},
+                )
+                if not result.ok:
+                    log.warning("logoff command for %s %s", request.user, result.problem)
+            log.info("logged %s off (deadline %s)", request.user, request.logoff_deadline)
+            await self.delete(request)
+            self.sessions.forget(request.user)
+
+
+# ------------------------------------------------------------------ command line
+
+
+def default_namespace() -> str:
+    with contextlib.suppress(OSError), open(SERVICE_ACCOUNT_NAMESPACE) as handle:
+        return handle.read().strip() or "default"
+    return "default"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="hostpool-agent",
+        description="Report this session host's load and sessions to its SessionHost.",
+    )
+    parser.add_argument("--host", required=True, help="the SessionHost this machine is")
+    parser.add_argument(
+        "--namespace", default=None, help="its namespace (default: the pod's, else default)"
+    )
+    parser.add_argument(
+        "--interval", type=float, default=30.0, help="seconds between reports (default 30)"
+    )
+    parser.add_argument("--load-script", help="prints this host's load, 0..100, first line")
+    parser.add_argument(
+        "--sessions-command",
+        help='prints one JSON object a line: {"user": ..., "state": "Active"|"Disconnected"} '
+        "(default: the machine's logged-in users, as Active)",
+    )
+    parser.add_argument("--notify-command", help="tells a user of a forced logoff")
+    parser.add_argument("--logoff-command", help="logs a user off at the deadline")
+    parser.add_argument(
+        "--command-timeout", type=float, default=10.0, help="seconds any command may take"
+    )
+    parser.add_argument("--address", help="the address clients use (default: detected)")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    if args.interval <= 0:
+        parser.error("--interval must be positive")
+    return args
+
+
+async def amain(args: argparse.Namespace) -> int:
+    info = login()
+    options = AgentOptions(
+        host=args.host,
+        namespace=args.namespace or default_namespace(),
+        interval=args.interval,
+        load_script=args.load_script,
+        sessions_command=args.sessions_command,
+        notify_command=args.notify_command,
+        logoff_command=args.logoff_command,
+        command_timeout=args.command_timeout,
+        address=args.address,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):  # Windows: Ctrl-C still stops it
+            loop.add_signal_handler(signum, stop.set)
+    async with KubeClient(info, max_connections=4) as client:
+        agent = Agent(client, options, address=args.address or local_address(info.server))
+        await agent.run(stop)
+    log.info("agent stopped")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup_logging(json_logs=args.log_format == "json", verbose=args.verbose)
+    return asyncio.run(amain(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
