@@ -15,7 +15,6 @@ from pydantic import Field, model_validator
 
 from .api_base import *  # noqa: F403  (the vocabulary is part of this module's API)
 from .api_base import (
-    ALL_PROTOCOLS,
     DEFAULT_CONNECTING_TIMEOUT_SECONDS,
     MAX_ADDRESS,
     MAX_COUNT,
@@ -35,6 +34,9 @@ from .api_base import (
     SessionCounts,
     SessionState,
 )
+from .api_host import HostFeatures as HostFeatures  # re-exported
+from .api_host import HostLogonStorm as HostLogonStorm
+from .api_host import HostMetrics as HostMetrics
 from .api_workload import TemplateMetadata as TemplateMetadata  # re-exported
 from .api_workload import WorkloadRef as WorkloadRef
 from .api_workload import WorkloadTemplate as WorkloadTemplate
@@ -187,29 +189,6 @@ class HorizonSettings(ApiModel):
     )
 
 
-class HostFeatures(ApiModel):
-    """What a session host supports; Horizon puts hosts with every default feature first."""
-
-    multi_session: bool = Field(default=True, description="The host runs many sessions at once.")
-    unauthenticated_access: bool = Field(
-        default=True, description="The host accepts unauthenticated users."
-    )
-    protocols: list[Protocol] = Field(
-        default_factory=lambda: list(ALL_PROTOCOLS),
-        max_length=3,
-        description="Display protocols the host supports: RDP, PCOIP, BLAST.",
-    )
-
-    @property
-    def all_default(self) -> bool:
-        """Supports every default feature: multi-session, unauthenticated, all protocols."""
-        return (
-            self.multi_session
-            and self.unauthenticated_access
-            and all(p in self.protocols for p in ALL_PROTOCOLS)
-        )
-
-
 class SessionHostTemplateSpec(ApiModel):
     """A SessionHost spec without poolRef (the pool fills it in)."""
 
@@ -221,6 +200,10 @@ class SessionHostTemplateSpec(ApiModel):
     )
     features: HostFeatures = Field(
         default_factory=HostFeatures, description="Features of the new hosts."
+    )
+    logon_storm: HostLogonStorm | None = Field(
+        default=None,
+        description="The new hosts' own logon-storm thresholds (Horizon pools only).",
     )
 
 
@@ -411,6 +394,13 @@ class SessionHostSpec(ApiModel):
     features: HostFeatures = Field(
         default_factory=HostFeatures, description="What the host supports."
     )
+    logon_storm: HostLogonStorm | None = Field(
+        default=None,
+        description=(
+            "This host's own logon-storm thresholds (Horizon pools only): each field set "
+            "wins over the pool's horizon.logonStorm field of the same name; absent: the pool's."
+        ),
+    )
     workload_ref: WorkloadRef | None = Field(
         default=None,
         description=(
@@ -418,29 +408,6 @@ class SessionHostSpec(ApiModel):
             "a workload). The host takes new sessions only while it exists and is Ready."
         ),
     )
-
-
-class HostMetrics(ApiModel):
-    """Load figures reported by the host's agent (the operator never writes them)."""
-
-    cpu_percent: int | None = Field(default=None, ge=0, le=100, description="CPU usage, %.")
-    memory_percent: int | None = Field(default=None, ge=0, le=100, description="Memory usage, %.")
-    disk_queue_length: int | None = Field(
-        default=None, ge=0, le=MAX_THRESHOLD, description="Average queued disk reads+writes."
-    )
-    disk_read_latency_ms: int | None = Field(
-        default=None, ge=0, le=MAX_THRESHOLD, description="Disk read latency, ms."
-    )
-    disk_write_latency_ms: int | None = Field(
-        default=None, ge=0, le=MAX_THRESHOLD, description="Disk write latency, ms."
-    )
-    custom_load_value: int | None = Field(
-        default=None,
-        ge=0,
-        le=100,
-        description="The host's own load value, used when the pool uses a custom script.",
-    )
-    sampled_at: datetime | None = Field(default=None, description="When these were sampled.")
 
 
 class SessionHostStatus(ApiModel):

@@ -23,8 +23,9 @@ Algorithms:
   sessions (ties in query order), then one of those at random (seedable).
 * **DepthFirst**: of the hosts that may take a new session, the one with the most sessions;
   ties go to the first in query order.
-* **Horizon**: load index per host, per-host logon-storm thresholds, then Connection-Server
-  buckets 1/2/3 (see :meth:`PoolBalancer._horizon_choice`).
+* **Horizon**: load index per host, per-host logon-storm thresholds (the host's own
+  ``spec.logonStorm`` field by field, else the pool's), then Connection-Server buckets 1/2/3
+  (see :meth:`PoolBalancer._horizon_choice`).
 
 Query order is ``metadata.creationTimestamp``, then name; the caller passes hosts in that order
 (or gives each an explicit ``order`` key).
@@ -52,13 +53,14 @@ from .api import (
     ALL_PROTOCOLS,
     HorizonSettings,
     HostFeatures,
+    HostLogonStorm,
     HostMetrics,
     HostPoolSpec,
     LoadBalancerType,
     Protocol,
     Reason,
 )
-from .horizon import NO_LOAD_INDEX, HorizonEntry, HorizonIndex, load_index
+from .horizon import NO_LOAD_INDEX, HorizonEntry, HorizonIndex, load_index, logon_storm_block
 from .ledger import SessionLedger
 
 
@@ -86,6 +88,8 @@ class HostView:
     metrics: HostMetrics | None = None
     #: Query-order key; hosts are compared by (order, name). Defaults to insertion order.
     order: int = -1
+    #: The host's own logon-storm thresholds (spec.logonStorm); None: the pool's.
+    logon_storm: HostLogonStorm | None = None
 
     def supports(self, demand: Demand) -> bool:
         if demand.protocol is not None and demand.protocol not in self.features.protocols:
@@ -413,17 +417,10 @@ class PoolBalancer:
     # ------------------------------------------------------------------ Horizon
 
     def _logon_storm_blocks(self, host: HostView, load: int) -> bool:
-        """The per-host logon-storm thresholds (reconnects never get here)."""
+        """The logon-storm thresholds in force on the host: its own, else the pool's
+        (reconnects never get here)."""
         storm = self._horizon.logon_storm
-        if storm.connecting_session_threshold and (
-            host.connecting >= storm.connecting_session_threshold
-        ):
-            return True
-        return bool(
-            storm.load_index_threshold
-            and load != NO_LOAD_INDEX
-            and load >= storm.load_index_threshold
-        )
+        return logon_storm_block(storm, host.logon_storm, host.connecting, load) is not None
 
     def _hz_index(self, host: HostView) -> None:
         if host.drain_mode or host.sessions >= self._limit:

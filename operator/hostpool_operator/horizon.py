@@ -1,15 +1,19 @@
 """Horizon's load index, and the index a Horizon pool keeps of its hosts by bucket.
 
 Pure. The load index of a host is a figure from 0 to 100 (or -1, never reported) derived
-from its metrics and session count; a Horizon pool sorts the hosts that accept new sessions
-into buckets by it, and keeps them sorted so each decision is a lookup, not a scan.
+from its metrics and session count; a host turns new logons away at its logon-storm
+thresholds (its own policy's, else the pool's); a Horizon pool sorts the hosts that accept
+new sessions into buckets by it, and keeps them sorted so each decision is a lookup, not a
+scan.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sortedcontainers import SortedList
 
-from .api import HostMetrics, LoadIndexSettings
+from .api import HostLogonStorm, HostMetrics, LoadIndexSettings, LogonStorm
 
 #: The load index of a host whose needed inputs were never reported.
 NO_LOAD_INDEX = -1
@@ -62,6 +66,48 @@ def load_index(
     if settings.include_session_count or not any_metric:
         index = max(index, _ratio_percent(sessions, limit))
     return index
+
+
+@dataclass(frozen=True, slots=True)
+class LogonStormBlock:
+    """Why a host turns new logons away: the threshold it is at, whose threshold that is
+    (``"host"``: its own spec.logonStorm; ``"pool"``: the pool's horizon.logonStorm), the
+    threshold's value and the host's figure (connecting sessions, or load index)."""
+
+    threshold: str  # "connectingSessionThreshold" or "loadIndexThreshold"
+    source: str  # "host" or "pool"
+    limit: int
+    value: int
+
+
+def _in_force(pool_value: int, host_value: int | None) -> tuple[int, str]:
+    """A logon-storm threshold in force on a host: the host's own where it sets one."""
+    return (pool_value, "pool") if host_value is None else (host_value, "host")
+
+
+def logon_storm_block(
+    pool: LogonStorm, host: HostLogonStorm | None, connecting: int, load: int
+) -> LogonStormBlock | None:
+    """The logon-storm threshold that turns new logons away from a host, or None.
+
+    Each threshold in force is the host's own (``spec.logonStorm``) where the host sets that
+    field, else the pool's (``horizon.logonStorm``), field by field, as a Horizon agent's
+    policy wins over the console setting; 0 disables it. A host is at the connecting
+    threshold with that many sessions logging on, at the load-index threshold with a load
+    index at or above it (never with no load index). Reconnects never ask.
+    """
+    limit, source = _in_force(
+        pool.connecting_session_threshold,
+        None if host is None else host.connecting_session_threshold,
+    )
+    if limit and connecting >= limit:
+        return LogonStormBlock("connectingSessionThreshold", source, limit, connecting)
+    limit, source = _in_force(
+        pool.load_index_threshold, None if host is None else host.load_index_threshold
+    )
+    if limit and load != NO_LOAD_INDEX and load >= limit:
+        return LogonStormBlock("loadIndexThreshold", source, limit, load)
+    return None
 
 
 class HorizonEntry:

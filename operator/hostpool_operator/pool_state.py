@@ -109,6 +109,7 @@ class PoolState:
             connecting=self.ledger.connecting_on(name),
             metrics=self._metrics_for(host, now),
             order=query_order(host.meta.created),
+            logon_storm=host.spec.logon_storm,
         )
 
     def rebuild_balancer(self, now: datetime) -> None:

@@ -119,6 +119,7 @@ def balancer_for(scenario: Scenario) -> PoolBalancer:
             connecting=h.connecting,
             metrics=h.metrics,
             order=i,
+            logon_storm=h.spec.logon_storm,
         )
         for i, h in enumerate(scenario.hosts)
     ]

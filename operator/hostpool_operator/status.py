@@ -14,7 +14,8 @@ from typing import Any
 
 from . import conditions as cond
 from .api import Phase, Reason, SessionState
-from .balancing import Placement, PoolBalancer
+from .balancing import HostView, Placement, PoolBalancer
+from .horizon import logon_storm_block
 from .ledger import SessionLedger
 from .records import HostRecord, PoolRecord, RequestRecord
 from .workloads import Gate, WorkloadState
@@ -141,6 +142,25 @@ AVAILABILITY_MESSAGES = {
 }
 
 
+def logon_storm_message(balancer: PoolBalancer, view: HostView) -> str:
+    """Which logon-storm threshold turns new logons away from the host, and whose it is:
+    the host's own (spec.logonStorm) or the pool's (horizon.logonStorm)."""
+    load = balancer.load_index_of(view.name)
+    block = logon_storm_block(balancer.horizon.logon_storm, view.logon_storm, view.connecting, load)
+    if block is None:
+        return AVAILABILITY_MESSAGES["LogonStormThreshold"]
+    if block.threshold == "connectingSessionThreshold":
+        figure = f"{block.value} sessions connecting"
+    else:
+        figure = f"load index {block.value}"
+    field = (
+        "this host's spec.logonStorm" if block.source == "host" else "the pool's horizon.logonStorm"
+    )
+    return (
+        f"turning new logons away: {figure}, at or above {field}.{block.threshold} ({block.limit})"
+    )
+
+
 def host_status(
     host: HostRecord,
     *,
@@ -178,6 +198,8 @@ def host_status(
             message = f"{view.sessions} sessions, limit {balancer.limit}"
         elif reason == "AcceptingSessions":
             message = f"{view.sessions} of {balancer.limit} sessions"
+        elif reason == "LogonStormThreshold":
+            message = logon_storm_message(balancer, view)
         else:
             message = AVAILABILITY_MESSAGES[reason]
         desired.append(cond.Cond("Available", "True" if available else "False", reason, message))

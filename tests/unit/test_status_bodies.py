@@ -458,7 +458,12 @@ def host_status_of(
             True,
             HORIZON_CONNECTING_2,
             {"sessions": 2, "connecting": 2},
-            ("False", "LogonStormThreshold", "turning new logons away (logon-storm threshold)"),
+            (
+                "False",
+                "LogonStormThreshold",
+                "turning new logons away: 2 sessions connecting, at or above the pool's "
+                "horizon.logonStorm.connectingSessionThreshold (2)",
+            ),
             id="LogonStormThreshold-connecting",
         ),
         pytest.param(
@@ -466,7 +471,12 @@ def host_status_of(
             True,
             HORIZON_LOAD_50,
             {"sessions": 5},
-            ("False", "LogonStormThreshold", "turning new logons away (logon-storm threshold)"),
+            (
+                "False",
+                "LogonStormThreshold",
+                "turning new logons away: load index 50, at or above the pool's "
+                "horizon.logonStorm.loadIndexThreshold (50)",
+            ),
             id="LogonStormThreshold-load-index",
         ),
         pytest.param(

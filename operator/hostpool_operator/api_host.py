@@ -1,0 +1,86 @@
+"""The API of a session host's own properties: what it supports, its own logon-storm
+policy, and the load figures its agent reports.
+
+These are parts of a SessionHost (``spec.features``, ``spec.logonStorm``,
+``status.metrics``) and of the spec a pool gives the hosts it creates; ``api`` assembles the
+kinds from them and re-exports them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from .api_base import ALL_PROTOCOLS, MAX_THRESHOLD, ApiModel, Protocol
+
+
+class HostFeatures(ApiModel):
+    """What a session host supports; Horizon puts hosts with every default feature first."""
+
+    multi_session: bool = Field(default=True, description="The host runs many sessions at once.")
+    unauthenticated_access: bool = Field(
+        default=True, description="The host accepts unauthenticated users."
+    )
+    protocols: list[Protocol] = Field(
+        default_factory=lambda: list(ALL_PROTOCOLS),
+        max_length=3,
+        description="Display protocols the host supports: RDP, PCOIP, BLAST.",
+    )
+
+    @property
+    def all_default(self) -> bool:
+        """Supports every default feature: multi-session, unauthenticated, all protocols."""
+        return (
+            self.multi_session
+            and self.unauthenticated_access
+            and all(p in self.protocols for p in ALL_PROTOCOLS)
+        )
+
+
+class HostLogonStorm(ApiModel):
+    """This host's own logon-storm thresholds, as a Horizon agent-side policy sets them: each
+    field set here wins over the pool's horizon.logonStorm field of the same name for this
+    host; a field left out is the pool's. Horizon pools only (ignored in other pools)."""
+
+    connecting_session_threshold: int | None = Field(
+        default=None,
+        ge=0,
+        le=150,
+        description=(
+            "Most sessions logging on at once on this host; at it, the host takes no new "
+            "session. 0 disables it for this host; absent: the pool's."
+        ),
+    )
+    load_index_threshold: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description=(
+            "At or above this load index the host takes no new session. 0 disables it for "
+            "this host; absent: the pool's."
+        ),
+    )
+
+
+class HostMetrics(ApiModel):
+    """Load figures reported by the host's agent (the operator never writes them)."""
+
+    cpu_percent: int | None = Field(default=None, ge=0, le=100, description="CPU usage, %.")
+    memory_percent: int | None = Field(default=None, ge=0, le=100, description="Memory usage, %.")
+    disk_queue_length: int | None = Field(
+        default=None, ge=0, le=MAX_THRESHOLD, description="Average queued disk reads+writes."
+    )
+    disk_read_latency_ms: int | None = Field(
+        default=None, ge=0, le=MAX_THRESHOLD, description="Disk read latency, ms."
+    )
+    disk_write_latency_ms: int | None = Field(
+        default=None, ge=0, le=MAX_THRESHOLD, description="Disk write latency, ms."
+    )
+    custom_load_value: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="The host's own load value, used when the pool uses a custom script.",
+    )
+    sampled_at: datetime | None = Field(default=None, description="When these were sampled.")
