@@ -34,6 +34,7 @@ from .api_base import (
     SessionCounts,
     SessionState,
 )
+from .api_host import HostAgent as HostAgent
 from .api_host import HostFeatures as HostFeatures  # re-exported
 from .api_host import HostLogonStorm as HostLogonStorm
 from .api_host import HostMetrics as HostMetrics
@@ -332,6 +333,12 @@ class HostCounts(ApiModel):
         le=MAX_COUNT,
         description="Hosts whose workload is missing or not Ready (starting, or lost).",
     )
+    agent_silent: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_COUNT,
+        description="Hosts whose agent reported metrics and then fell silent (MetricsStale).",
+    )
 
 
 class Capacity(ApiModel):
@@ -419,6 +426,9 @@ class SessionHostStatus(ApiModel):
     metrics: HostMetrics | None = Field(
         default=None, description="Written by the host's agent, not by the operator."
     )
+    agent: HostAgent | None = Field(
+        default=None, description="The agent's version and address, written by the agent."
+    )
     sessions: SessionCounts = Field(default_factory=SessionCounts, description="Sessions.")
     address: str | None = Field(
         default=None,
@@ -474,6 +484,15 @@ class SessionRequestSpec(ApiModel):
     )
 
 
+class Logoff(ApiModel):
+    """A forced logoff of the session: notice, then logoff at the deadline."""
+
+    message: str = Field(
+        default="", max_length=1024, description="What the user is told before the logoff."
+    )
+    deadline: datetime = Field(description="When the user is logged off.")
+
+
 class SessionRequestStatus(ApiModel):
     """Where the session was placed, or why it is waiting."""
 
@@ -502,6 +521,11 @@ class SessionRequestStatus(ApiModel):
         description="Connecting (set on assignment), then Active or Disconnected from the agent.",
     )
     assigned_at: datetime | None = Field(default=None, description="When the host was assigned.")
+    logoff: Logoff | None = Field(
+        default=None,
+        description="A forced logoff: the host's agent tells the user, and logs them off at "
+        "the deadline (set by a scaling plan's ramp-down).",
+    )
     conditions: Conditions
 
 

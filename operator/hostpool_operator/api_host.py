@@ -12,7 +12,7 @@ from datetime import datetime
 
 from pydantic import Field
 
-from .api_base import ALL_PROTOCOLS, MAX_THRESHOLD, ApiModel, Protocol
+from .api_base import ALL_PROTOCOLS, MAX_ADDRESS, MAX_THRESHOLD, ApiModel, Protocol
 
 
 class HostFeatures(ApiModel):
@@ -84,3 +84,15 @@ class HostMetrics(ApiModel):
         description="The host's own load value, used when the pool uses a custom script.",
     )
     sampled_at: datetime | None = Field(default=None, description="When these were sampled.")
+
+
+class HostAgent(ApiModel):
+    """What the host's agent says about itself (written by the agent, not the operator)."""
+
+    version: str | None = Field(default=None, max_length=64, description="The agent's version.")
+    address: str | None = Field(
+        default=None,
+        max_length=MAX_ADDRESS,
+        description="The address clients reach the host at, as the agent sees it; used when "
+        "spec.address is not set.",
+    )

@@ -242,6 +242,7 @@ def pool_status(
     now: datetime,
     not_ready: Collection[str] = (),
     workload_failure: tuple[bool, str, str] | None = None,
+    agent_silent: int = 0,
 ) -> dict[str, Any]:
     """A pool's status: Ready, Saturated, ScalingLimited, WorkloadFailure and the counts.
 
@@ -252,7 +253,14 @@ def pool_status(
 
     ``pending`` counts requests neither assigned, failed nor being written; ``waiting_reasons``
     are the reasons the waiting requests' stored statuses give."""
-    hosts = {"total": host_count, "available": 0, "draining": 0, "full": 0, "notReady": 0}
+    hosts = {
+        "total": host_count,
+        "available": 0,
+        "draining": 0,
+        "full": 0,
+        "notReady": 0,
+        "agentSilent": agent_silent,
+    }
     capacity = {"total": 0, "free": 0}
     if balancer is not None:
         for view in balancer.hosts():

@@ -217,6 +217,7 @@ class StatusFlusher:
             now=now,
             not_ready=not_ready,
             workload_failure=self._workload_failure(),
+            agent_silent=len(state.stale_hosts & state.hosts.keys()),
         )
         self.services.metrics.pool_state(state.namespace, state.name, status)
         previous = self.written_pool

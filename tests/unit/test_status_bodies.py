@@ -831,7 +831,14 @@ def test_pool_counts() -> None:
         pending=4,
         counts=counts,
     )
-    assert status["hosts"] == {"total": 5, "available": 1, "draining": 2, "full": 2, "notReady": 0}
+    assert status["hosts"] == {
+        "total": 5,
+        "available": 1,
+        "draining": 2,
+        "full": 2,
+        "notReady": 0,
+        "agentSilent": 0,
+    }
     assert status["capacity"] == {"total": 4, "free": 2}  # draining hosts give no slots
     assert status["sessions"] == counts_of(5, connecting=1, active=3, disconnected=1)
     assert status["pendingRequests"] == 4
@@ -839,7 +846,14 @@ def test_pool_counts() -> None:
 
 def test_pool_counts_with_an_invalid_spec() -> None:
     status = pool_status_of(pool(INVALID_POOL), host_count=3, pending=2)
-    assert status["hosts"] == {"total": 3, "available": 0, "draining": 0, "full": 0, "notReady": 0}
+    assert status["hosts"] == {
+        "total": 3,
+        "available": 0,
+        "draining": 0,
+        "full": 0,
+        "notReady": 0,
+        "agentSilent": 0,
+    }
     assert status["capacity"] == {"total": 0, "free": 0}
     assert status["sessions"] == counts_of(0)
     assert status["observedGeneration"] == POOL_GENERATION
