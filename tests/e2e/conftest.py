@@ -11,12 +11,12 @@ It serves its Prometheus metrics on a free local port (``operator_process.metric
 traceback fails at teardown.
 
 When a test that used the operator fails, the operator's last log lines are attached to the
-report as a section named "operator log".
+report as a section named "operator log" (and any log a fixture registered in EXTRA_LOGS).
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,9 @@ from e2e.helpers import Cluster, KubeLike, OperatorProcess, free_port, join_reap
 OPERATOR_LOG_LINES = 80
 
 _OPERATOR_KEY = pytest.StashKey[OperatorProcess]()
+#: Further logs a fixture attaches to a failed test's report (e.g. host agents'): pairs of a
+#: section title and a function reading the log.
+EXTRA_LOGS = pytest.StashKey[list[tuple[str, Callable[[], str]]]]()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -44,6 +47,13 @@ def pytest_runtest_makereport(
         report.sections.append(
             (f"operator log (last {OPERATOR_LOG_LINES} lines; {operator.log_path})", tail)
         )
+    if report.failed:
+        for title, read in item.stash.get(EXTRA_LOGS, []):
+            try:
+                text = read()
+            except Exception as exc:  # never hide the test's own failure
+                text = f"(could not read it: {exc})"
+            report.sections.append((title, text))
     return report
 
 

@@ -1,0 +1,371 @@
+"""The host agent as a real process on this machine, against the real API server, with the
+operator running: metrics every interval that follow the machine's load and steer a Horizon
+pool, the load script and its failures, sessions reported by a command (Active,
+Disconnected, logoff), forced logoffs, and an API server restart.
+
+The agent runs with a 1 s interval (30 s by default) so a test sees several reports. It
+measures this machine: the CPU test burns both cores and compares against a host whose
+metrics the test writes itself, as that host's agent would.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.conftest import EXTRA_LOGS
+from e2e.helpers import (
+    Cluster,
+    KubeLike,
+    OperatorProcess,
+    host_of,
+    now_rfc3339,
+    parse_time,
+    phase,
+    status,
+)
+from kube import Kube, need_control_plane
+
+pytestmark = pytest.mark.e2e
+
+POOL = "hz"
+Obj = dict[str, Any]
+
+
+class AgentProcess:
+    """``python -m hostpool_operator.agent`` for one host, logging to a file."""
+
+    def __init__(self, kube: KubeLike, namespace: str, host: str, log_path: Path) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.host = host
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *args: str, interval: float = 1.0) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "hostpool_operator.agent",
+            "--host",
+            self.host,
+            "--namespace",
+            self.namespace,
+            "--interval",
+            str(interval),
+            "--verbose",
+            *args,
+        ]
+        env = {**os.environ, "KUBECONFIG": str(self.kube.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        self.proc.terminate()
+        try:
+            return self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(5)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@pytest.fixture
+def agents(
+    kube: KubeLike, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[dict[str, AgentProcess]]:
+    """Agents by host name, made on first use; stopped after the test (their logs attached
+    to the report when it failed). An agent that did not exit cleanly fails the test."""
+    made: dict[str, AgentProcess] = {}
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+
+    class Agents(dict[str, AgentProcess]):
+        def __missing__(self, host: str) -> AgentProcess:
+            agent = AgentProcess(kube, namespace, host, tmp_path / f"agent-{host}.log")
+            made[host] = agent
+            logs.append((f"agent {host} log", lambda: agent.log()[-4000:]))
+            self[host] = agent
+            return agent
+
+    yield Agents()
+    codes = {host: agent.stop() for host, agent in made.items()}
+    bad = {host: code for host, code in codes.items() if code not in (0, None)}
+    if bad:
+        pytest.fail(f"agents exited uncleanly: {bad}", pytrace=False)
+
+
+def metrics(cluster: Cluster, host: str) -> Obj:
+    value = status(cluster.host(host)).get("metrics")
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def fresh_metrics(cluster: Cluster, host: str, after: datetime) -> Obj | None:
+    """The host's metrics once sampled after ``after``."""
+    found = metrics(cluster, host)
+    sampled = found.get("sampledAt")
+    return found if sampled and parse_time(sampled) > after else None
+
+
+def without_custom_value(cluster: Cluster, host: str, after: datetime) -> Callable[[], Obj | None]:
+    """A probe: the host's metrics, once a report after ``after`` has no customLoadValue."""
+
+    def probe() -> Obj | None:
+        found = fresh_metrics(cluster, host, after)
+        return found if found is not None and "customLoadValue" not in found else None
+
+    return probe
+
+
+def events(cluster: Cluster, name: str, reason: str) -> list[Any]:
+    return [e for e in cluster.events_for(name) if e.reason == reason]
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def test_metrics_follow_the_machine_and_steer_a_horizon_pool(
+    cluster: Cluster, operator_process: OperatorProcess, agents: dict[str, AgentProcess]
+) -> None:
+    del operator_process
+    cluster.setup_pool(
+        POOL,
+        "Horizon",
+        10,
+        hosts=["busy", "calm"],
+        horizon={
+            "loadIndex": {"cpuThresholdPercent": 100, "includeSessionCount": False},
+            # No bucket 1 and no fair share: the lowest load index wins, so placement
+            # follows the CPU figures alone.
+            "connectionServer": {"rdsLoadIndexThreshold": 0, "minRdsServersInLbQueue": 0},
+        },
+    )
+    started = datetime.now(UTC).replace(microsecond=0)
+    agents["busy"].start()
+    first = cluster.wait(lambda: fresh_metrics(cluster, "busy", started), "first report", 10)
+    assert set(first) >= {"cpuPercent", "memoryPercent", "diskQueueLength", "sampledAt"}
+    assert status(cluster.host("busy"))["agent"]["version"]
+    # "calm" reports 60 % CPU, as its own agent would.
+    cluster.patch_status(
+        "SessionHost", "calm", {"metrics": {"cpuPercent": 60, "sampledAt": now_rfc3339()}}
+    )
+    cluster.wait(
+        lambda: metrics(cluster, "busy").get("cpuPercent", 100) < 60 or None,
+        "the machine below 60 % CPU before the burn",
+        30,
+    )
+    cluster.create_request("before", POOL, "u1")
+    assert host_of(cluster.wait_request("before", phase_="Assigned", timeout=30)) == "busy"
+
+    burners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 2)
+    ]
+    try:
+        burning = datetime.now(UTC)
+        hot = cluster.wait(
+            lambda: (m := fresh_metrics(cluster, "busy", burning)) and m["cpuPercent"] >= 85 and m,
+            "cpuPercent of 'busy' at 85 % or more under the burner",
+            30,
+        )
+        cluster.patch_status(
+            "SessionHost", "calm", {"metrics": {"cpuPercent": 60, "sampledAt": now_rfc3339()}}
+        )
+        cluster.wait(
+            lambda: (status(cluster.host("busy")).get("loadIndex") or 0) >= 85 or None,
+            "the operator sees the load index of 'busy' rise",
+            15,
+        )
+        cluster.create_request("during", POOL, "u2")
+        during = cluster.wait_request("during", phase_="Assigned", timeout=30)
+        assert host_of(during) == "calm", hot
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert agents["busy"].alive
+
+
+def test_custom_load_value_from_a_script_and_every_way_it_can_fail(
+    cluster: Cluster, agents: dict[str, AgentProcess], tmp_path: Path
+) -> None:
+    cluster.create_pool(POOL, "Horizon", 10, horizon={"loadIndex": {"useCustomScript": True}})
+    cluster.create_host("h1", POOL)
+    script = tmp_path / "load.sh"
+    script.write_text("#!/bin/sh\necho 37\n")
+    script.chmod(0o755)
+    agents["h1"].start("--load-script", str(script), "--command-timeout", "2")
+    cluster.wait(
+        lambda: metrics(cluster, "h1").get("customLoadValue") == 37 or None,
+        "customLoadValue 37",
+        15,
+    )
+    bad = {
+        "fails": "#!/bin/sh\necho 12\nexit 3\n",
+        "hangs": "#!/bin/sh\nsleep 30\necho 12\n",
+        "abc": "#!/bin/sh\necho abc\n",
+        "150": "#!/bin/sh\necho 150\n",
+    }
+    for name, body in bad.items():
+        script.write_text(body)
+        report = cluster.wait(
+            without_custom_value(cluster, "h1", datetime.now(UTC) + timedelta(seconds=1)),
+            f"no customLoadValue while the script {name}",
+            20,
+        )
+        assert "cpuPercent" in report  # the other figures keep coming
+        assert agents["h1"].alive
+
+    def four_failures() -> list[Any] | None:
+        found = events(cluster, "h1", "LoadScriptFailed")
+        return found if len(found) >= 4 else None
+
+    failures = cluster.wait(four_failures, "a LoadScriptFailed Event per way of failing", 10)
+    messages = " | ".join(e.message for e in failures)
+    for says in ("exited with 3", "did not finish within 2s", "'abc', not an integer", "150"):
+        assert says in messages, messages
+    assert all(e.type == "Warning" for e in failures)
+    script.write_text("#!/bin/sh\necho 5\n")
+    cluster.wait(
+        lambda: metrics(cluster, "h1").get("customLoadValue") == 5 or None, "recovered", 15
+    )
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+def write_sessions(path: Path, sessions: dict[str, str]) -> None:
+    lines = [f'{{"user": "{user}", "state": "{state}"}}' for user, state in sessions.items()]
+    temp = path.with_suffix(".tmp")
+    temp.write_text("\n".join(lines) + "\n")
+    temp.replace(path)  # atomic: the agent never reads half a file
+
+
+def test_sessions_command_drives_state_and_logoff_frees_the_slot(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    agents: dict[str, AgentProcess],
+    tmp_path: Path,
+) -> None:
+    del operator_process
+    cluster.setup_pool(POOL, "DepthFirst", 1, hosts=["h1"])
+    cluster.create_request("alice", POOL, "alice@corp")
+    cluster.wait_request("alice", phase_="Assigned")
+    cluster.create_request("bob", POOL, "bob@corp")
+    cluster.wait_request("bob", phase_="Pending", reason="PoolSaturated")
+    sessions = tmp_path / "sessions.jsonl"
+    write_sessions(sessions, {"alice@corp": "Active"})
+    agents["h1"].start("--sessions-command", f"cat {sessions}")
+    cluster.wait(
+        lambda: status(cluster.request("alice")).get("sessionState") == "Active" or None,
+        "alice Active",
+        15,
+    )
+    write_sessions(sessions, {"alice@corp": "Disconnected"})
+    cluster.wait(
+        lambda: status(cluster.request("alice")).get("sessionState") == "Disconnected" or None,
+        "alice Disconnected",
+        15,
+    )
+    assert phase(cluster.request("bob")) == "Pending"  # a disconnected session keeps its slot
+    write_sessions(sessions, {})  # alice logged off
+    cluster.wait(lambda: "alice" not in cluster.requests() or None, "alice's request deleted", 15)
+    bob = cluster.wait_request("bob", phase_="Assigned", timeout=15)
+    assert host_of(bob) == "h1"
+    assert "could not delete" not in agents["h1"].log()
+
+
+def test_a_failing_sessions_command_logs_nobody_off(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    agents: dict[str, AgentProcess],
+    tmp_path: Path,
+) -> None:
+    """A command that fails is no answer: the users it can no longer list are not gone."""
+    del operator_process
+    cluster.setup_pool(POOL, "DepthFirst", 2, hosts=["h1"])
+    cluster.create_request("alice", POOL, "alice@corp")
+    cluster.wait_request("alice", phase_="Assigned")
+    command = tmp_path / "sessions.sh"
+    command.write_text('#!/bin/sh\necho \'{"user": "alice@corp", "state": "Active"}\'\n')
+    command.chmod(0o755)
+    agents["h1"].start("--sessions-command", str(command))
+    cluster.wait(
+        lambda: status(cluster.request("alice")).get("sessionState") == "Active" or None,
+        "alice seen Active",
+        15,
+    )
+    command.write_text("#!/bin/sh\nexit 1\n")
+    cluster.wait(
+        lambda: events(cluster, "h1", "SessionsCommandFailed") or None, "the failure reported", 15
+    )
+    time.sleep(3)  # three more samples, each failing
+    assert "alice" in cluster.requests()
+    assert agents["h1"].alive
+
+
+def test_forced_logoff_notifies_once_then_logs_off_at_the_deadline(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    agents: dict[str, AgentProcess],
+    tmp_path: Path,
+) -> None:
+    del operator_process
+    cluster.setup_pool(POOL, "DepthFirst", 2, hosts=["h1"])
+    cluster.create_request("alice", POOL, "alice@corp")
+    cluster.wait_request("alice", phase_="Assigned")
+    notes, logoffs = tmp_path / "notified.txt", tmp_path / "logged-off.txt"
+    agents["h1"].start(
+        "--notify-command",
+        f'echo "$HOSTPOOL_USER|$HOSTPOOL_MESSAGE|$HOSTPOOL_DEADLINE" >> {notes}',
+        "--logoff-command",
+        f'echo "$HOSTPOOL_USER" >> {logoffs}',
+    )
+    deadline = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=6)
+    stamp = deadline.isoformat().replace("+00:00", "Z")
+    cluster.patch_status(
+        "SessionRequest", "alice", {"logoff": {"message": "host maintenance", "deadline": stamp}}
+    )
+    cluster.wait(lambda: notes.exists() or None, "the notice", 10)
+    assert not logoffs.exists()  # not before the deadline
+    cluster.wait(lambda: "alice" not in cluster.requests() or None, "alice logged off", 20)
+    gone_at = datetime.now(UTC)
+    assert gone_at >= deadline
+    assert notes.read_text().splitlines() == [f"alice@corp|host maintenance|{stamp}"]
+    assert logoffs.read_text().splitlines() == ["alice@corp"]
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def test_the_agent_rides_out_an_api_server_restart(
+    kube: Kube, cluster: Cluster, agents: dict[str, AgentProcess]
+) -> None:
+    control_plane = need_control_plane(kube, "restarting kube-apiserver")
+    cluster.create_pool(POOL, "BreadthFirst", 10)
+    cluster.create_host("h1", POOL)
+    agents["h1"].start()
+    started = datetime.now(UTC)
+    cluster.wait(lambda: fresh_metrics(cluster, "h1", started), "a first report", 10)
+    control_plane.restart_apiserver(crash=True, down_seconds=3)
+    back = datetime.now(UTC)
+    cluster.wait(lambda: fresh_metrics(cluster, "h1", back), "reports again after the restart", 60)
+    assert agents["h1"].alive
+    assert "Traceback" not in agents["h1"].log()
