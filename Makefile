@@ -71,8 +71,9 @@ cluster-down: ## stop the local control plane
 demo: $(STAMP) tools ## the main job: control plane, operator, a depth-first pool and a logon burst
 	$(PY) tests/demo.py
 
-demo-down: ## stop the demo's operator and the local control plane
+demo-down: ## stop the demo's operator and agents, and the local control plane
 	-test -f .cluster/operator.pid && kill $$(cat .cluster/operator.pid) 2>/dev/null; rm -f .cluster/operator.pid
+	-for f in .cluster/agents/*.pid; do test -f "$$f" && kill $$(cat "$$f") 2>/dev/null; rm -f "$$f"; done
 	tests/cluster/cluster.sh down .cluster
 
 clean:

@@ -12,6 +12,7 @@ so you can look around afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -303,6 +304,140 @@ def watch(objects: Any, core: Any, started: float) -> Snapshot:
         time.sleep(0.2)
 
 
+# --------------------------------------------------------------------------- Horizon + agents
+
+HZ_POOL = "engineering"
+HZ_HOSTS = {"eng-01": 70, "eng-02": 20, "eng-03": 45}  # each agent's load script says this
+HZ_USERS = 12
+
+
+def start_agents(kubeconfig_path: Path) -> None:
+    """One hostpool-agent per Horizon host, every 2 s, each with a load script that prints
+    the number in .cluster/demo-load/<host> (edit it to move the load)."""
+    loads, pids = CLUSTER / "demo-load", CLUSTER / "agents"
+    loads.mkdir(parents=True, exist_ok=True)
+    pids.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig_path)}
+    for host, load in HZ_HOSTS.items():
+        pid_file = pids / f"{host}.pid"
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+        (loads / host).write_text(f"{load}\n")
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hostpool_operator.agent",
+                "--host",
+                host,
+                "--namespace",
+                NAMESPACE,
+                "--interval",
+                "2",
+                "--load-script",
+                f"cat {loads / host}",
+            ],
+            stdout=(CLUSTER / "logs" / f"agent-{host}.log").open("wb"),
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        pid_file.write_text(str(process.pid))
+    say(f"{len(HZ_HOSTS)} host agents running (every 2 s; logs in .cluster/logs/agent-*.log)")
+
+
+def apply_horizon_pool(objects: Any) -> None:
+    objects.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        NAMESPACE,
+        "hostpools",
+        builders.pool(
+            HZ_POOL,
+            "Horizon",
+            10,
+            horizon={
+                "loadIndex": {"useCustomScript": True},
+                # Hosts under load index 50 make bucket 1 and share new logons; a host above
+                # it gets none while bucket 1 has room.
+                "connectionServer": {"rdsLoadIndexThreshold": 50, "minRdsServersInLbQueue": 1},
+            },
+        ),
+    )
+    for host in HZ_HOSTS:
+        objects.create_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, "sessionhosts", builders.host(host, HZ_POOL)
+        )
+
+
+def horizon_part(objects: Any, kubeconfig_path: Path) -> None:
+    print()
+    say(f"a Horizon pool driven by live agents: {HZ_POOL}, load index = each agent's load script")
+    apply_horizon_pool(objects)
+    start_agents(kubeconfig_path)
+    deadline = time.monotonic() + 30
+    hosts: list[Any] = []
+    while time.monotonic() < deadline:
+        hosts = [
+            h
+            for h in objects.list_namespaced_custom_object(
+                GROUP, VERSION, NAMESPACE, "sessionhosts"
+            )["items"]
+            if h["spec"]["poolRef"]["name"] == HZ_POOL
+        ]
+        if len(hosts) == len(HZ_HOSTS) and all(
+            h.get("status", {}).get("loadIndex") == HZ_HOSTS[h["metadata"]["name"]] for h in hosts
+        ):
+            break
+        time.sleep(0.3)
+    else:
+        say("the agents' load did not reach every host within 30 s")
+    for i in range(1, HZ_USERS + 1):
+        objects.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            NAMESPACE,
+            "sessionrequests",
+            builders.request(f"eng-logon-{i:02d}", HZ_POOL, f"dev{i:02d}@corp.example"),
+        )
+    say(f"{HZ_USERS} developers logged on")
+    time.sleep(3)
+    requests = [
+        r
+        for r in objects.list_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, "sessionrequests"
+        )["items"]
+        if r["spec"]["poolRef"]["name"] == HZ_POOL
+    ]
+    hosts = [
+        h
+        for h in objects.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "sessionhosts")[
+            "items"
+        ]
+        if h["spec"]["poolRef"]["name"] == HZ_POOL
+    ]
+    placed: dict[str, int] = {}
+    for r in requests:
+        host = r.get("status", {}).get("host")
+        if host:
+            placed[host] = placed.get(host, 0) + 1
+    print(f"  {'HOST':<8} {'AGENT LOAD':>10} {'LOAD INDEX':>10} {'BUCKET':>6} {'SESSIONS':>8}")
+    for h in sorted(hosts, key=lambda h: h["metadata"]["name"]):
+        name = h["metadata"]["name"]
+        st = h.get("status", {})
+        print(
+            f"  {name:<8} {st.get('metrics', {}).get('customLoadValue', '-')!s:>10} "
+            f"{st.get('loadIndex', '-')!s:>10} {st.get('bucket', '-')!s:>6} "
+            f"{placed.get(name, 0):>8}"
+        )
+    print(
+        "  (hosts under load index 50 share the logons; eng-01 at 70 gets none while they "
+        "have room)\n"
+        "  Move the load: echo 90 > .cluster/demo-load/eng-02   (its agent reports it within 2 s)"
+    )
+
+
 def main() -> int:
     path = kubeconfig()
     config.load_kube_config(str(path))  # type: ignore[no-untyped-call]
@@ -344,19 +479,21 @@ def main() -> int:
     limited = conditions_of(pool).get("ScalingLimited")
     if limited and limited["status"] == "True":
         print(f"  ScalingLimited: {limited['message']}")
+    horizon_part(objects, path)
     kc = os.path.relpath(path, Path.cwd()) if str(path).startswith(str(ROOT)) else str(path)
     print(
-        "\nLook around (the operator is still running):\n"
+        "\nLook around (the operator and the agents are still running):\n"
         f"  export KUBECONFIG={kc} PATH=$PWD/.cluster/bin:$PATH\n"
         f"  kubectl get hp,sh,sr,pods -n {NAMESPACE} -o wide\n"
         f"  kubectl describe hp {POOL} -n {NAMESPACE}\n"
+        f"  kubectl get sh -n {NAMESPACE} {' '.join(HZ_HOSTS)} -o wide   (the agents' load)\n"
         f"  kubectl delete sr -n {NAMESPACE} logon-01 logon-02\n"
         "      (two sessions end: two waiting users get their slots)\n"
         f"  kubectl delete pod -n {NAMESPACE} <an added host's pod>\n"
         "      (its sessions fail with HostLost; the operator starts the pod again)\n"
         "  curl -s 127.0.0.1:9090/metrics | grep ^hostpool_\n"
         "  tail -f .cluster/logs/operator.log\n"
-        "Tear down: make demo-down   (stops the operator and the local control plane)"
+        "Tear down: make demo-down   (stops the operator, the agents and the control plane)"
     )
     return 0
 
