@@ -423,6 +423,8 @@ async def amain(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Stopped before the loop is up (while logging in): a clean exit, not a kill.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     args = parse_args(argv)
     setup_logging(json_logs=args.log_format == "json", verbose=args.verbose)
     return asyncio.run(amain(args))

@@ -26,6 +26,7 @@ from e2e.helpers import (
     Cluster,
     KubeLike,
     OperatorProcess,
+    cond_is,
     host_of,
     now_rfc3339,
     parse_time,
@@ -369,3 +370,48 @@ def test_the_agent_rides_out_an_api_server_restart(
     cluster.wait(lambda: fresh_metrics(cluster, "h1", back), "reports again after the restart", 60)
     assert agents["h1"].alive
     assert "Traceback" not in agents["h1"].log()
+
+
+def test_a_silent_agent_is_counted_by_the_pool(
+    kube: KubeLike, cluster: Cluster, agents: dict[str, AgentProcess], tmp_path: Path
+) -> None:
+    """The metrics are the agent's heartbeat: once they are older than
+    --metrics-stale-after, the host says MetricsStale and the pool counts it as silent."""
+    operator = OperatorProcess(
+        kube.kubeconfig,
+        cluster.namespace,
+        tmp_path / "operator.log",
+        extra_args=["--metrics-stale-after", "3"],
+    )
+    operator.start()
+    try:
+        cluster.setup_pool(POOL, "BreadthFirst", 10, hosts=["h1", "h2"])
+        agents["h1"].start()
+        agents["h2"].start()
+        started = datetime.now(UTC) - timedelta(seconds=1)
+        for host in ("h1", "h2"):
+            cluster.wait(
+                lambda host=host: fresh_metrics(cluster, host, started),  # type: ignore[misc]
+                f"{host} reporting",
+                15,
+            )
+        cluster.wait(
+            lambda: cond_is(cluster.host("h1"), "MetricsStale", "False", "Fresh") or None,
+            "h1 fresh",
+            15,
+        )
+        assert status(cluster.pool(POOL))["hosts"]["agentSilent"] == 0
+        agents["h1"].stop()
+        cluster.wait(
+            lambda: cond_is(cluster.host("h1"), "MetricsStale", "True", "SampleTooOld") or None,
+            "h1 stale once its agent stopped",
+            20,
+        )
+        cluster.wait(
+            lambda: status(cluster.pool(POOL))["hosts"]["agentSilent"] == 1 or None,
+            "the pool counts one silent agent",
+            10,
+        )
+        assert cond_is(cluster.host("h2"), "MetricsStale", "False")
+    finally:
+        operator.stop()
