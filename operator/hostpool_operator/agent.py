@@ -257,7 +257,9 @@ class Agent:
     async def host_requests(self) -> list[HostRequest]:
         """The requests assigned to this host."""
         try:
-            listing = await self.client.list(REQUESTS, self.options.namespace)
+            listing = await self.client.list(
+                REQUESTS, self.options.namespace, field_selector=f"status.host={self.options.host}"
+            )
         except (ApiError, ApiTransportError) as error:
             log.warning("could not list the session requests: %s", error)
             return []

@@ -192,6 +192,14 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
 }
 
 
+#: Fields `kubectl get --field-selector` (and the host agent) can filter on, per kind.
+SELECTABLE_FIELDS: dict[str, list[str]] = {
+    "HostPool": [],
+    "SessionHost": [".spec.poolRef.name"],
+    "SessionRequest": [".spec.poolRef.name", ".status.host", ".status.phase"],
+}
+
+
 def crd(
     model: type[api.HostPool] | type[api.SessionHost] | type[api.SessionRequest],
 ) -> dict[str, Any]:
@@ -225,6 +233,11 @@ def crd(
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": PRINTER_COLUMNS[kind],
                     "schema": {"openAPIV3Schema": schema},
+                    **(
+                        {"selectableFields": [{"jsonPath": p} for p in SELECTABLE_FIELDS[kind]]}
+                        if SELECTABLE_FIELDS[kind]
+                        else {}
+                    ),
                 }
             ],
         },

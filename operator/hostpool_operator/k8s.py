@@ -244,11 +244,19 @@ class KubeClient:
         return base
 
     async def list(
-        self, plural: str, namespace: str | None = None, *, api_version: str = API_VERSION
+        self,
+        plural: str,
+        namespace: str | None = None,
+        *,
+        api_version: str = API_VERSION,
+        field_selector: str | None = None,
     ) -> JSON:
         """Every object of a kind (paged), with the list's resourceVersion."""
         items: list[JSON] = []
-        params: dict[str, str] = {"limit": "500"}
+        first: dict[str, str] = {"limit": "500"}
+        if field_selector:
+            first["fieldSelector"] = field_selector
+        params = first
         path = self.path(plural, namespace, api_version=api_version)
         while True:
             page = await self.request("GET", path, params=params)
@@ -256,7 +264,7 @@ class KubeClient:
             token = page.get("metadata", {}).get("continue")
             if not token:
                 return {"items": items, "resourceVersion": page["metadata"].get("resourceVersion")}
-            params = {"limit": "500", "continue": token}
+            params = {**first, "continue": token}
 
     async def get(
         self, plural: str, namespace: str, name: str, *, api_version: str = API_VERSION
