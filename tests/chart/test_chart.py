@@ -66,6 +66,14 @@ HOST_FINALIZERS_RULE: Obj = {
 POD_RULE: Obj = {"apiGroups": [""], "resources": ["pods"], "verbs": WORKLOAD_VERBS}
 #: The rules of the default values: the operator's own, and Pods as workloads.
 DEFAULT_RULES: list[Obj] = [*OPERATOR_RULES, HOST_FINALIZERS_RULE, POD_RULE]
+#: Kinds without a namespace.
+CLUSTER_SCOPED = (
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
 LEASE_RULES: list[Obj] = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     {
@@ -130,12 +138,22 @@ def container(docs: list[Obj]) -> Obj:
 def operator_rules(docs: list[Obj]) -> list[Obj]:
     """The rules of the operator's role on its objects: the ClusterRole, or with
     watchNamespace the Role outside the release namespace (not the Lease's)."""
+    docs = operator_objects(docs)
     roles = by_kind(docs, "ClusterRole") or [
         r for r in by_kind(docs, "Role") if r["metadata"]["namespace"] != "hostpool-system"
     ]
     assert len(roles) == 1, roles
     rules: list[Obj] = roles[0]["rules"]
     return rules
+
+
+def operator_objects(docs: list[Obj]) -> list[Obj]:
+    """The operator's objects: everything but the host agents' (component ``agent``)."""
+    return [d for d in docs if not is_agent(d)]
+
+
+def is_agent(doc: Obj) -> bool:
+    return bool(doc["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "agent")
 
 
 def workload_rules(rules: list[Obj]) -> list[Obj]:
@@ -167,6 +185,11 @@ def test_helm_lint_is_clean(helm: Path, tmp_path: Path) -> None:
                 "crds": {"enabled": False},
                 "serviceMonitor": {"enabled": True},
                 "leaderElection": {"enabled": False},
+                "agents": {
+                    "serviceAccountName": "vdi-agent",
+                    "namespaces": ["vdi", "lab"],
+                    "hosts": [{"name": "rds-01", "namespace": "vdi"}],
+                },
                 "workloadResources": [
                     {"apiGroup": "", "resources": ["pods"]},
                     {"apiGroup": "kubevirt.io", "resources": ["virtualmachines"]},
@@ -216,15 +239,21 @@ def test_default_objects(render: Render) -> None:
             "Service",
             "Deployment",
             *["CustomResourceDefinition"] * 3,
+            # the host agents': their ServiceAccount and Role, and the admission policy
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
     )
     for doc in docs:
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"):
+        if doc["kind"] not in CLUSTER_SCOPED:
             assert doc["metadata"]["namespace"] == "hostpool-system", doc["kind"]
 
 
 def test_default_rbac_grants_exactly_the_operators_calls(render: Render) -> None:
-    docs = render()
+    docs = operator_objects(render())
     cluster_role = one(docs, "ClusterRole")
     assert cluster_role["rules"] == DEFAULT_RULES
     binding = one(docs, "ClusterRoleBinding")
@@ -241,14 +270,14 @@ def test_default_rbac_grants_exactly_the_operators_calls(render: Render) -> None
     assert lease_role["metadata"]["namespace"] == "hostpool-system"
     assert lease_role["rules"] == LEASE_RULES
     assert one(docs, "RoleBinding")["subjects"] == binding["subjects"]
-    for doc in by_kind(docs, "ClusterRole") + by_kind(docs, "Role"):
+    for doc in by_kind(docs, "ClusterRole") + by_kind(render(), "Role"):
         for rule in doc["rules"]:
             for key in ("apiGroups", "resources", "verbs"):
                 assert "*" not in rule[key], (doc["metadata"]["name"], rule)
 
 
 def test_default_deployment(render: Render) -> None:
-    docs = render()
+    docs = operator_objects(render())
     deployment = one(docs, "Deployment")
     spec = deployment["spec"]
     assert spec["replicas"] == 1
@@ -320,7 +349,7 @@ def test_crds_rendered_from_crds_dir_with_keep(render: Render) -> None:
 
 
 def test_watch_namespace_uses_a_role_there(render: Render) -> None:
-    docs = render(watchNamespace="vdi")
+    docs = operator_objects(render(watchNamespace="vdi"))
     roles = {r["metadata"]["namespace"]: r for r in by_kind(docs, "Role")}
     assert sorted(roles) == ["hostpool-system", "vdi"]
     assert roles["vdi"]["rules"] == DEFAULT_RULES
@@ -395,13 +424,19 @@ def test_rbac_and_service_account_can_be_left_out(render: Render) -> None:
     docs = render(
         **{"rbac.create": False, "serviceAccount.create": False, "serviceAccount.name": "ops"}
     )
-    kinds = {d["kind"] for d in docs}
+    kinds = {d["kind"] for d in operator_objects(docs)}
     assert not kinds & {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role"}
+    # The agents' ServiceAccount and policy stay (agents.enabled), their Role goes.
+    assert {d["kind"] for d in docs if is_agent(d)} == {
+        "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
     assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
 
 
 def test_leader_election_off(render: Render) -> None:
-    docs = render(**{"leaderElection.enabled": False})
+    docs = operator_objects(render(**{"leaderElection.enabled": False}))
     assert not by_kind(docs, "Role")
     assert "--no-leader-election" in container(docs)["args"]
 
@@ -484,6 +519,315 @@ def test_image_and_extra_args(render: Render) -> None:
 
 
 # ---------------------------------------------------------------------------------------
+# host agents: identities, RBAC, the admission policy
+
+#: The agent's calls (operator/hostpool_operator/agent.py), exactly.
+AGENT_RULES: list[Obj] = [
+    {
+        "apiGroups": ["hostpool.io"],
+        "resources": ["sessionhosts", "sessionrequests"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {
+        "apiGroups": ["hostpool.io"],
+        "resources": ["sessionhosts/status", "sessionrequests/status"],
+        "verbs": ["patch"],
+    },
+    {"apiGroups": ["hostpool.io"], "resources": ["sessionrequests"], "verbs": ["delete"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+]
+#: The policy's rules, in order: each refusal message starts with "rule <name>:".
+AGENT_POLICY_RULES = [
+    "agent-identity",
+    "own-namespace",
+    "agent-operations",
+    "own-host",
+    "host-status-fields",
+    "own-requests",
+    "request-status-fields",
+]
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+#: ``object.?status.?F == oldObject.?status.?F`` in a rule: F is held unchanged.
+UNCHANGED = re.compile(r"object\.\?status\.\?(\w+) == oldObject\.\?status\.\?(\w+)")
+
+
+def agent_objects(docs: list[Obj], kind: str) -> list[Obj]:
+    return [d for d in by_kind(docs, kind) if is_agent(d)]
+
+
+def by_namespace(docs: list[Obj]) -> dict[str, list[Obj]]:
+    found: dict[str, list[Obj]] = {}
+    for doc in docs:
+        found.setdefault(doc["metadata"]["namespace"], []).append(doc)
+    return found
+
+
+def names(docs: list[Obj]) -> list[str]:
+    return sorted(d["metadata"]["name"] for d in docs)
+
+
+def policy_rule(policy: Obj, rule: str) -> Obj:
+    (validation,) = [
+        v for v in policy["spec"]["validations"] if v["message"].startswith(f"rule {rule}:")
+    ]
+    result: Obj = validation
+    return result
+
+
+def unchanged_fields(expression: str) -> set[str]:
+    pairs = UNCHANGED.findall(expression)
+    assert all(new == old for new, old in pairs), pairs
+    return {new for new, _ in pairs}
+
+
+def crd_status_fields(plural: str, crd_dir: Path = CRD_DIR) -> set[str]:
+    crd = yaml.safe_load((crd_dir / f"hostpool.io_{plural}.yaml").read_text())
+    return {
+        name
+        for version in crd["spec"]["versions"]
+        for name in version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    }
+
+
+def test_agent_defaults_service_account_role_and_binding(render: Render) -> None:
+    """Default values: the ServiceAccount hostpool-agent and the agents' Role in the release
+    namespace, the Role granting exactly the agent's calls, bound to that ServiceAccount."""
+    docs = render()
+    (sa,) = agent_objects(docs, "ServiceAccount")
+    assert sa["metadata"]["name"] == "hostpool-agent"
+    assert sa["metadata"]["namespace"] == "hostpool-system"
+    assert sa["automountServiceAccountToken"] is True
+    (role,) = agent_objects(docs, "Role")
+    assert role["metadata"]["namespace"] == "hostpool-system"
+    assert role["rules"] == AGENT_RULES
+    (binding,) = agent_objects(docs, "RoleBinding")
+    assert binding["metadata"]["namespace"] == "hostpool-system"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "hostpool-agent", "namespace": "hostpool-system"}
+    ]
+    # No update/patch of the main resources (spec, metadata), no create, no wildcard.
+    granted = {
+        (res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]
+    }
+    for resource in ("sessionhosts", "sessionrequests", "hostpools"):
+        for verb in ("create", "update", "patch"):
+            assert (resource, verb) not in granted
+    assert ("sessionhosts", "delete") not in granted
+    assert not [r for r in role["rules"] if "*" in r["verbs"] + r["resources"] + r["apiGroups"]]
+
+
+def test_agent_policy_and_binding(render: Render) -> None:
+    docs = render()
+    policy = one(docs, "ValidatingAdmissionPolicy")
+    assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert is_agent(policy)
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": ["hostpool.io"],
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE", "DELETE", "CONNECT"],
+            "resources": ["*/*"],
+        }
+    ]
+    assert spec["matchConditions"] == [
+        {
+            "name": "host-agents-only",
+            "expression": "request.userInfo.username.startsWith('system:serviceaccount:') && "
+            "size(request.userInfo.username.split(':')) == 4 && "
+            "(request.userInfo.username.split(':')[3] == 'hostpool-agent' || "
+            "request.userInfo.username.split(':')[3].startsWith('hostpool-agent-'))",
+        }
+    ]
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert POD_NAME_EXTRA in variables["podName"]
+    assert variables["host"] == (
+        "variables.saName == 'hostpool-agent' ? variables.podName : "
+        "variables.saName.startsWith('hostpool-agent-') ? variables.saName.substring(15) : ''"
+    )
+    assert len("hostpool-agent-") == 15
+    validations = spec["validations"]
+    assert [v["message"].split(":")[0] for v in validations] == [
+        f"rule {rule}" for rule in AGENT_POLICY_RULES
+    ]
+    assert {v["reason"] for v in validations} == {"Forbidden"}
+    assert policy_rule(policy, "own-host")["expression"] == (
+        "!variables.hostStatus || object.metadata.name == variables.host"
+    )
+    assert (
+        "oldObject.?status.?host.orValue('') == variables.host"
+        in (policy_rule(policy, "own-requests")["expression"])
+    )
+    binding = one(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert binding["metadata"]["name"] == policy["metadata"]["name"]
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+
+
+def test_agent_policy_holds_every_other_status_field(render: Render) -> None:
+    """The field rules compare every status field of the CRDs except the agent's own: for
+    hosts all but metrics and agent, for requests all but sessionState."""
+    policy = one(render(), "ValidatingAdmissionPolicy")
+    host_fields = unchanged_fields(policy_rule(policy, "host-status-fields")["expression"])
+    assert host_fields == crd_status_fields("sessionhosts") - {"metrics", "agent"}
+    assert {"observedGeneration", "sessions", "address", "loadIndex", "bucket"} <= host_fields
+    assert "conditions" in host_fields
+    request_fields = unchanged_fields(policy_rule(policy, "request-status-fields")["expression"])
+    assert request_fields == crd_status_fields("sessionrequests") - {"sessionState"}
+    assert {"phase", "host", "hostAddress", "assignedAt", "logoff", "conditions"} <= (
+        request_fields
+    )
+
+
+def test_agent_policy_follows_the_crd(helm: Path, tmp_path: Path) -> None:
+    """A status field added to the CRD is held unchanged without editing the chart (the
+    rules are generated from files/crds)."""
+    chart = tmp_path / "hostpool-operator"
+    shutil.copytree(CHART_DIR, chart)
+    path = chart / "files" / "crds" / "hostpool.io_sessionhosts.yaml"
+    crd = yaml.safe_load(path.read_text())
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
+        "drainedBy"
+    ] = {"type": "string"}
+    path.write_text(yaml.safe_dump(crd))
+    proc = run_helm(helm, "template", "hp", str(chart))
+    docs = [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
+    policy = one(docs, "ValidatingAdmissionPolicy")
+    fields = unchanged_fields(policy_rule(policy, "host-status-fields")["expression"])
+    assert "drainedBy" in fields
+    assert fields == crd_status_fields("sessionhosts", chart / "files" / "crds") - {
+        "metrics",
+        "agent",
+    }
+
+
+def test_agent_namespace_defaults_to_the_watched_namespace(render: Render) -> None:
+    docs = render(watchNamespace="vdi")
+    for kind in ("ServiceAccount", "Role", "RoleBinding"):
+        (doc,) = agent_objects(docs, kind)
+        assert doc["metadata"]["namespace"] == "vdi", kind
+
+
+def test_agent_namespaces_and_hosts(render: Render) -> None:
+    """agents.namespaces: the shared ServiceAccount and the Role in each; agents.hosts: one
+    ServiceAccount <name>-<host> per machine, in its namespace, bound to the Role there."""
+    docs = render(
+        **{
+            "agents.namespaces": ["vdi", "lab"],
+            "agents.hosts": [
+                {"name": "rds-01", "namespace": "vdi"},
+                {"name": "rds-02.corp", "namespace": "vdi"},
+                {"name": "lab-01", "namespace": "lab"},
+            ],
+        }
+    )
+    accounts = by_namespace(agent_objects(docs, "ServiceAccount"))
+    assert sorted(accounts) == ["lab", "vdi"]
+    assert names(accounts["vdi"]) == [
+        "hostpool-agent",
+        "hostpool-agent-rds-01",
+        "hostpool-agent-rds-02.corp",
+    ]
+    assert names(accounts["lab"]) == ["hostpool-agent", "hostpool-agent-lab-01"]
+    for sa in accounts["vdi"] + accounts["lab"]:
+        name = sa["metadata"]["name"]
+        if name == "hostpool-agent":
+            assert sa["automountServiceAccountToken"] is True
+            assert "annotations" not in sa["metadata"]
+        else:
+            assert sa["automountServiceAccountToken"] is False
+            host = sa["metadata"]["annotations"]["hostpool.io/host"]
+            assert name == f"hostpool-agent-{host}"
+    roles = by_namespace(agent_objects(docs, "Role"))
+    assert sorted(roles) == ["lab", "vdi"]
+    for (role,) in roles.values():
+        assert role["rules"] == AGENT_RULES
+    bindings = by_namespace(agent_objects(docs, "RoleBinding"))
+    for namespace, (binding,) in bindings.items():
+        assert binding["roleRef"]["name"] == roles[namespace][0]["metadata"]["name"]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+            for name in names(accounts[namespace])
+        ]
+    # One policy for all of them.
+    assert len(by_kind(docs, "ValidatingAdmissionPolicy")) == 1
+
+
+def test_agent_host_as_a_plain_name(render: Render) -> None:
+    """A host given by its name alone is in the (only) agent namespace."""
+    docs = render(watchNamespace="vdi", **{"agents.hosts": ["rds-01"]})
+    accounts = by_namespace(agent_objects(docs, "ServiceAccount"))
+    assert {ns: names(sas) for ns, sas in accounts.items()} == {
+        "vdi": ["hostpool-agent", "hostpool-agent-rds-01"]
+    }
+
+
+def test_agent_service_account_name(render: Render) -> None:
+    docs = render(**{"agents.serviceAccountName": "vdi-agent", "agents.hosts": ["rds-01"]})
+    assert names(agent_objects(docs, "ServiceAccount")) == ["vdi-agent", "vdi-agent-rds-01"]
+    spec = one(docs, "ValidatingAdmissionPolicy")["spec"]
+    (condition,) = spec["matchConditions"]
+    assert "[3] == 'vdi-agent' ||" in condition["expression"]
+    assert "[3].startsWith('vdi-agent-')" in condition["expression"]
+    assert "hostpool-agent" not in json.dumps(spec)
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert "variables.saName.substring(10)" in variables["host"]
+
+
+def test_agents_disabled_renders_nothing_of_theirs(render: Render) -> None:
+    docs = render(**{"agents.enabled": False, "agents.hosts": ["rds-01"]})
+    assert not [d for d in docs if is_agent(d)]
+    kinds = {d["kind"] for d in docs}
+    assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    # The operator's objects are the same either way.
+    assert docs == operator_objects(render())
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"agents.namespaces": ["vdi", "lab"], "agents.hosts": ["rds-01"]},
+            "agents.hosts: host rds-01 needs a namespace: agents.namespaces has 2 entries",
+        ),
+        (
+            {"agents.namespaces": ["vdi"], "agents.hosts": [{"name": "x", "namespace": "lab"}]},
+            "agents.hosts: host x is in namespace lab, which is not in agents.namespaces",
+        ),
+        (
+            {"agents.hosts": ["rds-01", {"name": "rds-01", "namespace": "default"}]},
+            "agents.hosts: host default/rds-01 is listed twice",
+        ),
+        (
+            {"agents.hosts": [".".join(["a" * 60] * 4)]},
+            "is longer than 253 characters",
+        ),
+        (
+            {"serviceAccount.name": "hostpool-agent-ops"},
+            "the operator's ServiceAccount hostpool-agent-ops would be taken for a host agent",
+        ),
+        (
+            {"serviceAccount.name": "vdi", "agents.serviceAccountName": "vdi"},
+            "the operator's ServiceAccount vdi would be taken for a host agent",
+        ),
+    ],
+)
+def test_agent_values_refused_at_render(helm: Path, values: dict[str, Any], message: str) -> None:
+    proc = run_helm(helm, "template", "hp", str(CHART_DIR), *set_args(values), check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+
+
+# ---------------------------------------------------------------------------------------
 # values.schema.json
 
 
@@ -538,6 +882,18 @@ def test_image_and_extra_args(render: Render) -> None:
             {"workloadResources": {"apiGroup": ""}},
             "at '/workloadResources': got object, want array",
         ),
+        ({"agents.enabled": "yes"}, "at '/agents/enabled': got string, want boolean"),
+        ({"agents.serviceAccountName": "Agent_SA"}, "at '/agents/serviceAccountName'"),
+        ({"agents.serviceAccountName": ""}, "at '/agents/serviceAccountName'"),
+        ({"agents.namespaces": "vdi"}, "at '/agents/namespaces': got string, want array"),
+        ({"agents.namespaces": ["Not_A_Namespace"]}, "at '/agents/namespaces/0'"),
+        ({"agents.namespaces": [""]}, "at '/agents/namespaces/0'"),
+        ({"agents.namespaces": ["vdi", "vdi"]}, "at '/agents/namespaces'"),
+        ({"agents.hosts": ["RDS_01"]}, "at '/agents/hosts/0'"),
+        ({"agents.hosts": [{"namespace": "vdi"}]}, "at '/agents/hosts/0'"),
+        ({"agents.hosts": [{"name": "rds-01", "role": "admin"}]}, "at '/agents/hosts/0'"),
+        ({"agents.hosts": [7]}, "at '/agents/hosts/0'"),
+        ({"agents.policy": True}, "additional properties 'policy' not allowed"),
     ],
 )
 def test_schema_refuses_bad_values(helm: Path, values: dict[str, Any], message: str) -> None:
