@@ -531,7 +531,8 @@ AGENT_RULES: list[Obj] = [
     {
         "apiGroups": ["hostpool.io"],
         "resources": ["sessionhosts/status", "sessionrequests/status"],
-        "verbs": ["patch"],
+        # get: `kubectl patch --subresource status` reads the subresource first.
+        "verbs": ["get", "patch"],
     },
     {"apiGroups": ["hostpool.io"], "resources": ["sessionrequests"], "verbs": ["delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
@@ -790,6 +791,28 @@ def test_agents_disabled_renders_nothing_of_theirs(render: Render) -> None:
     assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     # The operator's objects are the same either way.
     assert docs == operator_objects(render())
+
+
+def test_the_agents_command_of_the_docs(helm: Path) -> None:
+    """docs/install.md's --set-json for agents: the accounts and the Role it describes."""
+    docs = (REPO_ROOT / "docs" / "install.md").read_text()
+    values = re.findall(r"--set-json '(agents\.[^']*)'", docs)
+    assert len(values) == 2, values
+    args = [arg for value in values for arg in ("--set-json", value)]
+    proc = run_helm(helm, "template", "hostpool", str(CHART_DIR), "-n", "hostpool-system", *args)
+    rendered = [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
+    accounts = by_namespace(agent_objects(rendered, "ServiceAccount"))
+    assert {ns: names(sas) for ns, sas in accounts.items()} == {
+        "vdi": ["hostpool-agent", "hostpool-agent-rds-01", "hostpool-agent-rds-02"]
+    }
+    (role,) = agent_objects(rendered, "Role")
+    assert role["metadata"]["name"] == "hostpool-hostpool-operator-agent"
+    assert "--role hostpool-hostpool-operator-agent" in docs
+    assert (
+        one(rendered, "ValidatingAdmissionPolicy")["metadata"]["name"] == role["metadata"]["name"]
+    )
+    for rule in AGENT_POLICY_RULES:
+        assert f"| `{rule}` |" in docs, rule
 
 
 @pytest.mark.parametrize(
