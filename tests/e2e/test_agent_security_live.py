@@ -18,7 +18,9 @@ binding are deleted at teardown.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -634,3 +636,80 @@ def test_the_policy_holds_when_rbac_grants_too_much(
         assert "metrics" not in status(kube, "SessionHost", namespace, HOST_A)
     finally:
         kube.delete_namespace(other)
+
+
+def test_the_agent_itself_works_under_its_sidecar_credential(
+    kube: Kube,
+    namespace: str,
+    install_agents: Callable[[str, dict[str, Any]], Installed],
+    tmp_path: Path,
+) -> None:
+    """The real hostpool-agent process, holding only A's pod-bound token: every write it
+    makes (metrics, sessionState, the logoff delete, an Event) passes RBAC and the policy,
+    and B's request stays as it was."""
+    installed = install_agents(namespace, {})
+    wait_default_service_account(kube, namespace)
+    create_world(kube, namespace, [HOST_A, HOST_B])
+    agent = installed.pod_token(HOST_A)
+    wait_in_effect(agent, HOST_B, "own-host")
+    rb1_before = status(kube, "SessionRequest", namespace, "rb1")
+    sessions = tmp_path / "sessions.jsonl"
+    sessions.write_text('{"user": "ra1@corp.example", "state": "Active"}\n')
+    script = tmp_path / "load.sh"
+    script.write_text("#!/bin/sh\necho nonsense\n")  # fails: the agent posts an Event
+    script.chmod(0o755)
+    log_path = tmp_path / "agent.log"
+    command = [
+        sys.executable,
+        "-m",
+        "hostpool_operator.agent",
+        "--host",
+        HOST_A,
+        "--namespace",
+        namespace,
+        "--interval",
+        "1",
+        "--sessions-command",
+        f"cat {sessions}",
+        "--load-script",
+        str(script),
+    ]
+    env = {**os.environ, "KUBECONFIG": str(agent.api.kubeconfig)}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_for(
+            lambda: (
+                "cpuPercent" in status(kube, "SessionHost", namespace, HOST_A).get("metrics", {})
+            ),
+            WAIT_SECONDS,
+            what="metrics written under the agent's own token",
+        )
+        wait_for(
+            lambda: (
+                status(kube, "SessionRequest", namespace, "ra1").get("sessionState") == "Active"
+            ),
+            WAIT_SECONDS,
+            what="ra1 Active",
+        )
+        sessions.write_text("")  # ra1's user logs off
+        wait_for(
+            lambda: (
+                kube.request("GET", resource_path("SessionRequest", namespace, "ra1"))[0] == 404
+            ),
+            WAIT_SECONDS,
+            what="ra1 deleted by the agent",
+        )
+        events = kube.call("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+        assert any(
+            e["reason"] == "LoadScriptFailed" and e["involvedObject"]["name"] == HOST_A
+            for e in events
+        ), [e["reason"] for e in events]
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    text = log_path.read_text(errors="replace")
+    assert "403" not in text, text[-3000:]
+    assert "Forbidden" not in text, text[-3000:]
+    assert status(kube, "SessionRequest", namespace, "rb1") == rb1_before
+    assert status(kube, "SessionRequest", namespace, "ra2").get("sessionState") == "Connecting"
