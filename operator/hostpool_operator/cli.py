@@ -18,23 +18,36 @@ def _cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_document(path: str) -> tuple[object, str | None]:
+    """The YAML/JSON document in ``path``, or why it cannot be read."""
+    import yaml
+
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        return None, f"{path}: cannot read: {error.strerror or error}"
+    try:
+        return yaml.safe_load(text), None
+    except yaml.YAMLError as error:
+        return None, f"{path}: not valid YAML/JSON: {error}"
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     import json
 
-    import yaml
-
     from . import simulate
 
+    if args.timeline is not None:
+        if args.file is not None:
+            return _fail("simulate: give a scenario FILE or --timeline FILE, not both")
+        return _simulate_timeline(args)
+    if args.file is None:
+        return _fail("simulate: give a scenario FILE or --timeline FILE")
+    document, problem = _read_document(args.file)
+    if problem is not None:
+        return _fail(problem)
     try:
-        text = Path(args.file).read_text()
-    except OSError as error:
-        return _fail(f"{args.file}: cannot read: {error.strerror or error}")
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        return _fail(f"{args.file}: not valid YAML/JSON: {error}")
-    try:
-        result = simulate.run_scenario(document)
+        result = simulate.run_scenario(document)  # type: ignore[arg-type]
     except simulate.ScenarioError as error:
         return _fail(f"{args.file}: {error}")
     if args.output == "json":
@@ -49,6 +62,28 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             title=f"{Path(args.file).name}: {spec.load_balancer.type.value}",
             limit=spec.load_balancer.max_session_limit,
         )
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _simulate_timeline(args: argparse.Namespace) -> int:
+    import json
+
+    from . import timeline
+
+    document, problem = _read_document(args.timeline)
+    if problem is not None:
+        return _fail(problem)
+    try:
+        result = timeline.run_timeline(document)  # type: ignore[arg-type]
+    except timeline.TimelineError as error:
+        return _fail(f"{args.timeline}: {error}")
+    if args.output == "json":
+        print(json.dumps(result))
+    else:
+        print(timeline.format_timeline_table(result))
+    if args.plot:
+        timeline.plot_timeline(result, Path(args.plot), title=Path(args.timeline).name)
         print(f"plot written to {args.plot}", file=sys.stderr)
     return 0
 
@@ -158,10 +193,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     run.set_defaults(func=_cmd_run)
 
-    sim = sub.add_parser("simulate", help="place a scenario's requests with the engine")
-    sim.add_argument("file", help="scenario file (YAML or JSON)")
+    sim = sub.add_parser(
+        "simulate", help="place a scenario's requests, or run a timeline, with the engine"
+    )
+    sim.add_argument("file", nargs="?", help="scenario file (YAML or JSON)")
+    sim.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="run a timeline instead: a day or a week of logons, scaling and plans",
+    )
     sim.add_argument("--output", choices=("table", "json"), default="table")
-    sim.add_argument("--plot", metavar="OUT.png", help="also draw sessions per host")
+    sim.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        help="also draw sessions per host (a timeline: hosts, sessions, pending, capacity)",
+    )
     sim.set_defaults(func=_cmd_simulate)
     return parser
 

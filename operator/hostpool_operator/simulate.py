@@ -2,7 +2,8 @@
 
 ``run_scenario(document) -> result`` and ``hostpool-operator simulate FILE`` take the same
 document (see the API contract): hosts in query order, requests placed one after another,
-each seeing the state the previous one left.
+each seeing the state the previous one left. ``run_timeline`` (a day or a week of logons
+with scaling and plans) lives in :mod:`.timeline` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from .api import (
 )
 from .balancing import Demand, HostView, PoolBalancer
 from .scaling import ScaleHost, hosts_to_add
+from .timeline import TimelineError as TimelineError  # the timeline simulator, re-exported
+from .timeline import parse_timeline as parse_timeline
+from .timeline import run_timeline as run_timeline
 
 MAX_SCENARIO_HOSTS = 100_000
 MAX_SCENARIO_REQUESTS = 1_000_000

@@ -12,7 +12,11 @@ import pytest
 from hostpool_operator.simulate import ScenarioError, run_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = sorted((ROOT / "docs" / "scenarios").glob("*.yaml"))
+SCENARIOS = sorted(
+    p
+    for p in (ROOT / "docs" / "scenarios").glob("*.yaml")
+    if not p.name.endswith(".timeline.yaml")  # timelines: test_timeline
+)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
