@@ -2,8 +2,9 @@
 
 ``run_timeline(document) -> result`` (re-exported as ``simulate.run_timeline``) and
 ``hostpool-operator simulate --timeline FILE`` take the document of the contract's "Timeline
-simulation": a pool, the hosts the operator created at the start, logons per hour in daily
-windows and how long a session lasts. Pure: simulated time only, no clock, no I/O.
+simulation": a pool, optionally a scaling plan, the hosts the operator created at the start,
+logons per hour in daily windows and how long a session lasts. Pure: simulated time only, no
+clock, no I/O.
 
 How a step ``(t0, t1]`` runs:
 
@@ -12,8 +13,16 @@ How a step ``(t0, t1]`` runs:
   and logons arrive, spread evenly over each window (``perHour`` a hour). A logon is placed at
   once unless others wait before it; when a session ends, waiting requests are placed in
   arrival order while there is room. Ties: ends first, then logons.
-* At ``t1`` the pool's scaling decides (``scaling.decide_scaling``, with
-  ``scaleDownDelaySeconds`` in simulated time; every simulated host is the operator's). New
+* At ``t1`` one pass decides, as the operator's would. With a plan and a phase in force
+  (``plans.phase_in_force``): the pool places with the phase's algorithm from then on, and
+  ``plans.decide_plan`` keeps the minimum, undrains or adds over the capacity threshold,
+  drains the emptiest hosts in ramp-down and off-peak and deletes drained hosts once empty
+  (simulated users never disconnect, so both stopHostsWhen settings wait for no session);
+  with forceLogoffUsers the users of a drained host are logged off at drain +
+  waitTimeMinutes. Requests still waiting get hosts from the pool's own scaling (the plan's
+  minimum in place of minHosts; it removes nothing while a plan is in force). Without a
+  phase, the pool's own algorithm and scaling (``scaling.decide_scaling``, with
+  ``scaleDownDelaySeconds`` in simulated time). Every simulated host is the operator's; new
   hosts are ready at once. Then the waiting requests are retried.
 * The step reports the state at ``t1``; ``hostHours`` sums hosts x step length.
   ``peakPending`` is the most requests waiting at any moment: a request that finds no room
@@ -43,8 +52,10 @@ from .api import (
     LoadBalancerType,
     describe_validation_error,
 )
+from .api_plan import SimulatedPlan
 from .balancing import Demand, HostView, PoolBalancer
-from .scaling import ScaleHost, decide_scaling
+from .plans import PhaseInForce, PlanHost, PlanRequest, decide_plan, phase_in_force
+from .scaling import ScaleHost, decide_scaling, hosts_to_add
 
 MAX_HOURS = 168
 MAX_PER_HOUR = 100_000
@@ -104,7 +115,7 @@ class Timeline(ApiModel):
     hours: int = Field(default=24, ge=1, le=MAX_HOURS)
     step_minutes: int = Field(default=5, ge=1, le=60)
     pool: HostPoolSpec
-    plan: dict[str, Any] | None = None
+    plan: SimulatedPlan | None = None
     hosts: int = Field(default=0, ge=0, le=MAX_HOSTS)
     arrivals: list[ArrivalWindow] = Field(default_factory=list, max_length=MAX_WINDOWS)
     session_minutes: int = Field(ge=1, le=MAX_SESSION_MINUTES)
@@ -117,13 +128,6 @@ class Timeline(ApiModel):
                 "must be a local time without an offset, e.g. 2026-12-07T00:00:00 "
                 "(the plan's timeZone applies, UTC without a plan)"
             )
-        return value
-
-    @field_validator("plan")
-    @classmethod
-    def _no_plans_yet(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            raise ValueError("scaling plans are not supported by this simulator yet")
         return value
 
     @model_validator(mode="after")
@@ -145,16 +149,26 @@ def parse_timeline(document: Any) -> Timeline:
             "timeline: must be a mapping with start, pool, hosts, arrivals and sessionMinutes"
         )
     try:
-        return Timeline.model_validate(document)
+        timeline = Timeline.model_validate(document)
     except ValidationError as error:
         raise TimelineError(describe_validation_error(error, whole="timeline")) from None
+    if timeline.plan is not None:
+        # What the operator reports as ScalingRequired on the plan.
+        if timeline.pool.scaling is None:
+            raise TimelineError("pool.scaling: a pool that follows a plan needs scaling")
+        if timeline.pool.load_balancer.max_session_limit is None:
+            raise TimelineError(
+                "pool.loadBalancer.maxSessionLimit: a pool that follows a plan needs it set"
+            )
+    return timeline
 
 
 # ------------------------------------------------------------------------------ the run
 
 # Event kinds; the order breaks ties at one instant (slots free up before logons).
 _END = 0
-_CONNECTED = 1
+_LOGOFF = 1
+_CONNECTED = 2
 
 
 @dataclass(slots=True)
@@ -163,6 +177,9 @@ class _Host:
 
     name: str
     empty_since: datetime | None
+    #: Drained by the plan's rule 5, and when.
+    drained_by_plan: bool = False
+    drained_at: datetime | None = None
 
 
 def _arrival_offsets(
@@ -206,12 +223,16 @@ class _Run:
         self.timeline = timeline
         self.zone = zone
         self.pool = timeline.pool
+        self.plan = timeline.plan
+        self.phase: PhaseInForce | None = None
         self.origin = timeline.start.replace(tzinfo=zone).astimezone(UTC)
         self.balancer = PoolBalancer(self.pool, seed=timeline.seed)
         self.hosts: dict[str, _Host] = {}
         self.created = 0
         self.waiting: deque[str] = deque()
         self.connecting: set[str] = set()
+        #: Forced logoffs ordered by the plan (rule 6): user -> deadline.
+        self.logoffs: dict[str, float] = {}
         self.events: list[tuple[float, int, int, str]] = []
         self.sequence = 0
         self.placed = 0
@@ -236,9 +257,29 @@ class _Run:
         self.balancer.upsert_host(HostView(name=name))
         self.hosts[name] = _Host(name, empty_since=self.instant(now))
 
-    def remove_host(self, name: str) -> None:
+    def remove_host(self, name: str, now: float) -> None:
+        for user in sorted(self.balancer.ledger.users_on(name)):
+            self.end(user, now)  # none in practice: only empty hosts are removed
         self.balancer.remove_host(name)
         del self.hosts[name]
+
+    def set_drain(self, name: str, drain: bool, now: float) -> None:
+        """The plan drains a host (rule 5) or undrains one it drained (rule 4)."""
+        view = self.balancer.host(name)
+        if view is None:
+            return
+        self.balancer.upsert_host(
+            HostView(
+                name=name,
+                drain_mode=drain,
+                sessions=view.sessions,
+                connecting=view.connecting,
+                order=view.order,
+            )
+        )
+        host = self.hosts[name]
+        host.drained_by_plan = drain
+        host.drained_at = self.instant(now) if drain else None
 
     def scale_hosts(self) -> list[ScaleHost]:
         return [
@@ -284,12 +325,17 @@ class _Run:
     def end(self, user: str, now: float) -> None:
         host = self.balancer.end_session(user, was_connecting=user in self.connecting)
         self.connecting.discard(user)
+        self.logoffs.pop(user, None)
         if host is None:
             return
         view = self.balancer.host(host)
         if view is not None and view.sessions == 0 and host in self.hosts:
             self.hosts[host].empty_since = self.instant(now)
         self.place_waiting(now)
+
+    def forced_logoff(self, user: str, now: float) -> None:
+        if self.logoffs.get(user) == now:
+            self.end(user, now)
 
     def connected(self, user: str) -> None:
         if user not in self.connecting:
@@ -301,7 +347,26 @@ class _Run:
 
     # -------------------------------------------------------------- decisions
 
+    def decide(self, now: float) -> None:
+        """The pass at the end of a step: the plan's phase and rules when one is in force,
+        else the pool's own algorithm and scaling."""
+        self.phase = None if self.plan is None else phase_in_force(self.plan, self.instant(now))
+        if self.phase is None:
+            self.use_algorithm(self.pool.load_balancer.type)
+            self.scale(now)
+        else:
+            self.use_algorithm(self.phase.load_balancer_type)
+            self.follow_plan(self.phase, now)
+
+    def use_algorithm(self, algorithm: LoadBalancerType) -> None:
+        """Rule 2: the phase's algorithm, the pool's own limit."""
+        if self.balancer.algorithm is algorithm:
+            return
+        balancer = self.pool.load_balancer.model_copy(update={"type": algorithm})
+        self.balancer.set_spec(self.pool.model_copy(update={"load_balancer": balancer}))
+
     def scale(self, now: float) -> None:
+        """The pool's own scaling (no phase in force)."""
         scaling = self.pool.scaling
         if scaling is None:
             return
@@ -311,7 +376,56 @@ class _Run:
         for _ in range(decision.add):
             self.add_host(now)
         for name in decision.remove:
-            self.remove_host(name)
+            self.remove_host(name, now)
+
+    def follow_plan(self, phase: PhaseInForce, now: float) -> None:
+        """Rules 3-6 (``plans.decide_plan``), then hosts for the requests still waiting
+        (the pool's own scaling adds, with the plan's minimum in place of minHosts; it
+        removes nothing while a plan is in force)."""
+        scaling = self.pool.scaling
+        assert scaling is not None  # validated: a pool that follows a plan has scaling
+        instant = self.instant(now)
+        views = list(self.balancer.hosts())
+        plan_hosts = [
+            PlanHost(
+                name=v.name,
+                sessions=v.sessions,
+                active=v.sessions,  # simulated users never disconnect
+                drain_mode=v.drain_mode,
+                drained_by_plan=self.hosts[v.name].drained_by_plan,
+                drained_at=self.hosts[v.name].drained_at,
+                managed=True,
+            )
+            for v in views
+        ]
+        requests: list[PlanRequest] = []
+        if phase.force_logoff_users or self.logoffs:
+            requests = [
+                PlanRequest(user, session.host, user in self.logoffs)
+                for user, session in self.balancer.ledger.items()
+            ]
+        decision = decide_plan(
+            phase, plan_hosts, self.balancer.limit, scaling.max_hosts, instant, requests
+        )
+        for name in decision.undrain:
+            self.set_drain(name, False, now)
+        for user in decision.cancel_logoff:
+            self.logoffs.pop(user, None)
+        for _ in range(decision.add):
+            self.add_host(now)
+        for name in decision.drain:
+            self.set_drain(name, True, now)
+        for name in decision.delete:
+            self.remove_host(name, now)
+        for order in decision.logoff:
+            deadline = max(now, (order.deadline - self.origin).total_seconds())
+            self.logoffs[order.request] = deadline
+            self.push(deadline, _LOGOFF, order.request)
+        if self.waiting:
+            own = scaling.model_copy(update={"min_hosts": 0})
+            up = hosts_to_add(own, self.balancer.limit, self.scale_hosts(), len(self.waiting))
+            for _ in range(up.add):
+                self.add_host(now)
 
     # -------------------------------------------------------------- figures
 
@@ -330,7 +444,7 @@ class _Run:
         algorithm: LoadBalancerType = self.balancer.algorithm
         return {
             "at": self.local(now),
-            "phase": None,
+            "phase": None if self.phase is None else self.phase.phase.value,
             "loadBalancerType": algorithm.value,
             "hosts": len(views),
             "sessions": sum(v.sessions for v in views),
@@ -347,7 +461,7 @@ class _Run:
         arrivals = _arrival_offsets(timeline, self.zone, self.origin, total)
         for _ in range(timeline.hosts):
             self.add_host(0.0)
-        self.scale(0.0)
+        self.decide(0.0)
         steps: list[dict[str, Any]] = []
         host_seconds = 0.0
         next_arrival = 0
@@ -363,12 +477,14 @@ class _Run:
                     at, kind, _, user = heapq.heappop(self.events)
                     if kind == _END:
                         self.end(user, at)
+                    elif kind == _LOGOFF:
+                        self.forced_logoff(user, at)
                     else:
                         self.connected(user)
                 else:
                     next_arrival += 1
                     self.arrive(f"u{next_arrival:07d}", arrival)
-            self.scale(end)
+            self.decide(end)
             self.place_waiting(end)
             step = self.step(end)
             steps.append(step)
@@ -385,7 +501,8 @@ class _Run:
 def run_timeline(document: dict[str, Any]) -> dict[str, Any]:
     """Run a timeline document; return its steps, hostHours, placed and peakPending."""
     timeline = parse_timeline(document)
-    return _Run(timeline, UTC).run()
+    zone = UTC if timeline.plan is None else timeline.plan.zone
+    return _Run(timeline, zone).run()
 
 
 # ------------------------------------------------------------------------------ reports
@@ -451,10 +568,18 @@ def plot_timeline(result: dict[str, Any], out: Path, *, title: str) -> None:
 
         seen = list(dict.fromkeys(phase for phase, _, _ in bands))
         handles = [Patch(color=colours.get(p, "#eeeeee"), label=p) for p in seen]
-        axes[0].legend(handles=handles, loc="upper right", ncols=len(seen), fontsize="small")
+        axes[0].legend(
+            handles=handles,
+            loc="lower right",
+            bbox_to_anchor=(1.0, 1.0),
+            ncols=len(seen),
+            fontsize="small",
+            frameon=False,
+        )
     axes[-1].xaxis.set_major_formatter(mdates.DateFormatter("%a %H:%M"))  # type: ignore[no-untyped-call]
     axes[0].set_title(
-        f"{title}: {result['hostHours']:g} host-hours, peak pending {result['peakPending']}"
+        f"{title}: {result['hostHours']:g} host-hours, peak pending {result['peakPending']}",
+        loc="left",
     )
     fig.autofmt_xdate()
     fig.tight_layout()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import itertools
 import json
 import math
 import subprocess
@@ -323,3 +324,161 @@ def test_table_prints_one_line_an_hour_for_a_week() -> None:
     start = datetime(2026, 12, 7)
     assert lines[1].startswith((start + timedelta(hours=1)).isoformat())
     assert lines[168].startswith((start + timedelta(hours=168)).isoformat())
+
+
+# ------------------------------------------------------------------------------ plans
+
+
+def weekday_plan(**ramp_down: Any) -> dict[str, Any]:
+    return {
+        "timeZone": "Europe/Stockholm",
+        "schedules": [
+            {
+                "name": "weekdays",
+                "daysOfWeek": ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"],
+                "rampUp": {
+                    "startTime": "06:30",
+                    "loadBalancerType": "BreadthFirst",
+                    "minimumHostsPercent": 20,
+                    "capacityThresholdPercent": 60,
+                },
+                "peak": {"startTime": "09:00", "loadBalancerType": "BreadthFirst"},
+                "rampDown": {
+                    "startTime": "15:00",
+                    "loadBalancerType": "DepthFirst",
+                    "minimumHostsPercent": 10,
+                    "capacityThresholdPercent": 90,
+                    **ramp_down,
+                },
+                "offPeak": {"startTime": "19:00", "loadBalancerType": "DepthFirst"},
+            }
+        ],
+    }
+
+
+def planned(**changes: Any) -> dict[str, Any]:
+    pool = {
+        "loadBalancer": {"type": "BreadthFirst", "maxSessionLimit": 10},
+        "scaling": {"maxHosts": 30},
+    }
+    document = day(pool=pool, plan=weekday_plan(), arrivals=ARRIVALS)
+    document.update(changes)
+    return document
+
+
+ARRIVALS = [
+    {"from": "07:00", "to": "09:00", "perHour": 80},
+    {"from": "09:00", "to": "12:00", "perHour": 20},
+    {"from": "12:00", "to": "17:00", "perHour": 10},
+]
+PHASES = {  # local time of a step's end -> the phase in force then
+    "00:05": "OffPeak",  # Monday: Friday's off-peak, through the weekend
+    "06:25": "OffPeak",
+    "06:30": "RampUp",
+    "08:55": "RampUp",
+    "09:00": "Peak",
+    "14:55": "Peak",
+    "15:00": "RampDown",
+    "18:55": "RampDown",
+    "19:00": "OffPeak",
+    "23:55": "OffPeak",
+}
+
+
+def test_the_phase_changes_at_its_local_start_and_the_algorithm_with_it() -> None:
+    steps = {s["at"][11:16]: s for s in run_timeline(planned())["steps"]}
+    for clock, phase in PHASES.items():
+        assert steps[clock]["phase"] == phase, clock
+        expected = "BreadthFirst" if phase in ("RampUp", "Peak") else "DepthFirst"
+        assert steps[clock]["loadBalancerType"] == expected, clock
+
+
+def test_the_minimum_is_kept_and_ramp_down_shrinks_but_never_below_it() -> None:
+    result = run_timeline(planned())
+    steps = result["steps"]
+    ramp_up_minimum, ramp_down_minimum = 6, 3  # 20 % and 10 % of maxHosts 30
+    growing = [s for s in steps if s["phase"] in ("RampUp", "Peak")]
+    shrinking = [s for s in steps if s["phase"] in ("RampDown", "OffPeak")]
+    assert all(s["hosts"] >= ramp_up_minimum for s in growing)
+    assert all(s["hosts"] >= ramp_down_minimum for s in shrinking)
+    # No host goes in ramp-up or peak.
+    assert all(a["hosts"] <= b["hosts"] for a, b in itertools.pairwise(growing))
+    # Ramp-down drains and removes: from the peak's hosts down to the minimum by midnight.
+    peak_hosts = max(s["hosts"] for s in growing)
+    assert peak_hosts > 10
+    assert steps[-1]["hosts"] == ramp_down_minimum
+    assert steps[-1]["phase"] == "OffPeak"
+    # The capacity threshold adds hosts before the pool is full: nobody waits.
+    assert result["peakPending"] == 0
+    assert all(s["usedCapacityPercent"] <= 60 for s in growing if s["at"][11:16] <= "10:00")
+    assert result["placed"] == 160 + 60 + 50
+
+
+def test_a_week_carries_friday_off_peak_over_the_weekend() -> None:
+    result = run_timeline(planned(hours=168, stepMinutes=15))
+    steps = result["steps"]
+    assert len(steps) == 168 * 4
+    weekend = [s for s in steps if s["at"][:10] in ("2026-12-12", "2026-12-13")]
+    assert len(weekend) == 2 * 96
+    assert {s["phase"] for s in weekend} == {"OffPeak"}
+    assert {s["loadBalancerType"] for s in weekend} == {"DepthFirst"}
+    # Arrivals go on at the weekend (they repeat every day), the plan stays in off-peak:
+    # ramp-down's threshold and minimum.
+    assert all(s["hosts"] >= 3 for s in weekend)
+    friday = [s for s in steps if s["at"].startswith("2026-12-11T") and s["phase"] == "RampUp"]
+    assert friday
+    expected = sum(s["hosts"] * 0.25 for s in steps)
+    assert result["hostHours"] == pytest.approx(expected, abs=1e-3)
+
+
+def test_forced_logoff_ends_the_sessions_of_drained_hosts_after_the_wait() -> None:
+    long_day = {"sessionMinutes": 16 * 60}
+    polite = run_timeline(planned(**long_day))
+    forced = run_timeline(
+        planned(plan=weekday_plan(forceLogoffUsers=True, waitTimeMinutes=30), **long_day)
+    )
+    at = {s["at"][11:16]: s for s in polite["steps"]}
+    at_forced = {s["at"][11:16]: s for s in forced["steps"]}
+    # Same day up to the ramp-down.
+    assert at["14:55"] == at_forced["14:55"]
+    # Polite: drained hosts wait for their users, who stay their 16 hours.
+    assert at["15:35"]["sessions"] > at["14:55"]["sessions"]
+    # Forced: the users of the hosts drained at 15:00 are logged off at 15:30.
+    assert at_forced["15:25"]["sessions"] == at["15:25"]["sessions"]
+    assert at_forced["15:35"]["sessions"] < at["15:35"]["sessions"]
+    assert at_forced["15:35"]["hosts"] < at["15:35"]["hosts"]
+    assert forced["hostHours"] < polite["hostHours"]
+
+
+def test_start_is_local_time_of_the_plan_zone_across_a_dst_change() -> None:
+    # Europe/Stockholm springs forward at 02:00 on Sunday 2026-03-29.
+    result = run_timeline(planned(start="2026-03-29T00:00:00", stepMinutes=30, hours=4))
+    ats = [s["at"][11:16] for s in result["steps"]]
+    assert ats == ["00:30", "01:00", "01:30", "03:00", "03:30", "04:00", "04:30", "05:00"]
+    assert result["hostHours"] == pytest.approx(sum(s["hosts"] for s in result["steps"]) / 2)
+
+
+def test_plan_results_are_deterministic() -> None:
+    assert run_timeline(planned()) == run_timeline(planned())
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"plan": {**weekday_plan(), "hostPoolRefs": [{"name": "a"}]}}, "plan.hostPoolRefs"),
+        ({"plan": {**weekday_plan(), "timeZone": "Mars/Olympus"}}, "plan.timeZone"),
+        ({"plan": {**weekday_plan(), "schedules": []}}, "plan.schedules"),
+        (
+            {"plan": weekday_plan(startTime="05:00")},
+            "plan.schedules.0: rampDown.startTime must be after peak.startTime",
+        ),
+        ({"pool": {"loadBalancer": {"type": "BreadthFirst"}}}, "pool.scaling"),
+        (
+            {"pool": {"loadBalancer": {"type": "BreadthFirst"}, "scaling": {"maxHosts": 3}}},
+            "pool.loadBalancer.maxSessionLimit",
+        ),
+    ],
+)
+def test_bad_plans_are_refused_naming_the_field(changes: dict[str, Any], field: str) -> None:
+    with pytest.raises(TimelineError, match=field.replace(".", r"\.")):
+        run_timeline(planned(**changes))
