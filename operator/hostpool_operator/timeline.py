@@ -23,7 +23,8 @@ How a step ``(t0, t1]`` runs:
   minimum in place of minHosts; it removes nothing while a plan is in force). Without a
   phase, the pool's own algorithm and scaling (``scaling.decide_scaling``, with
   ``scaleDownDelaySeconds`` in simulated time). Every simulated host is the operator's; new
-  hosts are ready at once. Then the waiting requests are retried.
+  hosts are ready at once. Then the waiting requests are retried, and the pass runs again
+  while it adds capacity (the requests it placed change what the next one sees).
 * The step reports the state at ``t1``; ``hostHours`` sums hosts x step length.
   ``peakPending`` is the most requests waiting at any moment: a request that finds no room
   waits for the next pass at a step's end (or a slot set free before it), so it may exceed
@@ -63,6 +64,8 @@ MAX_WINDOWS = 48
 MAX_SESSION_MINUTES = 7 * 24 * 60
 #: Logons in one run, all windows and days together.
 MAX_LOGONS = 2_000_000
+#: Passes at one instant while they add capacity (each adds a host at least).
+MAX_PASSES = 16
 
 _CLOCK = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
 _CLOCK_OR_MIDNIGHT = r"^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$"
@@ -347,9 +350,23 @@ class _Run:
 
     # -------------------------------------------------------------- decisions
 
+    def settle(self, now: float) -> None:
+        """The passes at the end of a step: decide, place the waiting requests, and again
+        while a pass adds capacity (what it added changes what the next one sees, as the
+        operator's next pass would, seconds later)."""
+        for _ in range(MAX_PASSES):
+            taking = self.taking()
+            self.decide(now)
+            self.place_waiting(now)
+            if self.taking() <= taking:
+                break
+
+    def taking(self) -> int:
+        return sum(1 for view in self.balancer.hosts() if not view.drain_mode)
+
     def decide(self, now: float) -> None:
-        """The pass at the end of a step: the plan's phase and rules when one is in force,
-        else the pool's own algorithm and scaling."""
+        """One pass: the plan's phase and rules when one is in force, else the pool's own
+        algorithm and scaling."""
         self.phase = None if self.plan is None else phase_in_force(self.plan, self.instant(now))
         if self.phase is None:
             self.use_algorithm(self.pool.load_balancer.type)
@@ -461,7 +478,7 @@ class _Run:
         arrivals = _arrival_offsets(timeline, self.zone, self.origin, total)
         for _ in range(timeline.hosts):
             self.add_host(0.0)
-        self.decide(0.0)
+        self.settle(0.0)
         steps: list[dict[str, Any]] = []
         host_seconds = 0.0
         next_arrival = 0
@@ -484,8 +501,7 @@ class _Run:
                 else:
                     next_arrival += 1
                     self.arrive(f"u{next_arrival:07d}", arrival)
-            self.decide(end)
-            self.place_waiting(end)
+            self.settle(end)
             step = self.step(end)
             steps.append(step)
             host_seconds += step["hosts"] * (end - begin)
