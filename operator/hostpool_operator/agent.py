@@ -243,14 +243,18 @@ class Agent:
             return
         self._event_at = {k: t for k, t in self._event_at.items() if now - t < EVENT_REPEAT}
         self._event_at[key] = now
-        await self.client.post_event(
-            self.involved,
-            kind="SessionHost",
-            reason=reason,
-            message=message,
-            type_="Warning",
-            component="hostpool-agent",
-        )
+        for attempt in range(2):  # a busy API server may drop one; a second try is cheap
+            if attempt:
+                await asyncio.sleep(1)
+            if await self.client.post_event(
+                self.involved,
+                kind="SessionHost",
+                reason=reason,
+                message=message,
+                type_="Warning",
+                component="hostpool-agent",
+            ):
+                return
 
     # -------------------------------------------------------------- sessions
 

@@ -401,8 +401,9 @@ class KubeClient:
         message: str,
         type_: str = "Normal",
         component: str = "hostpool-operator",
-    ) -> None:
-        """Record a core/v1 Event about an object. Failures are logged, never raised."""
+    ) -> bool:
+        """Record a core/v1 Event about an object. Failures are logged, never raised;
+        returns whether it was recorded."""
         meta = involved.get("metadata", {})
         namespace = meta.get("namespace", "default")
         now = rfc3339(datetime.now(UTC))
@@ -434,6 +435,8 @@ class KubeClient:
             await self.request("POST", f"/api/v1/namespaces/{quote(namespace)}/events", body=event)
         except (ApiError, ApiTransportError) as error:
             log.warning("could not post event %s on %s: %s", reason, meta.get("name"), error)
+            return False
+        return True
 
 
 # ---------------------------------------------------------------------------------- watching

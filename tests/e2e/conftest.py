@@ -16,19 +16,23 @@ report as a section named "operator log" (and any log a fixture registered in EX
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 
-from e2e.helpers import Cluster, KubeLike, OperatorProcess, free_port, join_reapers
+from e2e.helpers import (
+    EXTRA_LOGS,
+    Cluster,
+    KubeLike,
+    OperatorProcess,
+    free_port,
+    join_reapers,
+)
 
 OPERATOR_LOG_LINES = 80
 
 _OPERATOR_KEY = pytest.StashKey[OperatorProcess]()
-#: Further logs a fixture attaches to a failed test's report (e.g. host agents'): pairs of a
-#: section title and a function reading the log.
-EXTRA_LOGS = pytest.StashKey[list[tuple[str, Callable[[], str]]]]()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -40,6 +40,11 @@ STARTED_LINE = "hostpool-operator started"
 #: kopf's log line once every task and the cleanup handler are done, after SIGTERM.
 SHUTDOWN_LINE = "Root tasks are stopped"
 
+#: Further logs a fixture attaches to a failed test's report (e.g. host agents'): pairs of a
+#: section title and a function reading the log. Defined here, not in conftest.py: pytest
+#: imports conftest under its own name, and a key must be one object for every importer.
+EXTRA_LOGS = pytest.StashKey[list[tuple[str, Callable[[], str]]]]()
+
 #: Threads still waiting for stopped operators to exit (joined at the end of the session).
 _REAPERS: list[threading.Thread] = []
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import EXTRA_LOGS
 from e2e.helpers import (
+    EXTRA_LOGS,
     Cluster,
     KubeLike,
     OperatorProcess,
@@ -238,7 +238,7 @@ def test_custom_load_value_from_a_script_and_every_way_it_can_fail(
         found = events(cluster, "h1", "LoadScriptFailed")
         return found if len(found) >= 4 else None
 
-    failures = cluster.wait(four_failures, "a LoadScriptFailed Event per way of failing", 10)
+    failures = cluster.wait(four_failures, "a LoadScriptFailed Event per way of failing", 30)
     messages = " | ".join(e.message for e in failures)
     for says in ("exited with 3", "did not finish within 2s", "'abc', not an integer", "150"):
         assert says in messages, messages

@@ -54,7 +54,9 @@ UPDATE_FIXTURES_ENV = "HOSTPOOL_UPDATE_ARGOCD_FIXTURES"
 
 #: A refusal of the API server in the operator's log: an RBAC denial ("... is forbidden:
 #: User ... cannot list resource ..."), a 403 status, a kopf APIForbiddenError.
-FORBIDDEN = re.compile(r"forbidden|\b403\b", re.IGNORECASE)
+#: A refusal in a log line: the word, or status 403 (not the milliseconds of a timestamp
+#: such as "22:31:42,403").
+FORBIDDEN = re.compile(r"forbidden|(?<![,.:\d])\b403\b", re.IGNORECASE)
 #: The one refusal that is no RBAC matter: writing into a namespace being deleted (left
 #: over from an earlier test) is refused with reason Forbidden as well.
 TERMINATING = "because it is being terminated"
