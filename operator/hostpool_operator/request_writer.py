@@ -227,7 +227,23 @@ class RequestWriter:
 
     async def write_pending(self, record: RequestRecord, reason: Reason, message: str) -> None:
         state = self.state
+        name = record.meta.name
         await self._patch(record, pending_status(record, reason, message, datetime.now(UTC)))
+        said = state.pending_said.get(name)
+        current = state.requests.get(name)
+        if (
+            said is not None
+            and said is not reason
+            and current is not None
+            and not says_pending(current, said)
+        ):
+            # The reason changed while this write was on its way, and the next decision took
+            # the status it read then (still the older one) for written: decide again, so
+            # the newer reason is written on top of this one.
+            state.pending_said.pop(name, None)
+            state.waiting.pop(name, None)
+            state.arrivals[name] = None
+            self.router.wake()
         self.services.events.post(
             record.meta.reference(),
             "SessionRequest",

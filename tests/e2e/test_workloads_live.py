@@ -862,6 +862,45 @@ def test_a_host_whose_pod_never_becomes_ready_is_counted_out_after_its_timeout(
     assert phase(cluster.request("r00")) == "Pending"
 
 
+def test_once_every_host_is_ready_no_request_still_says_hosts_starting(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    """A reason that changes while the previous one is being written (HostsStarting while
+    the pods start, PoolSaturated once they are Ready and full) ends up written: found by
+    the demo, where one of ten waiting requests kept saying HostsStarting."""
+    del operator_process
+    cluster.create_pool(POOL, "DepthFirst", 1, scaling=scaling(pod_template(), maxHosts=3))
+    cluster.wait_operator_knows(POOL, [])
+    names = [f"r{i:02d}" for i in range(12)]
+    cluster.create_requests_concurrently(
+        [(name, POOL, f"user{i:02d}@corp.example") for i, name in enumerate(names)]
+    )
+
+    def settled() -> list[str] | None:
+        requests = cluster.requests()
+        if sum(phase(requests[n]) == "Assigned" for n in names if n in requests) != 3:
+            return None
+        reasons = sorted(
+            str(status(r).get("reason")) for r in requests.values() if phase(r) == "Pending"
+        )
+        return reasons if len(reasons) == 9 else None
+
+    reasons = cluster.wait(settled, "3 assigned (maxHosts 3, limit 1) and 9 pending", 60)
+    # Whatever they said meanwhile, the waiting requests end up saying why they wait now.
+    cluster.wait(
+        lambda: (
+            all(
+                status(r).get("reason") == "PoolSaturated"
+                for r in cluster.requests().values()
+                if phase(r) == "Pending"
+            )
+            or None
+        ),
+        f"every pending request saying PoolSaturated (said {reasons})",
+        15,
+    )
+
+
 # ---------------------------------------------------------------------------------------
 # 7. a node removed under a pod with sessions
 
