@@ -83,3 +83,20 @@ def request(
         {"poolRef": {"name": pool_name}, "user": user, **spec},
         namespace=namespace,
     )
+
+
+def desktop_pod() -> dict[str, Any]:
+    """hostTemplate.workload for a Pod-backed desktop host. On kind it really runs (the pause
+    image stands in for a desktop image such as an xrdp container); on the local control
+    plane kwok plays its node, hence the toleration."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"labels": {"app": "desktop"}},
+        "spec": {
+            "containers": [{"name": "desktop", "image": "registry.k8s.io/pause:3.10"}],
+            "tolerations": [
+                {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+        },
+    }

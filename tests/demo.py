@@ -37,20 +37,6 @@ LIMIT = 5
 MAX_HOSTS = 6
 USERS = 40
 GROUP, VERSION = "hostpool.io", "v1alpha1"
-#: The Pod behind every host the operator adds. On kind it really runs (the pause image
-#: stands in for a desktop image such as an xrdp container); on the local control plane kwok
-#: plays its node, hence the toleration.
-DESKTOP_POD = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"labels": {"app": "desktop"}},
-    "spec": {
-        "containers": [{"name": "desktop", "image": "registry.k8s.io/pause:3.10"}],
-        "tolerations": [
-            {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
-        ],
-    },
-}
 
 
 def say(message: str) -> None:
@@ -172,7 +158,7 @@ def apply_pool(objects: Any) -> None:
                 "scaleDownDelaySeconds": 120,
                 "hostTemplate": {
                     "metadata": {"labels": {"tier": "autoscaled"}},
-                    "workload": DESKTOP_POD,
+                    "workload": builders.desktop_pod(),
                 },
             },
         ),

@@ -400,3 +400,26 @@ def iter_schema_nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[st
     extra = node.get("additionalProperties")
     if isinstance(extra, dict):
         yield from iter_schema_nodes(extra, f"{path}{{}}")
+
+
+def token_kubeconfig(admin_kubeconfig: Path, token: str, target: Path) -> Path:
+    """A kubeconfig with the admin kubeconfig's server and CA and nothing but ``token``
+    (a ServiceAccount's credential, for tests of what that identity may do)."""
+    admin = yaml.safe_load(admin_kubeconfig.read_text())
+    context_name = admin["current-context"]
+    context = next(c["context"] for c in admin["contexts"] if c["name"] == context_name)
+    cluster = dict(next(c["cluster"] for c in admin["clusters"] if c["name"] == context["cluster"]))
+    ca = cluster.get("certificate-authority")
+    if ca and not Path(ca).is_absolute():
+        cluster["certificate-authority"] = str((admin_kubeconfig.parent / ca).resolve())
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "target", "cluster": cluster}],
+        "users": [{"name": "token", "user": {"token": token}}],
+        "contexts": [{"name": "token", "context": {"cluster": "target", "user": "token"}}],
+        "current-context": "token",
+    }
+    target.write_text(yaml.safe_dump(config))
+    target.chmod(0o600)
+    return target

@@ -69,7 +69,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _simulate_timeline(args: argparse.Namespace) -> int:
     import json
 
-    from . import timeline
+    from . import timeline, timeline_report
 
     document, problem = _read_document(args.timeline)
     if problem is not None:
@@ -81,9 +81,9 @@ def _simulate_timeline(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(result))
     else:
-        print(timeline.format_timeline_table(result))
+        print(timeline_report.format_timeline_table(result))
     if args.plot:
-        timeline.plot_timeline(result, Path(args.plot), title=Path(args.timeline).name)
+        timeline_report.plot_timeline(result, Path(args.plot), title=Path(args.timeline).name)
         print(f"plot written to {args.plot}", file=sys.stderr)
     return 0
 

@@ -36,21 +36,14 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import builders  # noqa: E402  (the tests' manifests: the same desktop Pod as the demo)
+
 CLUSTER = ROOT / ".cluster" / "bench-hosts"
 GROUP, VERSION = "hostpool.io", "v1alpha1"
 NAMESPACE = "bench-hosts"
 POOL = "desktops"
-POD = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"labels": {"app": "desktop"}},
-    "spec": {
-        "containers": [{"name": "desktop", "image": "registry.k8s.io/pause:3.10"}],
-        "tolerations": [
-            {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
-        ],
-    },
-}
 
 
 def log(message: str) -> None:
@@ -170,7 +163,7 @@ def run(path: Path) -> int:
                 "scaling": {
                     "maxHosts": hosts_needed * 2,  # room to over-provision, were it to
                     "scaleDownDelaySeconds": 3600,
-                    "hostTemplate": {"workload": POD},
+                    "hostTemplate": {"workload": builders.desktop_pod()},
                 },
             },
         },

@@ -31,7 +31,15 @@ import yaml
 
 import builders
 from controlplane import ensure_tools
-from kube import REPO_ROOT, Kube, make_api_client, resource_path, unique_name, wait_for
+from kube import (
+    REPO_ROOT,
+    Kube,
+    make_api_client,
+    resource_path,
+    token_kubeconfig,
+    unique_name,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -67,28 +75,6 @@ def run_tool(argv: list[str], *, stdin: str | None = None) -> str:
 @pytest.fixture(scope="module")
 def bin_dir(kube: Kube) -> Path:
     return kube.bin_dir if kube.bin_dir is not None else ensure_tools(REPO_ROOT)
-
-
-def token_kubeconfig(admin_kubeconfig: Path, token: str, target: Path) -> Path:
-    """A kubeconfig with the admin kubeconfig's server and CA and nothing but ``token``."""
-    admin = yaml.safe_load(admin_kubeconfig.read_text())
-    context_name = admin["current-context"]
-    context = next(c["context"] for c in admin["contexts"] if c["name"] == context_name)
-    cluster = dict(next(c["cluster"] for c in admin["clusters"] if c["name"] == context["cluster"]))
-    ca = cluster.get("certificate-authority")
-    if ca and not Path(ca).is_absolute():
-        cluster["certificate-authority"] = str((admin_kubeconfig.parent / ca).resolve())
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "target", "cluster": cluster}],
-        "users": [{"name": "agent", "user": {"token": token}}],
-        "contexts": [{"name": "agent", "context": {"cluster": "target", "user": "agent"}}],
-        "current-context": "agent",
-    }
-    target.write_text(yaml.safe_dump(config))
-    target.chmod(0o600)
-    return target
 
 
 # ---------------------------------------------------------------------------------------

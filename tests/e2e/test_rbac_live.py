@@ -42,7 +42,15 @@ import builders
 from chart.argocd_health import health, write_fixture
 from controlplane import ensure_tools
 from e2e.helpers import free_port
-from kube import REPO_ROOT, Kube, make_api_client, resource_path, unique_name, wait_for
+from kube import (
+    REPO_ROOT,
+    Kube,
+    make_api_client,
+    resource_path,
+    token_kubeconfig,
+    unique_name,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -148,28 +156,6 @@ def supports_option(option: str) -> bool:
     return option in proc.stdout
 
 
-def sa_kubeconfig(admin_kubeconfig: Path, token: str, target: Path) -> Path:
-    """A kubeconfig with the admin kubeconfig's server and CA and only ``token``."""
-    admin = yaml.safe_load(admin_kubeconfig.read_text())
-    context_name = admin["current-context"]
-    context = next(c["context"] for c in admin["contexts"] if c["name"] == context_name)
-    cluster = dict(next(c["cluster"] for c in admin["clusters"] if c["name"] == context["cluster"]))
-    ca = cluster.get("certificate-authority")
-    if ca and not Path(ca).is_absolute():
-        cluster["certificate-authority"] = str((admin_kubeconfig.parent / ca).resolve())
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "target", "cluster": cluster}],
-        "users": [{"name": "operator", "user": {"token": token}}],
-        "contexts": [{"name": "operator", "context": {"cluster": "target", "user": "operator"}}],
-        "current-context": "operator",
-    }
-    target.write_text(yaml.safe_dump(config))
-    target.chmod(0o600)
-    return target
-
-
 @pytest.fixture
 def install_identity(
     kube: Kube, bin_dir: Path, tmp_path: Path
@@ -197,7 +183,7 @@ def install_identity(
         token = run_tool(
             [*kubectl, "create", "token", name, "-n", release_namespace, "--duration", "1h"]
         ).strip()
-        path = sa_kubeconfig(kube.kubeconfig, token, tmp_path / f"{release}.kubeconfig")
+        path = token_kubeconfig(kube.kubeconfig, token, tmp_path / f"{release}.kubeconfig")
         api = Kube(kubeconfig=path, api_client=make_api_client(path))
         return Identity(
             docs, path, api, f"system:serviceaccount:{release_namespace}:{name}", release_namespace

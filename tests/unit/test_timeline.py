@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from hostpool_operator import simulate
-from hostpool_operator.timeline import TimelineError, format_timeline_table, run_timeline
+from hostpool_operator.timeline import TimelineError, run_timeline
+from hostpool_operator.timeline_report import format_timeline_table
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMELINES = sorted((ROOT / "docs" / "scenarios").glob("*.timeline.yaml"))
