@@ -16,9 +16,11 @@ from typing import Any
 
 from .events import ApiEvents
 from .k8s import Informer, KubeClient
+from .plan_binding import PoolReport
+from .plan_watch import PlanWatch
 from .pool_worker import PoolWorker
 from .ports import MetricsSink
-from .records import HostRecord, Meta, PoolRecord, RequestRecord, newer_or_same
+from .records import HostRecord, Meta, PlanRecord, PoolRecord, RequestRecord, newer_or_same
 from .services import HOSTS, POOLS, REQUESTS, Services
 from .settings import ControllerSettings
 from .workload_watch import WorkloadWatch
@@ -59,6 +61,14 @@ class Controller:
             next_seq=self._next_seq,
             workload_resource=self.workloads.resource,
         )
+        self.plans = PlanWatch(
+            client,
+            self.services.events,
+            self.spawn,
+            status_interval=self.settings.status_interval,
+            set_pool_plan=self._set_pool_plan,
+            pool_report=self._pool_report,
+        )
         self.pools: dict[Key, PoolWorker] = {}
         self.host_pool: dict[Key, str] = {}  # a host's pool (poolRef is immutable, but be sure)
         self.request_pool: dict[Key, str] = {}
@@ -79,6 +89,7 @@ class Controller:
         worker = self.pools.get(key)
         if worker is None:
             worker = self.pools[key] = PoolWorker(self.services, self, namespace, pool)
+            worker.on_plan(self.plans.plan_for(namespace, pool))
             if self.started:
                 worker.start()
         return worker
@@ -114,6 +125,7 @@ class Controller:
         self.workloads.scopes = scopes
         for informer in self.informers:
             await informer.list_once()
+        await self.plans.start(scopes)
         # The workloads of every kind in use are listed before the first decision too: a
         # host whose workload is merely not listed yet must not look lost.
         for api_version, kind in self._kinds_in_use():
@@ -148,9 +160,28 @@ class Controller:
                     kinds.add((ref.api_version, ref.kind))
         return kinds
 
+    # -------------------------------------------------------------- scaling plans
+
+    def _set_pool_plan(self, namespace: str, pool: str, plan: PlanRecord | None) -> None:
+        worker = self.pools.get((namespace, pool))
+        if worker is not None:
+            worker.on_plan(plan)
+
+    def _pool_report(self, namespace: str, pool: str) -> PoolReport:
+        worker = self.pools.get((namespace, pool))
+        if worker is None or worker.state.pool is None:
+            return PoolReport(exists=False)
+        return PoolReport(True, worker.plans.entry, worker.plans.problem)
+
+    def on_plan_report(self, namespace: str, plan: str) -> None:
+        self.plans.mark((namespace, plan))
+
+    # -------------------------------------------------------------- events
+
     def on_pool_event(self, kind: str | None, obj: Mapping[str, Any]) -> None:
         meta = Meta.of(obj)
         worker = self.worker(meta.namespace, meta.name)
+        self.plans.pool_changed(meta.namespace, meta.name)
         if kind == "DELETED":
             worker.on_pool(None)
             if worker.state.requests:

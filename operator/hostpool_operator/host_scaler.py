@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .k8s import ApiError, ApiTransportError
+from .plans import PlanDecision
 from .pool_scaling import decide
 from .pool_state import PoolState
 from .records import MANAGED_LABEL, MANAGER, POOL_LABEL, HostRecord
@@ -68,8 +69,9 @@ class HostScaler:
     def _pool_body(self) -> dict[str, Any]:
         return self.state.pool.body if self.state.pool is not None else {}
 
-    def scale(self, now: datetime) -> None:
-        """Decide, and start the change (in a task of its own) if there is one."""
+    def scale(self, now: datetime, plan: PlanDecision | None = None) -> None:
+        """Decide (with the scaling plan's decision, if a phase is in force), and start the
+        change (in a task of its own) if there is one."""
         state = self.state
         if state.spec is None or state.balancer is None:
             return
@@ -79,7 +81,7 @@ class HostScaler:
         if missing and self.workloads.may_try(time.monotonic()):
             self.task = self.services.spawn(self.workloads.keep(missing))
             return
-        decision = decide(state, now)
+        decision = decide(state, now, plan)
         if decision is None:
             if self.limited is not None:
                 self.limited = None

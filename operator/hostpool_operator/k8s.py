@@ -298,6 +298,12 @@ class KubeClient:
             content_type=MERGE_PATCH,
         )
 
+    async def patch(self, plural: str, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
+        """Merge-patch the object itself (spec, labels, annotations)."""
+        return await self.request(
+            "PATCH", self.path(plural, namespace, name), body=body, content_type=MERGE_PATCH
+        )
+
     async def replace_status(
         self,
         plural: str,

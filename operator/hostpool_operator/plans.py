@@ -157,6 +157,31 @@ def phase_in_force(spec: PlanRules, now: datetime) -> PhaseInForce | None:
     return settings_of(schedule, phase, start.astimezone(zone))
 
 
+def next_phase_start(spec: PlanRules, now: datetime) -> datetime | None:
+    """The first phase start of any schedule after ``now`` (UTC), within the next eight
+    days: when the phase in force changes next, so the operator wakes up then. None for a
+    plan without schedules. ValueError as ``phase_in_force``."""
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError("now must be an aware datetime")
+    zone = zone_of(spec.time_zone)
+    instant = now.astimezone(UTC)
+    today = instant.astimezone(zone).date()
+    found: datetime | None = None
+    for ahead in range(LOOK_BACK_DAYS + 1):
+        day = today + timedelta(days=ahead)
+        weekday = WEEKDAYS[day.weekday()]
+        for schedule in spec.schedules:
+            if weekday not in schedule.days_of_week:
+                continue
+            for phase in PlanPhase:
+                start = local_start(day, _start_time(schedule, phase), zone)
+                if start > instant and (found is None or start < found):
+                    found = start
+        if found is not None:
+            return found
+    return found
+
+
 # ---------------------------------------------------------------------------------------
 # Capacity (rules 3-5)
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from .api import Reason
+from .plans import PlanDecision
 from .pool_state import PoolState
 from .records import query_order
-from .scaling import ScaleHost, ScalingDecision, decide_scaling
+from .scaling import ScaleHost, ScalingDecision, decide_scaling, hosts_to_add
 
 #: Reasons of requests that wait for capacity (adding hosts helps them).
 WAITING_FOR_CAPACITY = frozenset({Reason.POOL_SATURATED, Reason.HOSTS_STARTING})
@@ -64,15 +65,33 @@ def scale_hosts(state: PoolState, now: datetime) -> list[ScaleHost]:
     return hosts
 
 
-def decide(state: PoolState, now: datetime) -> ScalingDecision | None:
-    """What scaling does now (None: the pool has no valid scaling spec)."""
+def decide(
+    state: PoolState, now: datetime, plan: PlanDecision | None = None
+) -> ScalingDecision | None:
+    """What scaling does now (None: the pool has no valid scaling spec).
+
+    With a scaling plan's decision (a phase in force): the plan's minimum takes the place of
+    ``minHosts``, hosts are added for whichever wants more (the requests waiting or the
+    plan's threshold), and only the plan removes hosts (its drained, emptied hosts)."""
     spec = state.spec
     if spec is None or spec.scaling is None or state.balancer is None:
         return None
     hosts = scale_hosts(state, now)
-    return decide_scaling(
-        spec.scaling, state.balancer.limit, hosts, waiting_for_capacity(state), now
-    )
+    limit = state.balancer.limit
+    waiting = waiting_for_capacity(state)
+    if plan is None:
+        return decide_scaling(spec.scaling, limit, hosts, waiting, now)
+    own = hosts_to_add(spec.scaling.model_copy(update={"min_hosts": 0}), limit, hosts, waiting)
+    add = max(own.add, plan.add)
+    limited = own.limited or plan.limited
+    maximum = spec.scaling.max_hosts
+    if limited:
+        message = f"maxHosts {maximum} reached; the scaling plan or waiting requests want more"
+    else:
+        message = f"{len(hosts)} of at most {maximum} hosts"
+    known = {host.name for host in hosts}
+    remove = [name for name in plan.delete if name in known and name not in plan.clear_disconnected]
+    return ScalingDecision(add, [] if add else remove, limited, message)
 
 
 def scale_down_due(state: PoolState, now: datetime) -> datetime | None:

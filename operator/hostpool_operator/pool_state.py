@@ -18,6 +18,7 @@ from .api import (
     DEFAULT_CONNECTING_TIMEOUT_SECONDS,
     HostMetrics,
     HostPoolSpec,
+    LoadBalancerType,
     Phase,
     Reason,
     SessionState,
@@ -62,6 +63,8 @@ class PoolState:
     workloads: dict[str, WorkloadRecord | None] = field(default_factory=dict)
     #: Capacity may have appeared since the last pass: the waiting requests are tried again.
     capacity_changed: bool = False
+    #: The algorithm a scaling plan's phase places with (None: the pool's own).
+    algorithm: LoadBalancerType | None = None
 
     @property
     def spec(self) -> HostPoolSpec | None:
@@ -71,6 +74,27 @@ class PoolState:
     def forgotten(self) -> bool:
         """Nothing refers to this pool name any more: no pool, host or request."""
         return self.pool is None and not self.hosts and not self.requests
+
+    def placement_spec(self) -> HostPoolSpec | None:
+        """The spec the engine places with: the pool's, with a plan phase's algorithm."""
+        spec = self.spec
+        if spec is None or self.algorithm in (None, spec.load_balancer.type):
+            return spec
+        balancer = spec.load_balancer.model_copy(update={"type": self.algorithm})
+        return spec.model_copy(update={"load_balancer": balancer})
+
+    def set_algorithm(self, algorithm: LoadBalancerType | None) -> bool:
+        """A plan's phase changed the algorithm (None: back to the pool's). True if the
+        engine places differently now."""
+        if algorithm == self.algorithm:
+            return False
+        before = self.placement_spec()
+        self.algorithm = algorithm
+        after = self.placement_spec()
+        if self.balancer is not None and after is not None and after != before:
+            self.balancer.set_spec(after)
+            self.capacity_changed = True
+        return after != before
 
     def connecting_timeout(self) -> timedelta:
         spec = self.spec
@@ -114,7 +138,7 @@ class PoolState:
 
     def rebuild_balancer(self, now: datetime) -> None:
         """(Re)build the engine from the records, after the pool appears or becomes valid."""
-        spec = self.spec
+        spec = self.placement_spec()
         if spec is None:
             self.balancer = None
             return
@@ -208,7 +232,7 @@ class PoolState:
         elif self.balancer is None or old is None or old.spec is None:
             self.rebuild_balancer(now)
         elif old.spec != record.spec:
-            self.balancer.set_spec(record.spec)
+            self.balancer.set_spec(self.placement_spec() or record.spec)
         # Connecting sessions are timed again when the timeout changes, and when the pool first
         # becomes valid (sessions observed before it got the default).
         old_timeout = (
@@ -413,23 +437,27 @@ class PoolState:
             self.refresh_host(record, now)
             self.capacity_changed = True  # its slots are there again for waiting requests
 
-    # -------------------------------------------------------------- for status
 
-    def pending_count(self) -> int:
-        """Requests neither assigned nor failed, and not being written."""
-        return sum(
-            1
-            for r in self.requests.values()
-            if r.phase not in (Phase.ASSIGNED.value, Phase.FAILED.value)
-            and r.meta.name not in self.inflight
-        )
+# ------------------------------------------------------------------ for status
 
-    def waiting_reasons(self) -> set[object]:
-        """The reasons the waiting requests' stored statuses give."""
-        return {self.requests[n].status.get("reason") for n in self.waiting if n in self.requests}
 
-    def reports_metrics(self) -> bool:
-        """Some host reports when its metrics were sampled (so they can go stale)."""
-        return any(
-            h.metrics is not None and h.metrics.sampled_at is not None for h in self.hosts.values()
-        )
+def pending_count(state: PoolState) -> int:
+    """Requests neither assigned nor failed, and not being written."""
+    return sum(
+        1
+        for r in state.requests.values()
+        if r.phase not in (Phase.ASSIGNED.value, Phase.FAILED.value)
+        and r.meta.name not in state.inflight
+    )
+
+
+def waiting_reasons(state: PoolState) -> set[object]:
+    """The reasons the waiting requests' stored statuses give."""
+    return {state.requests[n].status.get("reason") for n in state.waiting if n in state.requests}
+
+
+def reports_metrics(state: PoolState) -> bool:
+    """Some host reports when its metrics were sampled (so they can go stale)."""
+    return any(
+        h.metrics is not None and h.metrics.sampled_at is not None for h in state.hosts.values()
+    )

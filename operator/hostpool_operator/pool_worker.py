@@ -20,8 +20,9 @@ from typing import Any, Protocol
 from . import pool_scaling
 from .host_scaler import HostScaler
 from .placement import Assign, Reject, Wait, place_pending
-from .pool_state import PoolState
-from .records import HostRecord, PoolRecord, RequestRecord
+from .plan_keeper import PlanKeeper
+from .pool_state import PoolState, reports_metrics
+from .records import HostRecord, PlanRecord, PoolRecord, RequestRecord
 from .request_writer import RequestWriter
 from .services import Services
 from .status_flusher import StatusFlusher
@@ -36,9 +37,14 @@ def _now() -> datetime:
 
 
 class HostRouter(Protocol):
-    """Where a host the scaler created is reported (the controller, which routes it)."""
+    """Where objects the pool wrote are reported (the controller, which routes them), and
+    who hears that a pool's entry in its scaling plan's status changed."""
 
     def on_host_event(self, kind: str | None, obj: Mapping[str, Any]) -> None: ...
+
+    def on_request_event(self, kind: str | None, obj: Mapping[str, Any]) -> None: ...
+
+    def on_plan_report(self, namespace: str, plan: str) -> None: ...
 
 
 class PoolWorker:
@@ -67,12 +73,22 @@ class PoolWorker:
             wake=self.wake,
             mark_dirty=self.mark_dirty,
         )
+        self.plans = PlanKeeper(
+            self.state,
+            services,
+            host_changed=lambda obj: router.on_host_event("MODIFIED", obj),
+            request_changed=lambda obj: router.on_request_event("MODIFIED", obj),
+            wake=self.wake,
+            mark_dirty=self.mark_dirty,
+            reported=lambda plan: router.on_plan_report(namespace, plan),
+        )
         self.flusher = StatusFlusher(
             self.state,
             services,
             scaling_limited=lambda: self.scaler.limited,
             wake=self.wake,
             workload_failure=self.keeper.workload_failure,
+            scaling_plan=self.plans.pool_status,
         )
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -87,6 +103,7 @@ class PoolWorker:
     async def stop(self) -> None:
         self.flusher.stop()
         self.scaler.stop()
+        self.plans.stop()
         if self.task is not None:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -121,6 +138,11 @@ class PoolWorker:
                 "Warning",
                 once_per=("pool", self.namespace, self.name, "InvalidSpec"),
             )
+
+    def on_plan(self, plan: PlanRecord | None) -> None:
+        """The scaling plan this pool follows changed (None: none)."""
+        if self.plans.set_plan(plan):
+            self._changed()
 
     def on_host(self, record: HostRecord) -> None:
         self.state.put_host(record, _now())
@@ -208,6 +230,7 @@ class PoolWorker:
             self.flusher.mark_dirty()
         if state.recheck_metrics(now):
             self.flusher.mark_dirty()
+        plan = self.plans.evaluate(now)  # first: the phase's algorithm places this pass
         for intent in place_pending(state, now):
             if isinstance(intent, Assign):
                 self.flusher.placed()
@@ -216,7 +239,8 @@ class PoolWorker:
                 self.writer.wait(intent.record, intent.reason, intent.message)
             elif isinstance(intent, Reject):
                 self.services.spawn(self.writer.write_invalid(intent.record))
-        self.scaler.scale(now)
+        self.scaler.scale(now, plan)
+        self.plans.apply(plan, now)
         self._report_not_ready(now)
         self.flusher.maybe_flush()
 
@@ -251,11 +275,20 @@ class PoolWorker:
         deadline = state.ledger.next_deadline()
         if deadline is not None:
             timers.append((deadline - now).total_seconds())
-        if state.reports_metrics():
+        if reports_metrics(state):
             timers.append(self.services.settings.metrics_stale_after / 4)
-        scale_down = pool_scaling.scale_down_due(state, now)
+        # While a plan's phase is in force only the plan removes hosts (rule 1).
+        scale_down = (
+            None if self.plans.decision is not None else pool_scaling.scale_down_due(state, now)
+        )
         if scale_down is not None:
             timers.append((scale_down - now).total_seconds() + 0.05)
+        phase_change = self.plans.next_change()
+        if phase_change is not None:
+            timers.append((phase_change - now).total_seconds() + 0.05)
+        plan_retry = self.plans.retry_in(now)
+        if plan_retry is not None:
+            timers.append(plan_retry + 0.05)
         for ready_by in pool_scaling.start_deadlines(state, now):
             timers.append((ready_by - now).total_seconds() + 0.05)
         retry = self.keeper.retry_in(time.monotonic())

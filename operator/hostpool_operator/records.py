@@ -21,6 +21,7 @@ from .api import (
     SessionRequestSpec,
     describe_validation_error,
 )
+from .api_plan import ScalingPlanSpec
 from .balancing import Demand
 
 #: Label put on hosts the operator creates (scaling); only those are ever removed.
@@ -28,6 +29,9 @@ MANAGED_LABEL = "hostpool.io/managed-by"
 MANAGER = "hostpool-operator"
 #: Label naming the pool of a host the operator created.
 POOL_LABEL = "hostpool.io/pool"
+#: Annotation a scaling plan puts on a host it drains: when it drained it (RFC 3339). Only
+#: hosts drained by a plan are undrained or deleted by it; a logoff deadline counts from it.
+PLAN_DRAINED_ANNOTATION = "hostpool.io/drained-by-plan"
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -164,6 +168,15 @@ class HostRecord:
     def managed(self) -> bool:
         return self.meta.labels.get(MANAGED_LABEL) == MANAGER
 
+    @property
+    def plan_drained_at(self) -> datetime | None:
+        """When a scaling plan drained this host (None: it did not, or the mark is bad)."""
+        metadata = self.body.get("metadata")
+        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+        if not isinstance(annotations, Mapping):
+            return None
+        return parse_time(annotations.get(PLAN_DRAINED_ANNOTATION))
+
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> HostRecord:
         spec: SessionHostSpec | None = None
@@ -199,6 +212,31 @@ class PoolRecord:
         error: str | None = None
         try:
             spec = HostPoolSpec.model_validate(obj.get("spec") or {})
+        except ValidationError as exc:
+            error = describe_validation_error(exc, under="spec")
+        return cls(Meta.of(obj), spec, error, _status(obj), dict(obj))
+
+
+@dataclass(slots=True)
+class PlanRecord:
+    """A ScalingPlan: its spec (None when invalid, with the error) and its status."""
+
+    meta: Meta
+    spec: ScalingPlanSpec | None
+    spec_error: str | None
+    status: dict[str, Any]
+    body: dict[str, Any]
+
+    @property
+    def pools(self) -> tuple[str, ...]:
+        return () if self.spec is None else tuple(ref.name for ref in self.spec.host_pool_refs)
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> PlanRecord:
+        spec: ScalingPlanSpec | None = None
+        error: str | None = None
+        try:
+            spec = ScalingPlanSpec.model_validate(obj.get("spec") or {})
         except ValidationError as exc:
             error = describe_validation_error(exc, under="spec")
         return cls(Meta.of(obj), spec, error, _status(obj), dict(obj))

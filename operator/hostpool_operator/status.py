@@ -243,8 +243,12 @@ def pool_status(
     not_ready: Collection[str] = (),
     workload_failure: tuple[bool, str, str] | None = None,
     agent_silent: int = 0,
+    scaling_plan: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A pool's status: Ready, Saturated, ScalingLimited, WorkloadFailure and the counts.
+
+    ``scaling_plan`` is the plan the pool follows, with the phase and algorithm in force
+    (``status.scalingPlan``; None: no plan, and a stored one is cleared).
 
     ``not_ready`` names the hosts whose workloads are missing or not Ready;
     ``workload_failure`` is (failing, reason, message) for a pool with a workload template:
@@ -311,7 +315,7 @@ def pool_status(
         limited, message = scaling_limited
         reason = "MaxHostsReached" if limited else "WithinLimits"
         desired.append(cond.Cond("ScalingLimited", "True" if limited else "False", reason, message))
-    return {
+    status: dict[str, Any] = {
         "observedGeneration": pool.meta.generation,
         "hosts": hosts,
         "sessions": counts.get(None, zero_counts()),
@@ -321,6 +325,9 @@ def pool_status(
             pool.status.get("conditions"), desired, now=now, generation=pool.meta.generation
         ),
     }
+    if scaling_plan is not None or pool.status.get("scalingPlan") is not None:
+        status["scalingPlan"] = None if scaling_plan is None else dict(scaling_plan)
+    return status
 
 
 def is_saturated(status: Mapping[str, Any]) -> tuple[bool, str]:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .k8s import ApiError, ApiTransportError
-from .pool_state import PoolState
+from .pool_state import PoolState, pending_count, waiting_reasons
 from .records import HostRecord
 from .services import HOSTS, POOLS, Services
 from .status import (
@@ -50,11 +50,13 @@ class StatusFlusher:
         scaling_limited: Callable[[], tuple[bool, str] | None],
         wake: Callable[[], None],
         workload_failure: Callable[[], tuple[bool, str, str] | None] = lambda: None,
+        scaling_plan: Callable[[], dict[str, Any] | None] = lambda: None,
     ) -> None:
         self.state = state
         self.services = services
         self._scaling_limited = scaling_limited
         self._workload_failure = workload_failure
+        self._scaling_plan = scaling_plan
         self._wake = wake
         self.pool_dirty = True
         self.hosts_dirty = True
@@ -210,14 +212,15 @@ class StatusFlusher:
             pool,
             host_count=len(state.hosts),
             balancer=state.balancer,
-            pending=state.pending_count(),
-            waiting_reasons=state.waiting_reasons(),
+            pending=pending_count(state),
+            waiting_reasons=waiting_reasons(state),
             scaling_limited=self._scaling_limited(),
             counts=counts,
             now=now,
             not_ready=not_ready,
             workload_failure=self._workload_failure(),
             agent_silent=len(state.stale_hosts & state.hosts.keys()),
+            scaling_plan=self._scaling_plan(),
         )
         self.services.metrics.pool_state(state.namespace, state.name, status)
         previous = self.written_pool

@@ -17,7 +17,7 @@ from hostpool_operator import pool_scaling
 from hostpool_operator.api import Phase, Reason
 from hostpool_operator.balancing import HostView, Placement
 from hostpool_operator.placement import Assign, Intent, Wait, place_pending
-from hostpool_operator.pool_state import PoolState
+from hostpool_operator.pool_state import PoolState, pending_count, reports_metrics, waiting_reasons
 from hostpool_operator.records import (
     MANAGED_LABEL,
     MANAGER,
@@ -438,7 +438,7 @@ def test_metrics_go_stale_with_time_alone() -> None:
     pool = Pool(pool_obj(), [metrics_host("h1", 0), metrics_host("h2", None)])
     state = pool.state
     state.metrics_stale_after = 120
-    assert state.reports_metrics()
+    assert reports_metrics(state)
     state.capacity_changed = False
     assert not state.recheck_metrics(at(120))  # not older than 120 s yet
     assert not state.capacity_changed
@@ -616,14 +616,14 @@ def test_pending_count_and_waiting_reasons() -> None:
     pool.put(request_obj("r2", "bob", status={"phase": "Pending", "reason": "PoolSaturated"}))
     pool.put(request_obj("r3", "carol", status={"phase": "Failed"}))
     pool.place()
-    assert state.pending_count() == 2  # r1, r2 (r0 assigned, r3 failed)
+    assert pending_count(state) == 2  # r1, r2 (r0 assigned, r3 failed)
     # The reasons the stored statuses give: r1's Wait is not written yet.
-    assert state.waiting_reasons() == {None, "PoolSaturated"}
+    assert waiting_reasons(state) == {None, "PoolSaturated"}
     state.drop_request("r0")
     assign = [i for i in pool.place() if isinstance(i, Assign)]
     assert [i.record.meta.name for i in assign] == ["r1"]
-    assert state.pending_count() == 1  # r1 is being written
-    assert state.waiting_reasons() == {"PoolSaturated"}
+    assert pending_count(state) == 1  # r1 is being written
+    assert waiting_reasons(state) == {"PoolSaturated"}
 
 
 def intents_summary(intents: Iterable[Intent]) -> list[str]:
