@@ -21,6 +21,7 @@ from hostpool_operator.plans import (
     decide_plan,
     hosts_for,
     minimum_hosts,
+    next_phase_start,
     phase_in_force,
     used_capacity_percent,
 )
@@ -547,3 +548,143 @@ def test_properties_of_plan_decisions(
     names = [o.request for o in decision.logoff]
     assert len(names) == len(set(names))
     assert not {r.name for r in requests if r.has_logoff} & set(names)
+
+
+# ---------------------------------------------------------------------------------------
+# next_phase_start: when the phase in force changes next
+
+
+def next_start(spec: ScalingPlanSpec, now: datetime) -> datetime:
+    found = next_phase_start(spec, now)
+    assert found is not None
+    assert found.utcoffset() == timedelta(0)  # an instant in UTC
+    return found
+
+
+def utc(y: int, mo: int, d: int, h: int, mi: int = 0, s: int = 0) -> datetime:
+    return datetime(y, mo, d, h, mi, s, tzinfo=UTC)
+
+
+def test_next_phase_start_same_day() -> None:
+    spec = plan()  # Stockholm, CET (UTC+1) in December
+    assert next_start(spec, local(2026, 12, 8, 10, 0)) == utc(2026, 12, 8, 17)  # RampDown 18:00
+    assert next_start(spec, local(2026, 12, 8, 6, 0)) == utc(2026, 12, 8, 6)  # RampUp 07:00
+    assert next_start(spec, local(2026, 12, 8, 19, 59, 59)) == utc(2026, 12, 8, 19)  # OffPeak
+
+
+def test_next_phase_start_after_off_peak_is_the_next_days_ramp_up() -> None:
+    spec = plan()
+    assert next_start(spec, local(2026, 12, 8, 20, 0, 1)) == utc(2026, 12, 9, 6)
+    assert next_start(spec, local(2026, 12, 8, 23, 59)) == utc(2026, 12, 9, 6)
+
+
+def test_next_phase_start_skips_a_weekend_without_schedule() -> None:
+    spec = plan()
+    monday_ramp_up = utc(2026, 12, 7, 6)  # Monday 07:00 CET
+    for now in (local(2026, 12, 4, 20, 0), local(2026, 12, 5, 12, 0), local(2026, 12, 6, 23, 0)):
+        assert next_start(spec, now) == monday_ramp_up
+
+
+def test_next_phase_start_a_week_ahead() -> None:
+    spec = plan(schedule(days=["Wednesday"]))
+    # Wednesday after its off-peak: next Wednesday's ramp-up, seven days later.
+    assert next_start(spec, local(2026, 12, 9, 21, 0)) == utc(2026, 12, 16, 6)
+
+
+def test_next_phase_start_exactly_at_a_start_is_the_following_one() -> None:
+    spec = plan()
+    assert next_start(spec, local(2026, 12, 8, 9, 0)) == utc(2026, 12, 8, 17)
+    assert next_start(spec, utc(2026, 12, 8, 17)) == utc(2026, 12, 8, 19)
+    assert next_start(spec, local(2026, 12, 8, 8, 59, 59)) == utc(2026, 12, 8, 8)
+
+
+def test_next_phase_start_in_the_spring_forward_gap_is_the_transition() -> None:
+    spec = plan(SUNDAY_0230)  # 02:30 does not exist on 2026-03-29 in Stockholm
+    transition = utc(2026, 3, 29, 1)  # 03:00 CEST
+    assert next_start(spec, utc(2026, 3, 28, 21)) == transition
+    assert next_start(spec, transition - timedelta(seconds=1)) == transition
+    # From the transition on: Peak at 09:00 CEST.
+    assert next_start(spec, transition) == utc(2026, 3, 29, 7)
+    # Two starts in the gap fall on one instant, the transition.
+    two = plan(schedule("sunday", ["Sunday"], ("02:15", "02:45", "18:00", "20:00")))
+    assert next_start(two, utc(2026, 3, 29, 0, 30)) == transition
+    assert next_start(two, transition) == utc(2026, 3, 29, 16)  # RampDown 18:00 CEST
+
+
+def test_next_phase_start_on_the_fall_back_day_counts_a_repeated_time_once() -> None:
+    spec = plan(SUNDAY_0230)  # 02:30 happens twice on 2026-10-25 in Stockholm
+    first = utc(2026, 10, 25, 0, 30)  # 02:30 CEST
+    assert next_start(spec, utc(2026, 10, 25, 0)) == first
+    peak = utc(2026, 10, 25, 8)  # 09:00 CET
+    assert next_start(spec, first) == peak  # not 02:30 CET (01:30 UTC) again
+    assert next_start(spec, utc(2026, 10, 25, 1, 10)) == peak  # 02:10 CET, the second time
+
+
+def test_next_phase_start_needs_an_aware_now_and_a_known_zone() -> None:
+    with pytest.raises(ValueError, match="aware"):
+        next_phase_start(plan(), datetime(2026, 12, 7, 12, 0))
+    with pytest.raises(ValueError, match="unknown time zone"):
+        next_phase_start(plan(zone="Mars/Olympus_Mons"), NOW)
+    empty = plan().model_copy(update={"schedules": []})
+    assert next_phase_start(empty, NOW) is None
+
+
+EDGE_PLANS = [
+    plan(),
+    plan(schedule(), schedule("weekend", ["Saturday"], ("10:00", "11:00", "14:00", "15:00"))),
+    plan(schedule(days=["Wednesday"])),
+    plan(SUNDAY_0230),
+    plan(schedule("sunday", ["Sunday"], ("02:15", "02:45", "18:00", "20:00"))),
+    plan(schedule(starts=("01:30", "02:30", "03:00", "23:30")), zone="America/New_York"),
+    plan(
+        schedule("all", [*WEEKDAYS, "Saturday", "Sunday"], ("01:45", "02:15", "02:45", "23:59")),
+        zone="Australia/Lord_Howe",  # DST moves by 30 minutes at 02:00
+    ),
+    plan(
+        schedule("all", [*WEEKDAYS, "Saturday", "Sunday"], ("00:00", "00:30", "12:00", "23:30")),
+        zone="America/Santiago",  # DST changes at midnight
+    ),
+]
+#: The 2026 DST transitions of those zones: instants are drawn near them too.
+TRANSITIONS = [
+    utc(2026, 3, 29, 1),
+    utc(2026, 10, 25, 1),
+    utc(2026, 3, 8, 7),
+    utc(2026, 11, 1, 6),
+    utc(2026, 4, 4, 15),
+    utc(2026, 10, 3, 15, 30),
+    utc(2026, 4, 5, 3),
+    utc(2026, 9, 6, 4),
+]
+instants = st.one_of(
+    st.datetimes(datetime(2025, 1, 1), datetime(2028, 12, 31), timezones=st.just(UTC)),
+    st.builds(
+        lambda base, seconds: base + timedelta(seconds=seconds),
+        st.sampled_from(TRANSITIONS),
+        st.integers(-3 * 86400, 3 * 86400),
+    ),
+)
+
+
+def phase_key(spec: ScalingPlanSpec, now: datetime) -> tuple[str, PlanPhase, datetime]:
+    found = in_force(spec, now)
+    return (found.schedule, found.phase, found.since.astimezone(UTC))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(EDGE_PLANS), instants, st.floats(0, 1))
+def test_property_the_phase_changes_at_next_phase_start_and_not_before(
+    spec: ScalingPlanSpec, now: datetime, fraction: float
+) -> None:
+    start = next_start(spec, now)
+    assert now < start <= now + timedelta(days=8)
+    before = phase_key(spec, now)
+    after = phase_key(spec, start)
+    # A phase starts there: the one in force then began at that instant.
+    assert after != before
+    assert after[2] == start
+    # Nothing changes from now until a second before it.
+    last = start - timedelta(seconds=1)
+    if last >= now:
+        assert phase_key(spec, last) == before
+        assert phase_key(spec, now + (last - now) * fraction) == before

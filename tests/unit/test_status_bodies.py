@@ -1070,3 +1070,51 @@ def test_property_merge_moves_transition_time_only_on_a_status_flip(
     wanted = {c.type for c in desired}
     kept = [c for c in out if c["type"] not in wanted]
     assert kept == [c for t, c in before.items() if t not in wanted]  # others' untouched
+
+
+# ---------------------------------------------------------------------------- scaling plan
+
+NIGHT_PLAN = {"name": "night", "schedule": "weekdays", "phase": "OffPeak",
+              "loadBalancerType": "DepthFirst"}  # fmt: skip
+
+
+def pool_status_with_plan(
+    record: PoolRecord, scaling_plan: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    return pool_status(
+        record,
+        host_count=0,
+        balancer=engine(LIMIT_2, []),
+        pending=0,
+        waiting_reasons=(),
+        scaling_limited=None,
+        counts={},
+        now=NOW,
+        scaling_plan=scaling_plan,
+    )
+
+
+def test_pool_scaling_plan_written_when_given() -> None:
+    status = pool_status_with_plan(pool(LIMIT_2), NIGHT_PLAN)
+    assert status["scalingPlan"] == NIGHT_PLAN
+    # Another plan or phase replaces the stored one.
+    peak = {"name": "night", "schedule": "weekdays", "phase": "Peak",
+            "loadBalancerType": "BreadthFirst"}  # fmt: skip
+    stored = pool(LIMIT_2, status={"scalingPlan": NIGHT_PLAN})
+    assert pool_status_with_plan(stored, peak)["scalingPlan"] == peak
+
+
+def test_pool_scaling_plan_cleared_with_none_when_stored_and_not_given() -> None:
+    stored = pool(LIMIT_2, status={"scalingPlan": NIGHT_PLAN})
+    status = pool_status_with_plan(stored, None)
+    assert "scalingPlan" in status
+    assert status["scalingPlan"] is None  # a merge patch's null removes it
+
+
+def test_pool_scaling_plan_absent_when_neither_stored_nor_given() -> None:
+    assert "scalingPlan" not in pool_status_with_plan(pool(LIMIT_2), None)
+    assert "scalingPlan" not in pool_status_of(pool(LIMIT_2), [1])
+    # A stored null (cleared before) is not cleared again.
+    assert "scalingPlan" not in pool_status_with_plan(
+        pool(LIMIT_2, status={"scalingPlan": None}), None
+    )
