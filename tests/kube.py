@@ -35,6 +35,7 @@ PLURALS: dict[str, str] = {
     "HostPool": "hostpools",
     "SessionHost": "sessionhosts",
     "SessionRequest": "sessionrequests",
+    "ScalingPlan": "scalingplans",
 }
 
 TABLE_ACCEPT = "application/json;as=Table;g=meta.k8s.io;v=v1"

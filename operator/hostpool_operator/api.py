@@ -9,7 +9,7 @@ validators (so the simulator and the operator refuse the same input the same way
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar
+from typing import ClassVar, TypeAlias
 
 from pydantic import Field, model_validator
 
@@ -38,6 +38,8 @@ from .api_host import HostAgent as HostAgent
 from .api_host import HostFeatures as HostFeatures  # re-exported
 from .api_host import HostLogonStorm as HostLogonStorm
 from .api_host import HostMetrics as HostMetrics
+from .api_plan import PoolScalingPlan as PoolScalingPlan  # re-exported
+from .api_plan import ScalingPlan as ScalingPlan
 from .api_workload import TemplateMetadata as TemplateMetadata  # re-exported
 from .api_workload import WorkloadRef as WorkloadRef
 from .api_workload import WorkloadTemplate as WorkloadTemplate
@@ -360,6 +362,11 @@ class HostPoolStatus(ApiModel):
     pending_requests: int = Field(
         default=0, ge=0, le=MAX_COUNT, description="SessionRequests waiting for a host."
     )
+    scaling_plan: PoolScalingPlan | None = Field(
+        default=None,
+        description="The scaling plan this pool follows, and the phase and algorithm it "
+        "places with now; absent: the pool's own settings.",
+    )
     conditions: Conditions
 
 
@@ -545,8 +552,12 @@ class SessionRequest(ApiModel):
     )
 
 
-KINDS: tuple[type[HostPool] | type[SessionHost] | type[SessionRequest], ...] = (
+#: The model class of one of the kinds the API serves.
+KindModel: TypeAlias = type[HostPool] | type[SessionHost] | type[SessionRequest] | type[ScalingPlan]
+
+KINDS: tuple[KindModel, ...] = (
     HostPool,
     SessionHost,
     SessionRequest,
+    ScalingPlan,
 )

@@ -364,11 +364,44 @@ class PlanPoolStatus(ApiModel):
     )
 
 
+class PoolScalingPlan(ApiModel):
+    """The scaling plan a pool follows and what it applies now (``HostPool.status``)."""
+
+    name: str = Field(
+        min_length=1, max_length=MAX_NAME, description="The ScalingPlan's name (same namespace)."
+    )
+    schedule: str | None = Field(
+        default=None, max_length=MAX_NAME, description="The plan's schedule in force; absent: none."
+    )
+    phase: PlanPhase | None = Field(
+        default=None,
+        description="RampUp, Peak, RampDown or OffPeak; absent: no phase in force (the "
+        "pool's own settings apply).",
+    )
+    load_balancer_type: LoadBalancerType | None = Field(
+        default=None,
+        description="The algorithm the pool places new sessions with now; absent: the "
+        "pool's own loadBalancer.type.",
+    )
+
+
 class ScalingPlanStatus(ApiModel):
     """The observed state of a plan."""
 
     observed_generation: int | None = Field(
         default=None, ge=0, le=2**53, description="The generation this status describes."
+    )
+    schedule: str | None = Field(
+        default=None,
+        max_length=MAX_NAME,
+        description="The schedule in force now (the one whose phase started last); absent: "
+        "none in force.",
+    )
+    phase: PlanPhase | None = Field(
+        default=None,
+        description="The phase in force now for the whole plan, whatever its pools' state: "
+        "RampUp, Peak, RampDown or OffPeak; absent: none worked out (e.g. an unknown time "
+        "zone).",
     )
     pools: list[PlanPoolStatus] = Field(
         default_factory=list,

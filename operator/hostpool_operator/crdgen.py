@@ -189,6 +189,19 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
         _column("Reason", "string", ".status.reason", "Why placed there, or why pending."),
         _AGE,
     ],
+    "ScalingPlan": [
+        # A Table cell shows the first match of a path only, so the pools are shown as the
+        # list itself (JSON), which names every pool.
+        _column("Pools", "string", ".spec.hostPoolRefs", "The HostPools that follow the plan."),
+        _column("Phase", "string", ".status.phase", "The phase in force now."),
+        _condition_column("Ready", "Ready"),
+        {
+            **_column("Schedule", "string", ".status.schedule", "The schedule in force now."),
+            "priority": 1,
+        },
+        {**_column("Zone", "string", ".spec.timeZone", "The plan's time zone."), "priority": 1},
+        _AGE,
+    ],
 }
 
 
@@ -197,12 +210,11 @@ SELECTABLE_FIELDS: dict[str, list[str]] = {
     "HostPool": [],
     "SessionHost": [".spec.poolRef.name"],
     "SessionRequest": [".spec.poolRef.name", ".status.host", ".status.phase"],
+    "ScalingPlan": [],
 }
 
 
-def crd(
-    model: type[api.HostPool] | type[api.SessionHost] | type[api.SessionRequest],
-) -> dict[str, Any]:
+def crd(model: api.KindModel) -> dict[str, Any]:
     """The whole CustomResourceDefinition of one kind."""
     schema = object_schema(model)
     if model is api.SessionRequest:
@@ -244,12 +256,20 @@ def crd(
     }
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a value shared by two schema nodes (an enum's list of values) out twice
+    instead of as a YAML anchor and alias: the files stay plain to read and to diff."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def render_all() -> dict[str, str]:
     """File name -> YAML text for every CRD."""
     header = "# Generated from hostpool_operator.api by `hostpool-operator crds`. Do not edit.\n"
     return {
         f"{api.GROUP}_{model.plural}.yaml": header
-        + yaml.safe_dump(crd(model), sort_keys=False, width=100)
+        + yaml.dump(crd(model), Dumper=_PlainDumper, sort_keys=False, width=100)
         for model in api.KINDS
     }
 

@@ -30,19 +30,21 @@ from kube import (
 
 pytestmark = pytest.mark.cluster
 
-MODELS: dict[str, type[api.HostPool] | type[api.SessionHost] | type[api.SessionRequest]] = {
+MODELS: dict[str, api.KindModel] = {
     "HostPool": api.HostPool,
     "SessionHost": api.SessionHost,
     "SessionRequest": api.SessionRequest,
+    "ScalingPlan": api.ScalingPlan,
 }
 
 REQUIRED_COLUMNS = {
     "HostPool": ["Type", "Hosts", "Sessions", "Free", "Ready", "Age"],
     "SessionHost": ["Pool", "Sessions", "Load", "Drain", "Available"],
     "SessionRequest": ["Pool", "User", "Phase", "Host", "Reason"],
+    "ScalingPlan": ["Pools", "Phase", "Ready", "Age"],
 }
 
-SHORT_NAMES = {"HostPool": "hp", "SessionHost": "sh", "SessionRequest": "sr"}
+SHORT_NAMES = {"HostPool": "hp", "SessionHost": "sh", "SessionRequest": "sr", "ScalingPlan": "spl"}
 
 ALL_PROTOCOLS = ["RDP", "PCOIP", "BLAST"]
 
@@ -81,7 +83,7 @@ def now() -> str:
 
 
 def _examples_in_apply_order() -> list[tuple[Path, dict[str, Any]]]:
-    order = {"HostPool": 0, "SessionHost": 1, "SessionRequest": 2}
+    order = {"HostPool": 0, "ScalingPlan": 1, "SessionHost": 2, "SessionRequest": 3}
     return sorted(example_documents(), key=lambda pd: order[pd[1]["kind"]])
 
 

@@ -33,17 +33,20 @@ OPERATOR_RULES: list[Obj] = [
     {"apiGroups": ["hostpool.io"], "resources": ["hostpools"], "verbs": ["list", "watch"]},
     {
         "apiGroups": ["hostpool.io"],
+        # patch: a ScalingPlan drains and undrains the hosts the operator created.
         "resources": ["sessionhosts"],
-        "verbs": ["list", "watch", "create", "delete"],
+        "verbs": ["list", "watch", "create", "delete", "patch"],
     },
     {
         "apiGroups": ["hostpool.io"],
+        # delete: a ZeroActiveSessions plan deletes a drained host's Disconnected requests.
         "resources": ["sessionrequests"],
-        "verbs": ["get", "list", "watch"],
+        "verbs": ["get", "list", "watch", "delete"],
     },
+    {"apiGroups": ["hostpool.io"], "resources": ["scalingplans"], "verbs": ["list", "watch"]},
     {
         "apiGroups": ["hostpool.io"],
-        "resources": ["hostpools/status", "sessionhosts/status"],
+        "resources": ["hostpools/status", "sessionhosts/status", "scalingplans/status"],
         "verbs": ["patch"],
     },
     {
@@ -238,7 +241,7 @@ def test_default_objects(render: Render) -> None:
             "RoleBinding",
             "Service",
             "Deployment",
-            *["CustomResourceDefinition"] * 3,
+            *["CustomResourceDefinition"] * 4,
             # the host agents': their ServiceAccount and Role, and the admission policy
             "ServiceAccount",
             "Role",
@@ -274,6 +277,32 @@ def test_default_rbac_grants_exactly_the_operators_calls(render: Render) -> None
         for rule in doc["rules"]:
             for key in ("apiGroups", "resources", "verbs"):
                 assert "*" not in rule[key], (doc["metadata"]["name"], rule)
+
+
+@pytest.mark.parametrize("watch_namespace", ["", "vdi"])
+def test_the_operator_watches_every_kind_and_writes_every_status(
+    render: Render, watch_namespace: str
+) -> None:
+    """Each CRD of the chart (a ScalingPlan's too): list + watch on the kind, patch on its
+    status subresource."""
+    rules = operator_rules(render(watchNamespace=watch_namespace))
+
+    def verbs(resource: str) -> set[str]:
+        return {
+            verb
+            for rule in rules
+            if rule["apiGroups"] == ["hostpool.io"] and resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
+
+    for crd in source_crds().values():
+        plural = crd["spec"]["names"]["plural"]
+        assert {"list", "watch"} <= verbs(plural), plural
+        assert verbs(f"{plural}/status") == {"patch"} | (
+            {"update"} if plural == "sessionrequests" else set()
+        ), plural
+    # Plans are only read: the operator never writes a plan's spec.
+    assert verbs("scalingplans") == {"list", "watch"}
 
 
 def test_default_deployment(render: Render) -> None:
@@ -334,6 +363,12 @@ def test_crds_rendered_from_crds_dir_with_keep(render: Render) -> None:
     rendered = {d["metadata"]["name"]: d for d in by_kind(render(), "CustomResourceDefinition")}
     source = source_crds()
     assert sorted(rendered) == sorted(source)
+    assert sorted(rendered) == [
+        "hostpools.hostpool.io",
+        "scalingplans.hostpool.io",
+        "sessionhosts.hostpool.io",
+        "sessionrequests.hostpool.io",
+    ]
     for name, crd in rendered.items():
         assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
         assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"

@@ -331,6 +331,13 @@ def _summary(kind: str, obj: Mapping[str, Any]) -> str:
             f"sessions={json.dumps(st.get('sessions'))} loadIndex={st.get('loadIndex')} "
             f"bucket={st.get('bucket')} metrics={json.dumps(st.get('metrics'))} [{conds}]"
         )
+    if kind == "ScalingPlan":
+        pools = [ref.get("name") for ref in spec.get("hostPoolRefs") or []]
+        return (
+            f"  plan {name} gen={meta.get('generation')} zone={spec.get('timeZone')} "
+            f"pools={pools} schedule={st.get('schedule')} phase={st.get('phase')} "
+            f"status.pools={json.dumps(st.get('pools'))} [{conds}]"
+        )
     return (
         f"  request {name} user={spec.get('user')} pool={(spec.get('poolRef') or {}).get('name')}"
         f" phase={st.get('phase')} host={st.get('host')} reason={st.get('reason')} "

@@ -1,6 +1,6 @@
 """The ScalingPlan models: what they accept and refuse, and that the schema generated from
-them is a CRD schema the API server would take (so adding the kind to ``api.KINDS`` later
-is a one-line change)."""
+them is a CRD schema the API server takes (the CRD itself: tests/unit/test_crd_drift.py;
+on a real API server: tests/api/test_scaling_plan_crd_live.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from hostpool_operator import crdgen
+from hostpool_operator import api, crdgen
 from hostpool_operator.api_base import describe_validation_error
 from hostpool_operator.api_plan import (
     DayOfWeek,
+    PlanPhase,
+    PoolScalingPlan,
     ScalingPlan,
     ScalingPlanSpec,
     SimulatedPlan,
@@ -347,3 +349,52 @@ def test_names() -> None:
         "scalingplans",
         ("spl",),
     )
+
+
+def test_names_and_kinds() -> None:
+    assert api.ScalingPlan is ScalingPlan
+    assert ScalingPlan in api.KINDS
+
+
+# ---------------------------------------------------------------------------------------
+# What the operator writes: the plan's status, and the plan a pool follows
+
+
+def test_the_plan_status_names_the_schedule_and_phase_in_force() -> None:
+    status = {
+        "observedGeneration": 2,
+        "schedule": "weekdays",
+        "phase": "RampDown",
+        "pools": [{"name": "finance", "schedule": "weekdays", "phase": "RampDown"}],
+    }
+    plan = ScalingPlan.model_validate({"spec": EXAMPLE, "status": status})
+    assert (plan.status.schedule, plan.status.phase) == ("weekdays", PlanPhase.RAMP_DOWN)
+    assert plan.status.to_api() == {**status, "conditions": []}
+    bare = ScalingPlan.model_validate({"spec": EXAMPLE}).status
+    assert (bare.schedule, bare.phase) == (None, None)
+    with pytest.raises(ValidationError):
+        ScalingPlan.model_validate({"spec": EXAMPLE, "status": {"phase": "Lunch"}})
+
+
+def test_a_pool_status_names_the_plan_it_follows() -> None:
+    follows = {
+        "name": "finance-week",
+        "schedule": "weekdays",
+        "phase": "Peak",
+        "loadBalancerType": "BreadthFirst",
+    }
+    status = api.HostPoolStatus.model_validate({"scalingPlan": follows})
+    assert status.scaling_plan == PoolScalingPlan(
+        name="finance-week",
+        schedule="weekdays",
+        phase=PlanPhase.PEAK,
+        load_balancer_type=api.LoadBalancerType.BREADTH_FIRST,
+    )
+    assert status.to_api()["scalingPlan"] == follows
+    # Only the name is required (a pool follows a plan with no phase in force yet);
+    # without a plan the field is absent.
+    assert PoolScalingPlan(name="p").to_api() == {"name": "p"}
+    assert "scalingPlan" not in api.HostPoolStatus().to_api()
+    for bad in ({"name": ""}, {"name": "p", "phase": "Lunch"}, {"schedule": "weekdays"}):
+        with pytest.raises(ValidationError):
+            PoolScalingPlan.model_validate(bad)

@@ -32,22 +32,30 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from hostpool_operator import api, crdgen
+from hostpool_operator.api_plan import DayOfWeek, ScalingPlanSpec
 from kube import CRD_DIR, EXAMPLES_DIR, example_documents, iter_schema_nodes, load_yaml_documents
 
 FORBIDDEN_KEYS = ("$ref", "$defs", "definitions", "anyOf", "allOf", "oneOf", "not")
 
-SHORT_NAMES = {"HostPool": ["hp"], "SessionHost": ["sh"], "SessionRequest": ["sr"]}
+SHORT_NAMES = {
+    "HostPool": ["hp"],
+    "SessionHost": ["sh"],
+    "SessionRequest": ["sr"],
+    "ScalingPlan": ["spl"],
+}
 
 REQUIRED_COLUMNS = {
     "HostPool": ["Type", "Hosts", "Sessions", "Free", "Ready", "Age"],
     "SessionHost": ["Pool", "Sessions", "Load", "Drain", "Available"],
     "SessionRequest": ["Pool", "User", "Phase", "Host", "Reason"],
+    "ScalingPlan": ["Pools", "Phase", "Ready", "Age"],
 }
 
 MODELS: dict[str, type[BaseModel]] = {
     "HostPool": api.HostPool,
     "SessionHost": api.SessionHost,
     "SessionRequest": api.SessionRequest,
+    "ScalingPlan": api.ScalingPlan,
 }
 
 
@@ -268,6 +276,32 @@ def test_protocols_and_conditions_list_types() -> None:
         assert conditions["x-kubernetes-list-map-keys"] == ["type"], kind
 
 
+def test_plan_fields_of_the_status() -> None:
+    """A plan's status says the schedule and phase in force; a pool's status the plan it
+    follows (both optional: absent until the operator writes them)."""
+    plan = _schema(_crd_by_kind()["ScalingPlan"])["properties"]["status"]
+    assert {"schedule", "phase", "pools", "conditions"} <= set(plan["properties"])
+    assert plan["properties"]["phase"]["enum"] == ["RampUp", "Peak", "RampDown", "OffPeak"]
+    assert "required" not in plan
+    pool = _schema(_crd_by_kind()["HostPool"])["properties"]["status"]["properties"]
+    follows = pool["scalingPlan"]
+    assert set(follows["properties"]) == {"name", "schedule", "phase", "loadBalancerType"}
+    assert follows["required"] == ["name"]
+    assert follows["properties"]["loadBalancerType"]["enum"] == [
+        "BreadthFirst",
+        "DepthFirst",
+        "Horizon",
+    ]
+
+
+def test_the_pools_column_shows_every_pool() -> None:
+    """A Table cell holds the first match of its path only: `.spec.hostPoolRefs[*].name`
+    would show one pool of several. The column shows the list itself."""
+    columns = _version(_crd_by_kind()["ScalingPlan"])["additionalPrinterColumns"]
+    (pools,) = [c for c in columns if c["name"] == "Pools"]
+    assert pools["jsonPath"] == ".spec.hostPoolRefs"
+
+
 # ---------------------------------------------------------------------------------------
 # Examples
 
@@ -280,11 +314,14 @@ def test_examples_exist() -> None:
         "horizon-pool.yaml",
         "session-hosts.yaml",
         "session-requests.yaml",
+        "scaling-plan.yaml",
     } <= names
     kinds = [doc["kind"] for _, doc in example_documents()]
     assert kinds.count("HostPool") >= 3
     assert kinds.count("SessionHost") >= 3
     assert kinds.count("SessionRequest") >= 3
+    assert kinds.count("ScalingPlan") >= 1
+    assert set(kinds) == set(MODELS), "an example for every kind"
 
 
 EXAMPLES = example_documents()
@@ -345,6 +382,25 @@ def test_examples_cover_the_features() -> None:
     pool_names = {d["metadata"]["name"] for d in docs if d["kind"] == "HostPool"}
     assert all(h["poolRef"]["name"] in pool_names for h in hosts)
     assert sum(r["poolRef"]["name"] not in pool_names for r in requests) <= 1
+
+
+def test_the_example_plan_fits_its_pools() -> None:
+    """The plan's pools exist among the examples and have what a plan needs (otherwise the
+    operator reports ScalingRequired): scaling with maxHosts and an explicit
+    maxSessionLimit; the schedules cover the whole week, each day once."""
+    docs = [d for _, d in EXAMPLES]
+    pools = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "HostPool"}
+    (plan,) = [d["spec"] for d in docs if d["kind"] == "ScalingPlan"]
+    for ref in plan["hostPoolRefs"]:
+        spec = pools[ref["name"]]
+        assert "maxSessionLimit" in spec["loadBalancer"], ref
+        assert spec["scaling"]["maxHosts"] >= 1, ref
+    days = [d for schedule in plan["schedules"] for d in schedule["daysOfWeek"]]
+    assert sorted(days) == sorted(day.value for day in DayOfWeek)
+    assert len(plan["schedules"]) >= 2
+    assert plan["timeZone"] == "Europe/Stockholm"
+    spec = ScalingPlanSpec.model_validate(plan)
+    assert spec.zone.key == "Europe/Stockholm"
 
 
 def test_example_documents_are_separate_files_per_kind() -> None:

@@ -48,11 +48,16 @@ app.kubernetes.io/part-of: hostpool-operator
 
 {{/*
 The rules the operator needs, and nothing else (proven by tests/e2e/test_rbac_live.py):
-- the three kinds: list + watch (kopf's watches and the operator's initial LIST);
+- the four kinds: list + watch (kopf's watches and the operator's initial LIST);
 - sessionrequests: get (re-read a request after a conflicting status write);
+- sessionrequests: delete (a ScalingPlan with stopHostsWhen ZeroActiveSessions deletes the
+  Disconnected requests of a host it drained, before deleting the host);
 - sessionhosts: create + delete (scaling adds hosts from the pool's hostTemplate and removes
   only those it created);
-- the status subresources: patch (pool, host and pending-request status are merge patches);
+- sessionhosts: patch (a ScalingPlan drains and undrains hosts the operator created:
+  spec.drainMode, and an annotation that marks the drain as the plan's);
+- the status subresources: patch (pool, host, plan and pending-request status are merge
+  patches);
   sessionrequests/status also update (an assignment replaces the request's status in one PUT,
   conditional on its resourceVersion: cheaper for the API server than a patch);
 - hostpools/finalizers: update (hosts it creates carry an ownerReference with
@@ -73,12 +78,15 @@ system:discovery ClusterRole allows it to every authenticated identity.
   verbs: ["list", "watch"]
 - apiGroups: ["hostpool.io"]
   resources: ["sessionhosts"]
-  verbs: ["list", "watch", "create", "delete"]
+  verbs: ["list", "watch", "create", "delete", "patch"]
 - apiGroups: ["hostpool.io"]
   resources: ["sessionrequests"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "delete"]
 - apiGroups: ["hostpool.io"]
-  resources: ["hostpools/status", "sessionhosts/status"]
+  resources: ["scalingplans"]
+  verbs: ["list", "watch"]
+- apiGroups: ["hostpool.io"]
+  resources: ["hostpools/status", "sessionhosts/status", "scalingplans/status"]
   verbs: ["patch"]
 - apiGroups: ["hostpool.io"]
   resources: ["sessionrequests/status"]
