@@ -268,7 +268,10 @@ class PlanKeeper:
         if decision is not None:
             out.undrain.extend(decision.undrain)
             out.drain.extend(decision.drain)
-            out.logoff.extend(decision.logoff)
+            # A host drained in this round gets its logoffs in the next, once its drain
+            # time is stored: every deadline counts from the stored mark.
+            fresh = set(decision.drain)
+            out.logoff.extend(order for order in decision.logoff if order.host not in fresh)
             out.cancel_logoff.extend(decision.cancel_logoff)
             for host in decision.clear_disconnected:
                 ending = disconnected_on(state, host)
