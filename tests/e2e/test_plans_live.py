@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from e2e import test_workloads_live as workloads
 from e2e.helpers import (
     Cluster,
-    KubeLike,
     OperatorProcess,
     RequestRecorder,
     cond_is,
@@ -33,6 +33,7 @@ from e2e.helpers import (
     phase,
     status,
 )
+from kube import Kube
 
 pytestmark = pytest.mark.e2e
 
@@ -173,7 +174,7 @@ def reasons(cluster: Cluster, name: str) -> list[str]:
 
 
 @pytest.fixture
-def recorder(kube: KubeLike, namespace: str) -> Iterator[RequestRecorder]:
+def recorder(kube: Kube, namespace: str) -> Iterator[RequestRecorder]:
     with RequestRecorder(kube.kubeconfig, namespace) as rec:
         yield rec
 
@@ -563,3 +564,46 @@ def test_bad_plans_are_reported_and_the_operator_carries_on(
         "the plan applied once its pool exists",
     )
     assert_invariants(cluster, recorder, 3)
+
+
+def test_pod_backed_hosts_follow_the_plan_and_their_pods_go_with_them(
+    kube: Kube,
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    recorder: RequestRecorder,
+) -> None:
+    del operator_process
+    template = workloads.scaling(workloads.pod_template(), maxHosts=3, scaleDownDelaySeconds=3600)
+    cluster.create_pool(POOL, "DepthFirst", 2, scaling=template)
+    cluster.create(
+        "ScalingPlan",
+        "office",
+        plan_spec("peak", pools=[POOL], rampUp={"minimumHostsPercent": 100}),
+    )
+    cluster.wait(lambda: len(managed(cluster)) == 3 or None, "3 hosts (100 % of maxHosts)")
+    hosts = set(managed(cluster))
+    cluster.wait(
+        lambda: hosts <= set(workloads.pods(kube, cluster.namespace)) or None,
+        "a pod for each host",
+    )
+    cluster.wait(
+        lambda: all(cond_is(h, "Available", "True") for h in managed(cluster).values()) or None,
+        "every host open once its pod is Ready",
+        timeout=60,
+    )
+    # Off-peak with no minimum and no session: every host is drained and removed, and the
+    # pods go with their hosts (garbage-collected through their owner reference).
+    cluster.patch("ScalingPlan", "office", {"spec": plan_spec("offPeak", pools=[POOL])})
+    cluster.wait(lambda: not managed(cluster) or None, "every empty host removed", timeout=60)
+    cluster.wait(
+        lambda: not (hosts & set(workloads.pods(kube, cluster.namespace))) or None,
+        "their pods deleted",
+        timeout=60,
+    )
+    # A logon off-peak still gets a host: the pool's demand-driven scaling stays on.
+    cluster.create_request("late", POOL, "night-owl")
+    placed = cluster.wait_assigned(["late"], timeout=60)
+    host = host_of(placed["late"])
+    assert host in managed(cluster)
+    assert host in workloads.pods(kube, cluster.namespace)
+    assert_invariants(cluster, recorder, 2)
