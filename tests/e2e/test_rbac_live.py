@@ -41,6 +41,7 @@ import yaml
 import builders
 from chart.argocd_health import health, write_fixture
 from controlplane import ensure_tools
+from e2e import test_plans_live as plans
 from e2e.helpers import free_port
 from kube import (
     REPO_ROOT,
@@ -1013,3 +1014,81 @@ def test_workload_resources_value_sets_the_workload_kinds(
     for identity, expected in ((custom, {"update"}), (default, {"update"}), (empty, set())):
         finalizers = allowed_verbs(identity, "hostpool.io", "sessionhosts", namespace, "finalizers")
         assert finalizers == expected
+
+
+def test_role_lets_the_operator_apply_a_scaling_plan(
+    kube: Kube,
+    namespace: str,
+    install_identity: Callable[[str, dict[str, Any]], Identity],
+    operator_run: list[OperatorRun],
+    tmp_path: Path,
+) -> None:
+    """Plans under the chart's identity: list/watch plans, write their status, create the
+    minimum, drain a host (a patch of the host), end its Disconnected session (a request
+    delete, ZeroActiveSessions) and remove it, all without a refusal."""
+    identity = install_identity(namespace, chart_ports())
+    operator = start_operator(operator_run, identity, tmp_path)
+    pool = scaling_pool("night", limit=2, max_hosts=2)
+    pool["spec"]["loadBalancer"]["type"] = "BreadthFirst"
+    pool["spec"]["scaling"]["scaleDownDelaySeconds"] = 3600
+    kube.create(namespace, pool)
+    plan = builders.manifest(
+        "ScalingPlan",
+        "office",
+        plans.plan_spec("peak", pools=["night"], rampUp={"minimumHostsPercent": 100}),
+        namespace=namespace,
+    )
+    kube.create(namespace, plan)
+    wait_for(
+        lambda: len(managed_hosts(kube, namespace)) == 2 or None,
+        WAIT_SECONDS,
+        what="the plan's minimum of 2 hosts",
+    )
+    wait_obj(
+        kube,
+        "ScalingPlan",
+        namespace,
+        "office",
+        lambda o: cond(o, "Ready").get("reason") == "Applied",
+        "Ready (Applied)",
+    )
+    for name in ("r1", "r2"):
+        kube.create(namespace, builders.request(name, "night", f"{name}@corp.example"))
+    placed = wait_assigned(kube, namespace, ["r1", "r2"])
+    assert len(set(placed.values())) == 2, placed  # breadth-first: one each
+    later = sorted(
+        managed_hosts(kube, namespace),
+        key=lambda h: (h["metadata"]["creationTimestamp"], h["metadata"]["name"]),
+    )[-1]["metadata"]["name"]
+    leaving = next(n for n, h in placed.items() if h == later)
+    kube.call(
+        "PATCH",
+        resource_path("SessionRequest", namespace, leaving) + "/status",
+        body={"status": {"sessionState": "Disconnected"}},
+        content_type="application/merge-patch+json",
+    )
+    ramp_down = plans.plan_spec(
+        "rampDown",
+        pools=["night"],
+        rampDown={"capacityThresholdPercent": 100, "stopHostsWhen": "ZeroActiveSessions"},
+    )
+    kube.call(
+        "PATCH",
+        resource_path("ScalingPlan", namespace, "office"),
+        body={"spec": ramp_down},
+        content_type="application/merge-patch+json",
+    )
+    wait_for(
+        lambda: (
+            [h["metadata"]["name"] for h in managed_hosts(kube, namespace)]
+            == [placed[n] for n in placed if n != leaving]
+            or None
+        ),
+        WAIT_SECONDS,
+        what="the drained host removed",
+    )
+    remaining = {r["metadata"]["name"] for r in items(kube, "SessionRequest", namespace)}
+    assert remaining == {"r1", "r2"} - {leaving}
+    assert operator.refusals() == [], "\n".join(operator.refusals())
+    assert operator.proc is not None
+    assert operator.proc.poll() is None, "the operator exited"
