@@ -607,3 +607,66 @@ def test_pod_backed_hosts_follow_the_plan_and_their_pods_go_with_them(
     assert host in managed(cluster)
     assert host in workloads.pods(kube, cluster.namespace)
     assert_invariants(cluster, recorder, 2)
+
+
+def test_a_restart_keeps_the_plans_drains_and_deadlines(
+    cluster: Cluster, operator_process: OperatorProcess, recorder: RequestRecorder
+) -> None:
+    """What a plan decided lives in the API (the drain mark, status.logoff), so an operator
+    restarted in ramp-down neither drains again, nor moves a deadline, nor announces the
+    phase twice."""
+    cluster.setup_pool(POOL, "BreadthFirst", 4, scaling=scaling(2))
+    cluster.create(
+        "ScalingPlan",
+        "office",
+        plan_spec("peak", pools=[POOL], rampUp={"minimumHostsPercent": 100}),
+    )
+    cluster.wait(lambda: len(managed(cluster)) == 2 or None, "2 hosts (100 % of maxHosts)")
+    cluster.wait(
+        lambda: all(status(h).get("conditions") for h in managed(cluster).values()) or None,
+        "the operator to report the new hosts",
+    )
+    first, second = in_query_order(managed(cluster))
+    for i, name in enumerate(["r0", "r1"]):
+        cluster.create_request(name, POOL, f"user{i}")
+    cluster.wait_assigned(["r0", "r1"])
+    leaving = next(n for n in ["r0", "r1"] if host_of(cluster.request(n)) == second)
+    cluster.patch(
+        "ScalingPlan",
+        "office",
+        {
+            "spec": plan_spec(
+                "rampDown",
+                pools=[POOL],
+                rampDown={
+                    "capacityThresholdPercent": 90,
+                    "forceLogoffUsers": True,
+                    "waitTimeMinutes": 15,
+                },
+            )
+        },
+    )
+    before = cluster.wait(
+        lambda: when(cluster.request(leaving), lambda r: bool(status(r).get("logoff"))),
+        "status.logoff on the drained host's request",
+    )
+    mark = cluster.host(second)["metadata"]["annotations"][DRAINED]
+    cluster.wait_pool(
+        POOL,
+        lambda p: (status(p).get("scalingPlan") or {}).get("phase") == "RampDown",
+        "the pool's status in RampDown",
+    )
+    phase_events = reasons(cluster, POOL).count("ScalingPlanPhase")
+
+    operator_process.restart()
+    cluster.create_request("r2", POOL, "user2")
+    cluster.wait_assigned(["r2"])
+    assert host_of(cluster.request("r2")) == first, "the drained host takes no new session"
+    time.sleep(3)
+    after = cluster.request(leaving)
+    assert status(after)["logoff"] == status(before)["logoff"]
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert cluster.host(second)["metadata"]["annotations"][DRAINED] == mark
+    assert cluster.host(first)["spec"].get("drainMode") is not True
+    assert reasons(cluster, POOL).count("ScalingPlanPhase") == phase_events
+    assert_invariants(cluster, recorder, 4)
