@@ -61,6 +61,7 @@ KIND_OF_PREFIX = {
     "hostpool": "HostPool",
     "sessionhost": "SessionHost",
     "sessionrequest": "SessionRequest",
+    "scalingplan": "ScalingPlan",
 }
 
 

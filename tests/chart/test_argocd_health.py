@@ -3,7 +3,8 @@
 Run with Lua 5.1 (Argo CD's gopher-lua speaks 5.1) against objects taken from a live run of
 the operator (``tests/e2e/fixtures/argocd/``, written by ``tests/e2e/test_rbac_live.py``
 with ``HOSTPOOL_UPDATE_ARGOCD_FIXTURES=1``), and against variants of those objects for the
-states a short run does not reach (a newer generation, Ready False, Unknown conditions).
+states a short run does not reach (a newer generation, Ready False for other reasons,
+Unknown conditions).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "sessionrequest-assigned": ("Healthy", "Assigned to host-a (NewSession)"),
     "sessionrequest-pending": ("Progressing", "Pending: PoolSaturated"),
     "sessionrequest-failed": ("Degraded", "Failed: HostDeleted: SessionHost 'host-b' was deleted"),
+    "scalingplan-new": ("Progressing", "Waiting for the hostpool-operator to observe the plan"),
+    "scalingplan-applied": ("Healthy", "Applied: applied to 1 pool(s); phase Peak"),
+    "scalingplan-pool-not-found": ("Degraded", "PoolNotFound: HostPool 'nowhere' does not exist"),
 }
 
 
@@ -60,7 +64,7 @@ def bump_generation(obj: Obj) -> Obj:
 
 def test_every_kind_has_a_check_in_argo_cds_layout() -> None:
     kinds = sorted(p.parent.name for p in HEALTH_DIR.glob("*/health.lua"))
-    assert kinds == ["HostPool", "SessionHost", "SessionRequest"]
+    assert kinds == ["HostPool", "ScalingPlan", "SessionHost", "SessionRequest"]
 
 
 def test_fixtures_are_complete_and_real() -> None:
@@ -213,10 +217,100 @@ def test_request_unknown_phase() -> None:
 
 
 # ---------------------------------------------------------------------------------------
+# ScalingPlan
+
+
+def test_plan_not_yet_observed_generation_is_progressing() -> None:
+    got = health("ScalingPlan", bump_generation(load_fixture("scalingplan-applied")))
+    assert got == {
+        "status": "Progressing",
+        "message": "Waiting for the hostpool-operator to observe generation 2 (observed 1)",
+    }
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        ("InvalidSpec", "spec.schedules: Field required"),
+        ("UnknownTimeZone", "unknown time zone 'Mars/Olympus_Mons'"),
+        ("PoolNotFound", "HostPool 'nowhere' does not exist"),
+        ("PoolConflict", "HostPool 'vdi' follows ScalingPlan 'other' already"),
+        ("ScalingRequired", "HostPool 'vdi' has no explicit loadBalancer.maxSessionLimit"),
+    ],
+)
+def test_plan_ready_false_is_degraded(reason: str, message: str) -> None:
+    plan = set_condition(load_fixture("scalingplan-applied"), "Ready", "False", reason, message)
+    assert health("ScalingPlan", plan) == {"status": "Degraded", "message": f"{reason}: {message}"}
+
+
+def test_plan_unknown_time_zone_without_a_phase_is_degraded() -> None:
+    """An unknown zone leaves no phase in force: the operator writes phase null."""
+    plan = set_condition(
+        load_fixture("scalingplan-applied"),
+        "Ready",
+        "False",
+        "UnknownTimeZone",
+        "unknown time zone 'Mars/Olympus_Mons'",
+    )
+    plan["status"]["phase"] = None
+    plan["status"]["schedule"] = None
+    assert health("ScalingPlan", plan) == {
+        "status": "Degraded",
+        "message": "UnknownTimeZone: unknown time zone 'Mars/Olympus_Mons'",
+    }
+
+
+def test_plan_every_problem_is_in_the_message() -> None:
+    """Ready False names the first problem's reason and lists every problem."""
+    message = "HostPool 'vdi' follows ScalingPlan 'other' already; HostPool 'gone' does not exist"
+    plan = set_condition(
+        load_fixture("scalingplan-applied"), "Ready", "False", "PoolConflict", message
+    )
+    assert health("ScalingPlan", plan) == {
+        "status": "Degraded",
+        "message": f"PoolConflict: {message}",
+    }
+
+
+def test_plan_ready_unknown_or_missing_is_progressing() -> None:
+    plan = load_fixture("scalingplan-applied")
+    unknown = health("ScalingPlan", set_condition(plan, "Ready", "Unknown", "Starting", "soon"))
+    assert unknown == {"status": "Progressing", "message": "Ready is Unknown: Starting: soon"}
+    missing = health("ScalingPlan", drop_condition(plan, "Ready"))
+    assert missing == {"status": "Progressing", "message": "Waiting for condition Ready"}
+
+
+def test_plan_applied_without_a_phase_names_none() -> None:
+    plan = load_fixture("scalingplan-applied")
+    del plan["status"]["phase"]
+    assert health("ScalingPlan", plan) == {
+        "status": "Healthy",
+        "message": "Applied: applied to 1 pool(s)",
+    }
+
+
+@pytest.mark.parametrize("phase", ["RampUp", "Peak", "RampDown", "OffPeak"])
+def test_plan_applied_names_the_phase(phase: str) -> None:
+    plan = load_fixture("scalingplan-applied")
+    plan["status"]["phase"] = phase
+    got = health("ScalingPlan", plan)
+    assert got == {"status": "Healthy", "message": f"Applied: applied to 1 pool(s); phase {phase}"}
+
+
+def test_plan_status_without_observed_generation_is_progressing() -> None:
+    plan = load_fixture("scalingplan-new")
+    plan["status"] = {"conditions": []}
+    assert health("ScalingPlan", plan) == {
+        "status": "Progressing",
+        "message": "Waiting for the hostpool-operator to observe the plan",
+    }
+
+
+# ---------------------------------------------------------------------------------------
 # Argo CD's own test layout (health_test.yaml + testdata/), for an upstream contribution
 
 
-@pytest.mark.parametrize("kind", ["HostPool", "SessionHost", "SessionRequest"])
+@pytest.mark.parametrize("kind", ["HostPool", "ScalingPlan", "SessionHost", "SessionRequest"])
 def test_upstream_health_test_yaml(kind: str) -> None:
     """What Argo CD's TestLuaHealthScript does: every case's status and message, exactly."""
     cases = yaml.safe_load((HEALTH_DIR / kind / "health_test.yaml").read_text())["tests"]

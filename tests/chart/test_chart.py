@@ -984,7 +984,7 @@ def test_argocd_cm_patch_from_the_health_scripts(helm: Path) -> None:
     """docs/install.md's loop: one argocd-cm key per kind, the Lua file as its value."""
     kubectl = helm.parent / "kubectl"
     health_dir = CHART_DIR / "argocd" / "hostpool.io"
-    kinds = ("HostPool", "SessionHost", "SessionRequest")
+    kinds = ("HostPool", "SessionHost", "SessionRequest", "ScalingPlan")
     args = [
         f"--from-file=resource.customizations.health.hostpool.io_{kind}="
         f"{health_dir / kind / 'health.lua'}"

@@ -669,6 +669,9 @@ EXPECTED_HEALTH: dict[str, tuple[str, str]] = {
     "sessionrequest-assigned": ("Healthy", "Assigned to"),
     "sessionrequest-pending": ("Progressing", "PoolSaturated"),
     "sessionrequest-failed": ("Degraded", "HostDeleted"),
+    "scalingplan-new": ("Progressing", "Waiting for the hostpool-operator"),
+    "scalingplan-applied": ("Healthy", "Applied: applied to 1 pool(s); phase Peak"),
+    "scalingplan-pool-not-found": ("Degraded", "PoolNotFound"),
 }
 
 
@@ -876,6 +879,51 @@ def run_namespaced_scenario(
     for name in [*on_scaled, waiting]:
         kube.delete("SessionRequest", namespace, name)
     wait_for(lambda: not managed_hosts(kube, namespace), WAIT_SECONDS, what="created hosts removed")
+
+    # Scaling plans: one for the pool (it has scaling.maxHosts and an explicit
+    # maxSessionLimit, so the plan applies), one for a pool that does not exist.
+    capture(
+        captured,
+        "scalingplan-new",
+        kube.create(
+            namespace,
+            builders.manifest(
+                "ScalingPlan", "office", plans.plan_spec("peak", pools=["vdi"]), namespace=namespace
+            ),
+        ),
+    )
+    kube.create(
+        namespace,
+        builders.manifest(
+            "ScalingPlan", "ghost", plans.plan_spec("peak", pools=["nowhere"]), namespace=namespace
+        ),
+    )
+    capture(
+        captured,
+        "scalingplan-applied",
+        wait_obj(
+            kube,
+            "ScalingPlan",
+            namespace,
+            "office",
+            lambda o: (
+                cond(o, "Ready").get("reason") == "Applied" and status_of(o).get("phase") == "Peak"
+            ),
+            "Ready (Applied) in phase Peak",
+        ),
+    )
+    capture(
+        captured,
+        "scalingplan-pool-not-found",
+        wait_obj(
+            kube,
+            "ScalingPlan",
+            namespace,
+            "ghost",
+            lambda o: cond(o, "Ready").get("reason") == "PoolNotFound",
+            "Ready False (PoolNotFound)",
+        ),
+    )
     assert_probes(identity)
     assert operator.refusals() == [], "\n".join(operator.refusals())
 
