@@ -31,7 +31,7 @@ from .plans import (
     phase_in_force,
 )
 from .pool_state import PoolState
-from .records import PLAN_DRAINED_ANNOTATION, PlanRecord
+from .records import PLAN_DRAINED_ANNOTATION, HostRecord, PlanRecord, RequestRecord
 from .services import HOSTS, REQUESTS, Services
 
 log = logging.getLogger(__name__)
@@ -96,12 +96,17 @@ class PlanKeeper:
         self.decision: PlanDecision | None = None
         #: Requests whose logoff this operator wrote and has not seen stored yet.
         self.sent: set[str] = set()
+        #: Hosts with the plan's drain mark; requests with a stored logoff.
+        self.marked: set[str] = set()
+        self.logoffs: set[str] = set()
         self.task: asyncio.Task[None] | None = None
         self.failed_at: datetime | None = None
         #: The pool's entry in the plan's status, and why the plan cannot manage the pool.
         self.entry: dict[str, Any] | None = None
         self.problem: tuple[PlanConditionReason, str] | None = None
         self._announced: tuple[str, str, str] | None = None
+        #: The name of the last plan followed (Events about handing its hosts back).
+        self.last_plan = "the scaling plan"
 
     # -------------------------------------------------------------- which plan
 
@@ -117,6 +122,8 @@ class PlanKeeper:
             return False
         self.plan = plan
         self.valid_until = None
+        if plan is not None:
+            self.last_plan = plan.meta.name
         if plan is None:
             self.entry = None
             self.problem = None
@@ -249,22 +256,43 @@ class PlanKeeper:
 
     # -------------------------------------------------------------- carrying out
 
+    def observe_host(self, record: HostRecord) -> None:
+        """Hosts carrying the plan's drain mark are tracked, so pools without plans never
+        scan their hosts for it."""
+        if record.plan_drained_at is not None:
+            self.marked.add(record.meta.name)
+        else:
+            self.marked.discard(record.meta.name)
+
+    def observe_request(self, record: RequestRecord) -> None:
+        """Requests carrying a logoff are tracked likewise."""
+        if record.status.get("logoff"):
+            self.logoffs.add(record.meta.name)
+        else:
+            self.logoffs.discard(record.meta.name)
+
+    def forget(self, *, host: str | None = None, request: str | None = None) -> None:
+        if host is not None:
+            self.marked.discard(host)
+        if request is not None:
+            self.logoffs.discard(request)
+            self.sent.discard(request)
+
     def writes(self, decision: PlanDecision | None) -> PlanWrites:
         """What to write for ``decision`` (None: no plan applies, so the hosts the plan
         drained are handed back, undrained, and its logoffs withdrawn)."""
         state = self.state
         out = PlanWrites()
-        draining: set[str] = set()
-        for record in state.hosts.values():
-            if record.spec is None or record.meta.name in state.removing:
+        draining = set(decision.drain) if decision is not None else set()
+        for name in sorted(self.marked):
+            record = state.hosts.get(name)
+            if record is None or record.spec is None or name in state.removing:
                 continue
-            marked = record.plan_drained_at is not None
-            if marked and not record.spec.drain_mode:
-                out.unmark.append(record.meta.name)
-            elif marked and decision is None and record.managed:
-                out.undrain.append(record.meta.name)
-            elif record.spec.drain_mode:
-                draining.add(record.meta.name)
+            if not record.spec.drain_mode:
+                if name not in draining:  # drained again now: the drain writes a new mark
+                    out.unmark.append(name)  # undrained by someone else: the mark goes too
+            elif decision is None and record.managed:
+                out.undrain.append(name)
         if decision is not None:
             out.undrain.extend(decision.undrain)
             out.drain.extend(decision.drain)
@@ -277,16 +305,19 @@ class PlanKeeper:
                 ending = disconnected_on(state, host)
                 if ending:
                     out.end_disconnected[host] = ending
-        # A logoff stands only on a host still drained (by the plan or anyone): one whose
-        # host takes sessions again is withdrawn.
-        kept = draining - set(out.undrain)
-        for _, session in state.ledger.items():
-            if session.host in kept:
-                continue
-            for holder in session.holders:
-                request = state.requests.get(holder)
-                if request is not None and request.status.get("logoff"):
-                    out.cancel_logoff.append(holder)
+        # A logoff stands only while its host stays drained (by the plan or anyone) and the
+        # phase in force still logs users off (RampDown/OffPeak with forceLogoffUsers).
+        undrained = set(out.undrain)
+        phase = self.phase
+        forcing = decision is not None and phase is not None and phase.shrinks
+        forcing = forcing and phase is not None and phase.force_logoff_users
+        for name in sorted(self.logoffs):
+            request = state.requests.get(name)
+            on = state.hosts.get(request.host or "") if request is not None else None
+            if on is None or on.spec is None:
+                continue  # its session is gone with its host: nothing to withdraw
+            if not forcing or not on.spec.drain_mode or on.meta.name in undrained:
+                out.cancel_logoff.append(name)
         out.cancel_logoff = sorted(set(out.cancel_logoff))
         return out
 
@@ -297,6 +328,8 @@ class PlanKeeper:
             return
         if self.failed_at is not None and (now - self.failed_at).total_seconds() < RETRY_SECONDS:
             return
+        if decision is None and not self.marked and not self.logoffs:
+            return  # nothing of a plan's to hand back (every pool without a plan)
         writes = self.writes(decision)
         if writes:
             self.task = self.services.spawn(self._carry_out(writes))
@@ -308,15 +341,15 @@ class PlanKeeper:
 
     async def _carry_out(self, writes: PlanWrites) -> None:
         failed = False
-        plan = self.plan.meta.name if self.plan is not None else "?"
+        plan = self.plan.meta.name if self.plan is not None else self.last_plan
         try:
             for name in writes.undrain:
                 failed |= not await self._patch_host(name, drained_at=None, drain=False)
+            for name in writes.unmark:
+                failed |= not await self._patch_host(name, drained_at=None, drain=None)
             drained_at = rfc3339(_utcnow())
             for name in writes.drain:
                 failed |= not await self._patch_host(name, drained_at=drained_at, drain=True)
-            for name in writes.unmark:
-                failed |= not await self._patch_host(name, drained_at=None, drain=None)
             for order in writes.logoff:
                 logoff = {"message": order.message, "deadline": rfc3339(order.deadline)}
                 if await self._patch_request(order.request, logoff):

@@ -146,6 +146,7 @@ class PoolWorker:
 
     def on_host(self, record: HostRecord) -> None:
         self.state.put_host(record, _now())
+        self.plans.observe_host(record)
         self._changed()
         if record.spec_error:
             self.services.events.post(
@@ -163,6 +164,7 @@ class PoolWorker:
             self.services.spawn(self.writer.write_host_lost(request, host))
         self.flusher.forget_host(name)
         self.keeper.forget(name)
+        self.plans.forget(host=name)
         self._changed()
 
     def on_workload(self, host: str, record: WorkloadRecord | None, *, known: bool) -> None:
@@ -193,6 +195,7 @@ class PoolWorker:
         lost = self.state.put_request(
             record, _now(), seq=self.services.next_seq, seen=time.monotonic()
         )
+        self.plans.observe_request(record)
         if lost is not None and lost.host is not None:
             self.services.spawn(self.writer.write_host_lost(lost, lost.host))
         self.flusher.mark_dirty()
@@ -201,6 +204,7 @@ class PoolWorker:
 
     def on_request_deleted(self, name: str) -> None:
         self.state.drop_request(name)
+        self.plans.forget(request=name)
         self._changed()
 
     # -------------------------------------------------------------- the loop

@@ -353,6 +353,24 @@ def test_ramp_down_drains_and_removes_the_emptiest_hosts(
     time.sleep(2)
     assert set(managed(cluster)) == busy, "a drained host with a session stays"
     assert all("logoff" not in status(r) for r in cluster.requests().values())
+    # Someone undrains it by hand: the plan still wants it drained, and drains it again
+    # with its mark (so it is still removed once empty).
+    cluster.patch("SessionHost", last_busy, {"spec": {"drainMode": False}})
+    time.sleep(2)
+    again = cluster.wait(
+        lambda: when(
+            cluster.host(last_busy),
+            lambda h: (
+                bool(h["spec"].get("drainMode"))
+                and DRAINED in (h["metadata"].get("annotations") or {})
+            ),
+        ),
+        "the host drained again, with the plan's mark",
+    )
+    assert again["metadata"]["annotations"][DRAINED] != drained["metadata"]["annotations"][DRAINED]
+    leaving = next(n for n, r in cluster.requests().items() if host_of(r) == last_busy)
+    cluster.delete("SessionRequest", leaving)
+    cluster.wait(lambda: last_busy not in cluster.hosts() or None, "the emptied host removed")
     assert "HostsDrained" in reasons(cluster, POOL)
     assert "HostsRemoved" in reasons(cluster, POOL)
     pool = cluster.wait_pool(
