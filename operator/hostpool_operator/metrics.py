@@ -8,10 +8,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from .api_plan import PlanPhase
 from .ports import MetricsSink
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SESSION_STATES = ("total", "connecting", "active", "disconnected")
+PLAN_PHASES = tuple(phase.value for phase in PlanPhase)
 HOST_START_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60)
 
@@ -76,6 +78,13 @@ class PrometheusMetrics(MetricsSink):
             labels,
             registry=self.registry,
         )
+        self.plan_phase = Gauge(
+            "hostpool_plan_phase",
+            "1 for the scaling plan's phase the pool places in now, 0 for the other phases "
+            "(no series: the pool follows no plan, or no phase applies).",
+            [*labels, "phase"],
+            registry=self.registry,
+        )
         self.scale_actions = Counter(
             "hostpool_scale_actions",
             "Hosts added (up) or removed (down) by the operator.",
@@ -104,6 +113,14 @@ class PrometheusMetrics(MetricsSink):
         for state in SESSION_STATES:
             value = status.get("sessions", {}).get(state, 0)
             self.sessions.labels(namespace, pool, state).set(value)
+        plan = status.get("scalingPlan")
+        current = plan.get("phase") if isinstance(plan, Mapping) else None
+        for phase in PLAN_PHASES:
+            if current is None:
+                with contextlib.suppress(KeyError):
+                    self.plan_phase.remove(namespace, pool, phase)
+            else:
+                self.plan_phase.labels(namespace, pool, phase).set(phase == current)
 
     def forget_pool(self, namespace: str, pool: str) -> None:
         series: list[tuple[Any, tuple[str, ...]]] = [
@@ -121,6 +138,7 @@ class PrometheusMetrics(MetricsSink):
         series += [(self.assignments, (reason,)) for reason in ("NewSession", "Reconnected")]
         series += [(self.scale_actions, (way,)) for way in ("up", "down")]
         series += [(self.sessions, (state,)) for state in SESSION_STATES]
+        series += [(self.plan_phase, (phase,)) for phase in PLAN_PHASES]
         for metric, extra in series:
             with contextlib.suppress(KeyError):  # never observed for this pool
                 metric.remove(namespace, pool, *extra)

@@ -49,3 +49,17 @@ def test_host_start_and_not_ready_hosts_are_exported() -> None:
     assert 'hostpool_hosts_not_ready{namespace="ns",pool="p"} 1.0' in text
     assert 'hostpool_host_start_seconds_count{namespace="ns",pool="p"} 2.0' in text
     assert 'hostpool_host_start_seconds_bucket{le="2.0",namespace="ns",pool="p"} 1.0' in text
+
+
+def test_plan_phase_is_one_for_the_phase_in_force_and_absent_without_a_plan() -> None:
+    metrics = PrometheusMetrics()
+    planned = {**STATUS, "scalingPlan": {"name": "office", "phase": "RampDown"}}
+    metrics.pool_state("ns", "p", planned)
+    text = exposition(metrics)
+    assert 'hostpool_plan_phase{namespace="ns",phase="RampDown",pool="p"} 1.0' in text
+    assert 'hostpool_plan_phase{namespace="ns",phase="Peak",pool="p"} 0.0' in text
+    metrics.pool_state("ns", "p", {**STATUS, "scalingPlan": {"name": "office"}})
+    assert "hostpool_plan_phase{" not in exposition(metrics)
+    metrics.pool_state("ns", "p", planned)
+    metrics.forget_pool("ns", "p")
+    assert "hostpool_plan_phase{" not in exposition(metrics)
