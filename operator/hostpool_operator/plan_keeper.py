@@ -305,8 +305,9 @@ class PlanKeeper:
                 ending = disconnected_on(state, host)
                 if ending:
                     out.end_disconnected[host] = ending
-        # A logoff stands only while its host stays drained (by the plan or anyone) and the
-        # phase in force still logs users off (RampDown/OffPeak with forceLogoffUsers).
+        # A plan's logoff (one on a host with the plan's mark: anyone else's is left alone)
+        # stands only while its host stays drained and the phase in force still logs users
+        # off (RampDown/OffPeak with forceLogoffUsers).
         undrained = set(out.undrain)
         phase = self.phase
         forcing = decision is not None and phase is not None and phase.shrinks
@@ -314,8 +315,8 @@ class PlanKeeper:
         for name in sorted(self.logoffs):
             request = state.requests.get(name)
             on = state.hosts.get(request.host or "") if request is not None else None
-            if on is None or on.spec is None:
-                continue  # its session is gone with its host: nothing to withdraw
+            if on is None or on.spec is None or on.meta.name not in self.marked:
+                continue  # gone with its host, or not the plan's: nothing to withdraw
             if not forcing or not on.spec.drain_mode or on.meta.name in undrained:
                 out.cancel_logoff.append(name)
         out.cancel_logoff = sorted(set(out.cancel_logoff))
@@ -343,6 +344,9 @@ class PlanKeeper:
         failed = False
         plan = self.plan.meta.name if self.plan is not None else self.last_plan
         try:
+            # Withdrawals first: they are decided from marks the writes below may remove.
+            for name in writes.cancel_logoff:
+                failed |= not await self._patch_request(name, None)
             for name in writes.undrain:
                 failed |= not await self._patch_host(name, drained_at=None, drain=False)
             for name in writes.unmark:
@@ -356,8 +360,6 @@ class PlanKeeper:
                     self.sent.add(order.request)
                 else:
                     failed = True
-            for name in writes.cancel_logoff:
-                failed |= not await self._patch_request(name, None)
             for host, requests in writes.end_disconnected.items():
                 failed |= not await self._end_disconnected(host, requests, plan)
         finally:
