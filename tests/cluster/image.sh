@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Build the operator image (operator/Containerfile) with podman, without any image registry:
+#   1. podman, runc and mmdebstrap: installed with apt-get where they are missing (as root);
+#      a containers.conf with lowered default ulimits (the sandbox cannot raise them) is kept
+#      in the cache and exported as CONTAINERS_CONF.
+#   2. The base image: Debian bookworm minbase + python3, python3-venv, ca-certificates, made
+#      by mmdebstrap from Debian's packages (SOURCE_DATE_EPOCH fixed, so the same package set
+#      gives the same tarball) and `podman import`ed. Cached: rebuilt only when its inputs
+#      (suite, mirrors, packages, options, epoch) change, or with HOSTPOOL_IMAGE_REFRESH_BASE=1
+#      (to pick up Debian's security updates).
+#   3. Wheels of the project and its dependencies, built on the host with the venv's pip
+#      (`pip wheel`), pinned to the versions installed in the venv (the ones the tests ran).
+#      Debian bookworm's python3 is 3.11, like the venv, so cp311 manylinux wheels fit.
+#      Cached by the project's sources and the pins.
+#   4. The operator image from operator/Containerfile on that base, the wheels as the build
+#      context, installed offline. Skipped when an image of the same inputs exists.
+# Prints the image, its size and the build time. Nothing is written into the repository.
+#
+# Usage: tests/cluster/image.sh                 build what is missing, print the image name
+#        tests/cluster/image.sh --check         exit 0 if podman can be had here, else print why
+#                                                and exit 3 (the live test's skip reason)
+# Env:   HOSTPOOL_TOOLS_CACHE   cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hostpool-operator)
+#        HOSTPOOL_IMAGE         image name (default localhost/hostpool-operator:<version>)
+#        HOSTPOOL_PYTHON        the Python whose pip builds the wheels (default <repo>/.venv/bin/python)
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+CACHE_ROOT="${HOSTPOOL_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hostpool-operator}"
+CACHE="$CACHE_ROOT/image"
+PY="${HOSTPOOL_PYTHON:-$REPO_ROOT/.venv/bin/python}"
+
+# The base image's inputs.
+SUITE=bookworm
+BASE_PACKAGES=python3,python3-venv,ca-certificates
+BASE_SOURCES=(
+  "deb http://deb.debian.org/debian $SUITE main"
+  "deb http://deb.debian.org/debian $SUITE-updates main"
+  "deb http://deb.debian.org/debian-security $SUITE-security main"
+)
+# Documentation, manuals and translations are left out (copyright files are kept).
+BASE_DPKG_OPTS=(
+  "path-exclude=/usr/share/doc/*" "path-include=/usr/share/doc/*/copyright"
+  "path-exclude=/usr/share/man/*" "path-exclude=/usr/share/info/*"
+  "path-exclude=/usr/share/locale/*" "path-exclude=/usr/share/lintian/*"
+)
+# 2025-01-01T00:00:00Z: file times in the base tarball and the image layers.
+export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-1735689600}"
+
+log() { printf 'image: %s\n' "$*" >&2; }
+die() { printf 'image: error: %s\n' "$*" >&2; exit 1; }
+
+# ------------------------------------------------------------------------------ podman
+have_tools() { command -v podman >/dev/null && command -v runc >/dev/null && command -v mmdebstrap >/dev/null; }
+
+# Why podman cannot be had here (empty when it can).
+why_not() {
+  have_tools && return 0
+  if ! command -v apt-get >/dev/null; then
+    echo "podman, runc or mmdebstrap is missing and there is no apt-get to install them"
+  elif [[ $(id -u) -ne 0 ]]; then
+    echo "podman, runc or mmdebstrap is missing and installing them needs root (uid $(id -u))"
+  fi
+}
+
+if [[ "${1:-}" == "--check" ]]; then
+  reason="$(why_not)"
+  [[ -z "$reason" ]] || { echo "$reason"; exit 3; }
+  exit 0
+fi
+
+start=$(date +%s)
+reason="$(why_not)"
+[[ -z "$reason" ]] || { echo "image: $reason" >&2; exit 3; }
+if ! have_tools; then
+  log "installing podman, runc and mmdebstrap with apt-get ..."
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq podman runc mmdebstrap >&2
+fi
+
+mkdir -p "$CACHE"
+# crun fails on these machines (cgroups v1 hybrid): runc with the cgroupfs manager works.
+# The default ulimits cannot be raised in the sandbox: lower them.
+if [[ ! -s "$CACHE/containers.conf" ]]; then
+  printf '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n' \
+    >"$CACHE/containers.conf"
+fi
+export CONTAINERS_CONF="$CACHE/containers.conf"
+PODMAN=(podman --runtime runc --cgroup-manager cgroupfs)
+
+# One build at a time (parallel test runs may all call this).
+exec 9>"$CACHE/.lock"
+if ! flock -n 9; then
+  log "another tests/cluster/image.sh is building; waiting for it"
+  flock 9
+fi
+
+hash12() { sha256sum | cut -c1-12; }
+
+# ------------------------------------------------------------------------------ base image
+base_key="$(
+  printf '%s\n' "$SUITE" "$BASE_PACKAGES" "${BASE_SOURCES[@]}" "${BASE_DPKG_OPTS[@]}" \
+    "$SOURCE_DATE_EPOCH" "$(mmdebstrap --version)" | hash12
+)"
+BASE_IMAGE="localhost/hostpool-base:$SUITE-$base_key"
+if [[ "${HOSTPOOL_IMAGE_REFRESH_BASE:-0}" == 1 ]]; then
+  rm -f "$CACHE/base-$base_key.tar"
+  "${PODMAN[@]}" image rm -f "$BASE_IMAGE" >/dev/null 2>&1 || true
+fi
+if ! "${PODMAN[@]}" image exists "$BASE_IMAGE"; then
+  tar="$CACHE/base-$base_key.tar"
+  if [[ ! -s "$tar" ]]; then
+    t0=$(date +%s)
+    log "building the base image ($SUITE minbase + $BASE_PACKAGES) with mmdebstrap ..."
+    opts=()
+    for o in "${BASE_DPKG_OPTS[@]}"; do opts+=("--dpkgopt=$o"); done
+    mmdebstrap --quiet --format=tar --variant=minbase --include="$BASE_PACKAGES" "${opts[@]}" \
+      "$SUITE" "$tar.tmp" "${BASE_SOURCES[@]}" >&2 || { rm -f "$tar.tmp"; die "mmdebstrap failed"; }
+    mv -f "$tar.tmp" "$tar"
+    log "base tarball $(du -h "$tar" | cut -f1), sha256 $(sha256sum "$tar" | cut -c1-16), in $(($(date +%s) - t0))s"
+  fi
+  "${PODMAN[@]}" import --quiet "$tar" "$BASE_IMAGE" >/dev/null
+fi
+# The name operator/Containerfile defaults to.
+"${PODMAN[@]}" tag "$BASE_IMAGE" "localhost/hostpool-base:$SUITE"
+
+# ------------------------------------------------------------------------------ wheels
+[[ -x "$PY" ]] || die "$PY not found: run make venv first (or set HOSTPOOL_PYTHON)"
+pins="$("$PY" -m pip freeze --exclude-editable --disable-pip-version-check | grep -v ' @ ' | sort)"
+src_files=(pyproject.toml README.md)
+while IFS= read -r f; do src_files+=("$f"); done < <(
+  cd "$REPO_ROOT" && find operator/hostpool_operator -type f \( -name '*.py' -o -name py.typed \) | sort
+)
+wheels_key="$(
+  {
+    "$PY" -c 'import sys, sysconfig; print(sys.version, sysconfig.get_platform())'
+    echo "$pins"
+    (cd "$REPO_ROOT" && sha256sum "${src_files[@]}")
+  } | hash12
+)"
+WHEELS="$CACHE/wheels-$wheels_key"
+if [[ ! -f "$WHEELS/.complete" ]]; then
+  t0=$(date +%s)
+  log "building wheels of the project and its dependencies ..."
+  rm -rf "$WHEELS" "$WHEELS.src"
+  mkdir -p "$WHEELS.src"
+  # A copy of the sources, so that the build leaves nothing (build/, *.egg-info) in the repo.
+  (cd "$REPO_ROOT" && cp --parents "${src_files[@]}" "$WHEELS.src/")
+  echo "$pins" >"$WHEELS.src/constraints.txt"
+  "$PY" -m pip wheel --quiet --disable-pip-version-check --only-binary=:all: \
+    --constraint "$WHEELS.src/constraints.txt" -w "$WHEELS.tmp" "$WHEELS.src" >&2 ||
+    { rm -rf "$WHEELS.tmp" "$WHEELS.src"; die "pip wheel failed"; }
+  rm -rf "$WHEELS.src"
+  mv -f "$WHEELS.tmp" "$WHEELS"
+  touch "$WHEELS/.complete"
+  log "$(find "$WHEELS" -name '*.whl' | wc -l) wheels in $(($(date +%s) - t0))s"
+fi
+
+# ------------------------------------------------------------------------------ the image
+version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO_ROOT/pyproject.toml" | head -1)"
+IMAGE="${HOSTPOOL_IMAGE:-localhost/hostpool-operator:$version}"
+image_key="$(
+  { echo "$BASE_IMAGE $wheels_key $SOURCE_DATE_EPOCH"; cat "$REPO_ROOT/operator/Containerfile"; } | hash12
+)"
+current="$("${PODMAN[@]}" image inspect --format '{{index .Labels "io.hostpool.inputs"}}' "$IMAGE" 2>/dev/null || true)"
+if [[ "$current" != "$image_key" ]]; then
+  log "building $IMAGE from operator/Containerfile on $BASE_IMAGE ..."
+  old="$("${PODMAN[@]}" image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
+  "${PODMAN[@]}" build --quiet --network=none --timestamp "$SOURCE_DATE_EPOCH" \
+    --build-arg "BASE_IMAGE=$BASE_IMAGE" --label "io.hostpool.inputs=$image_key" \
+    -f "$REPO_ROOT/operator/Containerfile" -t "$IMAGE" "$WHEELS" >/dev/null
+  built=built
+  # The image this one replaces, now untagged (kept if a container still uses it).
+  [[ -z "$old" ]] || "${PODMAN[@]}" image rm "$old" >/dev/null 2>&1 || true
+else
+  built="up to date"
+fi
+
+size="$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE")"
+id="$("${PODMAN[@]}" image inspect --format '{{.Id}}' "$IMAGE" | cut -c1-12)"
+log "$IMAGE ($built, id $id): $((size / 1000000)) MB, in $(($(date +%s) - start))s"
+echo "$IMAGE"
