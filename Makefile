@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # The bench's compiled reference controller (Go, standard library only): formatted and vetted.
 GO_CHECK := cd tests/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
 
-.PHONY: help venv test test-faults test-unit lint crds bench-engine bench bench-hosts tools cluster-up cluster-down demo demo-down clean
+.PHONY: help venv image test-image test test-faults test-unit lint crds bench-engine bench bench-hosts tools cluster-up cluster-down demo demo-down clean
 
 help:
 	@grep -E '^[a-z-]+:.*?## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -20,7 +20,16 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install the project with its test extra
 
-test: $(STAMP) tools ## everything: lint, types, layers, unit, property, CRD and end-to-end tests
+# The image is built with podman from Debian's packages, no registry needed (podman, runc and
+# mmdebstrap are installed with apt-get where missing); cached, so a rebuild takes seconds.
+image: $(STAMP) ## build the operator image localhost/hostpool-operator:<version> with podman (docs/install.md)
+	HOSTPOOL_PYTHON=$(PY) tests/cluster/image.sh
+
+# make test's: where podman cannot be had, says why and goes on (tests/e2e/test_image_live.py skips).
+test-image: $(STAMP)
+	@HOSTPOOL_PYTHON=$(PY) tests/cluster/image.sh --optional >/dev/null
+
+test: $(STAMP) tools test-image ## everything: lint, types, layers, unit, property, CRD, end-to-end and image tests
 	$(PY) -m ruff check operator tests
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
