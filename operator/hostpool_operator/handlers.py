@@ -14,15 +14,18 @@ the status the controller writes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
 
 from .api import GROUP, VERSION
 from .controller import Controller
-from .k8s import KubeClient, login
+from .k8s import KubeClient, login, token_file
 from .leader import LeaderElector, LeaseForbiddenError, default_namespace
 from .ports import MetricsSink
 from .services import POOLS
@@ -33,6 +36,10 @@ registry = kopf.OperatorRegistry()
 GC_YOUNG_THRESHOLD = 10_000
 
 log = logging.getLogger(__name__)
+
+#: A re-login this soon after the previous one, with the token file unchanged, waits up to
+#: RELOGIN_WAIT seconds for the file to change (see authenticate).
+RELOGIN_WAIT = 5.0
 
 
 class Runtime(kopf.Memo):
@@ -52,10 +59,41 @@ class Runtime(kopf.Memo):
     watchdog: asyncio.Task[None]
 
 
+class _Logins:
+    """What kopf's login handler handed out last, and when."""
+
+    token: str | None = None
+    at = float("-inf")
+
+
 @kopf.on.login(registry=registry)
-def authenticate(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """The same credentials our own client uses: in-cluster first, then the kubeconfig."""
-    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+async def authenticate(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo | None:
+    """The same credentials our own client uses: in-cluster first, then the kubeconfig (its
+    ``tokenFile`` included), read afresh each time: kopf calls this again after a 401, and
+    the token file then holds the rotated token."""
+    try:
+        info = login(settings)
+    except kopf.LoginError:
+        return None
+    previous, since = _Logins.token, time.monotonic() - _Logins.at
+    path = token_file()
+    if path is not None and info.token == previous and since < 2 * RELOGIN_WAIT:
+        # kopf tried this very token moments ago and got a 401: give whoever rotates the
+        # file a moment, rather than kopf sending the same rejected token in a tight loop.
+        deadline = time.monotonic() + RELOGIN_WAIT
+        while info.token == previous and time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+            info = login(settings)
+    if previous is not None and info.token != previous:
+        log.info("kopf re-login: token file %s re-read, a new token is used", path)
+    _Logins.token, _Logins.at = info.token, time.monotonic()
+    if path is None:
+        return info
+    # kopf never takes back credentials equal to ones it has just invalidated: it would stop
+    # with "Ran out of valid credentials" if the file still held the old token (a session
+    # closed by the server, a rotation not written yet). A distinct, distant expiration makes
+    # each login a new item, tried again; it never expires in practice.
+    return dataclasses.replace(info, expiration=datetime.now(UTC) + timedelta(days=365))
 
 
 @kopf.on.startup(registry=registry)
@@ -71,8 +109,14 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
     settings.networking.request_timeout = 60
     # Room for every pool's assignment writes in flight, plus watches and status writes.
     connections = max(512, 2 * memo.settings.write_concurrency)
-    client = KubeClient(login(settings), max_connections=connections)
+    client = KubeClient(
+        login(settings),
+        max_connections=connections,
+        token_file=token_file(),
+        metrics=memo.metrics,
+    )
     memo.client = client
+    memo.metrics.leading(not memo.leader_election)
     if memo.leader_election:
         # Nothing is placed before this instance holds the Lease (see leader.py).
         elector = LeaderElector(
@@ -91,6 +135,7 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
             await client.close()  # stopped while waiting as a standby
             raise
         memo.elector = elector
+        memo.metrics.leading(True)
         memo.watchdog = asyncio.get_running_loop().create_task(_stop_when_lost(memo, elector))
     controller = Controller(client, memo.settings, memo.metrics)
     await controller.initial_sync(memo.namespaces or None)
@@ -121,6 +166,8 @@ async def cleanup(memo: Runtime, **_: Any) -> None:
     elector = getattr(memo, "elector", None)
     if elector is not None and not elector.lost.is_set():
         await elector.release()
+    if elector is not None:
+        memo.metrics.leading(False)
     client = getattr(memo, "client", None)
     if client is not None:
         await client.close()
@@ -139,6 +186,7 @@ async def _stop_when_lost(memo: Runtime, elector: LeaderElector) -> None:
         await elector.lost.wait()
     finally:
         keeper.cancel()
+    memo.metrics.leading(False)
     log.critical("leadership lost: stopping so that only one instance places requests")
     memo.exit_code = 1
     memo.stop.set()

@@ -15,10 +15,13 @@ import asyncio
 import base64
 import builtins
 import contextlib
+import dataclasses
 import logging
+import os
 import random
 import ssl
 import tempfile
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -27,9 +30,11 @@ from urllib.parse import quote
 import aiohttp
 import kopf
 import orjson
+import yaml
 
 from .api import API_VERSION
 from .conditions import rfc3339
+from .ports import MetricsSink
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +48,11 @@ MERGE_PATCH = "application/merge-patch+json"
 THROTTLE_RETRIES = 10
 #: Longest wait between those tries, whatever Retry-After asks for.
 THROTTLE_MAX_WAIT = 10.0
+#: The in-cluster service account token. The kubelet rewrites it well before it expires
+#: (bound tokens live an hour or so), so a client that read it once gets 401s later.
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+#: Seconds between two reads of the token file (client-go reads it every minute too).
+TOKEN_REREAD = 60.0
 
 
 class ApiTransportError(ConnectionError):
@@ -117,14 +127,65 @@ def _ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
     return context
 
 
+def _kubeconfig_user() -> dict[str, Any]:
+    """The current context's user in $KUBECONFIG (or ~/.kube/config), read as kopf reads it:
+    several files merged, the first one naming an entry wins. Empty when there is none."""
+    kubeconfig = os.environ.get("KUBECONFIG") or "~/.kube/config"
+    paths = [os.path.expanduser(p.strip()) for p in kubeconfig.split(os.pathsep) if p.strip()]
+    current: str | None = None
+    contexts: dict[Any, Any] = {}
+    users: dict[Any, Any] = {}
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                config = yaml.safe_load(handle) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        current = current or config.get("current-context")
+        for item in config.get("contexts") or []:
+            contexts.setdefault(item.get("name"), item.get("context") or {})
+        for item in config.get("users") or []:
+            users.setdefault(item.get("name"), item.get("user") or {})
+    context = contexts.get(current) or {}
+    user = users.get(context.get("user")) or {}
+    return user if isinstance(user, dict) else {}
+
+
+def token_file() -> str | None:
+    """The file the operator's bearer token is (re-)read from: in-cluster the service
+    account's, else the kubeconfig user's ``tokenFile`` (None: the token does not come
+    from a file)."""
+    if os.path.exists(SERVICE_ACCOUNT_TOKEN):
+        return SERVICE_ACCOUNT_TOKEN
+    user = _kubeconfig_user()
+    path = user.get("tokenFile")
+    if not path or user.get("token"):  # kubectl prefers an inline token too
+        return None
+    return os.path.expanduser(str(path))
+
+
+def read_token(path: str) -> str | None:
+    """The token in ``path``, or None when it cannot be read or is empty."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip() or None
+    except OSError as error:
+        log.warning("cannot read the token file %s: %s", path, error)
+        return None
+
+
 def login(settings: kopf.OperatorSettings | None = None) -> kopf.ConnectionInfo:
-    """Credentials as kopf finds them: in-cluster service account, else the kubeconfig."""
+    """Credentials as kopf finds them: in-cluster service account, else the kubeconfig,
+    whose user's ``tokenFile`` is read here (kopf's kubeconfig login ignores it)."""
     settings = settings or kopf.OperatorSettings()
     info = kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(
         settings=settings
     )
     if info is None:
         raise kopf.LoginError("no in-cluster service account and no usable kubeconfig found")
+    path = token_file()
+    if path is not None and not info.token and (token := read_token(path)):
+        info = dataclasses.replace(info, token=token)
     return info
 
 
@@ -143,19 +204,31 @@ class KubeClient:
         *,
         max_connections: int = 256,
         throttle_retries: int = THROTTLE_RETRIES,
+        token_file: str | None = None,
+        token_reread: float = TOKEN_REREAD,
+        metrics: MetricsSink | None = None,
     ) -> None:
         self._info = info
         self._throttle_retries = throttle_retries
+        self._metrics = metrics or MetricsSink()
         #: Requests sent again after a 429 (the live throttling test reads it).
         self.throttled = 0
         self._server = info.server.rstrip("/")
-        headers = {"Accept": "application/json", "User-Agent": "hostpool-operator"}
+        self._headers = {"Accept": "application/json", "User-Agent": "hostpool-operator"}
+        # Also sent with each request, over the session's default: a rotated token replaces
+        # it without a new connection pool.
+        self._auth: dict[str, str] = {}
+        self._scheme = info.scheme or "Bearer"
+        self._token = info.token
+        self._token_file = token_file
+        self._token_reread = token_reread
+        self._token_read_at = time.monotonic()
         if info.token:
-            headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
+            self._auth["Authorization"] = f"{self._scheme} {info.token}"
         elif info.username and info.password:
             raw = f"{info.username}:{info.password}".encode()
-            headers["Authorization"] = f"Basic {base64.b64encode(raw).decode()}"
-        self._headers = headers
+            self._auth["Authorization"] = f"Basic {base64.b64encode(raw).decode()}"
+        self._headers.update(self._auth)
         self._ssl = _ssl_context(info)
         self._limit = max_connections
         self._session: aiohttp.ClientSession | None = None
@@ -176,6 +249,27 @@ class KubeClient:
             )
         return self._session
 
+    def reread_token(self) -> bool:
+        """Read the token file again; True when it holds a new token (used from now on)."""
+        self._token_read_at = time.monotonic()
+        if self._token_file is None:
+            return False
+        token = read_token(self._token_file)
+        if token is None or token == self._token:
+            return False
+        self._token = token
+        self._auth["Authorization"] = f"{self._scheme} {token}"
+        log.info("token file %s re-read: a new token is used from now on", self._token_file)
+        return True
+
+    def _fresh_auth(self) -> dict[str, str]:
+        if (
+            self._token_file is not None
+            and time.monotonic() - self._token_read_at >= self._token_reread
+        ):
+            self.reread_token()
+        return self._auth
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
@@ -191,9 +285,11 @@ class KubeClient:
         content_type: str = "application/json",
     ) -> JSON:
         data = None if body is None else orjson.dumps(body)
-        headers = {"Content-Type": content_type} if body is not None else None
+        extra = {"Content-Type": content_type} if body is not None else {}
         attempt = 0
+        reauthenticated = False
         while True:
+            headers = {**self._fresh_auth(), **extra}
             try:
                 async with self._http().request(
                     method, self._server + path, data=data, params=params, headers=headers
@@ -204,7 +300,15 @@ class KubeClient:
             except (aiohttp.ClientError, TimeoutError, OSError) as error:
                 # No answer: one error type for every way of not getting one (aiohttp's
                 # disconnect errors are not OSErrors, its timeouts are TimeoutErrors).
+                self._metrics.api_error("transport")
                 raise ApiTransportError(f"{method} {path}: {error!r}") from error
+            if status_code >= 400:
+                self._metrics.api_error(str(status_code))
+            if status_code == 401 and not reauthenticated and self.reread_token():
+                # The token was rotated (or revoked and replaced) since the last read: a 401
+                # means the request was not processed, so sending it again is safe.
+                reauthenticated = True
+                continue
             if status_code != 429 or attempt >= self._throttle_retries:
                 break
             attempt += 1
@@ -384,9 +488,15 @@ class KubeClient:
         }
         url = self._server + self.path(plural, namespace, api_version=api_version)
         timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
+        headers = self._fresh_auth()
         try:
-            async with self._http().get(url, params=params, timeout=timeout) as response:
+            async with self._http().get(
+                url, params=params, timeout=timeout, headers=headers
+            ) as response:
                 if response.status >= 400:
+                    self._metrics.api_error(str(response.status))
+                    if response.status == 401:
+                        self.reread_token()  # the informer's next try uses the new one
                     body = await response.read()
                     raise ApiError(
                         response.status, response.reason or "", body.decode(errors="replace")
@@ -394,6 +504,7 @@ class KubeClient:
                 async for line in _lines(response.content):
                     yield orjson.loads(line)
         except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            self._metrics.api_error("transport")
             raise ApiTransportError(f"watch {plural}: {error!r}") from error
 
     # ------------------------------------------------------------------ Events

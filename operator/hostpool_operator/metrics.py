@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import contextlib
+import platform
 from collections.abc import Mapping
+from importlib import metadata
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
 
 from .api_plan import PlanPhase
+from .conditions import find
 from .ports import MetricsSink
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-SESSION_STATES = ("total", "connecting", "active", "disconnected")
+#: Not "total" as well: it is the sum of these, and a sum() over the states counted it twice.
+SESSION_STATES = ("connecting", "active", "disconnected")
 PLAN_PHASES = tuple(phase.value for phase in PlanPhase)
 HOST_START_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60)
@@ -21,6 +33,30 @@ QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5
 class PrometheusMetrics(MetricsSink):
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        # Not prometheus_client's global registry (one PrometheusMetrics per test), so the
+        # process_* and python_info collectors it carries are added here.
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self.build_info = Gauge(
+            "hostpool_build_info",
+            "Always 1: the operator's version and the Python it runs on.",
+            ("version", "python"),
+            registry=self.registry,
+        )
+        self.build_info.labels(package_version(), platform.python_version()).set(1)
+        self.leader = Gauge(
+            "hostpool_leader",
+            "1 while this instance holds the leader Lease (or runs without leader election), "
+            "0 as a standby or once leadership is lost.",
+            registry=self.registry,
+        )
+        self.api_errors = Counter(
+            "hostpool_api_errors",
+            "Failed tries of the operator's own API requests (retries included), by HTTP "
+            'status ("409", "429", "500", ...), or "transport" when no answer came.',
+            ("code",),
+            registry=self.registry,
+        )
         labels = ("namespace", "pool")
         self.assignments = Counter(
             "hostpool_assignments",
@@ -85,6 +121,25 @@ class PrometheusMetrics(MetricsSink):
             [*labels, "phase"],
             registry=self.registry,
         )
+        self.saturated = Gauge(
+            "hostpool_pool_saturated",
+            "1 while the pool's Saturated condition is True, else 0.",
+            labels,
+            registry=self.registry,
+        )
+        self.scaling_limited = Gauge(
+            "hostpool_scaling_limited",
+            "1 while the pool's ScalingLimited condition is True (maxHosts reached), 0 while "
+            "False (no series: the pool does not scale).",
+            labels,
+            registry=self.registry,
+        )
+        self.agent_silent = Gauge(
+            "hostpool_hosts_agent_silent",
+            "SessionHosts whose agent metrics are stale (status.hosts.agentSilent).",
+            labels,
+            registry=self.registry,
+        )
         self.scale_actions = Counter(
             "hostpool_scale_actions",
             "Hosts added (up) or removed (down) by the operator.",
@@ -99,6 +154,12 @@ class PrometheusMetrics(MetricsSink):
         self.latency.labels(namespace, pool).observe(seconds)
         self.queued.labels(namespace, pool).observe(queued)
 
+    def leading(self, leader: bool) -> None:
+        self.leader.set(leader)
+
+    def api_error(self, code: str) -> None:
+        self.api_errors.labels(code).inc()
+
     def scaled(self, namespace: str, pool: str, direction: str, hosts: int) -> None:
         self.scale_actions.labels(namespace, pool, direction).inc(hosts)
 
@@ -108,6 +169,19 @@ class PrometheusMetrics(MetricsSink):
     def pool_state(self, namespace: str, pool: str, status: Mapping[str, Any]) -> None:
         self.pending.labels(namespace, pool).set(status.get("pendingRequests", 0))
         self.not_ready.labels(namespace, pool).set(status.get("hosts", {}).get("notReady", 0))
+        silent = status.get("hosts", {}).get("agentSilent", 0)
+        self.agent_silent.labels(namespace, pool).set(silent)
+        conditions = status.get("conditions")
+        saturated = find(conditions, "Saturated")
+        self.saturated.labels(namespace, pool).set(
+            saturated is not None and saturated.get("status") == "True"
+        )
+        limited = find(conditions, "ScalingLimited")
+        if limited is None:
+            with contextlib.suppress(KeyError):  # scaling was removed from the spec
+                self.scaling_limited.remove(namespace, pool)
+        else:
+            self.scaling_limited.labels(namespace, pool).set(limited.get("status") == "True")
         self.hosts.labels(namespace, pool).set(status.get("hosts", {}).get("total", 0))
         self.free.labels(namespace, pool).set(status.get("capacity", {}).get("free", 0))
         for state in SESSION_STATES:
@@ -133,6 +207,9 @@ class PrometheusMetrics(MetricsSink):
                 self.free,
                 self.host_start,
                 self.not_ready,
+                self.agent_silent,
+                self.saturated,
+                self.scaling_limited,
             )
         ]
         series += [(self.assignments, (reason,)) for reason in ("NewSession", "Reconnected")]
@@ -147,3 +224,11 @@ class PrometheusMetrics(MetricsSink):
         """Serve /metrics on ``host:port`` in a background thread."""
         host, _, port = address.rpartition(":")
         start_http_server(int(port), addr=host or "0.0.0.0", registry=self.registry)
+
+
+def package_version() -> str:
+    """The installed package's version ("unknown" when run from a source tree)."""
+    try:
+        return metadata.version("hostpool-operator")
+    except metadata.PackageNotFoundError:
+        return "unknown"

@@ -19,6 +19,13 @@ class MetricsSink:
         """A request was assigned: ``seconds`` from first sight to the written status,
         ``queued`` from first sight to the write being sent."""
 
+    def leading(self, leader: bool) -> None:
+        """This instance holds the leader Lease (or runs without election), or no longer."""
+
+    def api_error(self, code: str) -> None:
+        """One try of an API request failed: its HTTP status ("409", "500", ...), or
+        "transport" when no answer came."""
+
     def scaled(self, namespace: str, pool: str, direction: str, hosts: int) -> None:
         """Hosts were added ("up") or removed ("down")."""
 

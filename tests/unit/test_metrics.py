@@ -1,16 +1,29 @@
-"""Prometheus metrics: a forgotten pool leaves no series behind, other pools keep theirs."""
+"""Prometheus metrics: what each series says, and a forgotten pool leaves no series behind,
+other pools keep theirs."""
 
 from __future__ import annotations
 
+import platform
+
 from prometheus_client import generate_latest
 
-from hostpool_operator.metrics import PrometheusMetrics
+from hostpool_operator.metrics import PrometheusMetrics, package_version
 
 STATUS = {
     "pendingRequests": 2,
     "hosts": {"total": 3, "notReady": 1},
     "capacity": {"free": 4},
     "sessions": {"total": 5, "connecting": 1, "active": 4, "disconnected": 0},
+}
+#: A scaling pool whose requests wait for a slot, at maxHosts, with two silent agents.
+SATURATED = {
+    **STATUS,
+    "hosts": {"total": 3, "notReady": 1, "agentSilent": 2},
+    "conditions": [
+        {"type": "Ready", "status": "True"},
+        {"type": "Saturated", "status": "True", "reason": "RequestsWaiting"},
+        {"type": "ScalingLimited", "status": "True", "reason": "MaxHostsReached"},
+    ],
 }
 
 
@@ -21,7 +34,8 @@ def exposition(metrics: PrometheusMetrics) -> str:
 def test_forget_pool_drops_every_series_of_that_pool_only() -> None:
     metrics = PrometheusMetrics()
     for pool in ("gone", "kept"):
-        metrics.pool_state("ns", pool, STATUS)
+        metrics.pool_state("ns", pool, SATURATED)
+        metrics.pool_state("ns", pool, {**SATURATED, "scalingPlan": {"phase": "Peak"}})
         metrics.observe_assignment("ns", pool, "NewSession", 0.2, queued=0.01)
         metrics.observe_assignment("ns", pool, "Reconnected", 0.1, queued=0.01)
         metrics.scaled("ns", pool, "up", 2)
@@ -63,3 +77,78 @@ def test_plan_phase_is_one_for_the_phase_in_force_and_absent_without_a_plan() ->
     metrics.pool_state("ns", "p", planned)
     metrics.forget_pool("ns", "p")
     assert "hostpool_plan_phase{" not in exposition(metrics)
+
+
+def test_sessions_by_state_add_up_to_the_total() -> None:
+    # A sum() over the states must not count the sessions twice: no state="total" series.
+    metrics = PrometheusMetrics()
+    metrics.pool_state("ns", "p", STATUS)
+    lines = [
+        line for line in exposition(metrics).splitlines() if line.startswith("hostpool_sessions{")
+    ]
+    assert sorted(lines) == [
+        'hostpool_sessions{namespace="ns",pool="p",state="active"} 4.0',
+        'hostpool_sessions{namespace="ns",pool="p",state="connecting"} 1.0',
+        'hostpool_sessions{namespace="ns",pool="p",state="disconnected"} 0.0',
+    ]
+
+
+def test_saturated_scaling_limited_and_silent_agents_follow_the_status() -> None:
+    metrics = PrometheusMetrics()
+    metrics.pool_state("ns", "p", SATURATED)
+    text = exposition(metrics)
+    assert 'hostpool_pool_saturated{namespace="ns",pool="p"} 1.0' in text
+    assert 'hostpool_scaling_limited{namespace="ns",pool="p"} 1.0' in text
+    assert 'hostpool_hosts_agent_silent{namespace="ns",pool="p"} 2.0' in text
+    relieved = {
+        **SATURATED,
+        "hosts": {"total": 4, "agentSilent": 0},
+        "conditions": [
+            {"type": "Saturated", "status": "False", "reason": "CapacityAvailable"},
+            {"type": "ScalingLimited", "status": "False", "reason": "WithinLimits"},
+        ],
+    }
+    metrics.pool_state("ns", "p", relieved)
+    text = exposition(metrics)
+    assert 'hostpool_pool_saturated{namespace="ns",pool="p"} 0.0' in text
+    assert 'hostpool_scaling_limited{namespace="ns",pool="p"} 0.0' in text
+    assert 'hostpool_hosts_agent_silent{namespace="ns",pool="p"} 0.0' in text
+
+
+def test_no_scaling_limited_series_without_scaling() -> None:
+    metrics = PrometheusMetrics()
+    metrics.pool_state("ns", "p", STATUS)  # no ScalingLimited condition: no scaling spec
+    text = exposition(metrics)
+    assert "hostpool_scaling_limited{" not in text
+    assert 'hostpool_pool_saturated{namespace="ns",pool="p"} 0.0' in text
+    metrics.pool_state("ns", "p", SATURATED)
+    metrics.pool_state("ns", "p", STATUS)  # scaling removed from the spec
+    assert "hostpool_scaling_limited{" not in exposition(metrics)
+
+
+def test_build_info_and_the_process_collectors() -> None:
+    text = exposition(PrometheusMetrics())
+    version, python = package_version(), platform.python_version()
+    assert f'hostpool_build_info{{python="{python}",version="{version}"}} 1.0' in text
+    assert version != "unknown"  # the package is installed (editable) in the venv
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "python_info"):
+        assert f"\n{name}" in text, name
+
+
+def test_leader_gauge() -> None:
+    metrics = PrometheusMetrics()
+    assert "\nhostpool_leader 0.0" in exposition(metrics)  # a standby until told otherwise
+    metrics.leading(True)
+    assert "\nhostpool_leader 1.0" in exposition(metrics)
+    metrics.leading(False)
+    assert "\nhostpool_leader 0.0" in exposition(metrics)
+
+
+def test_api_errors_are_counted_by_code() -> None:
+    metrics = PrometheusMetrics()
+    for code in ("409", "409", "429", "transport"):
+        metrics.api_error(code)
+    text = exposition(metrics)
+    assert 'hostpool_api_errors_total{code="409"} 2.0' in text
+    assert 'hostpool_api_errors_total{code="429"} 1.0' in text
+    assert 'hostpool_api_errors_total{code="transport"} 1.0' in text
