@@ -58,9 +58,6 @@ T = TypeVar("T")
 STANDBY_LINE = "waiting as a standby"
 #: What an instance logs when it holds the Lease.
 LEADER_LINE = "leader election:"
-#: kopf retries a failed API request up to 9 times and logs every failed attempt at ERROR
-#: level; while the API server is down that is expected (a final failure logs differently).
-KOPF_RETRY = re.compile(r"kopf\._cogs\.clients\.\w+: Request attempt #\d+/\d+ failed; will retry")
 CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
 RBAC_PATHS = {
     "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",

@@ -34,7 +34,6 @@ from kubernetes import client as k8s
 
 import builders
 from e2e.faults import (
-    KOPF_RETRY,
     OUTAGE,
     STANDBY_LINE,
     Api,
@@ -295,7 +294,6 @@ def test_control_plane_restart_during_storm(rig: Rig, component: str) -> None:
     after 410) and kopf's pool watch reconnects, so a host added and a pool changed after the
     restart are seen, requests created after it are placed, and the invariants hold."""
     control_plane = need_control_plane(rig.kube, "restarting kube-apiserver or etcd")
-    rig.expected.append(KOPF_RETRY)
     limits = {"df": 10, "bf": 10}
     # A leader that cannot renew its Lease for 2/3 of its duration stops (see leader.py): the
     # outage here lasts several seconds, so this operator gets the default 15 s Lease.
