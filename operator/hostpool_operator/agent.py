@@ -33,7 +33,7 @@ import psutil
 from .agent_figures import Counters, custom_load_value, load_figures
 from .agent_sessions import HostRequest, LogoffTracker, SessionTracker, parse_sessions
 from .conditions import rfc3339
-from .k8s import ApiError, ApiTransportError, KubeClient, login
+from .k8s import ApiError, ApiTransportError, KubeClient, login, token_file
 from .logs import setup_logging
 
 log = logging.getLogger("hostpool_operator.agent")
@@ -421,7 +421,8 @@ async def amain(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):  # Windows: Ctrl-C still stops it
             loop.add_signal_handler(signum, stop.set)
-    async with KubeClient(info, max_connections=4) as client:
+    # The sidecar's projected token is rotated by the kubelet too: re-read like the operator.
+    async with KubeClient(info, max_connections=4, token_file=token_file()) as client:
         agent = Agent(client, options, address=args.address or local_address(info.server))
         await agent.run(stop)
     log.info("agent stopped")
