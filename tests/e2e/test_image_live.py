@@ -1,0 +1,278 @@
+"""The operator image (``make image``, ``tests/cluster/image.sh``) run as the chart runs it.
+
+The image is built (or found up to date in its cache) by ``tests/cluster/image.sh``, which
+sets podman up with apt-get where it is missing. The test renders the chart, applies its
+ServiceAccount and RBAC, gets the ServiceAccount's token (TokenRequest) and runs the image
+with podman under that token only: exactly the container arguments of the chart's
+Deployment, user 65532, a read-only root filesystem with a tmpfs on /tmp only (the chart's
+emptyDir), the kubeconfig mounted read-only, the host's network (the suite's control plane
+listens on 127.0.0.1). Requests get placed, the liveness and metrics endpoints answer, and
+the operator's log holds no refusal. The same image runs ``hostpool-agent``, which reports
+for a host.
+
+Where podman cannot be had (no apt-get, or not root) the tests skip, saying why.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import builders
+from e2e import test_rbac_live as rbac
+from e2e.helpers import status
+from kube import REPO_ROOT, Kube, unique_name, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+
+IMAGE_SCRIPT = REPO_ROOT / "tests" / "cluster" / "image.sh"
+#: Where the kubeconfig is mounted in the container.
+KUBECONFIG_IN_CONTAINER = "/var/run/hostpool/kubeconfig"
+UID = "65532"
+
+# The chart's rendering, ServiceAccount and token, from the RBAC live test.
+bin_dir = rbac.bin_dir
+install_identity = rbac.install_identity
+
+
+def podman_unavailable() -> str:
+    """Why podman cannot be had here ('' when it can: present, or installable with apt-get)."""
+    proc = subprocess.run(
+        [str(IMAGE_SCRIPT), "--check"], capture_output=True, text=True, check=False, timeout=60
+    )
+    return proc.stdout.strip() or proc.stderr.strip() if proc.returncode != 0 else ""
+
+
+def cache_dir() -> Path:
+    """tests/cluster/image.sh's cache (the convention of tests/cluster/tools.sh)."""
+    root = os.environ.get("HOSTPOOL_TOOLS_CACHE")
+    if root:
+        return Path(root) / "image"
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "hostpool-operator" / "image"
+
+
+def podman_env() -> dict[str, str]:
+    return {**os.environ, "CONTAINERS_CONF": str(cache_dir() / "containers.conf")}
+
+
+#: runc with cgroupfs: crun fails on these machines (docs/install.md).
+PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
+
+
+def podman(*args: str, timeout: float = 120, check: bool = True) -> str:
+    proc = subprocess.run(
+        [*PODMAN, *args],
+        capture_output=True,
+        text=True,
+        env=podman_env(),
+        timeout=timeout,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"podman {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}"
+        )
+    return proc.stdout + proc.stderr if not check else proc.stdout
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    """The operator image, built by tests/cluster/image.sh (a second or two when cached)."""
+    reason = podman_unavailable()
+    if reason:
+        pytest.skip(f"no podman here: {reason}")
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(IMAGE_SCRIPT)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOSTPOOL_PYTHON": sys.executable},
+        timeout=1800,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"tests/cluster/image.sh failed ({proc.returncode}):\n{proc.stderr}")
+    name = proc.stdout.strip().splitlines()[-1]
+    sys.stderr.write(f"{proc.stderr.strip()} ({time.monotonic() - started:.1f}s)\n")
+    return name
+
+
+def self_contained(kubeconfig: Path, target: Path) -> Path:
+    """The kubeconfig with its CA file inlined (certificate-authority-data), readable by the
+    container's user: only this one file is mounted."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    for entry in config["clusters"]:
+        cluster = entry["cluster"]
+        ca = cluster.pop("certificate-authority", None)
+        if ca:
+            path = Path(ca) if Path(ca).is_absolute() else kubeconfig.parent / ca
+            cluster["certificate-authority-data"] = base64.b64encode(path.read_bytes()).decode()
+    target.write_text(yaml.safe_dump(config))
+    target.chmod(0o644)
+    return target
+
+
+class Container:
+    """A detached ``podman run`` of the image; removed (its log kept) at the end."""
+
+    def __init__(self, image: str, kubeconfig: Path, *, entrypoint: str | None = None) -> None:
+        self.image = image
+        self.kubeconfig = kubeconfig
+        self.entrypoint = entrypoint
+        self.name = unique_name("hostpool-image", max_length=40)
+        self.started = False
+
+    def run_argv(self, args: list[str], *, detach: bool) -> list[str]:
+        argv = ["run", "--rm" if not detach else "--detach", "--name", self.name]
+        argv += ["--network=host", "--user", f"{UID}:{UID}"]
+        # The chart's securityContext: read-only root filesystem, an emptyDir on /tmp only
+        # (podman's default tmpfs on /run and /var/tmp too is turned off).
+        argv += ["--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp:rw,size=16m"]
+        argv += ["--cap-drop=all", "--security-opt=no-new-privileges"]
+        argv += ["-v", f"{self.kubeconfig}:{KUBECONFIG_IN_CONTAINER}:ro"]
+        argv += ["-e", f"KUBECONFIG={KUBECONFIG_IN_CONTAINER}"]
+        if self.entrypoint:
+            argv += ["--entrypoint", self.entrypoint]
+        return [*argv, self.image, *args]
+
+    def start(self, args: list[str]) -> None:
+        podman(*self.run_argv(args, detach=True))
+        self.started = True
+
+    def logs(self) -> str:
+        return podman("logs", self.name, check=False) if self.started else ""
+
+    def running(self) -> bool:
+        out = podman("inspect", "--format", "{{.State.Running}}", self.name, check=False)
+        return out.strip() == "true"
+
+    def exec(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*PODMAN, "exec", self.name, *argv],
+            capture_output=True,
+            text=True,
+            env=podman_env(),
+            timeout=60,
+            check=False,
+        )
+
+    def remove(self) -> str:
+        log = self.logs()
+        if self.started:
+            podman("rm", "--force", "--time", "10", self.name, check=False)
+            self.started = False
+        return log
+
+
+@pytest.fixture
+def containers() -> Iterator[list[Container]]:
+    started: list[Container] = []
+    yield started
+    for c in started:
+        log = c.remove()
+        sys.stderr.write(f"---- container {c.name} log (tail)\n{log[-12000:]}\n")
+
+
+def wait_started(container: Container, line: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while line not in container.logs():
+        if not container.running():
+            raise AssertionError(f"{container.name} exited:\n{container.logs()}")
+        if time.monotonic() > deadline:
+            logs = container.logs()
+            raise AssertionError(f"{container.name}: no {line!r} in {timeout}s:\n{logs}")
+        time.sleep(0.2)
+
+
+def test_image_places_requests_as_the_chart_runs_it(
+    image: str,
+    kube: Kube,
+    namespace: str,
+    install_identity: Callable[[str, dict[str, Any]], rbac.Identity],
+    containers: list[Container],
+    tmp_path: Path,
+) -> None:
+    identity = install_identity(namespace, rbac.chart_ports())
+    (deployment,) = identity.of_kind("Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (spec,) = pod["containers"]
+    # What the chart asks of the container, and the test gives it.
+    assert str(pod["securityContext"]["runAsUser"]) == UID
+    assert spec["securityContext"]["readOnlyRootFilesystem"] is True
+    assert [m["mountPath"] for m in spec["volumeMounts"]] == ["/tmp"]
+
+    operator = Container(image, self_contained(identity.kubeconfig, tmp_path / "kubeconfig"))
+    containers.append(operator)
+    # The Deployment's arguments (the image's entrypoint is `hostpool-operator run`), plus the
+    # Lease's namespace, which in a pod comes from the mounted ServiceAccount files.
+    operator.start(identity.process_args)
+    wait_started(operator, rbac.STARTED_LINE)
+
+    # It runs as 65532 and cannot write its root filesystem.
+    uid = operator.exec("python3", "-c", "import os; print(os.getuid(), os.getgid())")
+    assert uid.stdout.split() == [UID, UID], uid
+    wrote = operator.exec("touch", "/opt/hostpool-operator/x")
+    assert wrote.returncode != 0
+    assert "Read-only file system" in wrote.stderr, wrote
+
+    # Placement: depth-first fills one host, then the next.
+    kube.create(namespace, builders.pool("desk", "DepthFirst", 2))
+    for name in ("host-1", "host-2"):
+        kube.create(namespace, builders.host(name, "desk", drainMode=False))
+    names = [f"r{i}" for i in range(1, 5)]
+    for name in names:
+        kube.create(namespace, builders.request(name, "desk", f"{name}@corp.example"))
+    placed = rbac.wait_assigned(kube, namespace, names)
+    assert Counter(placed.values()) == {"host-1": 2, "host-2": 2}
+
+    rbac.assert_probes(identity)
+    log = operator.logs()
+    refusals = [
+        line
+        for line in log.splitlines()
+        if rbac.FORBIDDEN.search(line) and rbac.TERMINATING not in line
+    ]
+    assert refusals == [], "\n".join(refusals)
+    # Nothing was compiled or written at run time: no .pyc is missing or stale.
+    assert "Read-only file system" not in log
+    assert operator.running()
+
+
+def test_image_runs_the_agent(
+    image: str, kube: Kube, namespace: str, containers: list[Container], tmp_path: Path
+) -> None:
+    """``hostpool-agent`` from the same image, read-only, as 65532: it reports for its host."""
+    agent = Container(
+        image,
+        self_contained(kube.kubeconfig, tmp_path / "kubeconfig"),
+        entrypoint="hostpool-agent",
+    )
+    usage = podman(*agent.run_argv(["--help"], detach=False))
+    assert "--host" in usage
+
+    kube.create(namespace, builders.pool("desk", "DepthFirst", 2))
+    kube.create(namespace, builders.host("host-1", "desk", drainMode=False))
+    containers.append(agent)
+    agent.start(
+        ["--host", "host-1", "--namespace", namespace, "--interval", "1", "--log-format", "text"]
+    )
+    wait_for(
+        lambda: (status(kube.get("SessionHost", namespace, "host-1")).get("agent") or {}).get(
+            "version"
+        ),
+        45,
+        what="host-1 reported by the agent in the image",
+        show=agent.logs,
+    )
+    assert agent.running()
