@@ -68,7 +68,7 @@ bench: $(STAMP) tools ## logon storm against the API server: operator vs. the wr
 bench-hosts: $(STAMP) tools ## 50 pod-backed hosts started on demand by a logon storm: hosts created vs. needed
 	@$(PY) tests/bench/hosts.py
 
-tools: ## build kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kubectl, helm, kwok into the cache
+tools: ## build kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kubectl, helm, kwok, promtool into the cache
 	tests/cluster/tools.sh
 
 cluster-up: tools ## start a local control plane with 3 fake nodes; kubeconfig in .cluster/kubeconfig

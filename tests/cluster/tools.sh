@@ -6,8 +6,11 @@
 #   etcd                                              (go.etcd.io/etcd/server/v3, tests/cluster/etcd)
 #   helm                                              (helm.sh/helm/v3, tests/cluster/helm)
 #   kwok, and kwok-stages.yaml from the same module   (sigs.k8s.io/kwok, tests/cluster/kwok)
+#   promtool (alert-rule tests)                       (github.com/prometheus/prometheus,
+#                                                      tests/cluster/promtool)
 # The module versions are pinned by the committed go.mod/go.sum files under tests/cluster/.
 # The cache key covers those files, the Go version and this script, so any change rebuilds.
+# promtool has a cache key of its own: adding or upgrading it rebuilds none of the others.
 #
 # Usage: tests/cluster/tools.sh            build what is missing, link, print the bin dir
 # Env:   HOSTPOOL_TOOLS_CACHE     cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hostpool-operator)
@@ -22,6 +25,7 @@ K8S_MINOR=37
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v3.22.0
 KWOK_VERSION=v0.8.0
+PROMTOOL_VERSION=v0.316.0
 
 K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 ALL_BINS=("${K8S_BINS[@]}" etcd helm kwok)
@@ -49,6 +53,8 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   K8S_LDFLAGS+=" -X $pkg.gitMajor=1 -X $pkg.gitMinor=${K8S_MINOR}"
   K8S_LDFLAGS+=" -X $pkg.gitTreeState=clean"
 done
+# promtool --version reports the module's version.
+PROMTOOL_LDFLAGS="-s -w -X github.com/prometheus/common/version.Version=${PROMTOOL_VERSION#v}"
 
 # Cache key: readable versions plus a hash of everything that shapes the binaries
 # (Go version and platform, build flags, the pinned module graphs).
@@ -63,6 +69,15 @@ digest="$(
 )"
 KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}_kwok-${KWOK_VERSION}_${go_version}_${digest}"
 CACHE_BIN="$CACHE_ROOT/$KEY/bin"
+prom_digest="$(
+  {
+    echo "$go_version $(go env GOOS GOARCH | tr '\n' ' ') CGO_ENABLED=0"
+    echo "${GO_BUILD_FLAGS[*]}|$PROMTOOL_LDFLAGS"
+    cat "$MODS/promtool/go.mod" "$MODS/promtool/go.sum"
+  } | sha256sum | cut -c1-12
+)"
+PROM_KEY="promtool-${PROMTOOL_VERSION}_${go_version}_${prom_digest}"
+PROM_BIN="$CACHE_ROOT/$PROM_KEY/bin"
 
 link_all() {
   mkdir -p "$BIN_DIR"
@@ -70,6 +85,7 @@ link_all() {
   for b in "${ALL_BINS[@]}" kwok-stages.yaml; do
     ln -sfn "$CACHE_BIN/$b" "$BIN_DIR/$b"
   done
+  ln -sfn "$PROM_BIN/promtool" "$BIN_DIR/promtool"
   echo "$BIN_DIR"
 }
 
@@ -80,6 +96,59 @@ all_cached() {
   done
   [[ -s "$CACHE_BIN/kwok-stages.yaml" ]]
 }
+
+export CGO_ENABLED=0
+export GOFLAGS="${GOFLAGS:-} -mod=readonly"
+
+# go build NAME-LIST MODULE-DIR LDFLAGS PACKAGES...: builds into a temp dir, then moves
+# the binaries into the cache (DEST_BIN, default CACHE_BIN) so that a half-written binary
+# is never taken as built.
+build() {
+  local names="$1" dir="$2" ldflags="$3"
+  shift 3
+  local dest="${DEST_BIN:-$CACHE_BIN}"
+  local tmp start end
+  tmp="$(mktemp -d "$(dirname "$dest")/build.XXXXXX")"
+  start=$(date +%s)
+  log "building $names (in tests/cluster/$(basename "$dir")) ..."
+  local out="$tmp/"
+  [[ $# -eq 1 ]] && out="$tmp/$names" # a single package is named after us, not its path
+  if ! (cd "$dir" && go build "${GO_BUILD_FLAGS[@]}" -ldflags "$ldflags" -o "$out" "$@"); then
+    rm -rf "$tmp"
+    die "go build of $names failed (module tests/cluster/$(basename "$dir"))"
+  fi
+  local n
+  for n in $names; do
+    [[ -x "$tmp/$n" ]] || die "go build did not produce $n"
+    mv -f "$tmp/$n" "$dest/$n"
+  done
+  rm -rf "$tmp"
+  end=$(date +%s)
+  log "built $names in $((end - start))s"
+}
+
+need() {
+  local b
+  for b in "$@"; do
+    [[ -x "$CACHE_BIN/$b" ]] || return 0
+  done
+  return 1
+}
+
+# promtool: built once per its own key, under its own lock.
+if [[ ! -x "$PROM_BIN/promtool" ]]; then
+  mkdir -p "$PROM_BIN"
+  exec 8>"$CACHE_ROOT/$PROM_KEY/.lock"
+  if ! flock -n 8; then
+    log "another tests/cluster/tools.sh is building $PROM_KEY; waiting for it"
+    flock 8
+  fi
+  if [[ ! -x "$PROM_BIN/promtool" ]]; then
+    DEST_BIN="$PROM_BIN" build promtool "$MODS/promtool" "$PROMTOOL_LDFLAGS" \
+      github.com/prometheus/prometheus/cmd/promtool
+  fi
+  exec 8>&-
+fi
 
 # Warm path: nothing to build.
 if all_cached; then
@@ -98,42 +167,6 @@ if all_cached; then
   link_all
   exit 0
 fi
-
-export CGO_ENABLED=0
-export GOFLAGS="${GOFLAGS:-} -mod=readonly"
-
-# go build NAME-LIST MODULE-DIR LDFLAGS PACKAGES...: builds into a temp dir, then moves
-# the binaries into the cache so that a half-written binary is never taken as built.
-build() {
-  local names="$1" dir="$2" ldflags="$3"
-  shift 3
-  local tmp start end
-  tmp="$(mktemp -d "$CACHE_ROOT/$KEY/build.XXXXXX")"
-  start=$(date +%s)
-  log "building $names (in tests/cluster/$(basename "$dir")) ..."
-  local out="$tmp/"
-  [[ $# -eq 1 ]] && out="$tmp/$names" # a single package is named after us, not its path
-  if ! (cd "$dir" && go build "${GO_BUILD_FLAGS[@]}" -ldflags "$ldflags" -o "$out" "$@"); then
-    rm -rf "$tmp"
-    die "go build of $names failed (module tests/cluster/$(basename "$dir"))"
-  fi
-  local n
-  for n in $names; do
-    [[ -x "$tmp/$n" ]] || die "go build did not produce $n"
-    mv -f "$tmp/$n" "$CACHE_BIN/$n"
-  done
-  rm -rf "$tmp"
-  end=$(date +%s)
-  log "built $names in $((end - start))s"
-}
-
-need() {
-  local b
-  for b in "$@"; do
-    [[ -x "$CACHE_BIN/$b" ]] || return 0
-  done
-  return 1
-}
 
 total_start=$(date +%s)
 
