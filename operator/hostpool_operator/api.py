@@ -47,6 +47,9 @@ from .api_workload import WorkloadTemplate as WorkloadTemplate
 # ---------------------------------------------------------------------------------------
 # HostPool
 
+#: The longest pool selector: the label key, "=" and a name of up to 253 characters.
+MAX_SELECTOR = 300
+
 
 class LoadBalancer(ApiModel):
     """The pool's load-balancing algorithm and session limit."""
@@ -229,12 +232,23 @@ class HostTemplate(ApiModel):
 class Scaling(ApiModel):
     """Lets the operator add and remove SessionHosts for this pool."""
 
+    # Every write through the main resource has maxHosts (the API server fills in its
+    # default). The /scale subresource does not default: `kubectl scale` on a pool without
+    # scaling would store a scaling of minHosts alone, so that is refused by name, and the
+    # comparison is only made when both bounds are there.
     x_kubernetes_validations: ClassVar[list[dict[str, str]]] = [
         {
-            "rule": "self.maxHosts >= self.minHosts",
+            "rule": "has(self.maxHosts)",
+            "message": "scaling.maxHosts is required: /scale (kubectl scale) sets "
+            "spec.scaling.minHosts only on a pool that already has spec.scaling",
+            "fieldPath": ".maxHosts",
+            "reason": "FieldValueRequired",
+        },
+        {
+            "rule": "!has(self.maxHosts) || !has(self.minHosts) || self.maxHosts >= self.minHosts",
             "message": "maxHosts must be greater than or equal to minHosts",
             "fieldPath": ".maxHosts",
-        }
+        },
     ]
 
     min_hosts: int = Field(
@@ -366,6 +380,15 @@ class HostPoolStatus(ApiModel):
         default=None,
         description="The scaling plan this pool follows, and the phase and algorithm it "
         "places with now; absent: the pool's own settings.",
+    )
+    selector: str | None = Field(
+        default=None,
+        max_length=MAX_SELECTOR,
+        description=(
+            "Label selector of the hosts the operator created for this pool "
+            "(hostpool.io/pool=<name>), for the /scale subresource. SessionHosts created by "
+            "hand without that label are counted in hosts.total but not matched by it."
+        ),
     )
     conditions: Conditions
 

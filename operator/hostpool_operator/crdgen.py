@@ -4,7 +4,7 @@ Kubernetes wants *structural* schemas: every node typed, no ``$ref``/``$defs``, 
 ``anyOf``, no ``additionalProperties: false``. Pydantic's JSON schema is close; this module
 inlines references, unwraps ``X | None`` into ``X``, evaluates ``default_factory`` defaults
 (so the API server fills them in), and adds what only a CRD has: names, printer columns, the
-status subresource.
+status subresource (and HostPool's scale subresource).
 """
 
 from __future__ import annotations
@@ -205,6 +205,18 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
 }
 
 
+#: The /scale subresource, per kind that has one: `kubectl scale hp NAME --replicas N` sets
+#: the pool's minimum (the hosts kept warm); replicas read back as the pool's host count, and
+#: the selector as the label of the hosts the operator created for it.
+SCALE_SUBRESOURCES: dict[str, dict[str, str]] = {
+    "HostPool": {
+        "specReplicasPath": ".spec.scaling.minHosts",
+        "statusReplicasPath": ".status.hosts.total",
+        "labelSelectorPath": ".status.selector",
+    },
+}
+
+
 #: Fields `kubectl get --field-selector` (and the host agent) can filter on, per kind.
 SELECTABLE_FIELDS: dict[str, list[str]] = {
     "HostPool": [],
@@ -222,6 +234,9 @@ def crd(model: api.KindModel) -> dict[str, Any]:
             api.SessionRequest.spec_validations
         )
     kind = model.kind
+    subresources: dict[str, Any] = {"status": {}}
+    if kind in SCALE_SUBRESOURCES:
+        subresources["scale"] = dict(SCALE_SUBRESOURCES[kind])
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -242,7 +257,7 @@ def crd(model: api.KindModel) -> dict[str, Any]:
                     "name": api.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": subresources,
                     "additionalPrinterColumns": PRINTER_COLUMNS[kind],
                     "schema": {"openAPIV3Schema": schema},
                     **(

@@ -17,7 +17,7 @@ from .api import Phase, Reason, SessionState
 from .balancing import HostView, Placement, PoolBalancer
 from .horizon import logon_storm_block
 from .ledger import SessionLedger
-from .records import HostRecord, PoolRecord, RequestRecord
+from .records import POOL_LABEL, HostRecord, PoolRecord, RequestRecord
 from .workloads import Gate, WorkloadState
 
 #: Session counts by state, per host and (under None) for the whole pool.
@@ -321,6 +321,8 @@ def pool_status(
         "sessions": counts.get(None, zero_counts()),
         "capacity": capacity,
         "pendingRequests": pending,
+        # For /scale: the hosts the operator creates for the pool carry this label.
+        "selector": f"{POOL_LABEL}={pool.meta.name}",
         "conditions": cond.merge(
             pool.status.get("conditions"), desired, now=now, generation=pool.meta.generation
         ),

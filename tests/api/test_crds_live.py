@@ -634,7 +634,14 @@ def test_printer_columns_on_the_server(kube: Kube, kind: str) -> None:
     names = [c["name"] for c in version.get("additionalPrinterColumns", [])]
     assert set(REQUIRED_COLUMNS[kind]) <= set(names), names
     assert crd["spec"]["names"]["shortNames"] == [SHORT_NAMES[kind]]
-    assert version["subresources"] == {"status": {}}
+    expected: dict[str, Any] = {"status": {}}
+    if kind == "HostPool":
+        expected["scale"] = {
+            "specReplicasPath": ".spec.scaling.minHosts",
+            "statusReplicasPath": ".status.hosts.total",
+            "labelSelectorPath": ".status.selector",
+        }
+    assert version["subresources"] == expected
 
 
 def test_table_api_shows_the_columns(kube: Kube, namespace: str) -> None:

@@ -233,6 +233,31 @@ def test_status_subresource(kind: str) -> None:
     assert _version(_crd_by_kind()[kind]).get("subresources", {}).get("status") == {}
 
 
+def test_scale_subresource_of_host_pools_only() -> None:
+    """HostPool has /scale (kubectl scale sets its minimum); the other kinds do not."""
+    for kind in KINDS:
+        subresources = _version(_crd_by_kind()[kind])["subresources"]
+        if kind != "HostPool":
+            assert "scale" not in subresources, kind
+    scale = _version(_crd_by_kind()["HostPool"])["subresources"]["scale"]
+    assert scale == {
+        "specReplicasPath": ".spec.scaling.minHosts",
+        "statusReplicasPath": ".status.hosts.total",
+        "labelSelectorPath": ".status.selector",
+    }
+    # Each path names an integer (replicas) or a string (selector) field of the schema.
+    schema = _schema(_crd_by_kind()["HostPool"])
+    for path, kind_ in (
+        ("spec.scaling.minHosts", "integer"),
+        ("status.hosts.total", "integer"),
+        ("status.selector", "string"),
+    ):
+        node = schema
+        for part in path.split("."):
+            node = node["properties"][part]
+        assert node["type"] == kind_, path
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_printer_columns(kind: str) -> None:
     columns = _version(_crd_by_kind()[kind]).get("additionalPrinterColumns", [])
