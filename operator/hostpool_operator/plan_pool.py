@@ -2,7 +2,8 @@
 the plan's decision for them, and the algorithm the pool places with.
 
 Pure functions of a :class:`PoolState`, the phase in force and ``now`` (``plans`` holds the
-rules themselves). ``plan_keeper`` and ``host_scaler`` carry the decision out.
+rules themselves). ``plan_keeper`` (with ``plan_writer``) and ``host_scaler`` carry the
+decision out.
 """
 
 from __future__ import annotations

@@ -169,6 +169,16 @@ def plan_with_reason(cluster: Cluster, name: str, reason: str) -> dict[str, Any]
     return when(cluster.get("ScalingPlan", name), lambda p: cond_is(p, "Ready", "False", reason))
 
 
+def wait_event(cluster: Cluster, name: str, reason: str) -> None:
+    """Wait for an Event of ``reason`` on the object (Events are posted beside the writes
+    they describe, so they may land a moment after them)."""
+    cluster.wait(partial(has_event, cluster, name, reason), f"a {reason} Event on {name}")
+
+
+def has_event(cluster: Cluster, name: str, reason: str) -> bool | None:
+    return reason in reasons(cluster, name) or None
+
+
 def reasons(cluster: Cluster, name: str) -> list[str]:
     return [str(getattr(e, "reason", "")) for e in cluster.events_for(name)]
 
@@ -232,7 +242,7 @@ def test_algorithm_switches_at_the_phase_boundary(
         "phase": "RampDown",
         "loadBalancerType": "DepthFirst",
     }
-    assert "ScalingPlanPhase" in reasons(cluster, POOL)
+    wait_event(cluster, POOL, "ScalingPlanPhase")
     # Depth-first from now on: both new sessions go to the fullest host (ties: the first in
     # query order, h1..h3 were created in that order).
     counts = count_by_host(cluster.requests())
@@ -371,8 +381,8 @@ def test_ramp_down_drains_and_removes_the_emptiest_hosts(
     leaving = next(n for n, r in cluster.requests().items() if host_of(r) == last_busy)
     cluster.delete("SessionRequest", leaving)
     cluster.wait(lambda: last_busy not in cluster.hosts() or None, "the emptied host removed")
-    assert "HostsDrained" in reasons(cluster, POOL)
-    assert "HostsRemoved" in reasons(cluster, POOL)
+    wait_event(cluster, POOL, "HostsDrained")
+    wait_event(cluster, POOL, "HostsRemoved")
     pool = cluster.wait_pool(
         POOL,
         lambda p: (status(p).get("scalingPlan") or {}).get("phase") == "RampDown",
@@ -445,7 +455,7 @@ def test_forced_logoff_sets_the_deadline_and_the_host_goes_when_empty(
     cluster.wait(lambda: second not in cluster.hosts() or None, "the emptied host removed")
     assert first in cluster.hosts()
     assert phase(cluster.request(staying)) == "Assigned"
-    assert "LogoffRequested" in reasons(cluster, POOL)
+    wait_event(cluster, POOL, "LogoffRequested")
     assert_invariants(cluster, recorder, 4)
 
 
@@ -486,7 +496,7 @@ def test_zero_active_sessions_ends_disconnected_sessions(
         lambda: leaving not in cluster.requests() or None, "the Disconnected request ended"
     )
     cluster.wait(lambda: second not in cluster.hosts() or None, "the drained host removed")
-    assert "DisconnectedSessionsEnded" in reasons(cluster, second)
+    wait_event(cluster, second, "DisconnectedSessionsEnded")
     assert first in cluster.hosts()
     assert_invariants(cluster, recorder, 4)
 
@@ -513,7 +523,7 @@ def test_conflicts_and_deleting_the_plan_returns_the_pool_to_its_own_settings(
     ready = plan_ready(second)
     assert ready is not None
     assert "'first'" in ready["message"], ready
-    assert "PoolConflict" in reasons(cluster, "second")
+    wait_event(cluster, "second", "PoolConflict")
     assert cond_is(cluster.get("ScalingPlan", "first"), "Ready", "True", "Applied")
     assert (pool_plan(cluster) or {}).get("name") == "first"
     cluster.create_request("a0", POOL, "u0")
@@ -537,7 +547,7 @@ def test_conflicts_and_deleting_the_plan_returns_the_pool_to_its_own_settings(
         lambda p: status(p).get("scalingPlan") is None,
         "status.scalingPlan cleared",
     )
-    assert "ScalingPlanReleased" in reasons(cluster, POOL)
+    wait_event(cluster, POOL, "ScalingPlanReleased")
     # The pool's own DepthFirst again: the fullest host with room first (query order).
     cluster.create_request("b0", POOL, "v0")
     cluster.wait_assigned(["b0"])
@@ -568,7 +578,7 @@ def test_bad_plans_are_reported_and_the_operator_carries_on(
         ready = plan_ready(plan)
         assert ready is not None
         assert ready["message"], ready
-        assert reason in reasons(cluster, name), (name, reasons(cluster, name))
+        wait_event(cluster, name, reason)
     assert "Mars/Olympus_Mons" in (plan_ready(cluster.get("ScalingPlan", "mars")) or {})["message"]
     assert status(cluster.get("ScalingPlan", "mars")).get("phase") is None
     # The pool without scaling keeps its own settings and still places.
@@ -674,6 +684,12 @@ def test_a_restart_keeps_the_plans_drains_and_deadlines(
         lambda p: (status(p).get("scalingPlan") or {}).get("phase") == "RampDown",
         "the pool's status in RampDown",
     )
+    # Peak, then RampDown: both announced before the restart.
+    cluster.wait(
+        lambda: reasons(cluster, POOL).count("ScalingPlanPhase") >= 2 or None,
+        "two ScalingPlanPhase Events",
+    )
+    time.sleep(1)
     phase_events = reasons(cluster, POOL).count("ScalingPlanPhase")
 
     operator_process.restart()

@@ -43,7 +43,11 @@ app.kubernetes.io/part-of: hostpool-operator
 {{- end }}
 
 {{- define "hostpool-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/*
