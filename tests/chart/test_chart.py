@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import subprocess
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -1009,3 +1010,83 @@ def test_argocd_cm_patch_from_the_health_scripts(helm: Path) -> None:
     docs = (REPO_ROOT / "docs" / "install.md").read_text()
     for kind in kinds:
         assert f"resource.customizations.health.hostpool.io_{kind}" in docs
+
+
+# ---------------------------------------------------------------------------------------
+# the image reference, startupProbe, nodeSelector and the packaged files
+
+
+def test_image_digest_overrides_the_tag(render: Render) -> None:
+    """image.digest: repository@digest, whatever the tag; without it repository:tag (the
+    chart's appVersion by default); a digest that is not sha256:<64 hex> is refused."""
+    chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
+    assert container(render())["image"] == f"hostpool-operator:{chart['appVersion']}"
+    assert container(render(**{"image.tag": "1.2.3"}))["image"] == "hostpool-operator:1.2.3"
+    digest = "sha256:" + "0123456789abcdef" * 4
+    pinned = render(
+        **{"image.repository": "registry.example/hp", "image.tag": "1.2.3", "image.digest": digest}
+    )
+    assert container(pinned)["image"] == f"registry.example/hp@{digest}"
+
+
+@pytest.mark.parametrize("digest", ["latest", "sha256:abc", "sha512:" + "0" * 64])
+def test_image_digest_must_be_a_sha256(helm: Path, digest: str) -> None:
+    proc = run_helm(
+        helm,
+        "template",
+        "hp",
+        str(CHART_DIR),
+        *set_args({"image.digest": digest}),
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "digest" in proc.stderr
+
+
+def test_startup_probe_on_the_liveness_endpoint(render: Render) -> None:
+    """The startupProbe asks the liveness endpoint (the port the operator's --liveness URL
+    names) and gives a start 60 s by default; its settings are values."""
+    c = container(render())
+    assert c["startupProbe"]["httpGet"] == c["livenessProbe"]["httpGet"]
+    assert c["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    (port,) = [p for p in c["ports"] if p["name"] == "healthz"]
+    liveness_url = c["args"][c["args"].index("--liveness") + 1]
+    assert liveness_url.endswith(f":{port['containerPort']}/healthz")
+    probe = c["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] == 60
+    custom = container(render(**{"startupProbe.failureThreshold": 90}))["startupProbe"]
+    assert custom["failureThreshold"] == 90
+    assert custom["httpGet"] == probe["httpGet"]
+
+
+def node_selector(docs: list[Obj]) -> Obj | None:
+    selector: Obj | None = one(docs, "Deployment")["spec"]["template"]["spec"].get("nodeSelector")
+    return selector
+
+
+def test_node_selector_is_linux_by_default_and_merged_with_the_users(render: Render) -> None:
+    """The image is Linux-only: kubernetes.io/os: linux by default; a nodeSelector of the user
+    is added to it (helm merges maps); the key can be removed with null."""
+    assert node_selector(render()) == {"kubernetes.io/os": "linux"}
+    assert node_selector(render(nodeSelector={"disktype": "ssd"})) == {
+        "kubernetes.io/os": "linux",
+        "disktype": "ssd",
+    }
+    assert node_selector(render(**{"nodeSelector.kubernetes\\.io/os": None})) is None
+
+
+def test_packaged_chart_ships_the_argocd_files(helm: Path, tmp_path: Path) -> None:
+    """helm package keeps argocd/ (the Argo CD Lua checks and actions go with the chart) and
+    leaves out what .helmignore names (sync-crds.sh)."""
+    run_helm(helm, "package", str(CHART_DIR), "--destination", str(tmp_path))
+    (archive,) = tmp_path.glob("hostpool-operator-*.tgz")
+    with tarfile.open(archive) as tar:
+        packaged = {name.partition("/")[2] for name in tar.getnames()}
+    argocd = {
+        str(p.relative_to(CHART_DIR)) for p in (CHART_DIR / "argocd").rglob("*") if p.is_file()
+    }
+    assert argocd, "no files under argocd/"
+    assert any(name.endswith("health.lua") for name in argocd)
+    assert argocd <= packaged, sorted(argocd - packaged)
+    assert "sync-crds.sh" not in packaged
+    assert "Chart.yaml" in packaged
