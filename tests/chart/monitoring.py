@@ -1,0 +1,118 @@
+"""Helpers of the alert and dashboard tests: render the chart, find promtool, and the metric
+names the operator exports and the ones a PromQL expression reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hostpool_operator.metrics import PrometheusMetrics
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
+
+Obj = dict[str, Any]
+
+#: The sample names a metric family of each type exposes, as suffixes of the family's name.
+SUFFIXES: dict[str, tuple[str, ...]] = {
+    "counter": ("_total", "_created"),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "summary": ("", "_sum", "_count", "_created"),
+    "info": ("_info",),
+    "stateset": ("",),
+    "gaugehistogram": ("_bucket", "_gsum", "_gcount"),
+    "unknown": ("",),
+}
+
+#: Names the operator's own metrics start with (the process collector's process_*).
+OWN_PREFIXES = ("hostpool_", "process_")
+#: A metric name in PromQL: an identifier not followed by "(" (a function), not preceded by
+#: "." or a letter; label names inside {...} and by (...) never start with these prefixes.
+_IDENTIFIER = re.compile(r"(?<![A-Za-z0-9_:.])([a-zA-Z_:][a-zA-Z0-9_:]*)")
+
+
+def set_json(values: dict[str, Any] | None) -> list[str]:
+    """``--set-json key=<json>`` for each value: types arrive exactly as given."""
+    args: list[str] = []
+    for key, value in (values or {}).items():
+        args += ["--set-json", f"{key}={json.dumps(value)}"]
+    return args
+
+
+def render_chart(
+    helm: Path, values: dict[str, Any] | None = None, *, namespace: str = "hostpool-system"
+) -> list[Obj]:
+    """``helm template hp CHART`` with the values; the documents rendered."""
+    args = set_json(values)
+    proc = subprocess.run(
+        [str(helm), "template", "hp", str(CHART_DIR), "--namespace", namespace, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"helm template failed:\n{proc.stderr}{proc.stdout}")
+    return [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
+
+
+def helm_template_error(helm: Path, values: dict[str, Any]) -> str:
+    """The error of a ``helm template`` expected to fail (its stderr)."""
+    args = set_json(values)
+    proc = subprocess.run(
+        [str(helm), "template", "hp", str(CHART_DIR), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode != 0, f"helm template succeeded:\n{proc.stdout}"
+    return proc.stderr
+
+
+def one(docs: list[Obj], kind: str) -> Obj:
+    found = [d for d in docs if d.get("kind") == kind]
+    assert len(found) == 1, f"{len(found)} objects of kind {kind}"
+    return found[0]
+
+
+def require_promtool(bin_dir: Path) -> Path:
+    """promtool next to the other tools (tests/cluster/tools.sh builds it).
+
+    Missing: the test skips, saying how to get it; under CI (CI=true) it fails instead, since
+    `make test` builds it there.
+    """
+    promtool = bin_dir / "promtool"
+    if promtool.exists():
+        return promtool
+    message = f"promtool not found at {promtool}: run `make tools` (tests/cluster/tools.sh)"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def exported_sample_names() -> set[str]:
+    """Every sample name the operator's families may expose (``_total`` of counters,
+    ``_bucket``/``_sum``/``_count`` of histograms, ...), whether or not a child exists yet."""
+    names: set[str] = set()
+    registry = PrometheusMetrics().registry
+    for family in registry.collect():
+        names.update(sample.name for sample in family.samples)
+        names.update(family.name + suffix for suffix in SUFFIXES[family.type])
+    return names
+
+
+def metric_names(expr: str) -> set[str]:
+    """The names of the operator's metrics (``hostpool_*``, ``process_*``) a PromQL
+    expression (or a Grafana ``label_values(...)`` query) reads. String literals are left
+    out, so a label value that happens to look like a metric name is not taken for one."""
+    code = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', expr)
+    return {m for m in _IDENTIFIER.findall(code) if m.startswith(OWN_PREFIXES)}
