@@ -3,17 +3,22 @@
 Rendered by the project's helm: the ConfigMap carries the sidecar's label, its JSON parses,
 and every query reads only metrics the operator exports, as a live registry of
 ``hostpool_operator.metrics.PrometheusMetrics`` lists them (so a renamed or dropped metric
-fails here, not on someone's Grafana).
+fails here, not on someone's Grafana). And every query returns data when Prometheus's own
+engine (promtool's rule tests) evaluates it over the series such a registry exposes, with
+their real label names.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from chart.monitoring import (
     CHART_DIR,
@@ -24,6 +29,7 @@ from chart.monitoring import (
     metric_names,
     one,
     render_chart,
+    require_promtool,
 )
 from controlplane import ensure_tools
 from hostpool_operator.metrics import PrometheusMetrics
@@ -218,3 +224,98 @@ def test_suffix_rules_follow_the_metric_types() -> None:
 
 def test_bad_dashboard_values_are_refused(helm: Path) -> None:
     assert "/dashboards/label" in helm_template_error(helm, {"dashboards.label": ""})
+
+
+#: What the dashboard's variables stand for when promtool evaluates its queries.
+VARIABLES = {"$job": ".*", "$namespace": ".*", "$pool": ".*", "$__rate_interval": "5m"}
+#: The target labels Prometheus adds (the ServiceMonitor's, with honorLabels: a sample's own
+#: namespace label wins).
+TARGET = {"job": "hp-hostpool-operator-metrics", "instance": "10.0.0.1:9090"}
+
+
+def busy_operator_series() -> list[dict[str, str]]:
+    """promtool input series: every sample of a registry that saw a little of everything,
+    with the target's labels; counters grow each minute, gauges stay."""
+    metrics = PrometheusMetrics()
+    metrics.leading(True)
+    for code in ("409", "500", "transport"):
+        metrics.api_error(code)
+    status = {
+        "pendingRequests": 3,
+        "hosts": {"total": 4, "notReady": 1, "agentSilent": 1},
+        "capacity": {"free": 2},
+        "sessions": {"connecting": 1, "active": 10, "disconnected": 2},
+        "conditions": [
+            {"type": "Saturated", "status": "True"},
+            {"type": "ScalingLimited", "status": "False"},
+        ],
+        "scalingPlan": {"phase": "Peak"},
+    }
+    metrics.pool_state("vdi", "finance", status)
+    for seconds in (0.02, 0.3, 4.0):
+        metrics.observe_assignment("vdi", "finance", "NewSession", seconds, queued=seconds / 10)
+    metrics.scaled("vdi", "finance", "up", 2)
+    metrics.scaled("vdi", "finance", "down", 1)
+    metrics.host_started("vdi", "finance", 12.0)
+    series = []
+    for family in metrics.registry.collect():
+        growing = family.type in ("counter", "histogram")
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            labels = {"namespace": "hostpool-system", **TARGET, **sample.labels}
+            selector = ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items()))
+            value = max(float(sample.value), 1.0) if growing else float(sample.value)
+            values = f"0+{value:g}x15" if growing else f"{value:g}x15"
+            series.append({"series": f"{sample.name}{{{selector}}}", "values": values})
+    return series
+
+
+def as_promql(query: str) -> str:
+    """A dashboard query as plain PromQL: variables replaced, label_values(X, l) as X."""
+    for variable, value in VARIABLES.items():
+        query = query.replace(variable, value)
+    match = re.fullmatch(r"label_values\((.*),\s*\w+\)", query.strip())
+    return match.group(1) if match else query
+
+
+def test_every_query_returns_data(dashboard: Obj, tmp_path: Path) -> None:
+    promtool = require_promtool(ensure_tools(REPO_ROOT))
+    checks = list(queries(dashboard))
+    # One alert per query, firing (with no labels, as count() leaves none) when it has data.
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"alert": f"Query{i}", "expr": f"count({as_promql(expr)})"}
+                    for i, (_, expr) in enumerate(checks)
+                ],
+            }
+        ]
+    }
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
+    unit = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": busy_operator_series(),
+                "alert_rule_test": [
+                    {"eval_time": "10m", "alertname": f"Query{i}", "exp_alerts": [{}]}
+                    for i in range(len(checks))
+                ],
+            }
+        ],
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(unit))
+    proc = subprocess.run(
+        [str(promtool), "test", "rules", str(tmp_path / "test.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    names = "\n".join(f"Query{i}: {where}" for i, (where, _) in enumerate(checks))
+    assert proc.returncode == 0, f"{proc.stdout}{proc.stderr}\n{names}"
