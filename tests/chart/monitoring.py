@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.samples import Sample
 
 from hostpool_operator.metrics import PrometheusMetrics
 
@@ -116,3 +117,36 @@ def metric_names(expr: str) -> set[str]:
     out, so a label value that happens to look like a metric name is not taken for one."""
     code = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', expr)
     return {m for m in _IDENTIFIER.findall(code) if m.startswith(OWN_PREFIXES)}
+
+
+def busy_samples() -> list[tuple[Sample, str]]:
+    """The samples (and their family's type) of a registry that saw a little of everything:
+    a pool with a plan, saturated, assignments, scaling both ways, a host started, API errors,
+    leadership. ``_created`` samples are left out (Prometheus does not ingest them)."""
+    metrics = PrometheusMetrics()
+    metrics.leading(True)
+    for code in ("409", "500", "transport"):
+        metrics.api_error(code)
+    status = {
+        "pendingRequests": 3,
+        "hosts": {"total": 4, "notReady": 1, "agentSilent": 1},
+        "capacity": {"free": 2},
+        "sessions": {"connecting": 1, "active": 10, "disconnected": 2},
+        "conditions": [
+            {"type": "Saturated", "status": "True"},
+            {"type": "ScalingLimited", "status": "False"},
+        ],
+        "scalingPlan": {"phase": "Peak"},
+    }
+    metrics.pool_state("vdi", "finance", status)
+    for seconds in (0.02, 0.3, 4.0):
+        metrics.observe_assignment("vdi", "finance", "NewSession", seconds, queued=seconds / 10)
+    metrics.scaled("vdi", "finance", "up", 2)
+    metrics.scaled("vdi", "finance", "down", 1)
+    metrics.host_started("vdi", "finance", 12.0)
+    return [
+        (sample, family.type)
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    ]

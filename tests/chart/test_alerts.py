@@ -21,6 +21,7 @@ import yaml
 from chart.monitoring import (
     REPO_ROOT,
     Obj,
+    busy_samples,
     exported_sample_names,
     helm_template_error,
     metric_names,
@@ -147,6 +148,26 @@ def test_alerts_read_only_metrics_the_operator_exports(groups: list[Obj]) -> Non
         assert used <= exported, f"{name}: not exported: {sorted(used - exported)}"
         words = set(re.findall(r"\b[a-z_]+(?=\{)", rule["expr"]))
         assert words <= exported | PROMETHEUS_METRICS, name
+
+
+def test_alert_test_series_are_labelled_like_the_operators() -> None:
+    """The input series of the promtool tests carry the labels the operator's samples carry
+    (plus the target's job, instance and namespace), so the tests speak of real series."""
+    real: dict[str, set[str]] = {}
+    for sample, _ in busy_samples():
+        real.setdefault(sample.name, set()).update(sample.labels)
+    target = {"job", "instance", "namespace"}
+    for path in sorted(ALERT_TESTS.glob("*.yaml")):
+        for group in yaml.safe_load(path.read_text())["tests"]:
+            for series in group["input_series"]:
+                match = re.fullmatch(r"(\w+)\{(.*)\}", series["series"])
+                assert match, series["series"]
+                name = match.group(1)
+                labels = set(re.findall(r"(\w+)=", match.group(2)))
+                if name in PROMETHEUS_METRICS:
+                    continue
+                assert name in real, f"{path.name}: {name} is not a sample the operator exposes"
+                assert real[name] <= labels <= real[name] | target, (path.name, name, labels)
 
 
 @pytest.mark.parametrize("alert", ALERTS)

@@ -24,6 +24,7 @@ from chart.monitoring import (
     CHART_DIR,
     REPO_ROOT,
     Obj,
+    busy_samples,
     exported_sample_names,
     helm_template_error,
     metric_names,
@@ -32,7 +33,6 @@ from chart.monitoring import (
     require_promtool,
 )
 from controlplane import ensure_tools
-from hostpool_operator.metrics import PrometheusMetrics
 
 DASHBOARD = CHART_DIR / "files" / "dashboards" / "hostpool.json"
 #: What the issue asks the dashboard to show, as metrics some panel must read.
@@ -168,17 +168,7 @@ def test_every_query_follows_the_variables(dashboard: Obj) -> None:
 
 def test_the_operator_metrics_are_the_ones_without_a_pool() -> None:
     """OPERATOR_METRICS above: the families of the registry without namespace/pool labels."""
-    metrics = PrometheusMetrics()
-    metrics.pool_state("vdi", "finance", {})
-    metrics.observe_assignment("vdi", "finance", "NewSession", 0.1, queued=0.01)
-    metrics.scaled("vdi", "finance", "up", 1)
-    metrics.api_error("409")
-    no_pool = {
-        sample.name
-        for family in metrics.registry.collect()
-        for sample in family.samples
-        if "pool" not in sample.labels
-    }
+    no_pool = {sample.name for sample, _ in busy_samples() if "pool" not in sample.labels}
     used = set().union(*(metric_names(e) for _, e in queries(json.loads(DASHBOARD.read_text()))))
     assert used & no_pool == OPERATOR_METRICS
 
@@ -236,38 +226,14 @@ TARGET = {"job": "hp-hostpool-operator-metrics", "instance": "10.0.0.1:9090"}
 def busy_operator_series() -> list[dict[str, str]]:
     """promtool input series: every sample of a registry that saw a little of everything,
     with the target's labels; counters grow each minute, gauges stay."""
-    metrics = PrometheusMetrics()
-    metrics.leading(True)
-    for code in ("409", "500", "transport"):
-        metrics.api_error(code)
-    status = {
-        "pendingRequests": 3,
-        "hosts": {"total": 4, "notReady": 1, "agentSilent": 1},
-        "capacity": {"free": 2},
-        "sessions": {"connecting": 1, "active": 10, "disconnected": 2},
-        "conditions": [
-            {"type": "Saturated", "status": "True"},
-            {"type": "ScalingLimited", "status": "False"},
-        ],
-        "scalingPlan": {"phase": "Peak"},
-    }
-    metrics.pool_state("vdi", "finance", status)
-    for seconds in (0.02, 0.3, 4.0):
-        metrics.observe_assignment("vdi", "finance", "NewSession", seconds, queued=seconds / 10)
-    metrics.scaled("vdi", "finance", "up", 2)
-    metrics.scaled("vdi", "finance", "down", 1)
-    metrics.host_started("vdi", "finance", 12.0)
     series = []
-    for family in metrics.registry.collect():
-        growing = family.type in ("counter", "histogram")
-        for sample in family.samples:
-            if sample.name.endswith("_created"):
-                continue
-            labels = {"namespace": "hostpool-system", **TARGET, **sample.labels}
-            selector = ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items()))
-            value = max(float(sample.value), 1.0) if growing else float(sample.value)
-            values = f"0+{value:g}x15" if growing else f"{value:g}x15"
-            series.append({"series": f"{sample.name}{{{selector}}}", "values": values})
+    for sample, kind in busy_samples():
+        growing = kind in ("counter", "histogram")
+        labels = {"namespace": "hostpool-system", **TARGET, **sample.labels}
+        selector = ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items()))
+        value = max(float(sample.value), 1.0) if growing else float(sample.value)
+        values = f"0+{value:g}x15" if growing else f"{value:g}x15"
+        series.append({"series": f"{sample.name}{{{selector}}}", "values": values})
     return series
 
 
