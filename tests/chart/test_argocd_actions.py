@@ -164,7 +164,8 @@ def test_the_health_check_agrees_with_the_action() -> None:
 def test_argo_cd_test_cases_match_the_scripts() -> None:
     """``actions/action_test.yaml`` (Argo CD's format) holds what the scripts do."""
     cases = yaml.safe_load((ACTIONS_DIR / "action_test.yaml").read_text(encoding="utf-8"))
-    assert cases["discoveryTests"] and cases["actionTests"]
+    assert cases["discoveryTests"]
+    assert cases["actionTests"]
     for case in cases["discoveryTests"]:
         obj = yaml.safe_load((ACTIONS_DIR / case["inputPath"]).read_text(encoding="utf-8"))
         found = discover(obj)

@@ -152,8 +152,18 @@ def operator_rules(docs: list[Obj]) -> list[Obj]:
 
 
 def operator_objects(docs: list[Obj]) -> list[Obj]:
-    """The operator's objects: everything but the host agents' (component ``agent``)."""
-    return [d for d in docs if not is_agent(d)]
+    """The operator's objects: everything but the host agents' (component ``agent``) and the
+    roles for other actors (components ``user-roles`` and ``broker``)."""
+    return [d for d in docs if not is_agent(d) and component(d) not in OTHER_ACTORS]
+
+
+#: Components of the roles the chart renders for actors other than the operator.
+OTHER_ACTORS = ("user-roles", "broker")
+
+
+def component(doc: Obj) -> str | None:
+    value = doc["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+    return None if value is None else str(value)
 
 
 def is_agent(doc: Obj) -> bool:
@@ -249,6 +259,9 @@ def test_default_objects(render: Render) -> None:
             "RoleBinding",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
+            # the view and edit ClusterRoles aggregated into the built-in ones
+            "ClusterRole",
+            "ClusterRole",
         ]
     )
     for doc in docs:
@@ -826,7 +839,7 @@ def test_agents_disabled_renders_nothing_of_theirs(render: Render) -> None:
     kinds = {d["kind"] for d in docs}
     assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     # The operator's objects are the same either way.
-    assert docs == operator_objects(render())
+    assert operator_objects(docs) == operator_objects(render())
 
 
 def test_the_agents_command_of_the_docs(helm: Path) -> None:
@@ -1090,3 +1103,150 @@ def test_packaged_chart_ships_the_argocd_files(helm: Path, tmp_path: Path) -> No
     assert argocd <= packaged, sorted(argocd - packaged)
     assert "sync-crds.sh" not in packaged
     assert "Chart.yaml" in packaged
+
+
+# ---------------------------------------------------------------------------------------
+# Roles for the other actors: people (aggregated into view/edit/admin) and a session broker
+
+HOSTPOOL_KINDS = ["hostpools", "sessionhosts", "sessionrequests", "scalingplans"]
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+def user_roles(docs: list[Obj]) -> dict[str, Obj]:
+    return {
+        d["metadata"]["name"]: d
+        for d in docs
+        if d["kind"] == "ClusterRole" and component(d) == "user-roles"
+    }
+
+
+def aggregated_into(role: Obj) -> set[str]:
+    """The built-in ClusterRoles a role's labels aggregate it into."""
+    labels = role["metadata"]["labels"]
+    return {k.removeprefix(AGGREGATE) for k, v in labels.items() if v == "true"} & {
+        "view",
+        "edit",
+        "admin",
+    }
+
+
+def test_aggregated_cluster_roles_by_default(render: Render) -> None:
+    roles = user_roles(render())
+    assert sorted(roles) == ["hp-hostpool-operator-edit", "hp-hostpool-operator-view"]
+    view, edit = roles["hp-hostpool-operator-view"], roles["hp-hostpool-operator-edit"]
+    assert aggregated_into(view) == {"view", "edit", "admin"}
+    assert aggregated_into(edit) == {"edit", "admin"}
+    assert view["rules"] == [
+        {
+            "apiGroups": ["hostpool.io"],
+            "resources": HOSTPOOL_KINDS,
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    assert edit["rules"] == [
+        {
+            "apiGroups": ["hostpool.io"],
+            "resources": HOSTPOOL_KINDS,
+            "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+        },
+        {
+            "apiGroups": ["hostpool.io"],
+            "resources": ["hostpools/scale"],
+            "verbs": ["get", "update", "patch"],
+        },
+    ]
+    # Never a status: that is the operator's and the agents' to write.
+    for role in roles.values():
+        for rule in role["rules"]:
+            assert not [r for r in rule["resources"] if r.endswith("/status")], rule
+
+
+def test_aggregated_cluster_roles_can_be_left_out(render: Render) -> None:
+    assert not user_roles(render(**{"rbac.aggregateClusterRoles": False}))
+    assert not user_roles(render(**{"rbac.create": False}))
+
+
+def test_aggregated_cluster_roles_with_watch_namespace(render: Render) -> None:
+    """They are cluster-scoped either way: a RoleBinding to view/edit grants them in one
+    namespace."""
+    assert sorted(user_roles(render(watchNamespace="vdi"))) == [
+        "hp-hostpool-operator-edit",
+        "hp-hostpool-operator-view",
+    ]
+
+
+def broker_objects(docs: list[Obj]) -> list[Obj]:
+    return [d for d in docs if component(d) == "broker"]
+
+
+BROKER_RULES = [
+    {
+        "apiGroups": ["hostpool.io"],
+        "resources": ["sessionrequests"],
+        "verbs": ["create", "get", "list", "watch", "delete"],
+    },
+    {
+        "apiGroups": ["hostpool.io"],
+        "resources": ["hostpools", "sessionhosts"],
+        "verbs": ["get", "list", "watch"],
+    },
+]
+
+
+def test_no_broker_role_by_default(render: Render) -> None:
+    assert not broker_objects(render())
+
+
+def test_broker_role_in_the_release_namespace(render: Render) -> None:
+    docs = broker_objects(render(**{"broker.create": True}))
+    assert sorted(d["kind"] for d in docs) == ["Role", "RoleBinding", "ServiceAccount"]
+    role = one(docs, "Role")
+    assert role["metadata"]["name"] == "hp-hostpool-operator-broker"
+    assert role["metadata"]["namespace"] == "hostpool-system"
+    assert role["rules"] == BROKER_RULES
+    binding = one(docs, "RoleBinding")
+    assert binding["metadata"]["namespace"] == "hostpool-system"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "hp-hostpool-operator-broker",
+    }
+    sa = one(docs, "ServiceAccount")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "hostpool-system"}
+    ]
+    assert sa["metadata"]["name"] == "hp-hostpool-operator-broker"
+
+
+def test_broker_role_in_the_pools_namespace_for_an_existing_account(render: Render) -> None:
+    docs = broker_objects(
+        render(
+            **{
+                "broker.create": True,
+                "broker.namespace": "vdi",
+                "broker.serviceAccount": {"create": False, "name": "helpdesk", "namespace": "web"},
+            }
+        )
+    )
+    assert sorted(d["kind"] for d in docs) == ["Role", "RoleBinding"]
+    assert one(docs, "Role")["metadata"]["namespace"] == "vdi"
+    assert one(docs, "Role")["rules"] == BROKER_RULES
+    binding = one(docs, "RoleBinding")
+    assert binding["metadata"]["namespace"] == "vdi"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "helpdesk", "namespace": "web"}
+    ]
+
+
+def test_broker_role_follows_watch_namespace(render: Render) -> None:
+    docs = broker_objects(render(**{"broker.create": True, "watchNamespace": "vdi"}))
+    assert one(docs, "Role")["metadata"]["namespace"] == "vdi"
+    assert one(docs, "ServiceAccount")["metadata"]["namespace"] == "hostpool-system"
+
+
+def test_broker_values_are_checked_by_the_schema(helm: Path) -> None:
+    proc = run_helm(
+        helm, "template", "hp", str(CHART_DIR), "--set", "broker.serviceAcount.name=x", check=False
+    )
+    assert proc.returncode != 0
+    assert "serviceAcount" in proc.stderr
