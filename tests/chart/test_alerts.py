@@ -298,3 +298,14 @@ def test_bad_alert_values_are_refused(helm: Path, values: dict[str, Any], messag
 def test_service_monitor_keeps_the_pools_namespace_label(helm: Path) -> None:
     monitor = one(render_chart(helm, {"serviceMonitor.enabled": True}), "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+
+
+def test_missing_promtool_fails_under_ci_and_skips_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="make tools"):
+        require_promtool(tmp_path)
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="make tools"):
+        require_promtool(tmp_path)
