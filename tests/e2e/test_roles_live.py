@@ -1,0 +1,272 @@
+"""The chart's roles for actors other than the operator, proven on a real API server.
+
+The chart is rendered with the project's helm; only the roles for other actors are applied
+(component ``user-roles``: the view and edit ClusterRoles that aggregate into Kubernetes'
+built-in ones; component ``broker``: the broker's ServiceAccount, Role and RoleBinding).
+Tokens come from the TokenRequest API (``kubectl create token``), and every call below is
+made with a kubeconfig that holds nothing but that token.
+
+* The broker, with the operator running: it reads the pool and its hosts, creates a
+  SessionRequest, watches it until the operator assigns it, reads the host's address, and
+  deletes it. It is refused (403) patching a request's status, creating a SessionHost,
+  deleting a HostPool and reading Secrets.
+* Aggregation: the suite's kube-controller-manager runs the clusterrole-aggregation
+  controller, so a ServiceAccount bound (in one namespace) to the built-in ``view``
+  ClusterRole may list hostpools once the chart's roles are applied, and one bound to
+  ``edit`` may create a pool and scale it, but neither may write a status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.helpers import Cluster, OperatorProcess
+from e2e.test_rbac_live import (
+    WAIT_SECONDS,
+    Identity,
+    allowed_verbs,
+    assert_refused,
+    bin_dir,  # noqa: F401  (a fixture)
+    helm_template,
+    run_tool,
+    watch_events,
+)
+from kube import Kube, make_api_client, resource_path, token_kubeconfig, unique_name, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+
+OTHER_ACTORS = ("user-roles", "broker")
+POOL = "finance"
+Obj = dict[str, Any]
+
+
+def component(doc: Obj) -> str | None:
+    value = doc["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+    return None if value is None else str(value)
+
+
+@pytest.fixture
+def chart_roles(kube: Kube, bin_dir: Path, namespace: str) -> Iterator[list[Obj]]:  # noqa: F811
+    """The chart's roles for other actors, applied: the broker's in the test namespace (its
+    ServiceAccount there too). The ClusterRoles are deleted afterwards."""
+    kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(kube.kubeconfig)]
+    release = unique_name("roles", max_length=20)
+    values = {
+        "broker.create": True,
+        "broker.namespace": namespace,
+        "broker.serviceAccount": {"create": True, "namespace": namespace},
+    }
+    docs = [
+        d
+        for d in helm_template(bin_dir, release, namespace, values)
+        if component(d) in OTHER_ACTORS
+    ]
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["ClusterRole", "ClusterRole", "Role", "RoleBinding", "ServiceAccount"]
+    run_tool([*kubectl, "apply", "-f", "-"], stdin=yaml.safe_dump_all(docs))
+    try:
+        yield docs
+    finally:
+        cluster_scoped = [d for d in docs if d["kind"] == "ClusterRole"]
+        run_tool(
+            [*kubectl, "delete", "--ignore-not-found", "--wait=false", "-f", "-"],
+            stdin=yaml.safe_dump_all(cluster_scoped),
+        )
+
+
+@pytest.fixture
+def identity_of(
+    kube: Kube,
+    bin_dir: Path,  # noqa: F811
+    tmp_path: Path,
+) -> Callable[[str, str], Identity]:
+    """An Identity (a kubeconfig with only its token) for a ServiceAccount."""
+    kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(kube.kubeconfig)]
+
+    def make(namespace: str, name: str) -> Identity:
+        token = run_tool(
+            [*kubectl, "create", "token", name, "-n", namespace, "--duration", "1h"]
+        ).strip()
+        path = token_kubeconfig(kube.kubeconfig, token, tmp_path / f"{name}.kubeconfig")
+        api = Kube(kubeconfig=path, api_client=make_api_client(path))
+        return Identity([], path, api, f"system:serviceaccount:{namespace}:{name}", namespace)
+
+    return make
+
+
+def wait_allowed(identity: Identity, resource: str, verb: str, namespace: str) -> None:
+    """Until the authorizer has seen the new roles and bindings (and, for the built-in
+    roles, the aggregation controller has filled them in)."""
+    wait_for(
+        lambda: verb in allowed_verbs(identity, "hostpool.io", resource, namespace),
+        WAIT_SECONDS,
+        what=f"{identity.username} may {verb} {resource}",
+    )
+
+
+def service_account(kube: Kube, namespace: str, name: str, cluster_role: str) -> None:
+    """A ServiceAccount bound in ``namespace`` to a built-in ClusterRole."""
+    kube.call(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts",
+        body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+    )
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": cluster_role,
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+    }
+    kube.call(
+        "POST",
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+        body=binding,
+    )
+
+
+def test_the_broker_asks_for_a_session_and_nothing_more(
+    kube: Kube,
+    namespace: str,
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    chart_roles: list[Obj],
+    identity_of: Callable[[str, str], Identity],
+) -> None:
+    del operator_process
+    (sa,) = [d for d in chart_roles if d["kind"] == "ServiceAccount"]
+    broker = identity_of(namespace, sa["metadata"]["name"])
+    cluster.setup_pool(POOL, "DepthFirst", 2, hosts=["rds-01"], host_spec={"address": "10.0.0.1"})
+    wait_allowed(broker, "sessionrequests", "create", namespace)
+    assert allowed_verbs(broker, "hostpool.io", "sessionrequests", namespace) == {
+        "create",
+        "get",
+        "list",
+        "watch",
+        "delete",
+    }
+    for resource in ("hostpools", "sessionhosts"):
+        assert allowed_verbs(broker, "hostpool.io", resource, namespace) == {"get", "list", "watch"}
+
+    api = broker.api
+    pool = api.call("GET", resource_path("HostPool", namespace, POOL))
+    assert pool["metadata"]["name"] == POOL
+    hosts = api.call("GET", resource_path("SessionHost", namespace))
+    assert [h["metadata"]["name"] for h in hosts["items"]] == ["rds-01"]
+
+    requests = resource_path("SessionRequest", namespace)
+    before = api.call("GET", requests)["metadata"]["resourceVersion"]
+    body = {
+        "apiVersion": "hostpool.io/v1alpha1",
+        "kind": "SessionRequest",
+        "metadata": {"name": "alice"},
+        "spec": {"poolRef": {"name": POOL}, "user": "alice"},
+    }
+    created = api.call("POST", requests, body=body)
+    uid = created["metadata"]["uid"]
+
+    # The broker's watch sees the request added, then assigned by the operator.
+    seen: list[Obj] = []
+
+    def assigned() -> Obj | None:
+        for event in watch_events(broker, requests, before):
+            obj = event.get("object", {})
+            if obj.get("metadata", {}).get("uid") == uid:
+                seen.append(event)
+                if obj.get("status", {}).get("phase") == "Assigned":
+                    return dict(obj)
+        return None
+
+    obj = wait_for(assigned, WAIT_SECONDS, what="the broker watches alice assigned")
+    assert seen[0]["type"] == "ADDED"
+    assert obj["status"]["host"] == "rds-01"
+    assert obj["status"]["hostAddress"] == "10.0.0.1"
+    host = api.call("GET", resource_path("SessionHost", namespace, "rds-01"))
+    assert host["status"]["address"] == "10.0.0.1"
+
+    # Refused: a request's status, a host, a pool's deletion, Secrets.
+    name_path = resource_path("SessionRequest", namespace, "alice")
+    assert_refused(broker, "PATCH", f"{name_path}/status", {"status": {"phase": "Failed"}})
+    assert_refused(broker, "PATCH", name_path, {"metadata": {"labels": {"x": "y"}}})
+    host_body = {
+        "apiVersion": "hostpool.io/v1alpha1",
+        "kind": "SessionHost",
+        "metadata": {"name": "rogue"},
+        "spec": {"poolRef": {"name": POOL}},
+    }
+    assert_refused(broker, "POST", resource_path("SessionHost", namespace), host_body)
+    assert_refused(broker, "DELETE", resource_path("HostPool", namespace, POOL))
+    assert_refused(broker, "GET", f"/api/v1/namespaces/{namespace}/secrets")
+    assert_refused(broker, "GET", resource_path("ScalingPlan", namespace))
+
+    # Logoff: the broker deletes its request.
+    api.call("DELETE", name_path)
+    wait_for(
+        lambda: kube.request("GET", name_path)[0] == 404,
+        WAIT_SECONDS,
+        what="alice's request deleted by the broker",
+    )
+    assert POOL in cluster.objects("HostPool")
+
+
+def test_view_and_edit_aggregate_into_the_built_in_roles(
+    kube: Kube,
+    namespace: str,
+    chart_roles: list[Obj],
+    identity_of: Callable[[str, str], Identity],
+) -> None:
+    del chart_roles
+    service_account(kube, namespace, "viewer", "view")
+    service_account(kube, namespace, "editor", "edit")
+    viewer = identity_of(namespace, "viewer")
+    editor = identity_of(namespace, "editor")
+    # The aggregation controller copies the chart's rules into view and edit.
+    wait_allowed(viewer, "hostpools", "list", namespace)
+    wait_allowed(editor, "hostpools", "create", namespace)
+    for kind in ("hostpools", "sessionhosts", "sessionrequests", "scalingplans"):
+        assert allowed_verbs(viewer, "hostpool.io", kind, namespace) == {"get", "list", "watch"}
+        assert allowed_verbs(editor, "hostpool.io", kind, namespace) == {
+            "get",
+            "list",
+            "watch",
+            "create",
+            "update",
+            "patch",
+            "delete",
+            "deletecollection",
+        }
+        for identity in (viewer, editor):
+            assert not allowed_verbs(identity, "hostpool.io", kind, namespace, "status")
+
+    pool = {
+        "apiVersion": "hostpool.io/v1alpha1",
+        "kind": "HostPool",
+        "metadata": {"name": POOL},
+        "spec": {"loadBalancer": {"type": "BreadthFirst"}, "scaling": {"maxHosts": 4}},
+    }
+    pools = resource_path("HostPool", namespace)
+    assert_refused(viewer, "POST", pools, pool)
+    editor.api.call("POST", pools, body=pool)
+    listing = viewer.api.call("GET", pools)
+    assert [p["metadata"]["name"] for p in listing["items"]] == [POOL]
+    # edit may scale a pool (the /scale subresource), view may not; neither writes status.
+    scale = f"{resource_path('HostPool', namespace, POOL)}/scale"
+    patch = {"spec": {"replicas": 2}}
+    assert_refused(viewer, "PATCH", scale, patch)
+    code, answer = editor.api.request(
+        "PATCH", scale, body=patch, content_type="application/merge-patch+json"
+    )
+    assert code == 200, answer
+    assert kube.get("HostPool", namespace, POOL)["spec"]["scaling"]["minHosts"] == 2
+    status = f"{resource_path('HostPool', namespace, POOL)}/status"
+    assert_refused(editor, "PATCH", status, {"status": {"pendingRequests": 1}})
+    assert_refused(viewer, "GET", f"/api/v1/namespaces/{namespace}/secrets/x")
