@@ -304,11 +304,14 @@ class KubeClient:
                 raise ApiTransportError(f"{method} {path}: {error!r}") from error
             if status_code >= 400:
                 self._metrics.api_error(str(status_code))
-            if status_code == 401 and not reauthenticated and self.reread_token():
-                # The token was rotated (or revoked and replaced) since the last read: a 401
-                # means the request was not processed, so sending it again is safe.
-                reauthenticated = True
-                continue
+            if status_code == 401 and not reauthenticated:
+                self.reread_token()
+                if self._auth.get("Authorization") != headers.get("Authorization"):
+                    # A new token (this re-read, or another request's since this one was
+                    # sent): a 401 means the request was not processed, so sending it again
+                    # is safe.
+                    reauthenticated = True
+                    continue
             if status_code != 429 or attempt >= self._throttle_retries:
                 break
             attempt += 1
