@@ -11,6 +11,7 @@ import asyncio
 import threading
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import kopf
 import pytest
@@ -49,7 +50,9 @@ def token_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def authenticate() -> kopf.ConnectionInfo | None:
-    result = asyncio.run(handlers.authenticate(settings=kopf.OperatorSettings()))
+    # kopf's decorator types the handler as kopf calls it (with every keyword it passes).
+    handler = cast(Any, handlers.authenticate)
+    result = asyncio.run(handler(settings=kopf.OperatorSettings()))
     assert result is None or isinstance(result, kopf.ConnectionInfo)
     return result
 
