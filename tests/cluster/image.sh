@@ -162,6 +162,8 @@ if [[ ! -f "$WHEELS/.complete" ]]; then
   touch "$WHEELS/.complete"
   log "$(find "$WHEELS" -name '*.whl' | wc -l) wheels in $(($(date +%s) - t0))s"
 fi
+# Wheels of earlier sources are not needed again.
+find "$CACHE" -maxdepth 1 -name 'wheels-*' ! -name "wheels-$wheels_key" -exec rm -rf {} +
 
 # ------------------------------------------------------------------------------ the image
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO_ROOT/pyproject.toml" | head -1)"
@@ -173,7 +175,8 @@ current="$("${PODMAN[@]}" image inspect --format '{{index .Labels "io.hostpool.i
 if [[ "$current" != "$image_key" ]]; then
   log "building $IMAGE from operator/Containerfile on $BASE_IMAGE ..."
   old="$("${PODMAN[@]}" image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
-  "${PODMAN[@]}" build --quiet --network=none --timestamp "$SOURCE_DATE_EPOCH" \
+  # --layers=false: no intermediate images left behind (an unchanged build is skipped above).
+  "${PODMAN[@]}" build --quiet --layers=false --network=none --timestamp "$SOURCE_DATE_EPOCH" \
     --build-arg "BASE_IMAGE=$BASE_IMAGE" --label "io.hostpool.inputs=$image_key" \
     -f "$REPO_ROOT/operator/Containerfile" -t "$IMAGE" "$WHEELS" >/dev/null
   built=built
