@@ -252,7 +252,13 @@ class Scaling(ApiModel):
     ]
 
     min_hosts: int = Field(
-        default=0, ge=0, le=MAX_HOSTS, description="The pool never has fewer hosts than this."
+        default=0,
+        ge=0,
+        le=MAX_HOSTS,
+        description=(
+            "The pool never has fewer hosts than this. The /scale subresource sets it: "
+            "`kubectl scale hp NAME --replicas N` pre-warms N hosts."
+        ),
     )
     max_hosts: int = Field(
         default=10,
