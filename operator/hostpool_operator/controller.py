@@ -15,7 +15,8 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from .events import ApiEvents
-from .k8s import Informer, KubeClient
+from .informer import Informer
+from .k8s import KubeClient
 from .plan_binding import PoolReport
 from .plan_watch import PlanWatch
 from .pool_worker import PoolWorker

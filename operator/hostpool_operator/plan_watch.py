@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .k8s import ApiError, ApiTransportError, Informer, KubeClient
+from .informer import Informer
+from .k8s import ApiError, ApiTransportError, KubeClient
 from .plan_binding import PoolReport, bind, plan_status
 from .plans import next_phase_start
 from .ports import EventSink

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .k8s import ApiError, ApiTransportError, Informer, KubeClient
+from .informer import Informer
+from .k8s import ApiError, ApiTransportError, KubeClient
 from .services import Spawn
 from .workloads import KindKey, WorkloadKey, WorkloadRecord, kind_key
 
