@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
@@ -114,10 +115,14 @@ class Controller:
         keep hosts and requests current with the operator's own informers (pools come from
         kopf's watch, see handlers)."""
         scopes: list[str | None] = list(namespaces) if namespaces else [None]
+        before = self.client.list_timing.copy()
+        fed = 0.0
         for scope in scopes:
-            listing = await self.client.list(POOLS, scope)
-            for obj in listing["items"]:
-                self.on_pool_event("ADDED", obj)
+            async for page in self.client.list_pages(POOLS, scope):
+                started = time.perf_counter()
+                for obj in page.items:
+                    self.on_pool_event("ADDED", obj)
+                fed += time.perf_counter() - started
         self.informers = [
             Informer(self.client, plural, scope, handler)
             for plural, handler in ((HOSTS, self.on_host_event), (REQUESTS, self.on_request_event))
@@ -131,6 +136,15 @@ class Controller:
         # host whose workload is merely not listed yet must not look lost.
         for api_version, kind in self._kinds_in_use():
             await self.workloads.ensure(api_version, kind)
+        timing = self.client.list_timing
+        fed += sum(informer.feed_seconds for informer in self.informers)
+        log.info(
+            "initial sync: list %.2fs, decode %.2fs, rebuild %.2fs, %d objects",
+            timing.wait - before.wait,
+            timing.decode - before.decode,
+            fed,
+            timing.objects - before.objects,
+        )
         self.start()
         for informer in self.informers:
             self.spawn(informer.run())

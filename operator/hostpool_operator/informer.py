@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from .api import API_VERSION
-from .k8s import JSON, ApiError, ApiTransportError, KubeClient
+from .k8s import JSON, LIST_PAGE, ApiError, ApiTransportError, KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class Informer:
         *,
         timeout_seconds: int = 300,
         api_version: str = API_VERSION,
+        page_size: int = LIST_PAGE,
     ) -> None:
         self.client = client
         self.plural = plural
@@ -43,8 +45,11 @@ class Informer:
         self.namespace = namespace
         self.handler = handler
         self.timeout_seconds = timeout_seconds
+        self.page_size = page_size
         self.resource_version: str | None = None
-        self.known: dict[tuple[str, str], JSON] = {}  # key -> minimal metadata, for relists
+        self.known: dict[tuple[str, str], str | None] = {}  # key -> uid, for relists
+        self.feed_seconds = 0.0  # spent reporting listed objects to the handler
+        self.listed = 0  # objects listed
 
     def _remember(self, kind: str, obj: JSON) -> None:
         meta = obj.get("metadata") or {}
@@ -52,21 +57,37 @@ class Informer:
         if kind == "DELETED":
             self.known.pop(key, None)
         else:
-            self.known[key] = {"metadata": {k: meta.get(k) for k in ("namespace", "name", "uid")}}
+            self.known[key] = meta.get("uid")
 
     async def list_once(self) -> None:
-        """(Re)list: every object is reported; known objects that are gone become DELETED."""
-        listing = await self.client.list(self.plural, self.namespace, api_version=self.api_version)
-        seen = set()
-        for obj in listing["items"]:
-            meta = obj.get("metadata") or {}
-            seen.add((meta.get("namespace", ""), meta.get("name", "")))
-            self._remember("ADDED", obj)
-            self.handler("ADDED", obj)
+        """(Re)list: every object is reported; known objects that are gone become DELETED.
+
+        Page by page (see ``KubeClient.list_pages``): each page is reported before the next
+        is read, so only one page's JSON is in memory at a time. The seconds spent reporting
+        are added to :attr:`feed_seconds`, the objects to :attr:`listed`."""
+        seen: set[tuple[str, str]] = set()
+        version: str | None = None
+        pages = self.client.list_pages(
+            self.plural, self.namespace, api_version=self.api_version, limit=self.page_size
+        )
+        async for page in pages:
+            started = time.perf_counter()
+            if page.restarted:
+                seen = set()
+            for obj in page.items:
+                meta = obj.get("metadata") or {}
+                seen.add((meta.get("namespace", ""), meta.get("name", "")))
+                self._remember("ADDED", obj)
+                self.handler("ADDED", obj)
+            self.listed += len(page.items)
+            version = page.resource_version
+            self.feed_seconds += time.perf_counter() - started
+        started = time.perf_counter()
         for key in [k for k in self.known if k not in seen]:
-            gone = self.known.pop(key)
-            self.handler("DELETED", gone)
-        self.resource_version = listing["resourceVersion"]
+            uid = self.known.pop(key)
+            self.handler("DELETED", {"metadata": {"namespace": key[0], "name": key[1], "uid": uid}})
+        self.feed_seconds += time.perf_counter() - started
+        self.resource_version = version
 
     async def run(self) -> None:
         backoff = 0.5

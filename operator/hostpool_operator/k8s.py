@@ -54,6 +54,34 @@ SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 TOKEN_REREAD = 60.0
 
 
+#: Objects per page of a LIST (``limit``): a page's JSON is decoded and handed on before
+#: the next is read, so a list of 100,000 objects never sits in memory as one body.
+LIST_PAGE = 500
+
+
+@dataclasses.dataclass(slots=True)
+class ListPage:
+    """One page of a paginated LIST."""
+
+    items: builtins.list[JSON]
+    resource_version: str | None  # the list's (the same on every page of one snapshot)
+    restarted: bool  # the first page of a new snapshot (the continue token had expired)
+    last: bool
+
+
+@dataclasses.dataclass(slots=True)
+class ListTiming:
+    """Where the time of the LISTs went, summed over every list of one client."""
+
+    wait: float = 0.0  # seconds waiting for the answers (sent, then the whole body read)
+    decode: float = 0.0  # seconds in JSON decoding
+    objects: int = 0
+    restarts: int = 0  # lists started again after a 410 on a continue token
+
+    def copy(self) -> ListTiming:
+        return dataclasses.replace(self)
+
+
 class ApiTransportError(ConnectionError):
     """The request got no answer (connection refused, reset or dropped, or timed out): it
     may or may not have been applied. Callers that must know re-read the object."""
@@ -231,6 +259,7 @@ class KubeClient:
         self._ssl = _ssl_context(info)
         self._limit = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self.list_timing = ListTiming()
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -283,6 +312,23 @@ class KubeClient:
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
     ) -> JSON:
+        text = await self._exchange(
+            method, path, body=body, params=params, content_type=content_type
+        )
+        parsed: JSON = orjson.loads(text) if text else {}
+        return parsed
+
+    async def _exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> bytes:
+        """Send one request and read the whole answer's body (not decoded); ApiError for
+        an error status."""
         data = None if body is None else orjson.dumps(body)
         extra = {"Content-Type": content_type} if body is not None else {}
         attempt = 0
@@ -326,8 +372,7 @@ class KubeClient:
             except (ValueError, AttributeError):
                 message, reason = text.decode(errors="replace"), reason_phrase
             raise ApiError(status_code, reason, message)
-        parsed: JSON = orjson.loads(text) if text else {}
-        return parsed
+        return text
 
     # ------------------------------------------------------------------ objects
     # Every call is about hostpool.io unless ``api_version`` names another group/version
@@ -359,18 +404,62 @@ class KubeClient:
     ) -> JSON:
         """Every object of a kind (paged), with the list's resourceVersion."""
         items: list[JSON] = []
-        first: dict[str, str] = {"limit": "500"}
+        version: str | None = None
+        pages = self.list_pages(
+            plural, namespace, api_version=api_version, field_selector=field_selector
+        )
+        async for page in pages:
+            if page.restarted:
+                items = []
+            items.extend(page.items)
+            version = page.resource_version
+        return {"items": items, "resourceVersion": version}
+
+    async def list_pages(
+        self,
+        plural: str,
+        namespace: str | None = None,
+        *,
+        api_version: str = API_VERSION,
+        field_selector: str | None = None,
+        limit: int = LIST_PAGE,
+    ) -> AsyncIterator[ListPage]:
+        """Every object of a kind, ``limit`` per page (one consistent snapshot: the pages
+        after the first are read at its resourceVersion). A continue token that expired
+        meanwhile (410) starts the list again from the first page, marked ``restarted``:
+        what earlier pages yielded belongs to the older snapshot. The time spent waiting for
+        the answers and decoding them is added to :attr:`list_timing`."""
+        first: dict[str, str] = {"limit": str(limit)}
         if field_selector:
             first["fieldSelector"] = field_selector
         params = first
         path = self.path(plural, namespace, api_version=api_version)
+        restarted = False
+        timing = self.list_timing
         while True:
-            page = await self.request("GET", path, params=params)
-            items.extend(page.get("items", []))
-            token = page.get("metadata", {}).get("continue")
+            started = time.perf_counter()
+            try:
+                text = await self._exchange("GET", path, params=params)
+            except ApiError as error:
+                if error.status != 410 or "continue" not in params:
+                    raise
+                log.info("%s: list continue token expired (410); listing again", plural)
+                params, restarted = first, True
+                timing.restarts += 1
+                continue
+            read = time.perf_counter()
+            page = orjson.loads(text)
+            del text
+            timing.wait += read - started
+            timing.decode += time.perf_counter() - read
+            items = page.get("items") or []
+            timing.objects += len(items)
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
+            yield ListPage(items, metadata.get("resourceVersion"), restarted, not token)
             if not token:
-                return {"items": items, "resourceVersion": page["metadata"].get("resourceVersion")}
-            params = {**first, "continue": token}
+                return
+            params, restarted = {**first, "continue": token}, False
 
     async def get(
         self, plural: str, namespace: str, name: str, *, api_version: str = API_VERSION
