@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # The bench's compiled reference controller (Go, standard library only): formatted and vetted.
 GO_CHECK := cd tests/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
 
-.PHONY: help venv image test-image test test-faults test-unit lint crds bench-engine bench bench-hosts tools cluster-up cluster-down demo demo-down clean
+.PHONY: help venv image test-image test test-faults test-unit lint crds bench-engine bench bench-hosts bench-scale tools cluster-up cluster-down demo demo-down clean
 
 help:
 	@grep -E '^[a-z-]+:.*?## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -67,6 +67,13 @@ bench: $(STAMP) tools ## logon storm against the API server: operator vs. the wr
 
 bench-hosts: $(STAMP) tools ## 50 pod-backed hosts started on demand by a logon storm: hosts created vs. needed
 	@$(PY) tests/bench/hosts.py
+
+bench-scale: $(STAMP) tools ## 100,000 assigned sessions over 1,000 pools: operator start, storm, kill -9 (SCALE_* to scale down)
+	@if [ -n "$(BENCH_KUBECONFIG)" ]; then kc="$(BENCH_KUBECONFIG)"; dir=""; \
+	else HOSTPOOL_FAKE_NODES=0 tests/cluster/cluster.sh up .cluster/bench-scale >/dev/null && kc=.cluster/bench-scale/kubeconfig; dir=.cluster/bench-scale; fi; \
+	.cluster/bin/kubectl --kubeconfig "$$kc" apply -f crds/ >/dev/null && \
+	.cluster/bin/kubectl --kubeconfig "$$kc" wait --for=condition=Established crd --all --timeout=60s >/dev/null && \
+	KUBECONFIG="$$kc" SCALE_CLUSTER_DIR="$$dir" $(PY) tests/bench/scale.py
 
 tools: ## build kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kubectl, helm, kwok, promtool into the cache
 	tests/cluster/tools.sh

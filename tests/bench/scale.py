@@ -1,0 +1,900 @@
+"""`make bench-scale`: the operator at enterprise scale (issue 19), a benchmark, not a test.
+
+1. **Pre-fill.** A load generator (its own process, high concurrency) fills a fresh namespace
+   with SCALE_POOLS pools (SCALE_ALGORITHM, maxSessionLimit SCALE_LIMIT) of
+   SCALE_HOSTS_PER_POOL hosts each, and SCALE_SESSIONS SessionRequests already Assigned: each
+   one created, then its status written in one PUT, as the ceiling of ``make bench`` does
+   (the operator is not running). Sessions are spread evenly, so no host holds more than
+   ceil(sessions / hosts). A second namespace holds the first SCALE_STORM_POOLS of those pools,
+   filled alike: the ceiling's storm runs there, on the same API server and etcd.
+   etcd's db size and kube-apiserver's RSS are printed before and after.
+2. **Start.** The operator starts, watching the filled namespace; a probe request created at
+   the same moment times start -> first placement; start -> all pool statuses current (every
+   pool's observedGeneration == generation and status.sessions.total == its count); the
+   operator's own ``initial sync: list ..s, decode ..s, rebuild ..s, N objects`` log line;
+   its peak RSS and CPU seconds while it holds all sessions.
+3. **Storm.** SCALE_STORM logons over SCALE_STORM_POOLS pools with the operator running, and
+   the same storm without an operator (the ceiling: create + status PUT) in the second
+   namespace: throughput vs. ceiling, p50/p99 create -> Assigned, writes per assignment.
+4. **Kill.** The storm again (other pools) with a kill -9 of the operator once about a third
+   is placed, and a restart at once: the same figures, and restart -> first placement.
+   Invariants at the end over the whole namespace (pre-filled sessions included): lost,
+   duplicates (a request whose host changed), over the limit.
+
+It reuses ``storm.py`` (client, status body, write counting, /proc figures). The last line of
+stdout is one JSON object. Environment: SCALE_POOLS (1000), SCALE_HOSTS_PER_POOL (10),
+SCALE_LIMIT (12), SCALE_SESSIONS (100000), SCALE_STORM (2000), SCALE_STORM_POOLS (100),
+SCALE_ALGORITHM (DepthFirst), SCALE_CONCURRENCY (pre-fill, 256), SCALE_STORM_CONCURRENCY (64);
+KUBECONFIG, and SCALE_CLUSTER_DIR (the local control plane's directory: pids and ports of etcd
+and kube-apiserver; without it their figures are not reported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import storm
+from bench.storm import ROOT, log, percentile, proc_stats
+from hostpool_operator.k8s import ApiError, ApiTransportError, KubeClient
+
+GROUP_VERSION = storm.GROUP_VERSION
+SYNC_LINE = re.compile(
+    r"initial sync: list ([0-9.]+)s, decode ([0-9.]+)s, rebuild ([0-9.]+)s, ([0-9]+) objects"
+)
+#: Every operator process started, stopped at the end whatever happens.
+OPERATORS: list[Operator] = []
+
+
+def pool(p: int) -> str:
+    return f"p{p:04d}"
+
+
+def host(p: int, h: int) -> str:
+    return f"p{p:04d}-h{h:02d}"
+
+
+def slot(i: int, first_pool: int, pools: int, hosts_per_pool: int) -> tuple[int, int]:
+    """(pool, host) of item ``i`` of a batch spread round robin over ``pools`` pools from
+    ``first_pool``, and within a pool round robin over its hosts: an even spread."""
+    return first_pool + i % pools, (i // pools) % hosts_per_pool
+
+
+def per_host(count: int, pools: int, hosts_per_pool: int) -> int:
+    """The most items of such a batch on one host."""
+    return math.ceil(count / (pools * hosts_per_pool)) if count else 0
+
+
+# ------------------------------------------------------------------------------ load generator
+
+
+async def loadgen(args: argparse.Namespace) -> None:
+    """Create pools and hosts (``--setup``), then ``--count`` requests named
+    ``<prefix><i>``; with ``--assign`` each one's status is written at once (the ceiling)."""
+    client = storm.client_for(args.kubeconfig)
+    ns = args.namespace
+    errors: list[str] = []
+    sem = asyncio.Semaphore(args.concurrency)
+    began_setup = time.time()
+    if args.setup:
+        lb = {"type": args.algorithm, "maxSessionLimit": args.limit}
+
+        async def make(plural: str, kind: str, name: str, spec: dict[str, Any]) -> None:
+            async with sem:
+                body = {"apiVersion": GROUP_VERSION, "kind": kind, "metadata": {"name": name}}
+                try:
+                    await client.create(plural, ns, {**body, "spec": spec})
+                except (ApiError, ApiTransportError) as error:
+                    errors.append(f"{name}: {error}")
+
+        pools = range(args.first_pool, args.first_pool + args.pools)
+        await asyncio.gather(
+            *(make("hostpools", "HostPool", pool(p), {"loadBalancer": lb}) for p in pools)
+        )
+        await asyncio.gather(
+            *(
+                make("sessionhosts", "SessionHost", host(p, h), {"poolRef": {"name": pool(p)}})
+                for p in pools
+                for h in range(args.hosts_per_pool)
+            )
+        )
+    setup_s = time.time() - began_setup
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(args.count):
+        queue.put_nowait(i)
+    created: dict[str, float] = {}
+    assigned: dict[str, float] = {}
+    hosts: dict[str, str] = {}
+
+    async def worker() -> None:
+        while True:
+            try:
+                i = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            p, h = slot(i, args.first_pool, args.pools, args.hosts_per_pool)
+            name = f"{args.prefix}{i:06d}"
+            body = {
+                "apiVersion": GROUP_VERSION,
+                "kind": "SessionRequest",
+                "metadata": {"name": name, "labels": {"scale.hostpool.io/batch": args.prefix}},
+                "spec": {"poolRef": {"name": pool(p)}, "user": f"{args.prefix}u{i:06d}"},
+            }
+            try:
+                started = time.time()
+                obj = await client.create("sessionrequests", ns, body)
+                created[name] = started
+                if args.assign:
+                    meta = obj["metadata"]
+                    await client.replace_status(
+                        "sessionrequests",
+                        "SessionRequest",
+                        ns,
+                        name,
+                        storm.assigned_status(host(p, h), meta.get("generation", 1)),
+                        resource_version=meta["resourceVersion"],
+                        uid=meta["uid"],
+                    )
+                    assigned[name] = time.time()
+                    hosts[name] = host(p, h)
+            except (ApiError, ApiTransportError) as error:
+                errors.append(f"{name}: {error}")
+
+    began = time.time()
+    await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+    ended = time.time()
+    await client.close()
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "created": created,
+                "assigned": assigned,
+                "setupS": setup_s,
+                "began": began,
+                "ended": ended,
+                "errors": errors[:20],
+                "errorCount": len(errors),
+            }
+        )
+    )
+
+
+def run_loadgen(
+    args: argparse.Namespace,
+    namespace: str,
+    out: Path,
+    *,
+    prefix: str,
+    count: int,
+    first_pool: int,
+    pools: int,
+    assign: bool,
+    setup: bool = False,
+    concurrency: int | None = None,
+) -> dict[str, Any]:
+    argv = [
+        sys.executable,
+        __file__,
+        "loadgen",
+        "--kubeconfig",
+        args.kubeconfig,
+        "--namespace",
+        namespace,
+        "--prefix",
+        prefix,
+        "--count",
+        str(count),
+        "--first-pool",
+        str(first_pool),
+        "--pools",
+        str(pools),
+        "--hosts-per-pool",
+        str(args.hosts_per_pool),
+        "--limit",
+        str(args.limit),
+        "--algorithm",
+        args.algorithm,
+        "--concurrency",
+        str(concurrency or args.storm_concurrency),
+        "--out",
+        str(out),
+    ]
+    subprocess.run(
+        argv + (["--assign"] if assign else []) + (["--setup"] if setup else []), check=True
+    )
+    result: dict[str, Any] = json.loads(out.read_text())
+    if result["errorCount"]:
+        log(f"load generator: {result['errorCount']} errors, e.g. {result['errors'][:3]}")
+    return result
+
+
+# ------------------------------------------------------------------------------ figures
+
+
+class Cluster:
+    """etcd's db size and kube-apiserver's memory, from the local control plane's directory."""
+
+    def __init__(self, directory: str) -> None:
+        self.dir = Path(directory) if directory else None
+        self.state: dict[str, str] = {}
+        if self.dir and (self.dir / "state.env").exists():
+            for line in (self.dir / "state.env").read_text().splitlines():
+                key, _, value = line.partition("=")
+                self.state[key] = value
+
+    def pid(self, name: str) -> int | None:
+        if not self.dir:
+            return None
+        path = self.dir / "pids" / f"{name}.pid"
+        return int(path.read_text().strip()) if path.exists() else None
+
+    def apiserver_rss_mb(self) -> float | None:
+        pid = self.pid("kube-apiserver")
+        if pid is None:
+            return None
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return None
+
+    async def etcd_db_mb(self, client: KubeClient) -> float | None:
+        port = self.state.get("ETCD_PORT")
+        if not port:
+            return None
+        async with client._http().get(f"http://127.0.0.1:{port}/metrics") as response:
+            text = await response.text()
+        for line in text.splitlines():
+            if line.startswith("etcd_mvcc_db_total_size_in_bytes "):
+                return float(line.split()[1]) / 1e6
+        return None
+
+    async def figures(self, client: KubeClient) -> dict[str, float | None]:
+        etcd = await self.etcd_db_mb(client)
+        rss = self.apiserver_rss_mb()
+        return {
+            "etcdDbMb": None if etcd is None else round(etcd, 1),
+            "apiserverRssMb": None if rss is None else round(rss, 1),
+        }
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+async def current_rv(client: KubeClient, namespace: str) -> str:
+    page = await client.request(
+        "GET", client.path("sessionrequests", namespace), params={"limit": "1"}
+    )
+    rv: str = page["metadata"]["resourceVersion"]
+    return rv
+
+
+async def watch_batch(
+    client: KubeClient,
+    namespace: str,
+    selector: str,
+    rv: str,
+    seen: dict[str, tuple[str, float]],
+    changed: set[str],
+) -> None:
+    """When each request of a batch (label selector) is first seen Assigned, and any later
+    change of its host; from ``rv`` on (not a replay of the whole namespace)."""
+    path = client.path("sessionrequests", namespace)
+    while True:
+        params = {
+            "watch": "true",
+            "resourceVersion": rv,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": "60",
+            "labelSelector": selector,
+        }
+        try:
+            async with client._http().get(
+                client._server + path,
+                params=params,
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=90),
+            ) as response:
+                async for raw in response.content:
+                    event = json.loads(raw)
+                    obj = event["object"]
+                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                    if event["type"] not in ("ADDED", "MODIFIED"):
+                        continue
+                    status = obj.get("status") or {}
+                    if status.get("phase") != "Assigned":
+                        continue
+                    name, where = obj["metadata"]["name"], status.get("host", "")
+                    if name not in seen:
+                        seen[name] = (where, time.time())
+                    elif seen[name][0] != where:
+                        changed.add(name)
+        except (TimeoutError, aiohttp.ClientError):
+            await asyncio.sleep(0.2)
+
+
+class Operator:
+    def __init__(self, args: argparse.Namespace, namespace: str, work: Path, label: str) -> None:
+        self.log_path = work / f"operator-{label}.log"
+        self.metrics_port = storm.free_port()
+        self.started = time.time()
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hostpool_operator",
+                "run",
+                "--namespace",
+                namespace,
+                "--status-interval",
+                str(args.status_interval),
+                "--write-concurrency",
+                str(args.write_concurrency),
+                "--metrics-address",
+                f"127.0.0.1:{self.metrics_port}",
+            ],
+            stdout=self.log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+            env={
+                **os.environ,
+                "KUBECONFIG": args.kubeconfig,
+                "PYTHONPATH": str(ROOT / "operator"),
+            },
+        )
+        OPERATORS.append(self)
+
+    def text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def sync_figures(self) -> dict[str, float] | None:
+        match = SYNC_LINE.search(self.text())
+        if not match:
+            return None
+        return {
+            "listS": float(match.group(1)),
+            "decodeS": float(match.group(2)),
+            "rebuildS": float(match.group(3)),
+            "objects": int(match.group(4)),
+        }
+
+    def lease_wait(self) -> float | None:
+        """Seconds it waited as a standby for the lease (the killed one's) to expire."""
+        stamps: dict[str, datetime] = {}
+        for line in self.text().splitlines():
+            for key, text in (("wait", "waiting as a standby"), ("lead", "holds lease")):
+                if text in line and key not in stamps:
+                    stamps[key] = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+        if "wait" not in stamps or "lead" not in stamps:
+            return None
+        return (stamps["lead"] - stamps["wait"]).total_seconds()
+
+    def problems(self) -> list[str]:
+        return [
+            line
+            for line in self.text().splitlines()
+            if re.search(r"\b(ERROR|WARNING|Traceback|CRITICAL)\b", line)
+        ]
+
+    def stop(self) -> None:
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+async def wait_assigned(client: KubeClient, namespace: str, name: str, limit: float) -> float:
+    """Seconds until request ``name`` is Assigned (nan if not within ``limit``)."""
+    began = time.time()
+    while time.time() - began < limit:
+        try:
+            obj = await client.get("sessionrequests", namespace, name)
+            if (obj.get("status") or {}).get("phase") == "Assigned":
+                return time.time()
+        except (ApiError, ApiTransportError):
+            pass
+        await asyncio.sleep(0.05)
+    return float("nan")
+
+
+async def create_probe(client: KubeClient, namespace: str, name: str, p: int) -> None:
+    await client.create(
+        "sessionrequests",
+        namespace,
+        {
+            "apiVersion": GROUP_VERSION,
+            "kind": "SessionRequest",
+            "metadata": {"name": name, "labels": {"scale.hostpool.io/batch": "probe"}},
+            "spec": {"poolRef": {"name": pool(p)}, "user": f"{name}-user"},
+        },
+    )
+
+
+async def pools_current(
+    client: KubeClient, namespace: str, expected: dict[str, int], limit: float
+) -> tuple[float, int]:
+    """(time when every pool's status is current, pools current at the last look)."""
+    began = time.time()
+    good = 0
+    while time.time() - began < limit:
+        listing = await client.list("hostpools", namespace)
+        good = 0
+        for obj in listing["items"]:
+            status = obj.get("status") or {}
+            sessions = (status.get("sessions") or {}).get("total")
+            if status.get("observedGeneration") == obj["metadata"].get(
+                "generation"
+            ) and sessions == expected.get(obj["metadata"]["name"]):
+                good += 1
+        if good == len(expected):
+            return time.time(), good
+        await asyncio.sleep(0.5)
+    return float("nan"), good
+
+
+# ------------------------------------------------------------------------------ the bench
+
+
+async def storm_run(
+    args: argparse.Namespace,
+    client: KubeClient,
+    namespace: str,
+    work: Path,
+    *,
+    prefix: str,
+    first_pool: int,
+    assign: bool,
+    operator: Operator | None = None,
+    kill_at: int = 0,
+    restart: Any = None,
+) -> dict[str, Any]:
+    """One storm of args.storm requests over args.storm_pools pools from ``first_pool``;
+    ``assign``: the ceiling (the load generator writes the status). With ``kill_at``, the
+    operator gets a kill -9 once that many are seen Assigned, and ``restart()`` at once."""
+    seen: dict[str, tuple[str, float]] = {}
+    changed: set[str] = set()
+    rv = await current_rv(client, namespace)
+    watcher = asyncio.create_task(
+        watch_batch(client, namespace, f"scale.hostpool.io/batch={prefix}", rv, seen, changed)
+    )
+    await asyncio.sleep(0.3)
+    cpu_before = proc_stats(operator.process.pid)[0] if operator else 0.0
+    writes_before = await storm.apiserver_writes(client)
+    kill: dict[str, Any] = {}
+
+    async def killer() -> None:
+        while len(seen) < kill_at:
+            await asyncio.sleep(0.02)
+        assert operator is not None
+        kill["placedAtKill"] = len(seen)
+        kill["cpuBeforeKillS"] = proc_stats(operator.process.pid)[0] - cpu_before
+        kill["rssBeforeKillMb"] = proc_stats(operator.process.pid)[1]
+        operator.process.send_signal(signal.SIGKILL)
+        operator.process.wait()
+        kill["killedAt"] = time.time()
+        kill["operator"] = await restart()
+
+    killing = asyncio.create_task(killer()) if kill_at else None
+    result = await asyncio.to_thread(
+        run_loadgen,
+        args,
+        namespace,
+        work / f"{prefix}.json",
+        prefix=prefix,
+        count=args.storm,
+        first_pool=first_pool,
+        pools=args.storm_pools,
+        assign=assign,
+    )
+    deadline = time.time() + args.timeout
+    while len(seen) < len(result["created"]) and time.time() < deadline:
+        await asyncio.sleep(0.1)
+    if killing is not None and not killing.done():
+        if "killedAt" in kill:
+            await killing  # the restarted operator's probe
+        else:
+            log("kill -9 never happened: too few placed")
+            killing.cancel()
+    await asyncio.sleep(args.status_interval * 2 + 0.5)
+    watcher.cancel()
+    op = kill["operator"][0] if kill else operator
+    cpu_after, peak = proc_stats(op.process.pid) if op else (0.0, 0.0)
+    writes_after = await storm.apiserver_writes(client)
+    created = result["created"]
+    delta = {k: writes_after.get(k, 0) - writes_before.get(k, 0) for k in writes_after}
+    delta = {k: v for k, v in delta.items() if v}
+    latencies = [(seen[n][1] - t) * 1000 for n, t in created.items() if n in seen]
+    first = min(created.values()) if created else 0.0
+    last = max((t for _, t in seen.values()), default=first)
+    placed = sum(1 for n in created if n in seen)
+    out: dict[str, Any] = {
+        "requests": args.storm,
+        "created": len(created),
+        "placed": placed,
+        "perS": placed / (last - first) if last > first else 0.0,
+        "p50Ms": percentile(latencies, 50),
+        "p99Ms": percentile(latencies, 99),
+        "seen": {n: h for n, (h, _) in seen.items()},
+        "changed": sorted(changed),
+        "writes": {f"{v} {r}": n for (v, r), n in sorted(delta.items())},
+        "writesPerAssignment": (sum(delta.values()) - len(created)) / placed
+        if placed and not assign
+        else float("nan"),
+        "loadgenErrors": result["errorCount"],
+    }
+    if operator is not None and not kill_at:
+        out["operatorCpuS"] = cpu_after - cpu_before
+        out["operatorPeakRssMb"] = peak
+    if kill:
+        times = sorted(t for _, t in seen.values())
+        out["placedAtKill"] = kill["placedAtKill"]
+        # The dead process's writes in flight may still land just after the kill: the
+        # outage is the longest pause between placements.
+        out["longestPauseS"] = max(
+            (b - a for a, b in itertools.pairwise(times)), default=float("nan")
+        )
+        out.update(kill["operator"][1])
+        out["restartedOperatorPeakRssMb"] = peak
+    return out
+
+
+async def bench(args: argparse.Namespace) -> int:
+    work = Path(tempfile.mkdtemp(prefix="hostpool-scale-"))
+    client = storm.client_for(args.kubeconfig)
+    cluster = Cluster(args.cluster_dir)
+    hosts = args.pools * args.hosts_per_pool
+    fill = per_host(args.sessions, args.pools, args.hosts_per_pool)
+    storm_fill = per_host(args.storm, args.storm_pools, args.hosts_per_pool)
+    probe_pool = args.pools - 1
+    if fill + storm_fill > args.limit or fill + 2 > args.limit:
+        raise SystemExit(
+            f"scale: no room: {fill} pre-filled + {storm_fill} storm sessions (or 2 probes) per "
+            f"host > maxSessionLimit {args.limit}"
+        )
+    figures: dict[str, Any] = {"before": await cluster.figures(client)}
+    namespace = await storm.create_namespace(client, "bench-scale")
+    ceiling_ns = await storm.create_namespace(client, "bench-scale-ceiling")
+    log(f"work directory {work}; namespaces {namespace}, {ceiling_ns}")
+    prefill = await asyncio.to_thread(
+        run_loadgen,
+        args,
+        namespace,
+        work / "prefill.json",
+        prefix="f",
+        count=args.sessions,
+        first_pool=0,
+        pools=args.pools,
+        assign=True,
+        setup=True,
+        concurrency=args.concurrency,
+    )
+    log(
+        f"pre-filled {args.pools} pools, {hosts} hosts, {len(prefill['assigned'])} sessions in "
+        f"{prefill['setupS'] + prefill['ended'] - prefill['began']:.1f}s"
+    )
+    ceiling_sessions = sum(
+        1
+        for i in range(args.sessions)
+        if slot(i, 0, args.pools, args.hosts_per_pool)[0] < args.storm_pools
+    )
+    # The ceiling's namespace: the storm pools again, filled alike (same pools, same hosts,
+    # the same sessions on each host).
+    ceiling_fill = await asyncio.to_thread(
+        run_loadgen,
+        args,
+        ceiling_ns,
+        work / "prefill-ceiling.json",
+        prefix="f",
+        count=ceiling_sessions,
+        first_pool=0,
+        pools=args.storm_pools,
+        assign=True,
+        setup=True,
+        concurrency=args.concurrency,
+    )
+    await asyncio.sleep(2)
+    figures["afterPrefill"] = await cluster.figures(client)
+    prefill_summary = {
+        "pools": args.pools,
+        "hostsPerPool": args.hosts_per_pool,
+        "hosts": hosts,
+        "limit": args.limit,
+        "algorithm": args.algorithm,
+        "sessions": len(prefill["assigned"]),
+        "setupS": round(prefill["setupS"], 1),
+        "sessionsS": round(prefill["ended"] - prefill["began"], 1),
+        "sessionsPerS": round(len(prefill["assigned"]) / (prefill["ended"] - prefill["began"]), 1),
+        "errors": prefill["errorCount"],
+        "concurrency": args.concurrency,
+        "ceilingNamespaceSessions": len(ceiling_fill["assigned"]),
+        "ceilingNamespaceS": round(
+            ceiling_fill["setupS"] + ceiling_fill["ended"] - ceiling_fill["began"], 1
+        ),
+    }
+    expected: dict[str, int] = {pool(p): 0 for p in range(args.pools)}
+    for i in range(args.sessions):
+        expected[pool(slot(i, 0, args.pools, args.hosts_per_pool)[0])] += 1
+    expected[pool(probe_pool)] += 1
+    prefilled_hosts = prefill["assigned"]  # name -> time; hosts recomputed below
+    del prefilled_hosts
+
+    # --- start
+    operator = Operator(args, namespace, work, "start")
+    await create_probe(client, namespace, "probe-start", probe_pool)
+    placed_at = await wait_assigned(client, namespace, "probe-start", args.timeout)
+    current_at, good = await pools_current(client, namespace, expected, args.timeout)
+    cpu, peak = proc_stats(operator.process.pid)
+    start_sync = operator.sync_figures()
+    start: dict[str, Any] = {
+        "firstPlacementS": placed_at - operator.started,
+        "poolsCurrentS": current_at - operator.started,
+        "poolsCurrent": good,
+        "initialSync": start_sync,
+        "cpuS": cpu,
+        "peakRssMb": peak,
+    }
+    figures["operatorRunning"] = await cluster.figures(client)
+    log(
+        f"start: first placement {start['firstPlacementS']:.2f}s, pools current "
+        f"{start['poolsCurrentS']:.2f}s ({good}/{args.pools}), peak RSS {peak:.0f} MB, "
+        f"CPU {cpu:.1f}s, initial sync {start['initialSync'] or 'not reported'}"
+    )
+
+    # --- storm and ceiling
+    sp = args.storm_pools
+    ceiling = await storm_run(args, client, ceiling_ns, work, prefix="c", first_pool=0, assign=True)
+    log(f"ceiling: {ceiling['placed']} in {ceiling['perS']:.1f}/s")
+    run = await storm_run(
+        args, client, namespace, work, prefix="s", first_pool=0, assign=False, operator=operator
+    )
+    log(f"storm: {run['placed']} in {run['perS']:.1f}/s")
+    # --- the storm again, kill -9 a third of the way
+    restarted: list[Operator] = []
+
+    async def restart() -> tuple[Operator, dict[str, Any]]:
+        new = Operator(args, namespace, work, "restart")
+        restarted.append(new)
+        await create_probe(client, namespace, "probe-restart", probe_pool)
+        at = await wait_assigned(client, namespace, "probe-restart", args.timeout)
+        return new, {
+            "restartToProbePlacementS": at - new.started,
+            "restartInitialSync": new.sync_figures(),
+            "leaseWaitS": new.lease_wait(),
+        }
+
+    killed = await storm_run(
+        args,
+        client,
+        namespace,
+        work,
+        prefix="k",
+        first_pool=sp,
+        assign=False,
+        operator=operator,
+        kill_at=args.storm // 3,
+        restart=restart,
+    )
+    log(f"storm with kill -9: {killed['placed']} in {killed['perS']:.1f}/s")
+    final_operator = restarted[0] if restarted else operator
+    # --- invariants over the whole namespace
+    listing = await client.list("sessionrequests", namespace)
+    figures["end"] = await cluster.figures(client)
+    problems = operator.problems() + (final_operator.problems() if restarted else [])
+    final_operator.stop()
+    if operator.alive():
+        operator.stop()
+    count: dict[str, int] = {}
+    lost: list[str] = []
+    dup: set[str] = set(run["changed"]) | set(killed["changed"])
+    for obj in listing["items"]:
+        name = obj["metadata"]["name"]
+        status = obj.get("status") or {}
+        if status.get("phase") != "Assigned":
+            lost.append(name)
+            continue
+        where = status["host"]
+        count[where] = count.get(where, 0) + 1
+        if name.startswith("f"):
+            i = int(name[1:])
+            p, h = slot(i, 0, args.pools, args.hosts_per_pool)
+            if where != host(p, h):
+                dup.add(name)
+        for batch in (run, killed):
+            if name in batch["seen"] and batch["seen"][name] != where:
+                dup.add(name)
+    names = {obj["metadata"]["name"] for obj in listing["items"]}
+    missing = args.sessions + 2 * args.storm + 2 - len(names)
+    over = {h: n for h, n in count.items() if n > args.limit}
+    invariants = {
+        "lost": len(lost) + max(0, missing),
+        "duplicates": len(dup),
+        "overLimit": len(over),
+        "objectsAtEnd": len(listing["items"]),
+    }
+
+    def storm_summary(r: dict[str, Any]) -> dict[str, Any]:
+        keep = {k: v for k, v in r.items() if k not in ("seen", "changed")}
+        keep["ratio"] = r["perS"] / ceiling["perS"] if ceiling["perS"] else float("nan")
+        return {
+            k: round(v, 3) if isinstance(v, float) else v for k, v in keep.items() if k != "writes"
+        } | {"writes": r["writes"]}
+
+    summary = {
+        "prefill": prefill_summary,
+        "cluster": figures,
+        "start": {k: round(v, 2) if isinstance(v, float) else v for k, v in start.items()},
+        "ceiling": {
+            "perS": round(ceiling["perS"], 1),
+            "p50Ms": round(ceiling["p50Ms"], 1),
+            "p99Ms": round(ceiling["p99Ms"], 1),
+        },
+        "storm": storm_summary(run),
+        "kill": storm_summary(killed),
+        "invariants": invariants,
+        "operatorLogProblems": len(problems),
+    }
+    sync_text = (
+        "not reported"
+        if not start_sync
+        else "list {listS}s, decode {decodeS}s, rebuild {rebuildS}s, {objects} objects".format(
+            **start_sync
+        )
+    )
+
+    def storm_rows(label: str, r: dict[str, Any]) -> list[tuple[str, str]]:
+        return [
+            (f"{label}: placed / requests", f"{r['placed']} / {r['requests']}"),
+            (
+                f"{label}: /s (ratio to ceiling)",
+                f"{r['perS']:.1f} ({r['perS'] / ceiling['perS']:.3f})",
+            ),
+            (f"{label}: p50 / p99 (ms)", f"{r['p50Ms']:.1f} / {r['p99Ms']:.1f}"),
+            (f"{label}: API writes per assignment", f"{r['writesPerAssignment']:.3f}"),
+        ]
+
+    rows = [
+        (
+            "pre-filled",
+            f"{args.pools} pools x {args.hosts_per_pool} hosts ({args.algorithm}, limit "
+            f"{args.limit}), {prefill_summary['sessions']} Assigned sessions",
+        ),
+        (
+            "  how",
+            f"load generator, concurrency {args.concurrency}: create + status PUT each "
+            f"(no operator); hosts/pools {prefill_summary['setupS']}s, sessions "
+            f"{prefill_summary['sessionsS']}s ({prefill_summary['sessionsPerS']}/s)",
+        ),
+        (
+            "  ceiling namespace",
+            f"{sp} pools filled alike, {prefill_summary['ceilingNamespaceSessions']} sessions "
+            f"in {prefill_summary['ceilingNamespaceS']}s",
+        ),
+        *(
+            (
+                f"etcd db / apiserver RSS (MB), {k}",
+                f"{fmt(v['etcdDbMb'])} / {fmt(v['apiserverRssMb'])}",
+            )
+            for k, v in figures.items()
+        ),
+        ("start -> first placement (s)", f"{start['firstPlacementS']:.2f}"),
+        (
+            "start -> all pool statuses current",
+            f"{start['poolsCurrentS']:.2f} s ({good}/{args.pools} pools)",
+        ),
+        ("operator's initial sync", sync_text),
+        ("operator CPU (s) / peak RSS (MB), start", f"{cpu:.1f} / {peak:.1f}"),
+        (
+            "ceiling: /s, p50 / p99 (ms)",
+            f"{ceiling['perS']:.1f}, {ceiling['p50Ms']:.1f} / {ceiling['p99Ms']:.1f}",
+        ),
+        *storm_rows("storm", run),
+        (
+            "storm: operator CPU (s) / peak RSS (MB)",
+            f"{run['operatorCpuS']:.1f} / {run['operatorPeakRssMb']:.1f}",
+        ),
+        *storm_rows("kill -9", killed),
+        ("kill -9: placed at the kill", str(killed.get("placedAtKill", "never killed"))),
+        ("kill -9: restart waited for the lease (s)", fmt(killed.get("leaseWaitS"), 2)),
+        (
+            "kill -9: restart -> probe placed (s)",
+            fmt(killed.get("restartToProbePlacementS"), 2),
+        ),
+        (
+            "kill -9: longest pause in placements (s)",
+            fmt(killed.get("longestPauseS"), 2),
+        ),
+        (
+            "lost / duplicates / overLimit (all)",
+            f"{invariants['lost']} / {invariants['duplicates']} / {invariants['overLimit']}",
+        ),
+        ("operator log: ERROR/WARNING lines", str(len(problems))),
+    ]
+    print(
+        f"\nscale: {args.sessions} sessions over {args.pools} pools; storm {args.storm} over "
+        f"{sp} pools"
+    )
+    for label, value in rows:
+        print(f"  {label:<42} {value}")
+    for line in problems[:10]:
+        print(f"  operator log: {line[:200]}")
+    print(f"  operator logs and raw results: {work}")
+    print(json.dumps(summary), flush=True)
+    if args.keep:
+        log(f"namespaces kept: {namespace}, {ceiling_ns}")
+    else:
+        await storm.delete_namespace(client, ceiling_ns)
+        await storm.delete_namespace(client, namespace)
+    await client.close()
+    bad = invariants["lost"] or invariants["duplicates"] or invariants["overLimit"]
+    return 1 if bad else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    sub = parser.add_subparsers(dest="command")
+    gen = sub.add_parser("loadgen")
+    for flag in ("--kubeconfig", "--namespace", "--prefix", "--algorithm", "--out"):
+        gen.add_argument(flag, required=True)
+    for flag in ("--count", "--first-pool", "--pools", "--hosts-per-pool", "--limit"):
+        gen.add_argument(flag, type=int, required=True)
+    gen.add_argument("--concurrency", type=int, required=True)
+    gen.add_argument("--assign", action="store_true")
+    gen.add_argument("--setup", action="store_true")
+    env = os.environ.get
+    parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""))
+    parser.add_argument("--cluster-dir", default=env("SCALE_CLUSTER_DIR", ""))
+    parser.add_argument("--pools", type=int, default=int(env("SCALE_POOLS", "1000")))
+    parser.add_argument(
+        "--hosts-per-pool", type=int, default=int(env("SCALE_HOSTS_PER_POOL", "10"))
+    )
+    parser.add_argument("--limit", type=int, default=int(env("SCALE_LIMIT", "12")))
+    parser.add_argument("--sessions", type=int, default=int(env("SCALE_SESSIONS", "100000")))
+    parser.add_argument("--storm", type=int, default=int(env("SCALE_STORM", "2000")))
+    parser.add_argument("--storm-pools", type=int, default=int(env("SCALE_STORM_POOLS", "100")))
+    parser.add_argument("--algorithm", default=env("SCALE_ALGORITHM", "DepthFirst"))
+    parser.add_argument("--concurrency", type=int, default=int(env("SCALE_CONCURRENCY", "256")))
+    parser.add_argument(
+        "--storm-concurrency", type=int, default=int(env("SCALE_STORM_CONCURRENCY", "64"))
+    )
+    parser.add_argument("--status-interval", type=float, default=1.0)
+    parser.add_argument("--write-concurrency", type=int, default=128)
+    parser.add_argument("--timeout", type=float, default=float(env("SCALE_TIMEOUT", "600")))
+    parser.add_argument("--keep", action="store_true", help="keep the namespaces")
+    args = parser.parse_args()
+    if args.command == "loadgen":
+        asyncio.run(loadgen(args))
+        return 0
+    if not args.kubeconfig:
+        parser.error("no cluster: set KUBECONFIG (make bench-scale starts one and sets it)")
+    # The storm and the kill run use pools of their own; the probes use the last pool.
+    args.storm_pools = max(1, min(args.storm_pools, (args.pools - 1) // 2))
+    try:
+        return asyncio.run(bench(args))
+    finally:
+        for operator in OPERATORS:
+            operator.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
