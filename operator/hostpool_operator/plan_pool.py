@@ -78,7 +78,7 @@ def plan_requests(state: PoolState, logoffs_sent: Collection[str] = ()) -> list[
             record = state.requests.get(holder)
             if record is None:
                 continue
-            logoff = bool(record.status.get("logoff")) or holder in logoffs_sent
+            logoff = record.logoff or holder in logoffs_sent
             requests.append(PlanRequest(holder, session.host, logoff))
     return requests
 

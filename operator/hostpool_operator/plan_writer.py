@@ -92,7 +92,7 @@ class PlanWriter:
         self.sent = {
             name
             for name in self.sent
-            if (record := state.requests.get(name)) is not None and not record.status.get("logoff")
+            if (record := state.requests.get(name)) is not None and not record.logoff
         }
         return self.sent
 
@@ -106,7 +106,7 @@ class PlanWriter:
 
     def observe_request(self, record: RequestRecord) -> None:
         """Requests carrying a logoff are tracked likewise."""
-        if record.status.get("logoff"):
+        if record.logoff:
             self.logoffs.add(record.meta.name)
         else:
             self.logoffs.discard(record.meta.name)

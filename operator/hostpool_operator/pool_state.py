@@ -334,7 +334,7 @@ class PoolState:
         """Until when this assigned request's session counts as connecting (None: not)."""
         if record.session_state != SessionState.CONNECTING.value:
             return None
-        if record.status.get("reason") != Reason.NEW_SESSION.value:
+        if record.reason != Reason.NEW_SESSION.value:
             return None
         assigned = record.assigned_at
         if assigned is None:
@@ -371,7 +371,7 @@ class PoolState:
                 record.host,
                 session.host,
             )
-        session.holders.add(name)
+        session.add_holder(name)
         # An agent reporting Active/Disconnected ends the connecting phase.
         if record.session_state in (SessionState.ACTIVE.value, SessionState.DISCONNECTED.value):
             settled = self.ledger.settle(user)
@@ -453,7 +453,7 @@ def pending_count(state: PoolState) -> int:
 
 def waiting_reasons(state: PoolState) -> set[object]:
     """The reasons the waiting requests' stored statuses give."""
-    return {state.requests[n].status.get("reason") for n in state.waiting if n in state.requests}
+    return {state.requests[n].reason for n in state.waiting if n in state.requests}
 
 
 def reports_metrics(state: PoolState) -> bool:

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from sys import intern
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from .api import (
@@ -91,13 +93,13 @@ class Meta:
     def of(cls, obj: Mapping[str, Any]) -> Meta:
         meta = obj.get("metadata") or {}
         return cls(
-            namespace=str(meta.get("namespace", "")),
+            namespace=intern(str(meta.get("namespace", ""))),
             name=str(meta.get("name", "")),
             uid=str(meta.get("uid", "")),
             resource_version=str(meta.get("resourceVersion", "")),
             generation=int(meta.get("generation") or 0),
             created=str(meta.get("creationTimestamp", "")),
-            labels=dict(meta.get("labels") or {}),
+            labels=dict(labels) if (labels := meta.get("labels")) else {},
         )
 
     def reference(self) -> dict[str, Any]:
@@ -112,34 +114,47 @@ class Meta:
         }
 
 
+#: The status fields of a request its record keeps as (interned) strings of their own; the
+#: rest of the status is kept encoded (see ``RequestRecord``).
+_REQUEST_FIELDS = ("phase", "host", "sessionState", "reason", "assignedAt")
+
+
 @dataclass(slots=True)
 class RequestRecord:
+    """A SessionRequest: of its status, the fields decisions read as interned strings, and
+    the rest (conditions, message, address, logoff...) as compact JSON, decoded only when a
+    status write needs the whole status (``status``). 100,000 of these are held at once."""
+
     meta: Meta
     pool: str
     demand: Demand | None
     spec_error: str | None
-    status: dict[str, Any]
+    phase: str | None = None
+    host: str | None = None
+    session_state: str | None = None
+    reason: str | None = None
+    assigned: str | None = None  # status.assignedAt as stored
+    logoff: bool = False  # status.logoff is set
+    rest: bytes | None = None  # every other status field, orjson-encoded (None: none)
     seq: int = 0
     seen: float = 0.0  # monotonic time the operator first saw the request
 
     @property
-    def phase(self) -> str | None:
-        value = self.status.get("phase")
-        return value if isinstance(value, str) else None
-
-    @property
-    def host(self) -> str | None:
-        value = self.status.get("host")
-        return value if isinstance(value, str) else None
-
-    @property
-    def session_state(self) -> str | None:
-        value = self.status.get("sessionState")
-        return value if isinstance(value, str) else None
+    def status(self) -> dict[str, Any]:
+        """The stored status, whole (a new dict at each call)."""
+        status: dict[str, Any] = orjson.loads(self.rest) if self.rest is not None else {}
+        for key, value in zip(
+            _REQUEST_FIELDS,
+            (self.phase, self.host, self.session_state, self.reason, self.assigned),
+            strict=True,
+        ):
+            if value is not None:
+                status[key] = value
+        return status
 
     @property
     def assigned_at(self) -> datetime | None:
-        return parse_time(self.status.get("assignedAt"))
+        return parse_time(self.assigned)
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> RequestRecord:
@@ -150,7 +165,23 @@ class RequestRecord:
             demand = Demand(parsed.user, parsed.protocol, parsed.unauthenticated)
         except ValidationError as exc:
             error = describe_validation_error(exc, under="spec")
-        return cls(Meta.of(obj), pool_ref(obj), demand, error, _status(obj))
+        record = cls(Meta.of(obj), intern(pool_ref(obj)), demand, error)
+        status = obj.get("status")
+        if not isinstance(status, Mapping) or not status:
+            return record
+        rest = dict(status)
+        fields = [
+            intern(value) if isinstance(value := rest.get(key), str) else None
+            for key in _REQUEST_FIELDS
+        ]
+        for key, value in zip(_REQUEST_FIELDS, fields, strict=True):
+            if value is not None:
+                del rest[key]
+        record.phase, record.host, record.session_state, record.reason, record.assigned = fields
+        record.logoff = bool(rest.get("logoff"))
+        # A copy: orjson's own bytes keep its whole (4 KiB) buffer allocated.
+        record.rest = memoryview(orjson.dumps(rest)).tobytes() if rest else None
+        return record
 
 
 @dataclass(slots=True)

@@ -107,7 +107,7 @@ def failed_status(
 
 def says_pending(record: RequestRecord, reason: Reason) -> bool:
     """The stored status already says the request waits for this reason."""
-    return record.phase == Phase.PENDING.value and record.status.get("reason") == reason.value
+    return record.phase == Phase.PENDING.value and record.reason == reason.value
 
 
 # ---------------------------------------------------------------------------- sessions

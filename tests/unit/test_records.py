@@ -158,6 +158,38 @@ def test_request_record_properties(status: dict[str, Any], expected: tuple[Any, 
     assert (record.phase, record.host, record.session_state, record.assigned_at) == expected
 
 
+@pytest.mark.parametrize(
+    "status",
+    [
+        {},
+        {
+            "observedGeneration": 2,
+            "phase": "Assigned",
+            "host": "h1",
+            "hostAddress": "10.0.0.1",
+            "reason": "NewSession",
+            "message": "new session on h1",
+            "sessionState": "Active",
+            "assignedAt": "2026-11-29T12:00:00Z",
+            "logoff": {"message": "bye", "notifiedAt": "2026-11-29T13:00:00Z"},
+            "conditions": [{"type": "Assigned", "status": "True", "reason": "NewSession"}],
+            "someFieldOfALaterVersion": {"kept": True},
+        },
+        {"phase": 1, "host": ["h1"], "reason": None, "sessionState": {}, "message": "x"},
+    ],
+    ids=["empty", "whole", "wrong-types"],
+)
+def test_request_record_keeps_the_whole_status_for_its_writes(status: dict[str, Any]) -> None:
+    """The record keeps some fields apart and the rest encoded: the status a write starts
+    from is still the stored one, every field and value of it."""
+    record = RequestRecord.of(obj({"poolRef": {"name": "desk"}, "user": "a"}, status))
+    assert record.status == status
+    assert record.logoff is bool(status.get("logoff"))
+    assert record.reason == (
+        status.get("reason") if isinstance(status.get("reason"), str) else None
+    )
+
+
 # ---------------------------------------------------------------------------- hosts
 
 
