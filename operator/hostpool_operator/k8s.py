@@ -427,39 +427,57 @@ class KubeClient:
         """Every object of a kind, ``limit`` per page (one consistent snapshot: the pages
         after the first are read at its resourceVersion). A continue token that expired
         meanwhile (410) starts the list again from the first page, marked ``restarted``:
-        what earlier pages yielded belongs to the older snapshot. The time spent waiting for
-        the answers and decoding them is added to :attr:`list_timing`."""
+        what earlier pages yielded belongs to the older snapshot. The next page is requested
+        as soon as a page arrives, so it is on its way while the caller handles this one.
+        The time spent waiting for the answers (what the caller's handling did not hide) and
+        decoding them is added to :attr:`list_timing`."""
         first: dict[str, str] = {"limit": str(limit)}
         if field_selector:
             first["fieldSelector"] = field_selector
-        params = first
         path = self.path(plural, namespace, api_version=api_version)
         restarted = False
         timing = self.list_timing
-        while True:
-            started = time.perf_counter()
-            try:
-                text = await self._exchange("GET", path, params=params)
-            except ApiError as error:
-                if error.status != 410 or "continue" not in params:
-                    raise
-                log.info("%s: list continue token expired (410); listing again", plural)
-                params, restarted = first, True
-                timing.restarts += 1
-                continue
-            read = time.perf_counter()
-            page = orjson.loads(text)
-            del text
-            timing.wait += read - started
-            timing.decode += time.perf_counter() - read
-            items = page.get("items") or []
-            timing.objects += len(items)
-            metadata = page.get("metadata") or {}
-            token = metadata.get("continue")
-            yield ListPage(items, metadata.get("resourceVersion"), restarted, not token)
-            if not token:
-                return
-            params, restarted = {**first, "continue": token}, False
+
+        def fetch(params: dict[str, str]) -> asyncio.Task[bytes]:
+            return asyncio.ensure_future(self._exchange("GET", path, params=params))
+
+        params = first
+        pending = fetch(params)
+        try:
+            while True:
+                started = time.perf_counter()
+                try:
+                    text = await pending
+                except ApiError as error:
+                    if error.status != 410 or "continue" not in params:
+                        raise
+                    log.info("%s: list continue token expired (410); listing again", plural)
+                    params, restarted = first, True
+                    timing.restarts += 1
+                    pending = fetch(params)
+                    continue
+                read = time.perf_counter()
+                page = orjson.loads(text)
+                del text
+                timing.wait += read - started
+                timing.decode += time.perf_counter() - read
+                items = page.get("items") or []
+                timing.objects += len(items)
+                metadata = page.get("metadata") or {}
+                token = metadata.get("continue")
+                if token:
+                    # The next page is read while the caller works on this one.
+                    params = {**first, "continue": token}
+                    pending = fetch(params)
+                yield ListPage(items, metadata.get("resourceVersion"), restarted, not token)
+                if not token:
+                    return
+                restarted = False
+        finally:
+            if not pending.done():
+                pending.cancel()
+            elif not pending.cancelled():
+                pending.exception()  # retrieved: a page nobody reads fails silently
 
     async def get(
         self, plural: str, namespace: str, name: str, *, api_version: str = API_VERSION
