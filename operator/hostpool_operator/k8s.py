@@ -1,7 +1,8 @@
 """The only code that talks to the Kubernetes API (besides kopf's own watching).
 
 A small asynchronous client on aiohttp (which kopf already uses): it logs in the way kopf
-does (kubeconfig or in-cluster service account), keeps one connection pool, and speaks JSON
+does (kubeconfig or in-cluster service account; see ``k8s_auth``), keeps one connection
+pool, and speaks JSON
 for the handful of calls the operator makes. Decisions are written conditional on
 ``metadata.resourceVersion``, so the API server applies them only to the version the
 decision was made on (409 Conflict otherwise): a stale view can never overwrite another
@@ -12,14 +13,10 @@ less work for that than for a merge patch, which it has to apply to the stored o
 from __future__ import annotations
 
 import asyncio
-import base64
 import builtins
 import dataclasses
 import logging
-import os
 import random
-import ssl
-import tempfile
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from datetime import UTC, datetime
@@ -29,10 +26,16 @@ from urllib.parse import quote
 import aiohttp
 import kopf
 import orjson
-import yaml
 
 from .api import API_VERSION
 from .conditions import rfc3339
+from .k8s_auth import (
+    SERVICE_ACCOUNT_TOKEN as SERVICE_ACCOUNT_TOKEN,
+)
+from .k8s_auth import TOKEN_REREAD, Credentials, ssl_context
+from .k8s_auth import login as login
+from .k8s_auth import read_token as read_token
+from .k8s_auth import token_file as token_file
 from .ports import MetricsSink
 
 log = logging.getLogger(__name__)
@@ -47,11 +50,6 @@ MERGE_PATCH = "application/merge-patch+json"
 THROTTLE_RETRIES = 10
 #: Longest wait between those tries, whatever Retry-After asks for.
 THROTTLE_MAX_WAIT = 10.0
-#: The in-cluster service account token. The kubelet rewrites it well before it expires
-#: (bound tokens live an hour or so), so a client that read it once gets 401s later.
-SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-#: Seconds between two reads of the token file (client-go reads it every minute too).
-TOKEN_REREAD = 60.0
 
 
 #: Objects per page of a LIST (``limit``): a page's JSON is decoded and handed on before
@@ -117,105 +115,6 @@ def _retry_after_seconds(header: str | None) -> float:
     return min(seconds + random.uniform(0, seconds), THROTTLE_MAX_WAIT)
 
 
-def _ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
-    if not info.server.startswith("https"):
-        return False
-    context = ssl.create_default_context()
-    if info.insecure:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if info.ca_path:
-        context.load_verify_locations(cafile=info.ca_path)
-    elif info.ca_data:
-        data = info.ca_data
-        text = data.decode() if isinstance(data, bytes) else data
-        if "-----BEGIN" not in text:
-            text = base64.b64decode(text).decode()
-        context.load_verify_locations(cadata=text)
-    cert, key = info.certificate_path, info.private_key_path
-    if info.certificate_data and info.private_key_data:
-        # ssl wants files for client certificates; they live only as long as the loading.
-        with (
-            tempfile.NamedTemporaryFile("wb") as cert_file,
-            tempfile.NamedTemporaryFile("wb") as key_file,
-        ):
-            for target, data in (
-                (cert_file, info.certificate_data),
-                (key_file, info.private_key_data),
-            ):
-                raw = data.encode() if isinstance(data, str) else data
-                if b"-----BEGIN" not in raw:
-                    raw = base64.b64decode(raw)
-                target.write(raw)
-                target.flush()
-            context.load_cert_chain(cert_file.name, key_file.name)
-    elif cert and key:
-        context.load_cert_chain(cert, key)
-    return context
-
-
-def _kubeconfig_user() -> dict[str, Any]:
-    """The current context's user in $KUBECONFIG (or ~/.kube/config), read as kopf reads it:
-    several files merged, the first one naming an entry wins. Empty when there is none."""
-    kubeconfig = os.environ.get("KUBECONFIG") or "~/.kube/config"
-    paths = [os.path.expanduser(p.strip()) for p in kubeconfig.split(os.pathsep) if p.strip()]
-    current: str | None = None
-    contexts: dict[Any, Any] = {}
-    users: dict[Any, Any] = {}
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                config = yaml.safe_load(handle) or {}
-        except (OSError, yaml.YAMLError):
-            continue
-        current = current or config.get("current-context")
-        for item in config.get("contexts") or []:
-            contexts.setdefault(item.get("name"), item.get("context") or {})
-        for item in config.get("users") or []:
-            users.setdefault(item.get("name"), item.get("user") or {})
-    context = contexts.get(current) or {}
-    user = users.get(context.get("user")) or {}
-    return user if isinstance(user, dict) else {}
-
-
-def token_file() -> str | None:
-    """The file the operator's bearer token is (re-)read from: in-cluster the service
-    account's, else the kubeconfig user's ``tokenFile`` (None: the token does not come
-    from a file)."""
-    if os.path.exists(SERVICE_ACCOUNT_TOKEN):
-        return SERVICE_ACCOUNT_TOKEN
-    user = _kubeconfig_user()
-    path = user.get("tokenFile")
-    if not path or user.get("token"):  # kubectl prefers an inline token too
-        return None
-    return os.path.expanduser(str(path))
-
-
-def read_token(path: str) -> str | None:
-    """The token in ``path``, or None when it cannot be read or is empty."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip() or None
-    except OSError as error:
-        log.warning("cannot read the token file %s: %s", path, error)
-        return None
-
-
-def login(settings: kopf.OperatorSettings | None = None) -> kopf.ConnectionInfo:
-    """Credentials as kopf finds them: in-cluster service account, else the kubeconfig,
-    whose user's ``tokenFile`` is read here (kopf's kubeconfig login ignores it)."""
-    settings = settings or kopf.OperatorSettings()
-    info = kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(
-        settings=settings
-    )
-    if info is None:
-        raise kopf.LoginError("no in-cluster service account and no usable kubeconfig found")
-    path = token_file()
-    if path is not None and not info.token and (token := read_token(path)):
-        info = dataclasses.replace(info, token=token)
-    return info
-
-
 def group_version_path(api_version: str) -> str:
     """The URL path of an API group/version: the core group lives under /api."""
     return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
@@ -244,19 +143,9 @@ class KubeClient:
         self._headers = {"Accept": "application/json", "User-Agent": "hostpool-operator"}
         # Also sent with each request, over the session's default: a rotated token replaces
         # it without a new connection pool.
-        self._auth: dict[str, str] = {}
-        self._scheme = info.scheme or "Bearer"
-        self._token = info.token
-        self._token_file = token_file
-        self._token_reread = token_reread
-        self._token_read_at = time.monotonic()
-        if info.token:
-            self._auth["Authorization"] = f"{self._scheme} {info.token}"
-        elif info.username and info.password:
-            raw = f"{info.username}:{info.password}".encode()
-            self._auth["Authorization"] = f"Basic {base64.b64encode(raw).decode()}"
-        self._headers.update(self._auth)
-        self._ssl = _ssl_context(info)
+        self._credentials = Credentials(info, token_file=token_file, reread_every=token_reread)
+        self._headers.update(self._credentials.header())
+        self._ssl = ssl_context(info)
         self._limit = max_connections
         self._session: aiohttp.ClientSession | None = None
         self.list_timing = ListTiming()
@@ -279,24 +168,7 @@ class KubeClient:
 
     def reread_token(self) -> bool:
         """Read the token file again; True when it holds a new token (used from now on)."""
-        self._token_read_at = time.monotonic()
-        if self._token_file is None:
-            return False
-        token = read_token(self._token_file)
-        if token is None or token == self._token:
-            return False
-        self._token = token
-        self._auth["Authorization"] = f"{self._scheme} {token}"
-        log.info("token file %s re-read: a new token is used from now on", self._token_file)
-        return True
-
-    def _fresh_auth(self) -> dict[str, str]:
-        if (
-            self._token_file is not None
-            and time.monotonic() - self._token_read_at >= self._token_reread
-        ):
-            self.reread_token()
-        return self._auth
+        return self._credentials.reread()
 
     async def close(self) -> None:
         if self._session is not None:
@@ -334,7 +206,7 @@ class KubeClient:
         attempt = 0
         reauthenticated = False
         while True:
-            headers = {**self._fresh_auth(), **extra}
+            headers = {**self._credentials.header(), **extra}
             try:
                 async with self._http().request(
                     method, self._server + path, data=data, params=params, headers=headers
@@ -350,8 +222,8 @@ class KubeClient:
             if status_code >= 400:
                 self._metrics.api_error(str(status_code))
             if status_code == 401 and not reauthenticated:
-                self.reread_token()
-                if self._auth.get("Authorization") != headers.get("Authorization"):
+                self._credentials.reread()
+                if self._credentials.authorization != headers.get("Authorization"):
                     # A new token (this re-read, or another request's since this one was
                     # sent): a 401 means the request was not processed, so sending it again
                     # is safe.
@@ -597,7 +469,7 @@ class KubeClient:
         }
         url = self._server + self.path(plural, namespace, api_version=api_version)
         timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
-        headers = self._fresh_auth()
+        headers = self._credentials.header()
         try:
             async with self._http().get(
                 url, params=params, timeout=timeout, headers=headers
@@ -632,31 +504,7 @@ class KubeClient:
         returns whether it was recorded."""
         meta = involved.get("metadata", {})
         namespace = meta.get("namespace", "default")
-        now = rfc3339(datetime.now(UTC))
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "generateName": f"{meta.get('name', 'hostpool')}.",
-                "namespace": namespace,
-            },
-            "involvedObject": {
-                "apiVersion": API_VERSION,
-                "kind": kind,
-                "name": meta.get("name"),
-                "namespace": namespace,
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": type_,
-            "source": {"component": component},
-            "reportingComponent": component,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        event = event_body(involved, kind, reason, message, type_, component)
         try:
             await self.request("POST", f"/api/v1/namespaces/{quote(namespace)}/events", body=event)
         except (ApiError, ApiTransportError) as error:
@@ -679,3 +527,36 @@ async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
                 yield line
     if buffer.strip():
         yield buffer
+
+
+def event_body(
+    involved: Mapping[str, Any], kind: str, reason: str, message: str, type_: str, component: str
+) -> JSON:
+    """A core/v1 Event about ``involved`` (an object, or just its metadata), now."""
+    meta = involved.get("metadata", {})
+    namespace = meta.get("namespace", "default")
+    now = rfc3339(datetime.now(UTC))
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "generateName": f"{meta.get('name', 'hostpool')}.",
+            "namespace": namespace,
+        },
+        "involvedObject": {
+            "apiVersion": API_VERSION,
+            "kind": kind,
+            "name": meta.get("name"),
+            "namespace": namespace,
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": type_,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
