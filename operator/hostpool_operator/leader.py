@@ -27,8 +27,13 @@ LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
 
 def identity() -> str:
-    """hostname plus a random suffix: unique even for two processes on one machine."""
-    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    """Who holds the Lease. In a pod, the pod's name (``POD_NAME``, from the downward API):
+    a container restarted in the same pod (after a crash or kill -9) is that pod's only
+    process, so it takes its own Lease back at once instead of waiting for it to expire.
+    Elsewhere the hostname plus a random suffix: unique even for two processes on one
+    machine."""
+    pod = os.environ.get("POD_NAME", "").strip()
+    return pod or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
 def default_namespace(watched: list[str]) -> str:

@@ -1250,3 +1250,8 @@ def test_broker_values_are_checked_by_the_schema(helm: Path) -> None:
     )
     assert proc.returncode != 0
     assert "serviceAcount" in proc.stderr
+
+
+def test_the_pod_name_is_the_leader_election_identity(render: Render) -> None:
+    env = {e["name"]: e for e in container(render())["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}

@@ -4,7 +4,9 @@ mid-storm, a host or the pool deleted under live sessions, a restart, a storm of
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -311,3 +313,38 @@ def test_a_pool_that_is_gone_leaves_nothing_behind(
             lambda: label not in operator_process.metrics() or None,
             "the pool's metric series to go",
         )
+
+
+def test_a_restarted_container_takes_its_own_lease_back_at_once(
+    kube: KubeLike,
+    namespace: str,
+    cluster: Cluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the pod's name as its identity (the chart sets POD_NAME), an operator killed
+    with SIGKILL and started again in the same pod holds the Lease at once: it does not wait
+    the 15 s for its own Lease to expire, as a process with a new identity must."""
+    monkeypatch.setenv("POD_NAME", "hostpool-operator-7d9f6-x2k4q")
+    operator = OperatorProcess(kube.kubeconfig, namespace, tmp_path / "operator.log")
+    operator.start()
+    try:
+        cluster.setup_pool(POOL, "DepthFirst", 5, hosts=["h1"])
+        cluster.create_request("before", POOL, "u0")
+        cluster.wait_assigned(["before"])
+        killed = operator.proc
+        assert killed is not None
+        killed.kill()  # SIGKILL: the Lease is not released
+        killed.wait(timeout=10)
+        operator.proc = None
+        restarted = time.monotonic()
+        operator.start()
+        cluster.create_request("after", POOL, "u1")
+        cluster.wait_assigned(["after"], timeout=30)
+        took = time.monotonic() - restarted
+        print(f"restart -> placed: {took:.2f} s")
+        assert took < 10, f"placed {took:.1f} s after the restart: it waited for the Lease"
+        assert "waiting as a standby" not in operator.log_text()
+        assert operator.problems() == []
+    finally:
+        operator.stop(wait=False)
