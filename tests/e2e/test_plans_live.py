@@ -148,6 +148,26 @@ def in_query_order(hosts: dict[str, dict[str, Any]]) -> list[str]:
     return sorted(hosts, key=lambda n: (hosts[n]["metadata"]["creationTimestamp"], n))
 
 
+def peak_at_full_minimum(cluster: Cluster, algorithm: str, limit: int, max_hosts: int) -> list[str]:
+    """A pool with no host of its own under a plan in Peak whose minimum is 100 % of
+    maxHosts: waits for the operator to create and report every host; their names in query
+    order."""
+    cluster.setup_pool(POOL, algorithm, limit, scaling=scaling(max_hosts))
+    cluster.create(
+        "ScalingPlan",
+        "office",
+        plan_spec("peak", pools=[POOL], rampUp={"minimumHostsPercent": 100}),
+    )
+    cluster.wait(
+        lambda: len(managed(cluster)) == max_hosts or None, f"{max_hosts} hosts (the minimum)"
+    )
+    cluster.wait(
+        lambda: all(status(h).get("conditions") for h in managed(cluster).values()) or None,
+        "the operator to report the new hosts",
+    )
+    return in_query_order(managed(cluster))
+
+
 def pool_plan(cluster: Cluster, pool: str = POOL) -> dict[str, Any] | None:
     value = status(cluster.pool(pool)).get("scalingPlan")
     return value if isinstance(value, dict) else None
@@ -314,18 +334,7 @@ def test_ramp_down_drains_and_removes_the_emptiest_hosts(
     cluster: Cluster, operator_process: OperatorProcess, recorder: RequestRecorder
 ) -> None:
     del operator_process
-    cluster.setup_pool(POOL, "DepthFirst", 4, scaling=scaling(4))
-    cluster.create(
-        "ScalingPlan",
-        "office",
-        plan_spec("peak", pools=[POOL], rampUp={"minimumHostsPercent": 100}),
-    )
-    cluster.wait(lambda: len(managed(cluster)) == 4 or None, "4 hosts (100 % of maxHosts)")
-    cluster.wait(
-        lambda: all(status(h).get("conditions") for h in managed(cluster).values()) or None,
-        "the operator to report the new hosts",
-    )
-    order = in_query_order(managed(cluster))
+    order = peak_at_full_minimum(cluster, "DepthFirst", 4, 4)
     names = ["r0", "r1"]
     for i, name in enumerate(names):
         cluster.create_request(name, POOL, f"user{i}")
@@ -396,18 +405,7 @@ def test_forced_logoff_sets_the_deadline_and_the_host_goes_when_empty(
     cluster: Cluster, operator_process: OperatorProcess, recorder: RequestRecorder
 ) -> None:
     del operator_process
-    cluster.setup_pool(POOL, "DepthFirst", 4, scaling=scaling(2))
-    cluster.create(
-        "ScalingPlan",
-        "office",
-        plan_spec("peak", pools=[POOL], rampUp={"minimumHostsPercent": 100}),
-    )
-    cluster.wait(lambda: len(managed(cluster)) == 2 or None, "2 hosts (100 % of maxHosts)")
-    cluster.wait(
-        lambda: all(status(h).get("conditions") for h in managed(cluster).values()) or None,
-        "the operator to report the new hosts",
-    )
-    first, second = in_query_order(managed(cluster))
+    first, second = peak_at_full_minimum(cluster, "DepthFirst", 4, 2)
     for i, name in enumerate(["r0", "r1"]):
         cluster.create_request(name, POOL, f"user{i}")
     cluster.wait_assigned(["r0", "r1"])
@@ -463,18 +461,7 @@ def test_zero_active_sessions_ends_disconnected_sessions(
     cluster: Cluster, operator_process: OperatorProcess, recorder: RequestRecorder
 ) -> None:
     del operator_process
-    cluster.setup_pool(POOL, "DepthFirst", 4, scaling=scaling(2))
-    cluster.create(
-        "ScalingPlan",
-        "office",
-        plan_spec("peak", pools=[POOL], rampUp={"minimumHostsPercent": 100}),
-    )
-    cluster.wait(lambda: len(managed(cluster)) == 2 or None, "2 hosts (100 % of maxHosts)")
-    cluster.wait(
-        lambda: all(status(h).get("conditions") for h in managed(cluster).values()) or None,
-        "the operator to report the new hosts",
-    )
-    first, second = in_query_order(managed(cluster))
+    first, second = peak_at_full_minimum(cluster, "DepthFirst", 4, 2)
     for i, name in enumerate(["r0", "r1"]):
         cluster.create_request(name, POOL, f"user{i}")
     cluster.wait_assigned(["r0", "r1"])
@@ -643,18 +630,7 @@ def test_a_restart_keeps_the_plans_drains_and_deadlines(
     """What a plan decided lives in the API (the drain mark, status.logoff), so an operator
     restarted in ramp-down neither drains again, nor moves a deadline, nor announces the
     phase twice."""
-    cluster.setup_pool(POOL, "BreadthFirst", 4, scaling=scaling(2))
-    cluster.create(
-        "ScalingPlan",
-        "office",
-        plan_spec("peak", pools=[POOL], rampUp={"minimumHostsPercent": 100}),
-    )
-    cluster.wait(lambda: len(managed(cluster)) == 2 or None, "2 hosts (100 % of maxHosts)")
-    cluster.wait(
-        lambda: all(status(h).get("conditions") for h in managed(cluster).values()) or None,
-        "the operator to report the new hosts",
-    )
-    first, second = in_query_order(managed(cluster))
+    first, second = peak_at_full_minimum(cluster, "BreadthFirst", 4, 2)
     for i, name in enumerate(["r0", "r1"]):
         cluster.create_request(name, POOL, f"user{i}")
     cluster.wait_assigned(["r0", "r1"])
