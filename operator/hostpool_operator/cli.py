@@ -97,6 +97,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         status_interval=args.status_interval,
         metrics_stale_after=args.metrics_stale_after,
         write_concurrency=args.write_concurrency,
+        status_concurrency=args.status_concurrency,
     )
     metrics = None
     if args.metrics_address:
@@ -188,6 +189,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=defaults.write_concurrency,
         help="request status writes in flight at once, shared by all pools (default %(default)s)",
+    )
+    run.add_argument(
+        "--status-concurrency",
+        type=int,
+        default=defaults.status_concurrency,
+        help="pool and host status writes in flight at once, shared by all pools "
+        "(default %(default)s)",
     )
     run.add_argument("--log-format", choices=("text", "json"), default="text")
     run.add_argument("--verbose", "-v", action="store_true", help="debug logging")

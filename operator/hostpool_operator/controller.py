@@ -61,6 +61,7 @@ class Controller:
             metrics=self.metrics,
             events=ApiEvents(client, self.spawn, self.settings.event_interval),
             write_slots=WriteSlots(self.settings.write_concurrency),
+            status_slots=WriteSlots(self.settings.status_concurrency),
             spawn=self.spawn,
             next_seq=self._next_seq,
             workload_resource=self.workloads.resource,

@@ -107,8 +107,10 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
-    # Room for every pool's assignment writes in flight, plus watches and status writes.
-    connections = max(512, 2 * memo.settings.write_concurrency)
+    # Room for the assignment and status writes in flight (both bounded for all pools) plus
+    # watches, Events and the rest. Each connection costs TLS buffers here and a goroutine
+    # there: no more than can be used.
+    connections = memo.settings.write_concurrency + memo.settings.status_concurrency + 64
     client = KubeClient(
         login(settings),
         max_connections=connections,

@@ -25,6 +25,8 @@ class Services:
     events: EventSink
     #: Request status writes in flight, bounded for the whole operator.
     write_slots: WriteSlots
+    #: Pool and host status writes in flight, bounded for the whole operator.
+    status_slots: WriteSlots
     #: Runs a coroutine as a task the controller owns (logged if it fails, cancelled at stop).
     spawn: Spawn
     #: The next arrival sequence number (the order requests are placed in, operator-wide).

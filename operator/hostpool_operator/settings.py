@@ -21,5 +21,11 @@ class ControllerSettings:
     #: delivers new requests (to this operator too) lags as they multiply
     #: (docs/performance.md: 256 was slower than 128).
     write_concurrency: int = 128
+    #: Pool and host status writes in flight at once, shared by all pools in turn (their own
+    #: slots, so they never take one from a request). At start every pool and host may need
+    #: a write (11,000 at 1,000 pools x 10 hosts): unbounded, each would hold a connection
+    #: of its own (TLS buffers in this process, a goroutine in the API server) and slow the
+    #: first placements down.
+    status_concurrency: int = 16
     #: The same Event (object, reason) is posted at most this often (seconds).
     event_interval: float = 30.0

@@ -62,8 +62,7 @@ class StatusFlusher:
         self.hosts_dirty = True
         self.pool_task: asyncio.Task[None] | None = None
         self.hosts_task: asyncio.Task[None] | None = None
-        # Status writes get their own, small lane: they must never hold up assignments.
-        self._lane = asyncio.Semaphore(4)
+        self._key = (state.namespace, state.name)
         self.last_pool_write = 0.0  # monotonic, when the last pool flush started
         self.last_host_write = 0.0
         self.last_activity = 0.0  # monotonic time of the latest placement
@@ -181,7 +180,8 @@ class StatusFlusher:
 
     async def _write_host_status(self, host: HostRecord, status: dict[str, Any]) -> None:
         namespace = self.state.namespace
-        async with self._lane:
+        # Status writes have slots of their own: they must never hold up assignments.
+        async with self.services.status_slots.slot(self._key):
             try:
                 await self.services.client.patch_status(HOSTS, namespace, host.meta.name, status)
                 self.written_hosts[host.meta.name] = status
@@ -242,7 +242,8 @@ class StatusFlusher:
             self.services.events.post(pool.body, "HostPool", reason, message, "Normal")
         self.was_saturated = saturated
         try:
-            await self.services.client.patch_status(POOLS, state.namespace, state.name, status)
+            async with self.services.status_slots.slot(self._key):
+                await self.services.client.patch_status(POOLS, state.namespace, state.name, status)
             self.written_pool = status
             self.pool_written_at = time.monotonic()
             pool.status.update(status)
