@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from sys import intern
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -65,6 +66,21 @@ def newer_or_same(new: str | None, old: str | None) -> bool:
         return True
 
 
+#: The labels of a record that keeps none (requests: no decision reads them).
+NO_LABELS: Mapping[str, str] = MappingProxyType({})
+
+
+def kept_body(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object as a record keeps it (Events name it, owner references point at it):
+    without ``metadata.managedFields``, which nothing here reads and which is most of a
+    listed object (an entry per writer, each a tree of field names)."""
+    body = dict(obj)
+    metadata = body.get("metadata")
+    if isinstance(metadata, Mapping) and "managedFields" in metadata:
+        body["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}
+    return body
+
+
 def _status(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The object's status, or an empty one when it is missing or not an object."""
     status = obj.get("status")
@@ -87,19 +103,22 @@ class Meta:
     resource_version: str
     generation: int
     created: str
-    labels: dict[str, str]
+    labels: Mapping[str, str]
 
     @classmethod
-    def of(cls, obj: Mapping[str, Any]) -> Meta:
+    def of(cls, obj: Mapping[str, Any], *, labels: bool = True) -> Meta:
+        """``labels=False``: keep none (see ``NO_LABELS``)."""
         meta = obj.get("metadata") or {}
+        given = meta.get("labels") if labels else None
         return cls(
             namespace=intern(str(meta.get("namespace", ""))),
             name=str(meta.get("name", "")),
             uid=str(meta.get("uid", "")),
             resource_version=str(meta.get("resourceVersion", "")),
             generation=int(meta.get("generation") or 0),
-            created=str(meta.get("creationTimestamp", "")),
-            labels=dict(labels) if (labels := meta.get("labels")) else {},
+            # Interned: objects created in one second (a logon storm) share one string.
+            created=intern(str(meta.get("creationTimestamp", ""))),
+            labels=dict(given) if given else NO_LABELS,
         )
 
     def reference(self) -> dict[str, Any]:
@@ -165,7 +184,7 @@ class RequestRecord:
             demand = Demand(parsed.user, parsed.protocol, parsed.unauthenticated)
         except ValidationError as exc:
             error = describe_validation_error(exc, under="spec")
-        record = cls(Meta.of(obj), intern(pool_ref(obj)), demand, error)
+        record = cls(Meta.of(obj, labels=False), intern(pool_ref(obj)), demand, error)
         status = obj.get("status")
         if not isinstance(status, Mapping) or not status:
             return record
@@ -225,7 +244,14 @@ class HostRecord:
             except ValidationError as exc:
                 metrics_error = describe_validation_error(exc, under="status.metrics")
         return cls(
-            Meta.of(obj), pool_ref(obj), spec, error, metrics, metrics_error, status, dict(obj)
+            Meta.of(obj),
+            pool_ref(obj),
+            spec,
+            error,
+            metrics,
+            metrics_error,
+            status,
+            kept_body(obj),
         )
 
 
@@ -245,7 +271,7 @@ class PoolRecord:
             spec = HostPoolSpec.model_validate(obj.get("spec") or {})
         except ValidationError as exc:
             error = describe_validation_error(exc, under="spec")
-        return cls(Meta.of(obj), spec, error, _status(obj), dict(obj))
+        return cls(Meta.of(obj), spec, error, _status(obj), kept_body(obj))
 
 
 @dataclass(slots=True)
@@ -270,4 +296,4 @@ class PlanRecord:
             spec = ScalingPlanSpec.model_validate(obj.get("spec") or {})
         except ValidationError as exc:
             error = describe_validation_error(exc, under="spec")
-        return cls(Meta.of(obj), spec, error, _status(obj), dict(obj))
+        return cls(Meta.of(obj), spec, error, _status(obj), kept_body(obj))

@@ -15,8 +15,10 @@ from hostpool_operator.records import (
     MANAGER,
     HostRecord,
     Meta,
+    PlanRecord,
     PoolRecord,
     RequestRecord,
+    kept_body,
     newer_or_same,
     parse_time,
     pool_ref,
@@ -70,8 +72,8 @@ def test_meta_without_metadata() -> None:
 def test_meta_labels_are_a_copy() -> None:
     body = obj({})
     meta = Meta.of(body)
-    meta.labels["x"] = "y"
-    assert body["metadata"]["labels"] == {"team": "vdi"}
+    assert meta.labels == {"team": "vdi"}
+    assert meta.labels is not body["metadata"]["labels"]
 
 
 def test_meta_reference_names_the_object_for_an_event() -> None:
@@ -191,6 +193,52 @@ def test_request_record_keeps_the_whole_status_for_its_writes(status: dict[str, 
 
 
 # ---------------------------------------------------------------------------- hosts
+
+
+MANAGED_FIELDS = [
+    {
+        "manager": "kubectl",
+        "operation": "Update",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:spec": {"f:poolRef": {"f:name": {}}}},
+    }
+]
+
+
+def test_kept_body_leaves_out_managed_fields_only() -> None:
+    body = obj({"poolRef": {"name": "desk"}}, {"x": 1}, managedFields=MANAGED_FIELDS)
+    kept = kept_body(body)
+    assert "managedFields" not in kept["metadata"]
+    assert kept["metadata"] == METADATA
+    assert (kept["spec"], kept["status"]) == (body["spec"], body["status"])
+    assert body["metadata"]["managedFields"] == MANAGED_FIELDS  # the object is untouched
+
+
+@pytest.mark.parametrize(
+    "of",
+    [HostRecord.of, PoolRecord.of, PlanRecord.of],
+    ids=["host", "pool", "plan"],
+)
+def test_records_keep_no_managed_fields(of: Any) -> None:
+    record = of(obj({"poolRef": {"name": "desk"}}, managedFields=MANAGED_FIELDS))
+    assert "managedFields" not in record.body["metadata"]
+    assert record.body["metadata"]["uid"] == "u1"
+
+
+def test_request_record_keeps_no_labels() -> None:
+    # No decision reads a request's labels; 100,000 requests would each hold a copy.
+    record = RequestRecord.of(obj({"poolRef": {"name": "desk"}, "user": "ann"}))
+    assert dict(record.meta.labels) == {}
+    with pytest.raises(TypeError):
+        record.meta.labels["x"] = "y"  # type: ignore[index]
+
+
+def test_creation_times_are_shared() -> None:
+    first, second = (
+        RequestRecord.of(obj({"poolRef": {"name": "d"}, "user": u}, name=u)) for u in ("a", "b")
+    )
+    assert first.meta.created == METADATA["creationTimestamp"]
+    assert first.meta.created is second.meta.created
 
 
 def test_host_record_of_a_valid_host() -> None:
