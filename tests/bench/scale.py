@@ -27,6 +27,11 @@ SCALE_LIMIT (12), SCALE_SESSIONS (100000), SCALE_STORM (2000), SCALE_STORM_POOLS
 SCALE_ALGORITHM (DepthFirst), SCALE_CONCURRENCY (pre-fill, 256), SCALE_STORM_CONCURRENCY (64);
 KUBECONFIG, and SCALE_CLUSTER_DIR (the local control plane's directory: pids and ports of etcd
 and kube-apiserver; without it their figures are not reported).
+
+Pre-filling 100,000 sessions takes minutes; to measure the operator again without it,
+SCALE_PREFILL_ONLY=1 pre-fills, keeps both namespaces and stops, and SCALE_REUSE=NS,CEILING_NS
+(same SCALE_* sizes) runs steps 2-4 on them, deleting what an earlier run's steps added first.
+SCALE_KEEP=1 keeps the namespaces of a whole run.
 """
 
 from __future__ import annotations
@@ -355,6 +360,9 @@ class Operator:
                 **os.environ,
                 "KUBECONFIG": args.kubeconfig,
                 "PYTHONPATH": str(ROOT / "operator"),
+                # Every process is the same pod: the restart after kill -9 is the container
+                # restarted in place by the kubelet, which takes its own Lease back at once.
+                "POD_NAME": "hostpool-operator-bench-scale",
             },
         )
         OPERATORS.append(self)
@@ -566,13 +574,14 @@ async def bench(args: argparse.Namespace) -> int:
     hosts = args.pools * args.hosts_per_pool
     fill = per_host(args.sessions, args.pools, args.hosts_per_pool)
     storm_fill = per_host(args.storm, args.storm_pools, args.hosts_per_pool)
-    probe_pool = args.pools - 1
     if fill + storm_fill > args.limit or fill + 2 > args.limit:
         raise SystemExit(
             f"scale: no room: {fill} pre-filled + {storm_fill} storm sessions (or 2 probes) per "
             f"host > maxSessionLimit {args.limit}"
         )
     figures: dict[str, Any] = {"before": await cluster.figures(client)}
+    if args.reuse:
+        return await bench_filled(args, client, cluster, work, figures, *args.reuse.split(","))
     namespace = await storm.create_namespace(client, "bench-scale")
     ceiling_ns = await storm.create_namespace(client, "bench-scale-ceiling")
     log(f"work directory {work}; namespaces {namespace}, {ceiling_ns}")
@@ -615,7 +624,7 @@ async def bench(args: argparse.Namespace) -> int:
     )
     await asyncio.sleep(2)
     figures["afterPrefill"] = await cluster.figures(client)
-    prefill_summary = {
+    prefill_summary: dict[str, Any] = {
         "pools": args.pools,
         "hostsPerPool": args.hosts_per_pool,
         "hosts": hosts,
@@ -632,12 +641,60 @@ async def bench(args: argparse.Namespace) -> int:
             ceiling_fill["setupS"] + ceiling_fill["ended"] - ceiling_fill["began"], 1
         ),
     }
+    if args.prefill_only:
+        print(json.dumps({"prefill": prefill_summary, "cluster": figures}))
+        log(f"pre-filled and kept: run again with SCALE_REUSE={namespace},{ceiling_ns}")
+        await client.close()
+        return 0
+    return await bench_filled(
+        args, client, cluster, work, figures, namespace, ceiling_ns, prefill_summary
+    )
+
+
+async def clear_batches(client: KubeClient, namespace: str) -> None:
+    """Delete what an earlier run of the phases below left in a kept namespace (storm, kill,
+    ceiling and probe requests), and wait until they are gone."""
+    selector = "scale.hostpool.io/batch in (s,k,c,probe)"
+    path = f"/apis/{GROUP_VERSION}/namespaces/{namespace}/sessionrequests"
+    await client.request("DELETE", path, params={"labelSelector": selector})
+    while (await client.request("GET", path, params={"labelSelector": selector, "limit": "1"}))[
+        "items"
+    ]:
+        await asyncio.sleep(0.5)
+
+
+async def bench_filled(
+    args: argparse.Namespace,
+    client: KubeClient,
+    cluster: Cluster,
+    work: Path,
+    figures: dict[str, Any],
+    namespace: str,
+    ceiling_ns: str,
+    prefill_summary: dict[str, Any] | None = None,
+) -> int:
+    """Start, storm, kill -9 and the invariants, on namespaces pre-filled by ``bench`` (this
+    run's, or kept by an earlier ``SCALE_PREFILL_ONLY`` run and named by ``SCALE_REUSE``)."""
+    hosts = args.pools * args.hosts_per_pool
+    probe_pool = args.pools - 1
+    if prefill_summary is None:
+        log(f"re-using the pre-filled namespaces {namespace}, {ceiling_ns}")
+        for ns in (namespace, ceiling_ns):
+            await clear_batches(client, ns)
+        prefill_summary = {
+            "pools": args.pools,
+            "hostsPerPool": args.hosts_per_pool,
+            "hosts": hosts,
+            "limit": args.limit,
+            "algorithm": args.algorithm,
+            "sessions": args.sessions,
+            "reusedFrom": f"{namespace},{ceiling_ns}",
+        }
+        figures["afterPrefill"] = await cluster.figures(client)
     expected: dict[str, int] = {pool(p): 0 for p in range(args.pools)}
     for i in range(args.sessions):
         expected[pool(slot(i, 0, args.pools, args.hosts_per_pool)[0])] += 1
     expected[pool(probe_pool)] += 1
-    prefilled_hosts = prefill["assigned"]  # name -> time; hosts recomputed below
-    del prefilled_hosts
 
     # --- start
     operator = Operator(args, namespace, work, "start")
@@ -773,22 +830,30 @@ async def bench(args: argparse.Namespace) -> int:
             (f"{label}: API writes per assignment", f"{r['writesPerAssignment']:.3f}"),
         ]
 
+    how = (
+        f"load generator, concurrency {args.concurrency}: create + status PUT each "
+        f"(no operator); hosts/pools {prefill_summary['setupS']}s, sessions "
+        f"{prefill_summary['sessionsS']}s ({prefill_summary['sessionsPerS']}/s)"
+        if "reusedFrom" not in prefill_summary
+        else f"kept from an earlier pre-fill ({prefill_summary['reusedFrom']}); its storm, "
+        "kill and probe requests deleted first"
+    )
     rows = [
         (
             "pre-filled",
             f"{args.pools} pools x {args.hosts_per_pool} hosts ({args.algorithm}, limit "
             f"{args.limit}), {prefill_summary['sessions']} Assigned sessions",
         ),
-        (
-            "  how",
-            f"load generator, concurrency {args.concurrency}: create + status PUT each "
-            f"(no operator); hosts/pools {prefill_summary['setupS']}s, sessions "
-            f"{prefill_summary['sessionsS']}s ({prefill_summary['sessionsPerS']}/s)",
-        ),
+        ("  how", how),
         (
             "  ceiling namespace",
-            f"{sp} pools filled alike, {prefill_summary['ceilingNamespaceSessions']} sessions "
-            f"in {prefill_summary['ceilingNamespaceS']}s",
+            f"{sp} pools filled alike"
+            + (
+                f", {prefill_summary['ceilingNamespaceSessions']} sessions in "
+                f"{prefill_summary['ceilingNamespaceS']}s"
+                if "ceilingNamespaceS" in prefill_summary
+                else ""
+            ),
         ),
         *(
             (
@@ -840,7 +905,7 @@ async def bench(args: argparse.Namespace) -> int:
         print(f"  operator log: {line[:200]}")
     print(f"  operator logs and raw results: {work}")
     print(json.dumps(summary), flush=True)
-    if args.keep:
+    if args.keep or args.reuse:
         log(f"namespaces kept: {namespace}, {ceiling_ns}")
     else:
         await storm.delete_namespace(client, ceiling_ns)
@@ -880,7 +945,21 @@ def main() -> int:
     parser.add_argument("--status-interval", type=float, default=1.0)
     parser.add_argument("--write-concurrency", type=int, default=128)
     parser.add_argument("--timeout", type=float, default=float(env("SCALE_TIMEOUT", "600")))
-    parser.add_argument("--keep", action="store_true", help="keep the namespaces")
+    parser.add_argument(
+        "--keep", action="store_true", default=bool(env("SCALE_KEEP")), help="keep the namespaces"
+    )
+    parser.add_argument(
+        "--prefill-only",
+        action="store_true",
+        default=bool(env("SCALE_PREFILL_ONLY")),
+        help="pre-fill, keep the namespaces and stop (for runs with --reuse)",
+    )
+    parser.add_argument(
+        "--reuse",
+        default=env("SCALE_REUSE", ""),
+        help="NAMESPACE,CEILING_NAMESPACE pre-filled by an earlier --prefill-only run (same "
+        "SCALE_* sizes): skip the pre-fill",
+    )
     args = parser.parse_args()
     if args.command == "loadgen":
         asyncio.run(loadgen(args))
