@@ -117,8 +117,10 @@ class ControlPlane:
         bin_dir: Path | None = None,
         timeout: float = 180.0,
         fake_nodes: int = DEFAULT_FAKE_NODES,
+        apiserver_args: tuple[str, ...] = (),
     ) -> None:
         self.directory = Path(directory).resolve()
+        self.apiserver_args = apiserver_args
         self.repo_root = Path(repo_root).resolve()
         self.bin_dir = bin_dir.resolve() if bin_dir is not None else None
         self.timeout = timeout
@@ -143,6 +145,7 @@ class ControlPlane:
         if self.bin_dir is not None:
             env["HOSTPOOL_BIN_DIR"] = str(self.bin_dir)
         env["HOSTPOOL_FAKE_NODES"] = str(self.fake_nodes)
+        env["HOSTPOOL_APISERVER_ARGS"] = " ".join(self.apiserver_args)
         return env
 
     def _cluster(

@@ -1,6 +1,13 @@
 """The informer: list one kind, then watch it from the list's resourceVersion, forever,
 reporting every change to a handler (the operator's own, lean replacement for kopf's
 per-object watching on the high-volume kinds; see ``handlers``).
+
+The list is streamed when the API server can (WatchList: a watch that starts with every
+existing object, served from the API server's cache), else read page by page. A paged list
+is served from that cache too only while it holds a snapshot at the list's revision; after
+a quiet spell and an etcd compaction it has none, and every page after the first comes
+from etcd: 100,000 requests listed in 52.6 s that way, 16.8 s from the cache and 14.3 s
+streamed (docs/performance.md, "Scale").
 """
 
 from __future__ import annotations
@@ -12,7 +19,14 @@ import time
 from collections.abc import Callable
 
 from .api import API_VERSION
-from .k8s import JSON, LIST_PAGE, ApiError, ApiTransportError, KubeClient
+from .k8s import (
+    JSON,
+    LIST_PAGE,
+    ApiError,
+    ApiTransportError,
+    KubeClient,
+    initial_events_end,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +52,7 @@ class Informer:
         timeout_seconds: int = 300,
         api_version: str = API_VERSION,
         page_size: int = LIST_PAGE,
+        stream: bool = True,
     ) -> None:
         self.client = client
         self.plural = plural
@@ -46,6 +61,8 @@ class Informer:
         self.handler = handler
         self.timeout_seconds = timeout_seconds
         self.page_size = page_size
+        #: Stream the lists (turned off for good when the API server refuses to).
+        self.stream = stream
         self.resource_version: str | None = None
         self.known: dict[tuple[str, str], str | None] = {}  # key -> uid, for relists
         self.feed_seconds = 0.0  # spent reporting listed objects to the handler
@@ -61,10 +78,69 @@ class Informer:
 
     async def list_once(self) -> None:
         """(Re)list: every object is reported; known objects that are gone become DELETED.
+        Streamed (one object at a time), or page by page when the API server cannot stream
+        (see ``KubeClient.list_pages``): each page is reported before the next is read, so
+        only one page's JSON is in memory at a time. The seconds spent reporting are added
+        to :attr:`feed_seconds`, the objects to :attr:`listed`."""
+        if self.stream:
+            try:
+                if await self._stream_once():
+                    return
+                log.info("%s: the streamed list ended early; listing page by page", self.plural)
+            except ApiError as error:
+                if error.status not in (400, 403, 422):
+                    raise
+                log.info(
+                    "%s: the API server does not stream lists (%s); listing page by page",
+                    self.plural,
+                    error,
+                )
+                self.stream = False
+        await self._page_once()
 
-        Page by page (see ``KubeClient.list_pages``): each page is reported before the next
-        is read, so only one page's JSON is in memory at a time. The seconds spent reporting
-        are added to :attr:`feed_seconds`, the objects to :attr:`listed`."""
+    async def _stream_once(self) -> bool:
+        """A streamed list; False when the stream ended before its last object."""
+        seen: set[tuple[str, str]] = set()
+        watch = self.client.watch(
+            self.plural,
+            self.namespace,
+            resource_version=None,
+            timeout_seconds=self.timeout_seconds,
+            api_version=self.api_version,
+            initial_events=True,
+        )
+        async with contextlib.aclosing(watch) as events:
+            async for event in events:
+                started = time.perf_counter()
+                kind = str(event.get("type"))
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    raise ApiError(
+                        int(obj.get("code") or 500),
+                        str(obj.get("reason")),
+                        str(obj.get("message")),
+                    )
+                if initial_events_end(event):
+                    self._forget_unseen(seen)
+                    self.resource_version = obj["metadata"]["resourceVersion"]
+                    self.feed_seconds += time.perf_counter() - started
+                    return True
+                if kind == "ADDED":
+                    meta = obj.get("metadata") or {}
+                    seen.add((meta.get("namespace", ""), meta.get("name", "")))
+                    self._remember(kind, obj)
+                    self.handler(kind, obj)
+                    self.listed += 1
+                self.feed_seconds += time.perf_counter() - started
+        return False
+
+    def _forget_unseen(self, seen: set[tuple[str, str]]) -> None:
+        """Known objects a relist did not see were deleted meanwhile."""
+        for key in [k for k in self.known if k not in seen]:
+            uid = self.known.pop(key)
+            self.handler("DELETED", {"metadata": {"namespace": key[0], "name": key[1], "uid": uid}})
+
+    async def _page_once(self) -> None:
         seen: set[tuple[str, str]] = set()
         version: str | None = None
         pages = self.client.list_pages(
@@ -83,9 +159,7 @@ class Informer:
             version = page.resource_version
             self.feed_seconds += time.perf_counter() - started
         started = time.perf_counter()
-        for key in [k for k in self.known if k not in seen]:
-            uid = self.known.pop(key)
-            self.handler("DELETED", {"metadata": {"namespace": key[0], "name": key[1], "uid": uid}})
+        self._forget_unseen(seen)
         self.feed_seconds += time.perf_counter() - started
         self.resource_version = version
 

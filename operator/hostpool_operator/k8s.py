@@ -55,6 +55,8 @@ THROTTLE_MAX_WAIT = 10.0
 #: Objects per page of a LIST (``limit``): a page's JSON is decoded and handed on before
 #: the next is read, so a list of 100,000 objects never sits in memory as one body.
 LIST_PAGE = 500
+#: The annotation of the BOOKMARK that ends a streamed list's initial events.
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
 @dataclasses.dataclass(slots=True)
@@ -457,16 +459,25 @@ class KubeClient:
         resource_version: str | None,
         timeout_seconds: int,
         api_version: str = API_VERSION,
+        initial_events: bool = False,
     ) -> AsyncGenerator[JSON, None]:
         """The events of one watch from ``resource_version`` (bookmarks included), until the
         server ends it after ``timeout_seconds``. An HTTP error raises ApiError; a dropped
-        connection ApiTransportError."""
+        connection ApiTransportError.
+
+        ``initial_events``: a streamed list (the API server's WatchList): every object that
+        exists now comes first as ADDED, then a BOOKMARK annotated
+        ``k8s.io/initial-events-end``; the time waiting for and decoding those events is added
+        to :attr:`list_timing` like a LIST's."""
         params = {
             "watch": "true",
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
             "resourceVersion": resource_version or "",
         }
+        if initial_events:
+            params |= {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
+        timing = self.list_timing if initial_events else None
         url = self._server + self.path(plural, namespace, api_version=api_version)
         timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
         headers = self._credentials.header()
@@ -482,7 +493,22 @@ class KubeClient:
                     raise ApiError(
                         response.status, response.reason or "", body.decode(errors="replace")
                     )
-                async for line in _lines(response.content):
+                lines = _lines(response.content)
+                while timing is not None:  # the streamed list: timed
+                    started = time.perf_counter()
+                    line = await anext(lines, None)
+                    if line is None:
+                        return
+                    read = time.perf_counter()
+                    event = orjson.loads(line)
+                    timing.wait += read - started
+                    timing.decode += time.perf_counter() - read
+                    if event.get("type") == "ADDED":
+                        timing.objects += 1
+                    elif initial_events_end(event):
+                        timing = None
+                    yield event
+                async for line in lines:
                     yield orjson.loads(line)
         except (aiohttp.ClientError, TimeoutError, OSError) as error:
             self._metrics.api_error("transport")
@@ -511,6 +537,14 @@ class KubeClient:
             log.warning("could not post event %s on %s: %s", reason, meta.get("name"), error)
             return False
         return True
+
+
+def initial_events_end(event: Mapping[str, Any]) -> bool:
+    """Is this the BOOKMARK that ends a streamed list's initial events?"""
+    if event.get("type") != "BOOKMARK":
+        return False
+    metadata = (event.get("object") or {}).get("metadata") or {}
+    return (metadata.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true"
 
 
 async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:

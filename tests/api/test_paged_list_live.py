@@ -58,7 +58,9 @@ def test_an_informer_lists_every_page_and_watches_from_the_lists_version(
                 page.resource_version
                 async for page in client.list_pages("sessionrequests", namespace, limit=PAGE)
             ]
-            informer = Informer(client, "sessionrequests", namespace, handler, page_size=PAGE)
+            informer = Informer(
+                client, "sessionrequests", namespace, handler, page_size=PAGE, stream=False
+            )
             before = client.list_timing.copy()
             await informer.list_once()
             assert client.list_timing.objects - before.objects == OBJECTS

@@ -24,13 +24,15 @@
 # `up` prints the admin kubeconfig path (DIR/kubeconfig) on stdout; progress goes to stderr.
 # Layout of DIR: kubeconfig, pki/ (CA, serving cert, service-account keys, token file),
 # etcd/ (data, wiped at each fresh start), logs/<component>.log, pids/<name>.pid, state.env
-# (ports, fake node count).
+# (ports, fake node count, extra kube-apiserver flags).
 #
 # Env: HOSTPOOL_BIN_DIR          binaries (default <repo>/.cluster/bin, filled by tests/cluster/tools.sh)
 #      HOSTPOOL_FAKE_NODES       fake nodes to create (default 3); 0: no kube-scheduler, no kwok
 #      HOSTPOOL_KCM_CONTROLLERS  kube-controller-manager --controllers value (with fake nodes, the
 #                                node lifecycle and pod GC controllers are added to it)
 #      HOSTPOOL_READY_TIMEOUT    seconds to wait for each component (default 60)
+#      HOSTPOOL_APISERVER_ARGS   extra kube-apiserver flags at `up`, space-separated (kept for
+#                                restarts), e.g. --feature-gates=WatchList=false
 #      HOSTPOOL_STOP_SIGNAL      restart-apiserver/restart-etcd: TERM (default, a clean stop) or
 #                                KILL (a crash)
 #      HOSTPOOL_DOWN_SECONDS     restart-apiserver/restart-etcd: seconds to stay down (default 0)
@@ -389,7 +391,8 @@ start_apiserver() { # same flags and ports at every start; waiting for /readyz i
     --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
     --service-account-key-file="$PKI/sa.pub" \
     --service-account-signing-key-file="$PKI/sa.key" \
-    --endpoint-reconciler-type=none
+    --endpoint-reconciler-type=none \
+    ${APISERVER_ARGS:-}
 }
 
 cmd_up() {
@@ -420,6 +423,9 @@ cmd_up() {
     command -v "$c" >/dev/null || fail "required command '$c' not found on PATH"
   done
 
+  # Extra kube-apiserver flags (space-separated, e.g. --feature-gates=WatchList=false),
+  # kept for restarts.
+  APISERVER_ARGS="${HOSTPOOL_APISERVER_ARGS:-}"
   local t0=$SECONDS
   STARTING=1
   rm -rf "$DIR/etcd" "$PKI" "$KUBECONFIG_PATH" "$STATE"
@@ -438,6 +444,7 @@ ETCD_PEER_PORT=$ETCD_PEER_PORT
 APISERVER_PORT=$APISERVER_PORT
 ADMIN_TOKEN=$ADMIN_TOKEN
 FAKE_NODES=$FAKE_NODES
+APISERVER_ARGS="$APISERVER_ARGS"
 EOF
   chmod 600 "$STATE"
 
