@@ -71,7 +71,8 @@ bench-hosts: $(STAMP) tools ## 50 pod-backed hosts started on demand by a logon 
 bench-scale: $(STAMP) tools ## 100,000 assigned sessions over 1,000 pools: operator start, storm, kill -9 (SCALE_* to scale down)
 	@if [ -n "$(BENCH_KUBECONFIG)" ]; then kc="$(BENCH_KUBECONFIG)"; dir=""; \
 	elif [ -n "$(SCALE_REUSE)" ]; then kc=.cluster/bench-scale/kubeconfig; dir=.cluster/bench-scale; \
-	else HOSTPOOL_FAKE_NODES=0 tests/cluster/cluster.sh up .cluster/bench-scale >/dev/null && kc=.cluster/bench-scale/kubeconfig; dir=.cluster/bench-scale; fi; \
+	else tests/cluster/cluster.sh down .cluster/bench-scale >/dev/null 2>&1; \
+	  HOSTPOOL_FAKE_NODES=0 tests/cluster/cluster.sh up .cluster/bench-scale >/dev/null && kc=.cluster/bench-scale/kubeconfig; dir=.cluster/bench-scale; fi; \
 	.cluster/bin/kubectl --kubeconfig "$$kc" apply -f crds/ >/dev/null && \
 	.cluster/bin/kubectl --kubeconfig "$$kc" wait --for=condition=Established crd --all --timeout=60s >/dev/null && \
 	KUBECONFIG="$$kc" SCALE_CLUSTER_DIR="$$dir" $(PY) tests/bench/scale.py

@@ -85,6 +85,47 @@ def request(
     )
 
 
+WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]
+
+
+def plan_schedule(name: str = "weekdays", days: list[str] | None = None) -> Obj:
+    """The API contract's example ScalingPlan schedule (every ramp-down field set), on
+    ``days`` (default Monday to Friday)."""
+    return {
+        "name": name,
+        "daysOfWeek": list(WEEKDAYS if days is None else days),
+        "rampUp": {
+            "startTime": "07:00",
+            "loadBalancerType": "BreadthFirst",
+            "minimumHostsPercent": 20,
+            "capacityThresholdPercent": 60,
+        },
+        "peak": {"startTime": "09:00", "loadBalancerType": "BreadthFirst"},
+        "rampDown": {
+            "startTime": "18:00",
+            "loadBalancerType": "DepthFirst",
+            "minimumHostsPercent": 10,
+            "capacityThresholdPercent": 90,
+            "forceLogoffUsers": False,
+            "waitTimeMinutes": 30,
+            "notificationMessage": "You will be signed out in 30 minutes.",
+            "stopHostsWhen": "ZeroSessions",
+        },
+        "offPeak": {"startTime": "20:00", "loadBalancerType": "DepthFirst"},
+    }
+
+
+def plan_spec(*pools: str, zone: str = "Europe/Stockholm", **changes: Any) -> Obj:
+    """The spec of the API contract's example ScalingPlan for ``pools`` (default
+    ``finance``) in ``zone``; keywords replace top-level spec fields."""
+    return {
+        "timeZone": zone,
+        "hostPoolRefs": [{"name": p} for p in pools or ("finance",)],
+        "schedules": [plan_schedule()],
+        **changes,
+    }
+
+
 def desktop_pod() -> dict[str, Any]:
     """hostTemplate.workload for a Pod-backed desktop host. On kind it really runs (the pause
     image stands in for a desktop image such as an xrdp container); on the local control

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from builders import manifest, pool
+from builders import WEEKDAYS, manifest, plan_schedule, plan_spec, pool
 from hostpool_operator import api
 from hostpool_operator.api_plan import ScalingPlanSpec
 from kube import ApiError, Kube, resource_path
@@ -31,45 +31,12 @@ pytestmark = pytest.mark.cluster
 
 Obj = dict[str, Any]
 
-WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]
 DAYS = [*WEEKDAYS, "Saturday", "Sunday"]
-
-
-def schedule(name: str = "weekdays", days: list[str] | None = None) -> Obj:
-    """The contract's example schedule (every ramp-down field set)."""
-    return {
-        "name": name,
-        "daysOfWeek": list(WEEKDAYS if days is None else days),
-        "rampUp": {
-            "startTime": "07:00",
-            "loadBalancerType": "BreadthFirst",
-            "minimumHostsPercent": 20,
-            "capacityThresholdPercent": 60,
-        },
-        "peak": {"startTime": "09:00", "loadBalancerType": "BreadthFirst"},
-        "rampDown": {
-            "startTime": "18:00",
-            "loadBalancerType": "DepthFirst",
-            "minimumHostsPercent": 10,
-            "capacityThresholdPercent": 90,
-            "forceLogoffUsers": False,
-            "waitTimeMinutes": 30,
-            "notificationMessage": "You will be signed out in 30 minutes.",
-            "stopHostsWhen": "ZeroSessions",
-        },
-        "offPeak": {"startTime": "20:00", "loadBalancerType": "DepthFirst"},
-    }
 
 
 def plan(name: str = "plan", **changes: Any) -> Obj:
     """A valid ScalingPlan (the contract's example) with top-level spec fields replaced."""
-    spec: Obj = {
-        "timeZone": "Europe/Stockholm",
-        "hostPoolRefs": [{"name": "finance"}],
-        "schedules": [schedule()],
-        **changes,
-    }
-    return manifest("ScalingPlan", name, spec)
+    return manifest("ScalingPlan", name, plan_spec(**changes))
 
 
 def plan_with(path: str, value: Any) -> Obj:
@@ -98,7 +65,7 @@ class Refusal:
     text: str = ""  # further text the message must contain
 
 
-SEVEN_AND_ONE = [schedule(f"s{i}", [DAYS[i % 7]]) for i in range(8)]
+SEVEN_AND_ONE = [plan_schedule(f"s{i}", [DAYS[i % 7]]) for i in range(8)]
 
 REFUSALS: dict[str, Refusal] = {
     "peak-before-rampUp": Refusal(
@@ -117,20 +84,22 @@ REFUSALS: dict[str, Refusal] = {
         "offPeak.startTime must be after rampDown.startTime",
     ),
     "a-weekday-in-two-schedules": Refusal(
-        plan(schedules=[schedule(), schedule("weekend", ["Friday", "Saturday"])]),
+        plan(schedules=[plan_schedule(), plan_schedule("weekend", ["Friday", "Saturday"])]),
         "spec.schedules",
         "a weekday appears in at most one schedule",
     ),
     "a-weekday-twice-in-a-schedule": Refusal(
-        plan(schedules=[schedule(days=["Monday", "Monday"])]),
+        plan(schedules=[plan_schedule(days=["Monday", "Monday"])]),
         "spec.schedules[0].daysOfWeek[1]",
         "Duplicate value",
     ),
     "an-unknown-weekday": Refusal(
-        plan(schedules=[schedule(days=["Funday"])]), "spec.schedules[0].daysOfWeek[0]", "Funday"
+        plan(schedules=[plan_schedule(days=["Funday"])]),
+        "spec.schedules[0].daysOfWeek[0]",
+        "Funday",
     ),
     "a-schedule-name-twice": Refusal(
-        plan(schedules=[schedule("a"), schedule("a", ["Sunday"])]),
+        plan(schedules=[plan_schedule("a"), plan_schedule("a", ["Sunday"])]),
         "spec.schedules[1]",
         "Duplicate value",
     ),
@@ -149,7 +118,7 @@ REFUSALS: dict[str, Refusal] = {
     "zone-empty": Refusal(plan(timeZone=""), "spec.timeZone"),
     "zone-missing": Refusal(
         manifest(
-            "ScalingPlan", "plan", {"hostPoolRefs": [{"name": "a"}], "schedules": [schedule()]}
+            "ScalingPlan", "plan", {"hostPoolRefs": [{"name": "a"}], "schedules": [plan_schedule()]}
         ),
         "spec.timeZone",
         "Required value",
@@ -188,7 +157,7 @@ REFUSALS: dict[str, Refusal] = {
         plan(
             schedules=[
                 {
-                    **schedule(),
+                    **plan_schedule(),
                     "rampUp": {
                         "startTime": "07:00",
                         "loadBalancerType": "DepthFirst",
@@ -292,7 +261,7 @@ def test_ramp_down_defaults_are_the_models(kube: Kube, namespace: str) -> None:
 
 def test_boundary_values_are_accepted(kube: Kube, namespace: str) -> None:
     """The limits themselves (the refusals above are one step outside)."""
-    edge = schedule("edge", ["Monday"])
+    edge = plan_schedule("edge", ["Monday"])
     edge["rampUp"].update(startTime="00:00", minimumHostsPercent=100, capacityThresholdPercent=1)
     edge["rampDown"].update(
         minimumHostsPercent=0,
@@ -303,12 +272,12 @@ def test_boundary_values_are_accepted(kube: Kube, namespace: str) -> None:
         forceLogoffUsers=True,
     )
     edge["offPeak"]["startTime"] = "23:59"
-    seven = [schedule(day.lower(), [day]) for day in DAYS]
+    seven = [plan_schedule(day.lower(), [day]) for day in DAYS]
     objs = [
         plan("edges", schedules=[edge]),
         plan("one-a-day", schedules=seven),
         plan("a-hundred-pools", hostPoolRefs=[{"name": f"p{i}"} for i in range(100)]),
-        plan("whole-week", schedules=[schedule(days=DAYS)]),
+        plan("whole-week", schedules=[plan_schedule(days=DAYS)]),
         plan("gmt", timeZone="Etc/GMT+5"),
         plan("three-parts", timeZone="America/Argentina/Buenos_Aires"),
         plan("hyphen", timeZone="America/Port-au-Prince"),

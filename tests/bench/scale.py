@@ -122,64 +122,27 @@ async def loadgen(args: argparse.Namespace) -> None:
             )
         )
     setup_s = time.time() - began_setup
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for i in range(args.count):
-        queue.put_nowait(i)
-    created: dict[str, float] = {}
-    assigned: dict[str, float] = {}
-    hosts: dict[str, str] = {}
 
-    async def worker() -> None:
-        while True:
-            try:
-                i = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            p, h = slot(i, args.first_pool, args.pools, args.hosts_per_pool)
-            name = f"{args.prefix}{i:06d}"
-            body = {
-                "apiVersion": GROUP_VERSION,
-                "kind": "SessionRequest",
-                "metadata": {"name": name, "labels": {"scale.hostpool.io/batch": args.prefix}},
-                "spec": {"poolRef": {"name": pool(p)}, "user": f"{args.prefix}u{i:06d}"},
-            }
-            try:
-                started = time.time()
-                obj = await client.create("sessionrequests", ns, body)
-                created[name] = started
-                if args.assign:
-                    meta = obj["metadata"]
-                    await client.replace_status(
-                        "sessionrequests",
-                        "SessionRequest",
-                        ns,
-                        name,
-                        storm.assigned_status(host(p, h), meta.get("generation", 1)),
-                        resource_version=meta["resourceVersion"],
-                        uid=meta["uid"],
-                    )
-                    assigned[name] = time.time()
-                    hosts[name] = host(p, h)
-            except (ApiError, ApiTransportError) as error:
-                errors.append(f"{name}: {error}")
+    def layout(i: int) -> tuple[dict[str, Any], str]:
+        p, h = slot(i, args.first_pool, args.pools, args.hosts_per_pool)
+        body = {
+            "apiVersion": GROUP_VERSION,
+            "kind": "SessionRequest",
+            "metadata": {
+                "name": f"{args.prefix}{i:06d}",
+                "labels": {"scale.hostpool.io/batch": args.prefix},
+            },
+            "spec": {"poolRef": {"name": pool(p)}, "user": f"{args.prefix}u{i:06d}"},
+        }
+        return body, host(p, h)
 
-    began = time.time()
-    await asyncio.gather(*(worker() for _ in range(args.concurrency)))
-    ended = time.time()
-    await client.close()
-    Path(args.out).write_text(
-        json.dumps(
-            {
-                "created": created,
-                "assigned": assigned,
-                "setupS": setup_s,
-                "began": began,
-                "ended": ended,
-                "errors": errors[:20],
-                "errorCount": len(errors),
-            }
-        )
+    result = await storm.create_requests(
+        client, ns, args.count, args.concurrency, layout, assign=args.assign
     )
+    await client.close()
+    result["errors"] = (errors + result["errors"])[:20]
+    result["errorCount"] += len(errors)
+    Path(args.out).write_text(json.dumps(result | {"setupS": setup_s}))
 
 
 def run_loadgen(

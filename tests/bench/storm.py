@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -103,11 +103,25 @@ def assigned_status(host: str, generation: int) -> dict[str, Any]:
     }
 
 
-async def loadgen(args: argparse.Namespace) -> None:
-    """Create N requests (and, in ceiling mode, write each one's status right away)."""
-    client = client_for(args.kubeconfig)
+#: Request ``i`` of a load generator's batch: its body, and the host its status names when
+#: the load generator writes the status itself (the ceiling).
+Layout = Callable[[int], tuple[dict[str, Any], str]]
+
+
+async def create_requests(
+    client: KubeClient,
+    namespace: str,
+    count: int,
+    concurrency: int,
+    layout: Layout,
+    *,
+    assign: bool,
+) -> dict[str, Any]:
+    """Create ``count`` requests with ``concurrency`` workers; with ``assign`` write each
+    one's status (Assigned to its layout's host) right after. When each was sent (created),
+    answered (returned) and assigned, the span, and the errors."""
     queue: asyncio.Queue[int] = asyncio.Queue()
-    for i in range(args.requests):
+    for i in range(count):
         queue.put_nowait(i)
     created: dict[str, float] = {}
     returned: dict[str, float] = {}
@@ -120,26 +134,21 @@ async def loadgen(args: argparse.Namespace) -> None:
                 i = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            name = f"r{i:06d}"
-            body = {
-                "apiVersion": GROUP_VERSION,
-                "kind": "SessionRequest",
-                "metadata": {"name": name},
-                "spec": {"poolRef": {"name": pool_name(i, args.pools)}, "user": f"user{i:06d}"},
-            }
+            body, host = layout(i)
+            name = body["metadata"]["name"]
             try:
                 started = time.time()
-                obj = await client.create("sessionrequests", args.namespace, body)
+                obj = await client.create("sessionrequests", namespace, body)
                 returned[name] = time.time()
                 created[name] = started
-                if args.mode == "ceiling":
+                if assign:
                     meta = obj["metadata"]
                     await client.replace_status(
                         "sessionrequests",
                         "SessionRequest",
-                        args.namespace,
+                        namespace,
                         name,
-                        assigned_status(f"host{i % args.hosts:05d}", meta.get("generation", 1)),
+                        assigned_status(host, meta.get("generation", 1)),
                         resource_version=meta["resourceVersion"],
                         uid=meta["uid"],
                     )
@@ -148,22 +157,41 @@ async def loadgen(args: argparse.Namespace) -> None:
                 errors.append(f"{name}: {error}")
 
     began = time.time()
-    await asyncio.gather(*(worker() for _ in range(args.concurrency)))
-    ended = time.time()
-    await client.close()
-    Path(args.out).write_text(
-        json.dumps(
-            {
-                "created": created,
-                "returned": returned,
-                "assigned": assigned,
-                "began": began,
-                "ended": ended,
-                "errors": errors[:20],
-                "errorCount": len(errors),
-            }
-        )
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return {
+        "created": created,
+        "returned": returned,
+        "assigned": assigned,
+        "began": began,
+        "ended": time.time(),
+        "errors": errors[:20],
+        "errorCount": len(errors),
+    }
+
+
+async def loadgen(args: argparse.Namespace) -> None:
+    """Create N requests (and, in ceiling mode, write each one's status right away)."""
+
+    def layout(i: int) -> tuple[dict[str, Any], str]:
+        body = {
+            "apiVersion": GROUP_VERSION,
+            "kind": "SessionRequest",
+            "metadata": {"name": f"r{i:06d}"},
+            "spec": {"poolRef": {"name": pool_name(i, args.pools)}, "user": f"user{i:06d}"},
+        }
+        return body, f"host{i % args.hosts:05d}"
+
+    client = client_for(args.kubeconfig)
+    result = await create_requests(
+        client,
+        args.namespace,
+        args.requests,
+        args.concurrency,
+        layout,
+        assign=args.mode == "ceiling",
     )
+    await client.close()
+    Path(args.out).write_text(json.dumps(result))
 
 
 # ------------------------------------------------------------------------------ the bench

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from builders import plan_spec
 from hostpool_operator import api, crdgen
 from hostpool_operator.api_base import describe_validation_error
 from hostpool_operator.api_plan import (
@@ -24,39 +25,10 @@ from hostpool_operator.api_plan import (
 )
 from kube import iter_schema_nodes
 
-#: The contract's example, verbatim.
-EXAMPLE: dict[str, Any] = {
-    "timeZone": "Europe/Stockholm",
-    "hostPoolRefs": [{"name": "finance"}],
-    "schedules": [
-        {
-            "name": "weekdays",
-            "daysOfWeek": ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"],
-            "rampUp": {
-                "startTime": "07:00",
-                "loadBalancerType": "BreadthFirst",
-                "minimumHostsPercent": 20,
-                "capacityThresholdPercent": 60,
-            },
-            "peak": {"startTime": "09:00", "loadBalancerType": "BreadthFirst"},
-            "rampDown": {
-                "startTime": "18:00",
-                "loadBalancerType": "DepthFirst",
-                "minimumHostsPercent": 10,
-                "capacityThresholdPercent": 90,
-                "forceLogoffUsers": False,
-                "waitTimeMinutes": 30,
-                "notificationMessage": "You will be signed out in 30 minutes.",
-                "stopHostsWhen": "ZeroSessions",
-            },
-            "offPeak": {"startTime": "20:00", "loadBalancerType": "DepthFirst"},
-        }
-    ],
-}
-
 
 def example() -> dict[str, Any]:
-    return copy.deepcopy(EXAMPLE)
+    """The contract's example plan (a new copy each time)."""
+    return plan_spec()
 
 
 def refused(spec: dict[str, Any]) -> str:
@@ -70,8 +42,8 @@ def test_the_contract_example_is_valid_and_round_trips() -> None:
     spec = ScalingPlanSpec.model_validate(example())
     assert spec.schedules[0].days_of_week[0] is DayOfWeek.MONDAY
     assert spec.schedules[0].ramp_down.stop_hosts_when is StopHostsWhen.ZERO_SESSIONS
-    assert spec.to_api() == EXAMPLE
-    assert ScalingPlan.model_validate({"spec": EXAMPLE}).spec == spec
+    assert spec.to_api() == example()
+    assert ScalingPlan.model_validate({"spec": example()}).spec == spec
 
 
 def test_ramp_down_extras_have_defaults() -> None:
@@ -367,13 +339,13 @@ def test_the_plan_status_names_the_schedule_and_phase_in_force() -> None:
         "phase": "RampDown",
         "pools": [{"name": "finance", "schedule": "weekdays", "phase": "RampDown"}],
     }
-    plan = ScalingPlan.model_validate({"spec": EXAMPLE, "status": status})
+    plan = ScalingPlan.model_validate({"spec": example(), "status": status})
     assert (plan.status.schedule, plan.status.phase) == ("weekdays", PlanPhase.RAMP_DOWN)
     assert plan.status.to_api() == {**status, "conditions": []}
-    bare = ScalingPlan.model_validate({"spec": EXAMPLE}).status
+    bare = ScalingPlan.model_validate({"spec": example()}).status
     assert (bare.schedule, bare.phase) == (None, None)
     with pytest.raises(ValidationError):
-        ScalingPlan.model_validate({"spec": EXAMPLE, "status": {"phase": "Lunch"}})
+        ScalingPlan.model_validate({"spec": example(), "status": {"phase": "Lunch"}})
 
 
 def test_a_pool_status_names_the_plan_it_follows() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from builders import plan_schedule, plan_spec
 from hostpool_operator.api_plan import PlanConditionReason
 from hostpool_operator.conditions import find
 from hostpool_operator.plan_binding import PoolReport, bind, plan_problems, plan_status
@@ -22,25 +23,6 @@ LATER = NOW + timedelta(minutes=5)
 NOW_TEXT = "2026-12-07T12:00:00Z"
 LATER_TEXT = "2026-12-07T12:05:00Z"
 NO_SCALING = "HostPool 'c' has no scaling (a plan needs scaling.maxHosts and a hostTemplate)"
-
-SCHEDULE: Obj = {
-    "name": "weekdays",
-    "daysOfWeek": ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"],
-    "rampUp": {
-        "startTime": "07:00",
-        "loadBalancerType": "BreadthFirst",
-        "minimumHostsPercent": 20,
-        "capacityThresholdPercent": 60,
-    },
-    "peak": {"startTime": "09:00", "loadBalancerType": "BreadthFirst"},
-    "rampDown": {
-        "startTime": "18:00",
-        "loadBalancerType": "DepthFirst",
-        "minimumHostsPercent": 10,
-        "capacityThresholdPercent": 90,
-    },
-    "offPeak": {"startTime": "20:00", "loadBalancerType": "DepthFirst"},
-}
 
 
 def plan(
@@ -60,11 +42,7 @@ def plan(
     }
     if created is not None:
         metadata["creationTimestamp"] = created
-    body = spec or {
-        "timeZone": zone,
-        "hostPoolRefs": [{"name": p} for p in pools],
-        "schedules": [SCHEDULE],
-    }
+    body = spec or plan_spec(zone=zone, hostPoolRefs=[{"name": p} for p in pools])
     record = PlanRecord.of({"metadata": metadata, "spec": body, "status": status or {}})
     if spec is None:
         assert record.spec is not None, record.spec_error
@@ -256,7 +234,7 @@ def test_observed_generation() -> None:
 
 
 def test_an_invalid_spec_says_why() -> None:
-    invalid = plan("p", spec={"timeZone": "UTC", "schedules": [SCHEDULE]}, generation=3)
+    invalid = plan("p", spec={"timeZone": "UTC", "schedules": [plan_schedule()]}, generation=3)
     assert invalid.spec is None
     assert invalid.spec_error is not None
     assert "hostPoolRefs" in invalid.spec_error
