@@ -242,7 +242,8 @@ class StatusFlusher:
             self.services.events.post(pool.body, "HostPool", reason, message, "Normal")
         self.was_saturated = saturated
         try:
-            async with self.services.status_slots.slot(self._key):
+            # Ahead of host status writes: the pool's conditions are what people read.
+            async with self.services.status_slots.slot(self._key, urgent=True):
                 await self.services.client.patch_status(POOLS, state.namespace, state.name, status)
             self.written_pool = status
             self.pool_written_at = time.monotonic()

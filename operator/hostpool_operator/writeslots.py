@@ -5,7 +5,8 @@ past a point more of them only slow down the watches that deliver new requests
 (docs/performance.md). So the bound is one for all pools, not one per pool: a logon storm
 over many pools must not put many times that number in flight. When every slot is taken,
 the next free one goes to the pools in turn (round robin), so a pool with a long backlog
-cannot hold up the first request of another.
+cannot hold up the first request of another. An urgent write (a pool's own status, behind
+thousands of host status writes at a start) goes before all others, first come first served.
 """
 
 from __future__ import annotations
@@ -24,41 +25,54 @@ class WriteSlots:
         self.busy = 0
         self._waiting: dict[Hashable, deque[asyncio.Future[None]]] = {}
         self._turns: deque[Hashable] = deque()  # pools with waiters, next turn first
+        self._urgent: deque[asyncio.Future[None]] = deque()
 
     @property
     def waiting(self) -> int:
-        return sum(len(q) for q in self._waiting.values())
+        return len(self._urgent) + sum(len(q) for q in self._waiting.values())
 
     @asynccontextmanager
-    async def slot(self, pool: Hashable) -> AsyncIterator[None]:
-        """Hold one slot for ``pool`` while the body runs."""
-        await self._acquire(pool)
+    async def slot(self, pool: Hashable, *, urgent: bool = False) -> AsyncIterator[None]:
+        """Hold one slot for ``pool`` while the body runs; ``urgent``: ahead of every
+        waiter that is not."""
+        await self._acquire(pool, urgent)
         try:
             yield
         finally:
             self._release()
 
-    async def _acquire(self, pool: Hashable) -> None:
-        if self.busy < self.limit and not self._turns:
+    async def _acquire(self, pool: Hashable, urgent: bool) -> None:
+        if self.busy < self.limit and not self._turns and not self._urgent:
             self.busy += 1
             return
         granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue = self._waiting.get(pool)
-        if queue is None:
-            queue = self._waiting[pool] = deque()
-            self._turns.append(pool)
-        queue.append(granted)
+        if urgent:
+            self._urgent.append(granted)
+        else:
+            queue = self._waiting.get(pool)
+            if queue is None:
+                queue = self._waiting[pool] = deque()
+                self._turns.append(pool)
+            queue.append(granted)
         try:
             await granted
         except asyncio.CancelledError:
             if granted.done() and not granted.cancelled():
                 self._release()  # the slot was handed over just as we were cancelled
+            elif urgent:
+                self._urgent.remove(granted)
             else:
                 self._forget(pool, granted)
             raise
 
     def _release(self) -> None:
-        # Hand the slot over to the next pool in turn (busy stays the same), or free it.
+        # Hand the slot over to the first urgent waiter, else to the next pool in turn (busy
+        # stays the same), or free it.
+        while self._urgent:
+            granted = self._urgent.popleft()
+            if not granted.done():
+                granted.set_result(None)
+                return
         while self._turns:
             pool = self._turns.popleft()
             queue = self._waiting[pool]
