@@ -88,14 +88,21 @@ class Informer:
                     return
                 log.info("%s: the streamed list ended early; listing page by page", self.plural)
             except ApiError as error:
-                if error.status not in (400, 403, 422):
+                if error.status in (400, 403, 422):
+                    log.info(
+                        "%s: the API server does not stream lists (%s); listing page by page",
+                        self.plural,
+                        error,
+                    )
+                    self.stream = False
+                elif error.status == 429 or error.status >= 500:
+                    # E.g. 429 "storage is (re)initializing": a watch needs the API server's
+                    # cache, a paged list is served from etcd meanwhile. Streamed next time.
+                    log.info(
+                        "%s: streamed list refused (%s); listing page by page", self.plural, error
+                    )
+                else:
                     raise
-                log.info(
-                    "%s: the API server does not stream lists (%s); listing page by page",
-                    self.plural,
-                    error,
-                )
-                self.stream = False
         await self._page_once()
 
     async def _stream_once(self) -> bool:

@@ -19,7 +19,7 @@ import pytest
 import builders
 from controlplane import ControlPlane
 from hostpool_operator.informer import Informer
-from hostpool_operator.k8s import KubeClient, login
+from hostpool_operator.k8s import ApiError, ApiTransportError, KubeClient, login
 from kube import Kube, crd_files, make_api_client, need_control_plane
 
 pytestmark = pytest.mark.cluster
@@ -139,3 +139,52 @@ def test_an_api_server_that_cannot_stream_lists_gets_paged_lists(
     assert count == len(listed)
     assert sorted(name for _, name in events[: len(listed)]) == sorted(listed)
     assert events[len(listed) :] == [("ADDED", "late")]
+
+
+@pytest.mark.faults
+def test_a_list_as_the_api_server_comes_back_gets_every_object(
+    kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Coming back from a restart, the API server answers before its cache of a kind is
+    built and refuses a streamed list meanwhile (429 "storage is (re)initializing"; seen in
+    CI, where the operator's start then waited a minute for kopf's retry). The informer
+    lists page by page then (served from etcd) and streams again next time. Lists are tried
+    from the moment the API server is down until one answers: only no answer and 5xx
+    (not ready yet) are tried again, a 429 fails the test."""
+    plane = need_control_plane(kube, "restarting the API server")
+    listed = _fill(kube, namespace, "restart", 5)
+    events: list[tuple[str, str]] = []
+
+    def handler(kind: str, obj: dict[str, Any]) -> None:
+        events.append((kind, obj["metadata"]["name"]))
+
+    async def run() -> tuple[bool, int]:
+        restart = asyncio.create_task(asyncio.to_thread(plane.restart_apiserver))
+        tries = 0
+        async with _client(kube.kubeconfig, monkeypatch) as client:
+            while not restart.done():  # until the old API server stops answering
+                try:
+                    await client.request("GET", "/version")
+                except (ApiError, ApiTransportError):
+                    break
+                await asyncio.sleep(0.02)
+            informer = Informer(client, "sessionrequests", namespace, handler)
+            while True:
+                tries += 1
+                try:
+                    await informer.list_once()
+                    break
+                except ApiTransportError:
+                    pass
+                except ApiError as error:
+                    if error.status < 500:
+                        raise
+                events.clear()
+                await asyncio.sleep(0.02)
+            await restart
+            return informer.stream, tries
+
+    streamed, tries = asyncio.run(run())
+    assert tries > 1  # the list began while the API server was down
+    assert streamed  # a refusal of this kind does not turn streaming off
+    assert sorted(name for _, name in events) == sorted(listed)
