@@ -34,6 +34,7 @@ from .agent_figures import Counters, custom_load_value, load_figures
 from .agent_sessions import HostRequest, LogoffTracker, SessionTracker, parse_sessions
 from .conditions import rfc3339
 from .k8s import ApiError, ApiTransportError, KubeClient, login, token_file
+from .k8s_events import post_event
 from .logs import setup_logging
 
 log = logging.getLogger("hostpool_operator.agent")
@@ -246,7 +247,8 @@ class Agent:
         for attempt in range(2):  # a busy API server may drop one; a second try is cheap
             if attempt:
                 await asyncio.sleep(1)
-            if await self.client.post_event(
+            if await post_event(
+                self.client,
                 self.involved,
                 kind="SessionHost",
                 reason=reason,

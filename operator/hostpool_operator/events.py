@@ -7,6 +7,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from .k8s import KubeClient
+from .k8s_events import post_event
 
 #: Keys the limiter remembers before it prunes those whose interval is over (and, if that
 #: is not enough, the oldest half).
@@ -65,7 +66,7 @@ class ApiEvents:
         if once_per is not None and not self.limiter.allow(*once_per):
             return
         self._spawn(
-            self._client.post_event(
-                involved, kind=kind, reason=reason, message=message, type_=type_
+            post_event(
+                self._client, involved, kind=kind, reason=reason, message=message, type_=type_
             )
         )

@@ -19,7 +19,6 @@ import logging
 import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -28,7 +27,6 @@ import kopf
 import orjson
 
 from .api import API_VERSION
-from .conditions import rfc3339
 from .k8s_auth import (
     SERVICE_ACCOUNT_TOKEN as SERVICE_ACCOUNT_TOKEN,
 )
@@ -514,30 +512,6 @@ class KubeClient:
             self._metrics.api_error("transport")
             raise ApiTransportError(f"watch {plural}: {error!r}") from error
 
-    # ------------------------------------------------------------------ Events
-
-    async def post_event(
-        self,
-        involved: Mapping[str, Any],
-        *,
-        kind: str,
-        reason: str,
-        message: str,
-        type_: str = "Normal",
-        component: str = "hostpool-operator",
-    ) -> bool:
-        """Record a core/v1 Event about an object. Failures are logged, never raised;
-        returns whether it was recorded."""
-        meta = involved.get("metadata", {})
-        namespace = meta.get("namespace", "default")
-        event = event_body(involved, kind, reason, message, type_, component)
-        try:
-            await self.request("POST", f"/api/v1/namespaces/{quote(namespace)}/events", body=event)
-        except (ApiError, ApiTransportError) as error:
-            log.warning("could not post event %s on %s: %s", reason, meta.get("name"), error)
-            return False
-        return True
-
 
 def initial_events_end(event: Mapping[str, Any]) -> bool:
     """Is this the BOOKMARK that ends a streamed list's initial events?"""
@@ -561,36 +535,3 @@ async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
                 yield line
     if buffer.strip():
         yield buffer
-
-
-def event_body(
-    involved: Mapping[str, Any], kind: str, reason: str, message: str, type_: str, component: str
-) -> JSON:
-    """A core/v1 Event about ``involved`` (an object, or just its metadata), now."""
-    meta = involved.get("metadata", {})
-    namespace = meta.get("namespace", "default")
-    now = rfc3339(datetime.now(UTC))
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {
-            "generateName": f"{meta.get('name', 'hostpool')}.",
-            "namespace": namespace,
-        },
-        "involvedObject": {
-            "apiVersion": API_VERSION,
-            "kind": kind,
-            "name": meta.get("name"),
-            "namespace": namespace,
-            "uid": meta.get("uid"),
-            "resourceVersion": meta.get("resourceVersion"),
-        },
-        "reason": reason,
-        "message": message[:1024],
-        "type": type_,
-        "source": {"component": component},
-        "reportingComponent": component,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
