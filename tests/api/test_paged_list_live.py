@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import builders
+from client_helpers import fill_requests, operator_client, use_kubeconfig
 from hostpool_operator.informer import Informer
 from hostpool_operator.k8s import KubeClient, login
 from kube import Kube, need_control_plane
@@ -30,30 +31,17 @@ OBJECTS = 23
 PAGE = 5
 
 
-def _client(kube: Kube, monkeypatch: pytest.MonkeyPatch) -> KubeClient:
-    monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
-    monkeypatch.delenv("HOSTPOOL_TOKEN_FILE", raising=False)
-    return KubeClient(login())
-
-
-def _fill(kube: Kube, namespace: str, prefix: str, count: int) -> set[str]:
-    names = {f"{prefix}-{i:03d}" for i in range(count)}
-    for name in sorted(names):
-        kube.create(namespace, builders.request(name, "pool", user=name))
-    return names
-
-
 def test_an_informer_lists_every_page_and_watches_from_the_lists_version(
     kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    listed = _fill(kube, namespace, "paged", OBJECTS)
+    listed = fill_requests(kube, namespace, "paged", OBJECTS)
     events: list[tuple[str, str]] = []
 
     def handler(kind: str, obj: dict[str, Any]) -> None:
         events.append((kind, obj["metadata"]["name"]))
 
     async def run() -> tuple[list[str | None], str | None, list[tuple[str, str]]]:
-        async with _client(kube, monkeypatch) as client:
+        async with operator_client(kube.kubeconfig, monkeypatch) as client:
             versions = [
                 page.resource_version
                 async for page in client.list_pages("sessionrequests", namespace, limit=PAGE)
@@ -144,11 +132,11 @@ class _AgedTokenClient(KubeClient):
 def test_an_expired_continue_token_lists_again_from_the_start(
     kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    listed = _fill(kube, namespace, "expiring", 12)
+    listed = fill_requests(kube, namespace, "expiring", 12)
 
     async def run() -> tuple[list[tuple[bool, list[str]]], int, int]:
         pages: list[tuple[bool, list[str]]] = []
-        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
+        use_kubeconfig(kube.kubeconfig, monkeypatch)
         # Compact etcd up to now: revision 2 is gone for sure (and older than the watch cache).
         key = base64.b64encode(b"/").decode()
         head = await asyncio.to_thread(_etcd, kube, "/v3/kv/range", {"key": key, "limit": 1})

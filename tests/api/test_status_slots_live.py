@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import builders
+from client_helpers import use_kubeconfig
 from hostpool_operator.controller import Controller
 from hostpool_operator.k8s import JSON, KubeClient, login
 from hostpool_operator.settings import ControllerSettings
@@ -65,8 +66,7 @@ def test_status_writes_of_all_pools_share_one_bound(
         kube.create(namespace, builders.pool(f"pool-{p:02d}", "BreadthFirst", 4))
         for h in range(HOSTS):
             kube.create(namespace, builders.host(f"pool-{p:02d}-h{h}", f"pool-{p:02d}"))
-    monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
-    monkeypatch.delenv("HOSTPOOL_TOKEN_FILE", raising=False)
+    use_kubeconfig(kube.kubeconfig, monkeypatch)
 
     def written() -> int:
         done = 0

@@ -17,27 +17,15 @@ from typing import Any
 import pytest
 
 import builders
+from client_helpers import fill_requests, operator_client
 from controlplane import ControlPlane
 from hostpool_operator.informer import Informer
-from hostpool_operator.k8s import ApiError, ApiTransportError, KubeClient, login
+from hostpool_operator.k8s import ApiError, ApiTransportError
 from kube import Kube, crd_files, make_api_client, need_control_plane
 
 pytestmark = pytest.mark.cluster
 
 OBJECTS = 23
-
-
-def _client(kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> KubeClient:
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.delenv("HOSTPOOL_TOKEN_FILE", raising=False)
-    return KubeClient(login())
-
-
-def _fill(kube: Kube, namespace: str, prefix: str, count: int) -> set[str]:
-    names = {f"{prefix}-{i:03d}" for i in range(count)}
-    for name in sorted(names):
-        kube.create(namespace, builders.request(name, "pool", user=name))
-    return names
 
 
 async def _watch_until(informer: Informer, events: list[tuple[str, str]], event: Any) -> None:
@@ -57,14 +45,14 @@ async def _watch_until(informer: Informer, events: list[tuple[str, str]], event:
 def test_an_informer_streams_its_list_then_watches_from_the_end_bookmark(
     kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    listed = _fill(kube, namespace, "streamed", OBJECTS)
+    listed = fill_requests(kube, namespace, "streamed", OBJECTS)
     events: list[tuple[str, str]] = []
 
     def handler(kind: str, obj: dict[str, Any]) -> None:
         events.append((kind, obj["metadata"]["name"]))
 
     async def run() -> tuple[bool, int, list[tuple[str, str]], list[tuple[str, str]]]:
-        async with _client(kube.kubeconfig, monkeypatch) as client:
+        async with operator_client(kube.kubeconfig, monkeypatch) as client:
             informer = Informer(client, "sessionrequests", namespace, handler)
             before = client.list_timing.copy()
             await informer.list_once()
@@ -116,14 +104,14 @@ def test_an_api_server_that_cannot_stream_lists_gets_paged_lists(
         try:
             other.install_crds(crd_files())
             other.create_namespace("paged")
-            listed = _fill(other, "paged", "paged", 7)
+            listed = fill_requests(other, "paged", "paged", 7)
             events: list[tuple[str, str]] = []
 
             def handler(kind: str, obj: dict[str, Any]) -> None:
                 events.append((kind, obj["metadata"]["name"]))
 
             async def run() -> tuple[bool, int]:
-                async with _client(plane.kubeconfig, monkeypatch) as client:
+                async with operator_client(plane.kubeconfig, monkeypatch) as client:
                     informer = Informer(client, "sessionrequests", "paged", handler, page_size=3)
                     await informer.list_once()
                     await asyncio.to_thread(
@@ -152,7 +140,7 @@ def test_a_list_as_the_api_server_comes_back_gets_every_object(
     from the moment the API server is down until one answers: only no answer and 5xx
     (not ready yet) are tried again, a 429 fails the test."""
     plane = need_control_plane(kube, "restarting the API server")
-    listed = _fill(kube, namespace, "restart", 5)
+    listed = fill_requests(kube, namespace, "restart", 5)
     events: list[tuple[str, str]] = []
 
     def handler(kind: str, obj: dict[str, Any]) -> None:
@@ -161,7 +149,7 @@ def test_a_list_as_the_api_server_comes_back_gets_every_object(
     async def run() -> tuple[bool, int]:
         restart = asyncio.create_task(asyncio.to_thread(plane.restart_apiserver))
         tries = 0
-        async with _client(kube.kubeconfig, monkeypatch) as client:
+        async with operator_client(kube.kubeconfig, monkeypatch) as client:
             while not restart.done():  # until the old API server stops answering
                 try:
                     await client.request("GET", "/version")

@@ -53,8 +53,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import storm
@@ -265,37 +263,17 @@ async def watch_batch(
 ) -> None:
     """When each request of a batch (label selector) is first seen Assigned, and any later
     change of its host; from ``rv`` on (not a replay of the whole namespace)."""
-    path = client.path("sessionrequests", namespace)
-    while True:
-        params = {
-            "watch": "true",
-            "resourceVersion": rv,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": "60",
-            "labelSelector": selector,
-        }
-        try:
-            async with client._http().get(
-                client._server + path,
-                params=params,
-                timeout=aiohttp.ClientTimeout(total=None, sock_read=90),
-            ) as response:
-                async for raw in response.content:
-                    event = json.loads(raw)
-                    obj = event["object"]
-                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                    if event["type"] not in ("ADDED", "MODIFIED"):
-                        continue
-                    status = obj.get("status") or {}
-                    if status.get("phase") != "Assigned":
-                        continue
-                    name, where = obj["metadata"]["name"], status.get("host", "")
-                    if name not in seen:
-                        seen[name] = (where, time.time())
-                    elif seen[name][0] != where:
-                        changed.add(name)
-        except (TimeoutError, aiohttp.ClientError):
-            await asyncio.sleep(0.2)
+    async for kind, obj in storm.watch_events(client, namespace, rv=rv, selector=selector):
+        if kind not in ("ADDED", "MODIFIED"):
+            continue
+        status = obj.get("status") or {}
+        if status.get("phase") != "Assigned":
+            continue
+        name, where = obj["metadata"]["name"], status.get("host", "")
+        if name not in seen:
+            seen[name] = (where, time.time())
+        elif seen[name][0] != where:
+            changed.add(name)
 
 
 class Operator:

@@ -467,12 +467,17 @@ def proc_stats(pid: int) -> tuple[float, float]:
 
 
 async def watch_events(
-    client: KubeClient, namespace: str, stop: asyncio.Event | None = None
+    client: KubeClient,
+    namespace: str,
+    stop: asyncio.Event | None = None,
+    *,
+    rv: str = "0",
+    selector: str | None = None,
 ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    """(type, object) of every SessionRequest event in the namespace, from the start; the watch
-    resumes from the last resourceVersion after a timeout or a dropped connection."""
+    """(type, object) of every SessionRequest event in the namespace (of those matching the
+    label ``selector``), from ``rv`` (default: the start); the watch resumes from the last
+    resourceVersion after a timeout or a dropped connection."""
     path = client.path("sessionrequests", namespace)
-    rv = "0"
     while stop is None or not stop.is_set():
         params = {
             "watch": "true",
@@ -480,6 +485,8 @@ async def watch_events(
             "allowWatchBookmarks": "true",
             "timeoutSeconds": "30",
         }
+        if selector:
+            params["labelSelector"] = selector
         try:
             async with client._http().get(
                 client._server + path,
