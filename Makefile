@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # The bench's compiled reference controller (Go, standard library only): formatted and vetted.
 GO_CHECK := cd tests/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
 
-.PHONY: help venv image test-image test test-faults test-unit lint crds bench-engine bench bench-hosts bench-scale tools cluster-up cluster-down demo demo-down clean
+.PHONY: help venv image test-image test test-faults test-unit lint crds bench-engine bench bench-hosts bench-scale tools tools-cluster cluster-up cluster-down demo demo-down clean
 
 help:
 	@grep -E '^[a-z-]+:.*?## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -58,17 +58,17 @@ BENCH_KUBECONFIG ?= $(KUBECONFIG)
 # The storm needs no pods: its control plane runs no kube-scheduler, kwok or fake nodes, as in
 # the measurements of docs/performance.md.
 
-bench: $(STAMP) tools ## logon storm against the API server: operator vs. the write ceiling
+bench: $(STAMP) tools-cluster ## logon storm against the API server: operator vs. the write ceiling
 	@if [ -n "$(BENCH_KUBECONFIG)" ]; then kc="$(BENCH_KUBECONFIG)"; \
 	else HOSTPOOL_FAKE_NODES=0 tests/cluster/cluster.sh up .cluster/bench >/dev/null && kc=.cluster/bench/kubeconfig; fi; \
 	.cluster/bin/kubectl --kubeconfig "$$kc" apply -f crds/ >/dev/null && \
 	.cluster/bin/kubectl --kubeconfig "$$kc" wait --for=condition=Established crd --all --timeout=60s >/dev/null && \
 	KUBECONFIG="$$kc" $(PY) tests/bench/storm.py --plot .cluster/bench-storm.png
 
-bench-hosts: $(STAMP) tools ## 50 pod-backed hosts started on demand by a logon storm: hosts created vs. needed
+bench-hosts: $(STAMP) tools-cluster ## 50 pod-backed hosts started on demand by a logon storm: hosts created vs. needed
 	@$(PY) tests/bench/hosts.py
 
-bench-scale: $(STAMP) tools ## 100,000 assigned sessions over 1,000 pools: operator start, storm, kill -9 (SCALE_* to scale down)
+bench-scale: $(STAMP) tools-cluster ## 100,000 assigned sessions over 1,000 pools: operator start, storm, kill -9 (SCALE_* to scale down)
 	@if [ -n "$(BENCH_KUBECONFIG)" ]; then kc="$(BENCH_KUBECONFIG)"; dir=""; \
 	elif [ -n "$(SCALE_REUSE)" ]; then kc=.cluster/bench-scale/kubeconfig; dir=.cluster/bench-scale; \
 	else tests/cluster/cluster.sh down .cluster/bench-scale >/dev/null 2>&1; \
@@ -80,13 +80,17 @@ bench-scale: $(STAMP) tools ## 100,000 assigned sessions over 1,000 pools: opera
 tools: ## build kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kubectl, helm, kwok, promtool into the cache
 	tests/cluster/tools.sh
 
-cluster-up: tools ## start a local control plane with 3 fake nodes; kubeconfig in .cluster/kubeconfig
+# The control plane alone: promtool is for the alert-rule tests (make test), not for a demo.
+tools-cluster: ## the same without promtool (what the demo, the benches and cluster-up need)
+	tests/cluster/tools.sh --control-plane
+
+cluster-up: tools-cluster ## start a local control plane with 3 fake nodes; kubeconfig in .cluster/kubeconfig
 	tests/cluster/cluster.sh up .cluster
 
 cluster-down: ## stop the local control plane
 	tests/cluster/cluster.sh down .cluster
 
-demo: $(STAMP) tools ## the main job: control plane, operator, a depth-first pool and a logon burst
+demo: $(STAMP) tools-cluster ## the main job: control plane, operator, a depth-first pool and a logon burst
 	$(PY) tests/demo.py
 
 demo-down: ## stop the demo's operator and agents, and the local control plane

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 import builders
-from hostpool_operator.k8s import KubeClient, login
+from hostpool_operator.kube.auth import login
+from hostpool_operator.kube.client import KubeClient
 from kube import Kube
 
 

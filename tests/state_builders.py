@@ -12,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hostpool_operator.api import Phase
-from hostpool_operator.placement import Assign, Intent, place_pending
-from hostpool_operator.pool_state import PoolState
-from hostpool_operator.records import HostRecord, PoolRecord, RequestRecord
-from hostpool_operator.status import assigned_status
+from hostpool_operator.engine.placement import Assign, Intent, place_pending
+from hostpool_operator.engine.pool_state import PoolState
+from hostpool_operator.engine.records import HostRecord, PoolRecord, RequestRecord
+from hostpool_operator.engine.status import assigned_status
 
 Obj = dict[str, Any]
 

@@ -7,11 +7,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .settings import ControllerSettings
+from .controller.settings import ControllerSettings
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
-    from . import crdgen
+    from .api import crdgen
 
     for path in crdgen.write_all(Path(args.output_dir)):
         print(path)
@@ -35,7 +35,7 @@ def _read_document(path: str) -> tuple[object, str | None]:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     import json
 
-    from . import simulate
+    from .simulate import scenario as simulate
 
     if args.timeline is not None:
         if args.file is not None:
@@ -69,7 +69,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _simulate_timeline(args: argparse.Namespace) -> int:
     import json
 
-    from . import timeline, timeline_report
+    from .simulate import report as timeline_report
+    from .simulate import timeline
 
     document, problem = _read_document(args.timeline)
     if problem is not None:
@@ -89,7 +90,7 @@ def _simulate_timeline(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from . import handlers
+    from .controller import handlers
     from .logs import setup_logging
 
     setup_logging(json_logs=args.log_format == "json", verbose=args.verbose)
@@ -101,7 +102,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     metrics = None
     if args.metrics_address:
-        from .metrics import PrometheusMetrics
+        from .controller.metrics import PrometheusMetrics
 
         metrics = PrometheusMetrics()
         metrics.serve(args.metrics_address)

@@ -21,8 +21,9 @@ import pytest
 
 import builders
 from client_helpers import fill_requests, operator_client, use_kubeconfig
-from hostpool_operator.informer import Informer
-from hostpool_operator.k8s import KubeClient, login
+from hostpool_operator.kube.auth import login
+from hostpool_operator.kube.client import KubeClient
+from hostpool_operator.kube.informer import Informer
 from kube import Kube, need_control_plane
 
 pytestmark = pytest.mark.cluster

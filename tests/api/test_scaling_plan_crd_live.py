@@ -1,4 +1,4 @@
-"""The ScalingPlan CRD on a real kube-apiserver: the plan rules of ``api_plan`` (OpenAPI
+"""The ScalingPlan CRD on a real kube-apiserver: the plan rules of ``api.plan`` (OpenAPI
 bounds and CEL) refuse bad plans with a message naming the field, good plans and the
 boundary values are accepted, defaults are the models', the status subresource takes what
 the operator writes (the plan's and the pool's), and ``kubectl get spl`` shows the columns.
@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from builders import WEEKDAYS, manifest, plan_schedule, plan_spec, pool
 from hostpool_operator import api
-from hostpool_operator.api_plan import ScalingPlanSpec
+from hostpool_operator.api.plan import ScalingPlanSpec
 from kube import ApiError, Kube, resource_path
 
 pytestmark = pytest.mark.cluster

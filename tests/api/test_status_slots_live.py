@@ -18,9 +18,10 @@ import pytest
 
 import builders
 from client_helpers import use_kubeconfig
-from hostpool_operator.controller import Controller
-from hostpool_operator.k8s import JSON, KubeClient, login
-from hostpool_operator.settings import ControllerSettings
+from hostpool_operator.controller.manager import Controller
+from hostpool_operator.controller.settings import ControllerSettings
+from hostpool_operator.kube.auth import login
+from hostpool_operator.kube.client import JSON, KubeClient
 from kube import Kube, resource_path
 
 pytestmark = pytest.mark.cluster

@@ -19,8 +19,8 @@ import pytest
 import builders
 from client_helpers import fill_requests, operator_client
 from controlplane import ControlPlane
-from hostpool_operator.informer import Informer
-from hostpool_operator.k8s import ApiError, ApiTransportError
+from hostpool_operator.kube.errors import ApiError, ApiTransportError
+from hostpool_operator.kube.informer import Informer
 from kube import Kube, crd_files, make_api_client, need_control_plane
 
 pytestmark = pytest.mark.cluster

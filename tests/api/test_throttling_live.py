@@ -22,7 +22,8 @@ import pytest
 import yaml
 
 import builders
-from hostpool_operator.k8s import ApiError, KubeClient
+from hostpool_operator.kube.client import KubeClient
+from hostpool_operator.kube.errors import ApiError
 from kube import API_VERSION, Kube, unique_name, wait_for
 
 pytestmark = pytest.mark.cluster

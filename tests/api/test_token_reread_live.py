@@ -18,8 +18,9 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 
-from hostpool_operator.k8s import ApiError, ApiTransportError, KubeClient
-from hostpool_operator.metrics import PrometheusMetrics
+from hostpool_operator.controller.metrics import PrometheusMetrics
+from hostpool_operator.kube.client import KubeClient
+from hostpool_operator.kube.errors import ApiError, ApiTransportError
 from kube import Kube
 
 pytestmark = pytest.mark.cluster

@@ -16,7 +16,8 @@ import time
 from collections.abc import Sequence
 
 from hostpool_operator.api import HostPoolSpec
-from hostpool_operator.balancing import Demand, HostView, PoolBalancer
+from hostpool_operator.engine.balancing import HostView, PoolBalancer
+from hostpool_operator.engine.demand import Demand
 
 SIZES = (10, 100, 1_000, 10_000)
 ALGORITHMS = ("BreadthFirst", "DepthFirst", "Horizon")

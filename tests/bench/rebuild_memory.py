@@ -30,8 +30,8 @@ from typing import Any
 import kopf
 import orjson
 
-from hostpool_operator.controller import Controller, collector_paused
-from hostpool_operator.k8s import LIST_PAGE, KubeClient
+from hostpool_operator.controller.manager import Controller, collector_paused
+from hostpool_operator.kube.client import LIST_PAGE, KubeClient
 
 NS = "vdi"
 STAMP = "2026-01-05T07:58:12Z"

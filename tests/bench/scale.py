@@ -57,7 +57,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import storm
 from bench.storm import ROOT, log, percentile, proc_stats
-from hostpool_operator.k8s import ApiError, ApiTransportError, KubeClient
+from hostpool_operator.kube.client import KubeClient
+from hostpool_operator.kube.errors import ApiError, ApiTransportError
 
 GROUP_VERSION = storm.GROUP_VERSION
 SYNC_LINE = re.compile(

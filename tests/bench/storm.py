@@ -52,8 +52,10 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "operator"))
 
-from hostpool_operator import conditions as cond  # noqa: E402
-from hostpool_operator.k8s import ApiError, ApiTransportError, KubeClient  # noqa: E402
+from hostpool_operator.api import conditions as cond  # noqa: E402
+from hostpool_operator.api.timestamps import rfc3339  # noqa: E402
+from hostpool_operator.kube.client import KubeClient  # noqa: E402
+from hostpool_operator.kube.errors import ApiError, ApiTransportError  # noqa: E402
 
 GROUP_VERSION = "hostpool.io/v1alpha1"
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
@@ -93,7 +95,7 @@ def assigned_status(host: str, generation: int) -> dict[str, Any]:
         "reason": "NewSession",
         "message": message,
         "sessionState": "Connecting",
-        "assignedAt": cond.rfc3339(now),
+        "assignedAt": rfc3339(now),
         "conditions": cond.merge(
             None,
             [cond.Cond("Assigned", "True", "NewSession", message)],

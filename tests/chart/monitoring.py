@@ -14,7 +14,7 @@ import pytest
 import yaml
 from prometheus_client.samples import Sample
 
-from hostpool_operator.metrics import PrometheusMetrics
+from hostpool_operator.controller.metrics import PrometheusMetrics
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"

@@ -13,9 +13,18 @@
 # promtool has a cache key of its own: adding or upgrading it rebuilds none of the others.
 #
 # Usage: tests/cluster/tools.sh            build what is missing, link, print the bin dir
+#        tests/cluster/tools.sh --control-plane   the same without promtool (only the alert
+#                                                 tests need it; a demo should not wait for it)
 # Env:   HOSTPOOL_TOOLS_CACHE     cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hostpool-operator)
 #        HOSTPOOL_BIN_DIR         where to link the binaries (default <repo>/.cluster/bin)
 set -euo pipefail
+
+WITH_PROMTOOL=1
+case "${1:-}" in
+  "") ;;
+  --control-plane) WITH_PROMTOOL=0 ;;
+  *) printf 'tools: unknown argument %s (usage: tools.sh [--control-plane])\n' "$1" >&2; exit 2 ;;
+esac
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MODS="$REPO_ROOT/tests/cluster"
@@ -85,7 +94,9 @@ link_all() {
   for b in "${ALL_BINS[@]}" kwok-stages.yaml; do
     ln -sfn "$CACHE_BIN/$b" "$BIN_DIR/$b"
   done
-  ln -sfn "$PROM_BIN/promtool" "$BIN_DIR/promtool"
+  if [[ -x "$PROM_BIN/promtool" ]]; then
+    ln -sfn "$PROM_BIN/promtool" "$BIN_DIR/promtool"
+  fi
   echo "$BIN_DIR"
 }
 
@@ -136,7 +147,7 @@ need() {
 }
 
 # promtool: built once per its own key, under its own lock.
-if [[ ! -x "$PROM_BIN/promtool" ]]; then
+if [[ "$WITH_PROMTOOL" == 1 && ! -x "$PROM_BIN/promtool" ]]; then
   mkdir -p "$PROM_BIN"
   exec 8>"$CACHE_ROOT/$PROM_KEY/.lock"
   if ! flock -n 8; then

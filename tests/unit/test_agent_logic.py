@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hostpool_operator.agent_figures import Counters, custom_load_value, load_figures
-from hostpool_operator.agent_sessions import (
+from hostpool_operator.agent.figures import Counters, custom_load_value, load_figures
+from hostpool_operator.agent.sessions import (
     MISSES_FOR_LOGOFF,
     HostRequest,
     LogoffTracker,

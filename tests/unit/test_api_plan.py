@@ -11,9 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from builders import plan_spec
-from hostpool_operator import api, crdgen
-from hostpool_operator.api_base import describe_validation_error
-from hostpool_operator.api_plan import (
+from hostpool_operator import api
+from hostpool_operator.api import crdgen
+from hostpool_operator.api.base import describe_validation_error
+from hostpool_operator.api.plan import (
     DayOfWeek,
     PlanPhase,
     PoolScalingPlan,

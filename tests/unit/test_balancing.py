@@ -16,7 +16,8 @@ from hostpool_operator.api import (
     Protocol,
     Reason,
 )
-from hostpool_operator.balancing import Demand, HostView, PoolBalancer, load_index
+from hostpool_operator.engine.balancing import HostView, PoolBalancer, load_index
+from hostpool_operator.engine.demand import Demand
 from hostpool_operator.simulate import run_scenario
 
 

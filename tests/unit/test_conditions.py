@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from hostpool_operator.conditions import Cond, find, merge
+from hostpool_operator.api.conditions import Cond, find, merge
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=5)

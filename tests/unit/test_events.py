@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hostpool_operator.events import EventLimiter
+from hostpool_operator.kube.recorder import EventLimiter
 
 PRUNE_ABOVE = 10_000
 

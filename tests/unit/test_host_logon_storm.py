@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from hostpool_operator import api, crdgen
+from hostpool_operator import api
 from hostpool_operator.api import (
     HostLogonStorm,
     HostMetrics,
@@ -22,14 +22,16 @@ from hostpool_operator.api import (
     LogonStorm,
     Reason,
     SessionHostSpec,
+    crdgen,
 )
-from hostpool_operator.balancing import Demand, HostView, Placement, PoolBalancer
-from hostpool_operator.horizon import LogonStormBlock, logon_storm_block
-from hostpool_operator.placement import Assign
-from hostpool_operator.records import HostRecord
-from hostpool_operator.scaling import host_manifest
+from hostpool_operator.engine.balancing import HostView, Placement, PoolBalancer
+from hostpool_operator.engine.demand import Demand
+from hostpool_operator.engine.horizon import LogonStormBlock, logon_storm_block
+from hostpool_operator.engine.placement import Assign
+from hostpool_operator.engine.records import HostRecord
+from hostpool_operator.engine.status import host_status
+from hostpool_operator.scaling.rules import host_manifest
 from hostpool_operator.simulate import ScenarioError, run_scenario
-from hostpool_operator.status import host_status
 from state_builders import T0, Pool, host_obj, pool_obj
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hostpool_operator.leader import identity
+from hostpool_operator.controller.leader import identity
 
 
 def test_the_pod_name_is_the_identity(monkeypatch: pytest.MonkeyPatch) -> None:

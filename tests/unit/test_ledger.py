@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostpool_operator.ledger import Session, SessionLedger
+from hostpool_operator.engine.ledger import Session, SessionLedger
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 TIMEOUT = timedelta(seconds=60)

@@ -7,7 +7,7 @@ import platform
 
 from prometheus_client import generate_latest
 
-from hostpool_operator.metrics import PrometheusMetrics, package_version
+from hostpool_operator.controller.metrics import PrometheusMetrics, package_version
 
 STATUS = {
     "pendingRequests": 2,

@@ -17,11 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostpool_operator.api import Reason
-from hostpool_operator.balancing import Demand, Placement
-from hostpool_operator.placement import Assign, Intent, Reject, Wait
-from hostpool_operator.pool_state import PoolState
-from hostpool_operator.records import HostRecord, PoolRecord
-from hostpool_operator.status import pending_message
+from hostpool_operator.engine.balancing import Placement
+from hostpool_operator.engine.demand import Demand
+from hostpool_operator.engine.placement import Assign, Intent, Reject, Wait
+from hostpool_operator.engine.pool_state import PoolState
+from hostpool_operator.engine.records import HostRecord, PoolRecord
+from hostpool_operator.engine.status import pending_message
 from state_builders import (
     POOL,
     T0,

@@ -10,20 +10,27 @@ from typing import Any
 
 import pytest
 
-from hostpool_operator import pool_scaling
 from hostpool_operator.api import HostPoolSpec
-from hostpool_operator.api_base import LoadBalancerType
-from hostpool_operator.api_plan import PlanPhase, PlanRules
-from hostpool_operator.balancing import Demand
-from hostpool_operator.placement import Assign
-from hostpool_operator.plan_pool import (
+from hostpool_operator.api.base import LoadBalancerType
+from hostpool_operator.api.plan import PlanPhase, PlanRules
+from hostpool_operator.api.vocabulary import (
+    MANAGED_LABEL,
+    MANAGER,
+    PLAN_DRAINED_ANNOTATION,
+    POOL_LABEL,
+)
+from hostpool_operator.engine.demand import Demand
+from hostpool_operator.engine.placement import Assign
+from hostpool_operator.engine.workloads import WorkloadRecord
+from hostpool_operator.scaling import pool as pool_scaling
+from hostpool_operator.scaling.plan_pool import (
     decide_for_pool,
     disconnected_on,
     plan_hosts,
     plan_requests,
     scaling_required,
 )
-from hostpool_operator.plans import (
+from hostpool_operator.scaling.plans import (
     LogoffOrder,
     PhaseInForce,
     PlanDecision,
@@ -31,13 +38,6 @@ from hostpool_operator.plans import (
     PlanRequest,
     phase_in_force,
 )
-from hostpool_operator.records import (
-    MANAGED_LABEL,
-    MANAGER,
-    PLAN_DRAINED_ANNOTATION,
-    POOL_LABEL,
-)
-from hostpool_operator.workloads import WorkloadRecord
 from state_builders import (
     POOL,
     T0,

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostpool_operator.api_base import LoadBalancerType
-from hostpool_operator.api_plan import PlanPhase, ScalingPlanSpec, StopHostsWhen
-from hostpool_operator.plans import (
+from hostpool_operator.api.base import LoadBalancerType
+from hostpool_operator.api.plan import PlanPhase, ScalingPlanSpec, StopHostsWhen
+from hostpool_operator.scaling.plans import (
     LogoffOrder,
     PhaseInForce,
     PlanHost,

@@ -13,18 +13,18 @@ from typing import Any
 
 import pytest
 
-from hostpool_operator import pool_scaling
 from hostpool_operator.api import Phase, Reason
-from hostpool_operator.balancing import HostView, Placement
-from hostpool_operator.placement import Assign, Intent, Wait, place_pending
-from hostpool_operator.pool_state import PoolState, pending_count, reports_metrics, waiting_reasons
-from hostpool_operator.records import (
-    MANAGED_LABEL,
-    MANAGER,
-    HostRecord,
-    PoolRecord,
-    RequestRecord,
+from hostpool_operator.api.vocabulary import MANAGED_LABEL, MANAGER
+from hostpool_operator.engine.balancing import HostView, Placement
+from hostpool_operator.engine.placement import Assign, Intent, Wait, place_pending
+from hostpool_operator.engine.pool_state import (
+    PoolState,
+    pending_count,
+    reports_metrics,
+    waiting_reasons,
 )
+from hostpool_operator.engine.records import HostRecord, PoolRecord, RequestRecord
+from hostpool_operator.scaling import pool as pool_scaling
 from state_builders import (
     NS,
     POOL,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hostpool_operator.status import POOL_COUNT_FIELDS, pool_status_due
+from hostpool_operator.engine.status import POOL_COUNT_FIELDS, pool_status_due
 
 
 def pool_status(

@@ -21,13 +21,13 @@ from hostpool_operator.api import (
     Protocol,
     Reason,
 )
-from hostpool_operator.balancing import (
-    Demand,
+from hostpool_operator.engine.balancing import (
     HostView,
     PoolBalancer,
     breadth_first_candidates,
     load_index,
 )
+from hostpool_operator.engine.demand import Demand
 
 USERS = [f"user{i}" for i in range(30)]
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from hostpool_operator.api import LoadBalancerType, Protocol
-from hostpool_operator.balancing import Demand
-from hostpool_operator.records import (
-    MANAGED_LABEL,
-    MANAGER,
+from hostpool_operator.api.timestamps import parse_time
+from hostpool_operator.api.vocabulary import MANAGED_LABEL, MANAGER
+from hostpool_operator.engine.demand import Demand
+from hostpool_operator.engine.records import (
     HostRecord,
     Meta,
     PlanRecord,
@@ -20,7 +20,6 @@ from hostpool_operator.records import (
     RequestRecord,
     kept_body,
     newer_or_same,
-    parse_time,
     pool_ref,
     query_order,
 )

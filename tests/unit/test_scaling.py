@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostpool_operator.api import Scaling
-from hostpool_operator.scaling import ScaleHost, hosts_to_add, hosts_to_remove
+from hostpool_operator.scaling.rules import ScaleHost, hosts_to_add, hosts_to_remove
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

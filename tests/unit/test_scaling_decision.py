@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostpool_operator.api import API_VERSION, HostTemplate, Scaling, SessionHostSpec
-from hostpool_operator.records import MANAGED_LABEL, MANAGER, POOL_LABEL
-from hostpool_operator.scaling import (
+from hostpool_operator.api.vocabulary import MANAGED_LABEL, MANAGER, POOL_LABEL
+from hostpool_operator.scaling.rules import (
     ScaleHost,
     ScalingDecision,
     decide_scaling,

@@ -16,11 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostpool_operator.api import HostPoolSpec, Reason
-from hostpool_operator.balancing import HostView, Placement, PoolBalancer
-from hostpool_operator.conditions import Cond, find, merge, rfc3339
-from hostpool_operator.ledger import SessionLedger
-from hostpool_operator.records import HostRecord, PoolRecord, RequestRecord
-from hostpool_operator.status import (
+from hostpool_operator.api.conditions import Cond, find, merge
+from hostpool_operator.api.timestamps import rfc3339
+from hostpool_operator.engine.balancing import HostView, Placement, PoolBalancer
+from hostpool_operator.engine.ledger import SessionLedger
+from hostpool_operator.engine.records import HostRecord, PoolRecord, RequestRecord
+from hostpool_operator.engine.status import (
     SessionCounts,
     assigned_status,
     failed_status,

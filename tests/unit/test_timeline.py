@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from hostpool_operator import simulate
-from hostpool_operator.timeline import TimelineError, run_timeline
-from hostpool_operator.timeline_report import format_timeline_table
+from hostpool_operator.simulate.report import format_timeline_table
+from hostpool_operator.simulate.timeline import TimelineError, run_timeline
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMELINES = sorted((ROOT / "docs" / "scenarios").glob("*.timeline.yaml"))

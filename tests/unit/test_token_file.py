@@ -17,7 +17,8 @@ import kopf
 import pytest
 import yaml
 
-from hostpool_operator import handlers, k8s
+from hostpool_operator.controller import handlers
+from hostpool_operator.kube import auth as k8s_auth
 
 
 def kubeconfig(directory: Path, user: dict[str, str]) -> Path:
@@ -39,7 +40,7 @@ def kubeconfig(directory: Path, user: dict[str, str]) -> Path:
 
 @pytest.fixture
 def token_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    if Path(k8s.SERVICE_ACCOUNT_TOKEN).exists():
+    if Path(k8s_auth.SERVICE_ACCOUNT_TOKEN).exists():
         pytest.skip("runs in a pod: the in-cluster token comes first")
     token = tmp_path / "token"
     token.write_text("first\n")
@@ -58,18 +59,18 @@ def authenticate() -> kopf.ConnectionInfo | None:
 
 
 def test_a_kubeconfig_token_file_is_read(token_path: Path) -> None:
-    assert k8s.token_file() == str(token_path)
-    assert k8s.login().token == "first"
+    assert k8s_auth.token_file() == str(token_path)
+    assert k8s_auth.login().token == "first"
 
 
 def test_an_inline_token_is_not_a_token_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if Path(k8s.SERVICE_ACCOUNT_TOKEN).exists():
+    if Path(k8s_auth.SERVICE_ACCOUNT_TOKEN).exists():
         pytest.skip("runs in a pod: the in-cluster token comes first")
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path, {"token": "inline"})))
-    assert k8s.token_file() is None
-    assert k8s.login().token == "inline"
+    assert k8s_auth.token_file() is None
+    assert k8s_auth.login().token == "inline"
 
 
 def test_kopf_login_returns_the_token_the_file_holds_now(token_path: Path) -> None:

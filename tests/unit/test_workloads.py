@@ -12,15 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostpool_operator import pool_scaling
 from hostpool_operator.api import Reason, Scaling, WorkloadRef, WorkloadTemplate
-from hostpool_operator.balancing import Placement
-from hostpool_operator.placement import Assign, Wait
-from hostpool_operator.records import HostRecord, PoolRecord
-from hostpool_operator.scaling import host_manifest
-from hostpool_operator.status import host_status, pool_status, session_counts
-from hostpool_operator.workloads import (
-    HOST_LABEL,
+from hostpool_operator.api.vocabulary import HOST_LABEL
+from hostpool_operator.engine.balancing import Placement
+from hostpool_operator.engine.placement import Assign, Wait
+from hostpool_operator.engine.records import HostRecord, PoolRecord
+from hostpool_operator.engine.status import host_status, pool_status, session_counts
+from hostpool_operator.engine.workloads import (
     Gate,
     WorkloadRecord,
     host_address,
@@ -28,6 +26,8 @@ from hostpool_operator.workloads import (
     workload_manifest,
     workload_state,
 )
+from hostpool_operator.scaling import pool as pool_scaling
+from hostpool_operator.scaling.rules import host_manifest
 from state_builders import (
     NS,
     POOL,

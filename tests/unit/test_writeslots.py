@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostpool_operator.writeslots import WriteSlots
+from hostpool_operator.kube.writeslots import WriteSlots
 
 
 async def _hold(slots: WriteSlots, pool: str, log: list[str], release: asyncio.Event) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .api_base import MAX_THRESHOLD
+from ..api.base import MAX_THRESHOLD
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """`hostpool-agent`: the program on every session host that reports its load and sessions.
 
 Every ``--interval`` seconds (30 by default, as Horizon's agent samples) it writes its own
-host's ``status.metrics`` (figures over the interval, see ``agent_figures``) and
+host's ``status.metrics`` (figures over the interval, see ``agent.figures``) and
 ``status.agent``, and nothing else of the host; it sets ``status.sessionState`` of the
 requests assigned to its host from what the machine reports, deletes a request whose user
 has logged off, and carries out forced logoffs (``status.logoff``). Every write is a merge
@@ -30,12 +30,14 @@ from urllib.parse import urlparse
 
 import psutil
 
-from .agent_figures import Counters, custom_load_value, load_figures
-from .agent_sessions import HostRequest, LogoffTracker, SessionTracker, parse_sessions
-from .conditions import rfc3339
-from .k8s import ApiError, ApiTransportError, KubeClient, login, token_file
-from .k8s_events import post_event
-from .logs import setup_logging
+from ..api.timestamps import rfc3339
+from ..kube.auth import login, token_file
+from ..kube.client import KubeClient
+from ..kube.errors import ApiError, ApiTransportError
+from ..kube.events import post_event
+from ..logs import setup_logging
+from .figures import Counters, custom_load_value, load_figures
+from .sessions import HostRequest, LogoffTracker, SessionTracker, parse_sessions
 
 log = logging.getLogger("hostpool_operator.agent")
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .api_base import SessionState
-from .records import parse_time
+from ..api.base import SessionState
+from ..api.timestamps import parse_time
 
 #: Samples in a row a reported user must be missing before the request is deleted (logoff):
 #: one missed sample may be a command that raced a reconnect.

@@ -7,8 +7,10 @@ keeps the old time.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
+
+from .timestamps import rfc3339
 
 
 class Cond(NamedTuple):
@@ -18,10 +20,6 @@ class Cond(NamedTuple):
     status: str
     reason: str
     message: str = ""
-
-
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def merge(

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from . import api
+from .. import api
 
 _DROP_KEYS = {"title", "additionalProperties"}
 

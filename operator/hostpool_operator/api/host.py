@@ -1,18 +1,29 @@
-"""The API of a session host's own properties: what it supports, its own logon-storm
-policy, and the load figures its agent reports.
+"""The SessionHost kind and a session host's own properties: what it supports, its own
+logon-storm policy, and the load figures its agent reports.
 
 These are parts of a SessionHost (``spec.features``, ``spec.logonStorm``,
-``status.metrics``) and of the spec a pool gives the hosts it creates; ``api`` assembles the
-kinds from them and re-exports them.
+``status.metrics``) and of the spec a pool gives the hosts it creates; the SessionHost kind
+itself is at the end.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import ClassVar
 
 from pydantic import Field
 
-from .api_base import ALL_PROTOCOLS, MAX_ADDRESS, MAX_THRESHOLD, ApiModel, Protocol
+from .base import (
+    ALL_PROTOCOLS,
+    MAX_ADDRESS,
+    MAX_THRESHOLD,
+    ApiModel,
+    Conditions,
+    PoolRef,
+    Protocol,
+    SessionCounts,
+)
+from .workload import WorkloadRef
 
 
 class HostFeatures(ApiModel):
@@ -95,4 +106,91 @@ class HostAgent(ApiModel):
         max_length=MAX_ADDRESS,
         description="The address clients reach the host at, as the agent sees it; used when "
         "spec.address is not set.",
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# SessionHost
+
+
+class SessionHostSpec(ApiModel):
+    """A multi-session remote-desktop host in a pool."""
+
+    pool_ref: PoolRef = Field(
+        description="The HostPool this host belongs to. Immutable.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self == oldSelf", "message": "poolRef is immutable"}
+            ]
+        },
+    )
+    drain_mode: bool = Field(
+        default=False,
+        description="True: the host takes no new sessions; users with a session may reconnect.",
+    )
+    address: str | None = Field(
+        default=None, max_length=MAX_ADDRESS, description="Address handed to the client."
+    )
+    features: HostFeatures = Field(
+        default_factory=HostFeatures, description="What the host supports."
+    )
+    logon_storm: HostLogonStorm | None = Field(
+        default=None,
+        description=(
+            "This host's own logon-storm thresholds (Horizon pools only): each field set "
+            "wins over the pool's horizon.logonStorm field of the same name; absent: the pool's."
+        ),
+    )
+    workload_ref: WorkloadRef | None = Field(
+        default=None,
+        description=(
+            "The workload this host stands for (set by the operator on hosts it creates with "
+            "a workload). The host takes new sessions only while it exists and is Ready."
+        ),
+    )
+
+
+class SessionHostStatus(ApiModel):
+    """The observed state of a session host."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, le=2**53, description="The generation this status describes."
+    )
+    metrics: HostMetrics | None = Field(
+        default=None, description="Written by the host's agent, not by the operator."
+    )
+    agent: HostAgent | None = Field(
+        default=None, description="The agent's version and address, written by the agent."
+    )
+    sessions: SessionCounts = Field(default_factory=SessionCounts, description="Sessions.")
+    address: str | None = Field(
+        default=None,
+        max_length=MAX_ADDRESS,
+        description=(
+            "The address in force: spec.address, else the one the agent reports, else the "
+            "workload's (workloadRef.addressFrom); copied to requests on assignment."
+        ),
+    )
+    load_index: int | None = Field(
+        default=None,
+        ge=-1,
+        le=100,
+        description="0 (no load) to 100 (full); -1 when an input the pool needs is missing.",
+    )
+    bucket: int | None = Field(
+        default=None, ge=1, le=3, description="Horizon pools only: bucket 1, 2 or 3."
+    )
+    conditions: Conditions
+
+
+class SessionHost(ApiModel):
+    """A session host: one machine of a pool."""
+
+    kind: ClassVar[str] = "SessionHost"
+    plural: ClassVar[str] = "sessionhosts"
+    short_names: ClassVar[tuple[str, ...]] = ("sh",)
+
+    spec: SessionHostSpec = Field(description="The host's desired state.")
+    status: SessionHostStatus = Field(
+        default_factory=SessionHostStatus, description="The host's observed state."
     )

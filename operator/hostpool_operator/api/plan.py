@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from .api_base import (
+from .base import (
     MAX_COUNT,
     MAX_HOSTS,
     MAX_NAME,

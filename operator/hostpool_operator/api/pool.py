@@ -1,4 +1,4 @@
-"""The hostpool.io/v1alpha1 API: pydantic models, the single source of truth.
+"""The HostPool kind: a pool of session hosts and how sessions are spread over them.
 
 The CRDs in ``crds/`` are generated from these models (``hostpool-operator crds``), and a
 test fails when they drift. Cross-field rules live twice on purpose: as CEL on the CRD (so
@@ -8,41 +8,25 @@ validators (so the simulator and the operator refuse the same input the same way
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import ClassVar, TypeAlias
+from typing import ClassVar
 
 from pydantic import Field, model_validator
 
-from .api_base import *  # noqa: F403  (the vocabulary is part of this module's API)
-from .api_base import (
+from .base import (
     DEFAULT_CONNECTING_TIMEOUT_SECONDS,
     MAX_ADDRESS,
     MAX_COUNT,
     MAX_HOSTS,
-    MAX_MESSAGE,
-    MAX_NAME,
     MAX_SESSION_LIMIT,
     MAX_THRESHOLD,
-    MAX_USER,
     ApiModel,
     Conditions,
     LoadBalancerType,
-    Phase,
-    PoolRef,
-    Protocol,
-    Reason,
     SessionCounts,
-    SessionState,
 )
-from .api_host import HostAgent as HostAgent
-from .api_host import HostFeatures as HostFeatures  # re-exported
-from .api_host import HostLogonStorm as HostLogonStorm
-from .api_host import HostMetrics as HostMetrics
-from .api_plan import PoolScalingPlan as PoolScalingPlan  # re-exported
-from .api_plan import ScalingPlan as ScalingPlan
-from .api_workload import TemplateMetadata as TemplateMetadata  # re-exported
-from .api_workload import WorkloadRef as WorkloadRef
-from .api_workload import WorkloadTemplate as WorkloadTemplate
+from .host import HostFeatures, HostLogonStorm
+from .plan import PoolScalingPlan
+from .workload import TemplateMetadata, WorkloadTemplate
 
 # ---------------------------------------------------------------------------------------
 # HostPool
@@ -410,183 +394,3 @@ class HostPool(ApiModel):
     status: HostPoolStatus = Field(
         default_factory=HostPoolStatus, description="The pool's observed state."
     )
-
-
-# ---------------------------------------------------------------------------------------
-# SessionHost
-
-
-class SessionHostSpec(ApiModel):
-    """A multi-session remote-desktop host in a pool."""
-
-    pool_ref: PoolRef = Field(
-        description="The HostPool this host belongs to. Immutable.",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {"rule": "self == oldSelf", "message": "poolRef is immutable"}
-            ]
-        },
-    )
-    drain_mode: bool = Field(
-        default=False,
-        description="True: the host takes no new sessions; users with a session may reconnect.",
-    )
-    address: str | None = Field(
-        default=None, max_length=MAX_ADDRESS, description="Address handed to the client."
-    )
-    features: HostFeatures = Field(
-        default_factory=HostFeatures, description="What the host supports."
-    )
-    logon_storm: HostLogonStorm | None = Field(
-        default=None,
-        description=(
-            "This host's own logon-storm thresholds (Horizon pools only): each field set "
-            "wins over the pool's horizon.logonStorm field of the same name; absent: the pool's."
-        ),
-    )
-    workload_ref: WorkloadRef | None = Field(
-        default=None,
-        description=(
-            "The workload this host stands for (set by the operator on hosts it creates with "
-            "a workload). The host takes new sessions only while it exists and is Ready."
-        ),
-    )
-
-
-class SessionHostStatus(ApiModel):
-    """The observed state of a session host."""
-
-    observed_generation: int | None = Field(
-        default=None, ge=0, le=2**53, description="The generation this status describes."
-    )
-    metrics: HostMetrics | None = Field(
-        default=None, description="Written by the host's agent, not by the operator."
-    )
-    agent: HostAgent | None = Field(
-        default=None, description="The agent's version and address, written by the agent."
-    )
-    sessions: SessionCounts = Field(default_factory=SessionCounts, description="Sessions.")
-    address: str | None = Field(
-        default=None,
-        max_length=MAX_ADDRESS,
-        description=(
-            "The address in force: spec.address, else the one the agent reports, else the "
-            "workload's (workloadRef.addressFrom); copied to requests on assignment."
-        ),
-    )
-    load_index: int | None = Field(
-        default=None,
-        ge=-1,
-        le=100,
-        description="0 (no load) to 100 (full); -1 when an input the pool needs is missing.",
-    )
-    bucket: int | None = Field(
-        default=None, ge=1, le=3, description="Horizon pools only: bucket 1, 2 or 3."
-    )
-    conditions: Conditions
-
-
-class SessionHost(ApiModel):
-    """A session host: one machine of a pool."""
-
-    kind: ClassVar[str] = "SessionHost"
-    plural: ClassVar[str] = "sessionhosts"
-    short_names: ClassVar[tuple[str, ...]] = ("sh",)
-
-    spec: SessionHostSpec = Field(description="The host's desired state.")
-    status: SessionHostStatus = Field(
-        default_factory=SessionHostStatus, description="The host's observed state."
-    )
-
-
-# ---------------------------------------------------------------------------------------
-# SessionRequest
-
-
-class SessionRequestSpec(ApiModel):
-    """A user's request for a session in a pool. Immutable."""
-
-    pool_ref: PoolRef = Field(description="The HostPool to place the session in.")
-    user: str = Field(
-        min_length=1,
-        max_length=MAX_USER,
-        description="Who the session is for; a second request of the same user reconnects.",
-    )
-    protocol: Protocol | None = Field(
-        default=None, description="RDP, PCOIP or BLAST; the host must support it."
-    )
-    unauthenticated: bool = Field(
-        default=False, description="True needs a host with unauthenticatedAccess."
-    )
-
-
-class Logoff(ApiModel):
-    """A forced logoff of the session: notice, then logoff at the deadline."""
-
-    message: str = Field(
-        default="", max_length=1024, description="What the user is told before the logoff."
-    )
-    deadline: datetime = Field(description="When the user is logged off.")
-
-
-class SessionRequestStatus(ApiModel):
-    """Where the session was placed, or why it is waiting."""
-
-    observed_generation: int | None = Field(
-        default=None, ge=0, le=2**53, description="The generation this status describes."
-    )
-    phase: Phase | None = Field(default=None, description="Pending, Assigned or Failed.")
-    host: str | None = Field(
-        default=None, max_length=MAX_NAME, description="The SessionHost's name, once assigned."
-    )
-    host_address: str | None = Field(
-        default=None, max_length=MAX_ADDRESS, description="The host's address, once assigned."
-    )
-    reason: Reason | None = Field(
-        default=None,
-        description=(
-            "NewSession or Reconnected when assigned; PoolNotFound, PoolSaturated, "
-            "NoEligibleHost or HostsStarting while pending; HostLost when failed."
-        ),
-    )
-    message: str | None = Field(
-        default=None, max_length=MAX_MESSAGE, description="A human-readable explanation."
-    )
-    session_state: SessionState | None = Field(
-        default=None,
-        description="Connecting (set on assignment), then Active or Disconnected from the agent.",
-    )
-    assigned_at: datetime | None = Field(default=None, description="When the host was assigned.")
-    logoff: Logoff | None = Field(
-        default=None,
-        description="A forced logoff: the host's agent tells the user, and logs them off at "
-        "the deadline (set by a scaling plan's ramp-down).",
-    )
-    conditions: Conditions
-
-
-class SessionRequest(ApiModel):
-    """A user's session: creating it asks for a host, deleting it logs off."""
-
-    kind: ClassVar[str] = "SessionRequest"
-    plural: ClassVar[str] = "sessionrequests"
-    short_names: ClassVar[tuple[str, ...]] = ("sr",)
-    spec_validations: ClassVar[list[dict[str, str]]] = [
-        {"rule": "self == oldSelf", "message": "spec is immutable"}
-    ]
-
-    spec: SessionRequestSpec = Field(description="The request. Immutable.")
-    status: SessionRequestStatus = Field(
-        default_factory=SessionRequestStatus, description="Placement result."
-    )
-
-
-#: The model class of one of the kinds the API serves.
-KindModel: TypeAlias = type[HostPool] | type[SessionHost] | type[SessionRequest] | type[ScalingPlan]
-
-KINDS: tuple[KindModel, ...] = (
-    HostPool,
-    SessionHost,
-    SessionRequest,
-    ScalingPlan,
-)

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from .api_base import MAX_ANNOTATION_VALUE, MAX_LABEL_VALUE, MAX_LABELS, MAX_NAME, ApiModel
+from .base import MAX_ANNOTATION_VALUE, MAX_LABEL_VALUE, MAX_LABELS, MAX_NAME, ApiModel
 
 #: Where a host's address is read from when neither its spec nor the template says.
 DEFAULT_ADDRESS_FROM = "status.podIP"

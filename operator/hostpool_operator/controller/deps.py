@@ -7,18 +7,16 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from .k8s import KubeClient
-from .ports import EventSink, MetricsSink
+from ..kube.client import KubeClient
+from ..kube.sinks import EventSink, MetricsSink
+from ..kube.writeslots import WriteSlots
 from .settings import ControllerSettings
-from .writeslots import WriteSlots
-
-POOLS, HOSTS, REQUESTS = "hostpools", "sessionhosts", "sessionrequests"
 
 Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
 
 
 @dataclass(frozen=True, slots=True)
-class Services:
+class Deps:
     client: KubeClient
     settings: ControllerSettings
     metrics: MetricsSink

@@ -23,12 +23,13 @@ from typing import Any
 
 import kopf
 
-from .api import GROUP, VERSION
-from .controller import Controller
-from .k8s import KubeClient, login, token_file
+from ..api import GROUP, VERSION
+from ..api.vocabulary import POOLS
+from ..kube.auth import login, token_file
+from ..kube.client import KubeClient
+from ..kube.sinks import MetricsSink
 from .leader import LeaderElector, LeaseForbiddenError, default_namespace
-from .ports import MetricsSink
-from .services import POOLS
+from .manager import Controller
 from .settings import ControllerSettings
 
 registry = kopf.OperatorRegistry()

@@ -19,7 +19,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from .k8s import ApiError, ApiTransportError, KubeClient
+from ..kube.client import KubeClient
+from ..kube.errors import ApiError, ApiTransportError
 
 log = logging.getLogger(__name__)
 

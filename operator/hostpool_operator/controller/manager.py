@@ -1,6 +1,6 @@
 """The placement controller: routes watch events to one worker per pool and owns every task.
 
-Gather → decide → apply, per pool (see ``pool_worker``): the initial LIST and the watches
+Gather → decide → apply, per pool (see ``controller.pool.worker``): the initial LIST and the watches
 (pools from kopf's handler, hosts and requests from the operator's own informers) feed the
 workers; each worker decides with the pure modules (``pool_state``, ``placement``,
 ``scaling``, ``status``) and applies with its writers. Everything spawned goes through
@@ -17,19 +17,20 @@ import time
 from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any
 
-from .events import ApiEvents
-from .informer import Informer
-from .k8s import KubeClient
-from .plan_binding import PoolReport
+from ..api.vocabulary import HOSTS, POOLS, REQUESTS
+from ..engine.records import HostRecord, Meta, PlanRecord, PoolRecord, RequestRecord, newer_or_same
+from ..engine.workloads import KindKey, WorkloadKey, WorkloadRecord, kind_key, workload_key
+from ..kube.client import KubeClient
+from ..kube.informer import Informer
+from ..kube.recorder import ApiEvents
+from ..kube.sinks import MetricsSink
+from ..kube.writeslots import WriteSlots
+from ..scaling.plan_binding import PoolReport
+from .deps import Deps
 from .plan_watch import PlanWatch
-from .pool_worker import PoolWorker
-from .ports import MetricsSink
-from .records import HostRecord, Meta, PlanRecord, PoolRecord, RequestRecord, newer_or_same
-from .services import HOSTS, POOLS, REQUESTS, Services
+from .pool.worker import PoolWorker
 from .settings import ControllerSettings
 from .workload_watch import WorkloadWatch
-from .workloads import KindKey, WorkloadKey, WorkloadRecord, kind_key, workload_key
-from .writeslots import WriteSlots
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class Controller:
             on_synced=self.on_workload_kind_synced,
             on_error=self.on_workload_kind_error,
         )
-        self.services = Services(
+        self.deps = Deps(
             client=client,
             settings=self.settings,
             metrics=self.metrics,
@@ -68,7 +69,7 @@ class Controller:
         )
         self.plans = PlanWatch(
             client,
-            self.services.events,
+            self.deps.events,
             self.spawn,
             status_interval=self.settings.status_interval,
             set_pool_plan=self._set_pool_plan,
@@ -93,7 +94,7 @@ class Controller:
         key = (namespace, pool)
         worker = self.pools.get(key)
         if worker is None:
-            worker = self.pools[key] = PoolWorker(self.services, self, namespace, pool)
+            worker = self.pools[key] = PoolWorker(self.deps, self, namespace, pool)
             worker.on_plan(self.plans.plan_for(namespace, pool))
             if self.started:
                 worker.start()

@@ -18,9 +18,9 @@ from prometheus_client import (
     start_http_server,
 )
 
-from .api_plan import PlanPhase
-from .conditions import find
-from .ports import MetricsSink
+from ..api.conditions import find
+from ..api.plan import PlanPhase
+from ..kube.sinks import MetricsSink
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 #: Not "total" as well: it is the sum of these, and a sum() over the states counted it twice.

@@ -18,18 +18,19 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .informer import Informer
-from .k8s import ApiError, ApiTransportError, KubeClient
-from .plan_binding import PoolReport, bind, plan_status
-from .plans import next_phase_start
-from .ports import EventSink
-from .records import PlanRecord, newer_or_same
-from .services import Spawn
-from .status import same_status
+from ..api.vocabulary import PLANS
+from ..engine.records import PlanRecord, newer_or_same
+from ..engine.status import same_status
+from ..kube.client import KubeClient
+from ..kube.errors import ApiError, ApiTransportError
+from ..kube.informer import Informer
+from ..kube.sinks import EventSink
+from ..scaling.plan_binding import PoolReport, bind, plan_status
+from ..scaling.plans import next_phase_start
+from .deps import Spawn
 
 log = logging.getLogger(__name__)
 
-PLANS = "scalingplans"
 Key = tuple[str, str]  # (namespace, name)
 
 

@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .informer import Informer
-from .k8s import ApiError, ApiTransportError, KubeClient
-from .services import Spawn
-from .workloads import KindKey, WorkloadKey, WorkloadRecord, kind_key
+from ..engine.workloads import KindKey, WorkloadKey, WorkloadRecord, kind_key
+from ..kube.client import KubeClient
+from ..kube.errors import ApiError, ApiTransportError
+from ..kube.informer import Informer
+from .deps import Spawn
 
 log = logging.getLogger(__name__)
 

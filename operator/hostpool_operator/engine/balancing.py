@@ -49,7 +49,7 @@ from typing import Protocol as Interface
 
 from sortedcontainers import SortedList
 
-from .api import (
+from ..api import (
     ALL_PROTOCOLS,
     HorizonSettings,
     HostFeatures,
@@ -57,20 +57,11 @@ from .api import (
     HostMetrics,
     HostPoolSpec,
     LoadBalancerType,
-    Protocol,
     Reason,
 )
+from .demand import Demand
 from .horizon import NO_LOAD_INDEX, HorizonEntry, HorizonIndex, load_index, logon_storm_block
 from .ledger import SessionLedger
-
-
-@dataclass(frozen=True, slots=True)
-class Demand:
-    """What a session request asks for (a SessionRequest spec without its pool)."""
-
-    user: str
-    protocol: Protocol | None = None
-    unauthenticated: bool = False
 
 
 @dataclass(slots=True)
@@ -512,7 +503,6 @@ class PoolBalancer:
 
 __all__ = [
     "NO_LOAD_INDEX",
-    "Demand",
     "HostView",
     "Placement",
     "PoolBalancer",

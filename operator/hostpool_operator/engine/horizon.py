@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sortedcontainers import SortedList
 
-from .api import HostLogonStorm, HostMetrics, LoadIndexSettings, LogonStorm
+from ..api import HostLogonStorm, HostMetrics, LoadIndexSettings, LogonStorm
 
 #: The load index of a host whose needed inputs were never reported.
 NO_LOAD_INDEX = -1

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .api import Reason
-from .balancing import Demand, Placement
+from ..api import Reason
+from .balancing import Placement
+from .demand import Demand
 from .pool_state import PoolState
 from .records import RequestRecord
 from .status import pending_message, says_pending

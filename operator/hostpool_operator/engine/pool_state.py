@@ -4,7 +4,7 @@ Pure: the records of the pool, its hosts and its requests; the session ledger; t
 built from them; and the queues of the placement pass (new arrivals, requests waiting for
 capacity, assignments being written). Methods take ``now`` and return what the I/O side has
 to do (a request to fail), never doing it themselves. One :class:`PoolState` per pool, driven
-by one task (``pool_worker``), so its changes never interleave.
+by one task (``controller.pool.worker``), so its changes never interleave.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .api import (
+from ..api import (
     DEFAULT_CONNECTING_TIMEOUT_SECONDS,
     HostMetrics,
     HostPoolSpec,
@@ -23,16 +23,10 @@ from .api import (
     Reason,
     SessionState,
 )
+from ..api.timestamps import parse_time
 from .balancing import HostView, Placement, PoolBalancer
 from .ledger import Session, SessionLedger
-from .records import (
-    HostRecord,
-    PoolRecord,
-    RequestRecord,
-    newer_or_same,
-    parse_time,
-    query_order,
-)
+from .records import HostRecord, PoolRecord, RequestRecord, newer_or_same, query_order
 from .workloads import Gate, WorkloadRecord, WorkloadState, host_address, workload_state
 
 log = logging.getLogger(__name__)

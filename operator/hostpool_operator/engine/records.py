@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from sys import intern
 from types import MappingProxyType
 from typing import Any
@@ -17,35 +17,17 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from .api import (
+from ..api import (
     HostMetrics,
     HostPoolSpec,
     SessionHostSpec,
     SessionRequestSpec,
     describe_validation_error,
 )
-from .api_plan import ScalingPlanSpec
-from .balancing import Demand
-
-#: Label put on hosts the operator creates (scaling); only those are ever removed.
-MANAGED_LABEL = "hostpool.io/managed-by"
-MANAGER = "hostpool-operator"
-#: Label naming the pool of a host the operator created.
-POOL_LABEL = "hostpool.io/pool"
-#: Annotation a scaling plan puts on a host it drains: when it drained it (RFC 3339). Only
-#: hosts drained by a plan are undrained or deleted by it; a logoff deadline counts from it.
-PLAN_DRAINED_ANNOTATION = "hostpool.io/drained-by-plan"
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp from the API, or None when absent or malformed."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+from ..api.plan import ScalingPlanSpec
+from ..api.timestamps import parse_time
+from ..api.vocabulary import MANAGED_LABEL, MANAGER, PLAN_DRAINED_ANNOTATION
+from .demand import Demand
 
 
 def query_order(created: str) -> int:

@@ -12,12 +12,14 @@ from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from . import conditions as cond
-from .api import Phase, Reason, SessionState
+from ..api import Phase, Reason, SessionState
+from ..api import conditions as cond
+from ..api.timestamps import rfc3339
+from ..api.vocabulary import POOL_LABEL
 from .balancing import HostView, Placement, PoolBalancer
 from .horizon import logon_storm_block
 from .ledger import SessionLedger
-from .records import POOL_LABEL, HostRecord, PoolRecord, RequestRecord
+from .records import HostRecord, PoolRecord, RequestRecord
 from .workloads import Gate, WorkloadState
 
 #: Session counts by state, per host and (under None) for the whole pool.
@@ -53,7 +55,7 @@ def assigned_status(
         "reason": reason,
         "message": message,
         "sessionState": SessionState.CONNECTING.value,
-        "assignedAt": cond.rfc3339(now),
+        "assignedAt": rfc3339(now),
         "conditions": cond.merge(
             record.status.get("conditions"),
             [cond.Cond("Assigned", "True", reason, message)],

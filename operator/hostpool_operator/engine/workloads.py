@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from .api import API_VERSION, MAX_ADDRESS
-from .api_workload import DEFAULT_ADDRESS_FROM, WorkloadRef, WorkloadTemplate
-from .records import MANAGED_LABEL, MANAGER, POOL_LABEL, HostRecord, parse_time
+from ..api import API_VERSION, MAX_ADDRESS
+from ..api.timestamps import parse_time
+from ..api.vocabulary import HOST_LABEL, MANAGED_LABEL, MANAGER, POOL_LABEL
+from ..api.workload import DEFAULT_ADDRESS_FROM, WorkloadRef, WorkloadTemplate
+from .records import HostRecord
 
-#: Label on every workload the operator creates, naming its SessionHost.
-HOST_LABEL = "hostpool.io/host"
 #: Phases a Pod or a KubeVirt VirtualMachineInstance never leaves: its machine is gone.
 TERMINAL_PHASES = frozenset({"Failed", "Succeeded"})
 #: Kinds whose status.phase says that (other kinds' phases mean what their authors chose).

@@ -1,7 +1,7 @@
 """The only code that talks to the Kubernetes API (besides kopf's own watching).
 
 A small asynchronous client on aiohttp (which kopf already uses): it logs in the way kopf
-does (kubeconfig or in-cluster service account; see ``k8s_auth``), keeps one connection
+does (kubeconfig or in-cluster service account; see ``kube.auth``), keeps one connection
 pool, and speaks JSON
 for the handful of calls the operator makes. Decisions are written conditional on
 ``metadata.resourceVersion``, so the API server applies them only to the version the
@@ -26,15 +26,14 @@ import aiohttp
 import kopf
 import orjson
 
-from .api import API_VERSION
-from .k8s_auth import (
-    SERVICE_ACCOUNT_TOKEN as SERVICE_ACCOUNT_TOKEN,
+from ..api import API_VERSION
+from .auth import (
+    TOKEN_REREAD,
+    Credentials,
+    ssl_context,
 )
-from .k8s_auth import TOKEN_REREAD, Credentials, ssl_context
-from .k8s_auth import login as login
-from .k8s_auth import read_token as read_token
-from .k8s_auth import token_file as token_file
-from .ports import MetricsSink
+from .errors import ApiError, ApiTransportError
+from .sinks import MetricsSink
 
 log = logging.getLogger(__name__)
 
@@ -78,29 +77,6 @@ class ListTiming:
 
     def copy(self) -> ListTiming:
         return dataclasses.replace(self)
-
-
-class ApiTransportError(ConnectionError):
-    """The request got no answer (connection refused, reset or dropped, or timed out): it
-    may or may not have been applied. Callers that must know re-read the object."""
-
-
-class ApiError(Exception):
-    """A non-2xx answer from the API server."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
 
 
 def _retry_after_seconds(header: str | None) -> float:

@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from .api import API_VERSION
-from .conditions import rfc3339
-from .k8s import JSON, ApiError, ApiTransportError, KubeClient
+from ..api import API_VERSION
+from ..api.timestamps import rfc3339
+from .client import JSON, KubeClient
+from .errors import ApiError, ApiTransportError
 
 log = logging.getLogger(__name__)
 

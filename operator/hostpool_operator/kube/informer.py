@@ -18,15 +18,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from .api import API_VERSION
-from .k8s import (
-    JSON,
-    LIST_PAGE,
-    ApiError,
-    ApiTransportError,
-    KubeClient,
-    initial_events_end,
-)
+from ..api import API_VERSION
+from .client import JSON, LIST_PAGE, KubeClient, initial_events_end
+from .errors import ApiError, ApiTransportError
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from .k8s import KubeClient
-from .k8s_events import post_event
+from .client import KubeClient
+from .events import post_event
 
 #: Keys the limiter remembers before it prunes those whose interval is over (and, if that
 #: is not enough, the oldest half).

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from . import conditions as cond
-from .api_plan import PlanConditionReason
+from ..api import conditions as cond
+from ..api.plan import PlanConditionReason
+from ..api.timestamps import parse_time
+from ..engine.records import PlanRecord
 from .plans import phase_in_force
-from .records import PlanRecord, parse_time
 
 #: The order in which a plan's problems name its Ready condition's reason.
 PROBLEM_ORDER = (

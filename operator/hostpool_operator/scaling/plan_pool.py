@@ -2,8 +2,8 @@
 the plan's decision for them, and the algorithm the pool places with.
 
 Pure functions of a :class:`PoolState`, the phase in force and ``now`` (``plans`` holds the
-rules themselves). ``plan_keeper`` (with ``plan_writer``) and ``host_scaler`` carry the
-decision out.
+rules themselves). ``controller.pool.plan_keeper`` (with ``plan_writer``) and
+``host_scaler`` carry the decision out.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from .api import HostPoolSpec, SessionState
+from ..api import HostPoolSpec, SessionState
+from ..engine.pool_state import PoolState
+from ..engine.records import query_order
+from ..engine.workloads import Gate
 from .plans import PhaseInForce, PlanDecision, PlanHost, PlanRequest, decide_plan
-from .pool_state import PoolState
-from .records import query_order
-from .workloads import Gate
 
 
 def scaling_required(spec: HostPoolSpec) -> str | None:

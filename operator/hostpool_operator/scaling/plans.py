@@ -15,15 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from .api_base import LoadBalancerType
-from .api_plan import (
-    WEEKDAYS,
-    PlanPhase,
-    PlanRules,
-    Schedule,
-    StopHostsWhen,
-    zone_of,
-)
+from ..api.base import LoadBalancerType
+from ..api.plan import WEEKDAYS, PlanPhase, PlanRules, Schedule, StopHostsWhen, zone_of
 
 #: Phases that shrink the pool (rule 5) and take ramp-down's settings (rules 3-4).
 SHRINKING = (PlanPhase.RAMP_DOWN, PlanPhase.OFF_PEAK)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from .api import Reason
+from ..api import Reason
+from ..engine.pool_state import PoolState
+from ..engine.records import query_order
 from .plans import PlanDecision
-from .pool_state import PoolState
-from .records import query_order
-from .scaling import ScaleHost, ScalingDecision, decide_scaling, hosts_to_add
+from .rules import ScaleHost, ScalingDecision, decide_scaling, hosts_to_add
 
 #: Reasons of requests that wait for capacity (adding hosts helps them).
 WAITING_FOR_CAPACITY = frozenset({Reason.POOL_SATURATED, Reason.HOSTS_STARTING})

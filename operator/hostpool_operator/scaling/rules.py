@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .api import API_VERSION, HostTemplate, Scaling
-from .balancing import free_slots
-from .workloads import workload_ref
+from ..api import API_VERSION, HostTemplate, Scaling
+from ..engine.balancing import free_slots
+from ..engine.workloads import workload_ref
 
 
 @dataclass(frozen=True, slots=True)

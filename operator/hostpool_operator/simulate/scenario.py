@@ -3,7 +3,7 @@
 ``run_scenario(document) -> result`` and ``hostpool-operator simulate FILE`` take the same
 document (see the API contract): hosts in query order, requests placed one after another,
 each seeing the state the previous one left. ``run_timeline`` (a day or a week of logons
-with scaling and plans) lives in :mod:`.timeline` and is re-exported here.
+with scaling and plans) lives in :mod:`.timeline`; both are importable from the package.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
-from .api import (
+from ..api import (
     MAX_COUNT,
     MAX_NAME,
     MAX_USER,
@@ -25,11 +25,9 @@ from .api import (
     SessionHostTemplateSpec,
     describe_validation_error,
 )
-from .balancing import Demand, HostView, PoolBalancer
-from .scaling import ScaleHost, hosts_to_add
-from .timeline import TimelineError as TimelineError  # the timeline simulator, re-exported
-from .timeline import parse_timeline as parse_timeline
-from .timeline import run_timeline as run_timeline
+from ..engine.balancing import HostView, PoolBalancer
+from ..engine.demand import Demand
+from ..scaling.rules import ScaleHost, hosts_to_add
 
 MAX_SCENARIO_HOSTS = 100_000
 MAX_SCENARIO_REQUESTS = 1_000_000

@@ -45,17 +45,12 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from .api import (
-    MAX_HOSTS,
-    ApiModel,
-    HostPoolSpec,
-    LoadBalancerType,
-    describe_validation_error,
-)
-from .api_plan import SimulatedPlan
-from .balancing import Demand, HostView, PoolBalancer
-from .plans import PhaseInForce, PlanHost, PlanRequest, decide_plan, phase_in_force
-from .scaling import ScaleHost, decide_scaling, hosts_to_add
+from ..api import MAX_HOSTS, ApiModel, HostPoolSpec, LoadBalancerType, describe_validation_error
+from ..api.plan import SimulatedPlan
+from ..engine.balancing import HostView, PoolBalancer
+from ..engine.demand import Demand
+from ..scaling.plans import PhaseInForce, PlanHost, PlanRequest, decide_plan, phase_in_force
+from ..scaling.rules import ScaleHost, decide_scaling, hosts_to_add
 
 MAX_HOURS = 168
 MAX_PER_HOUR = 100_000

@@ -16,13 +16,14 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .k8s import ApiError, ApiTransportError
-from .plans import PlanDecision
-from .pool_scaling import decide
-from .pool_state import PoolState
-from .records import MANAGED_LABEL, MANAGER, POOL_LABEL, HostRecord
-from .scaling import host_manifest
-from .services import HOSTS, Services
+from ...api.vocabulary import HOSTS, MANAGED_LABEL, MANAGER, POOL_LABEL
+from ...engine.pool_state import PoolState
+from ...engine.records import HostRecord
+from ...kube.errors import ApiError, ApiTransportError
+from ...scaling.plans import PlanDecision
+from ...scaling.pool import decide
+from ...scaling.rules import host_manifest
+from ..deps import Deps
 from .workload_keeper import WorkloadKeeper
 
 #: Characters of generated host names (as the API server's generateName uses: no vowels,
@@ -46,14 +47,14 @@ class HostScaler:
     def __init__(
         self,
         state: PoolState,
-        services: Services,
+        deps: Deps,
         workloads: WorkloadKeeper,
         host_created: Callable[[Mapping[str, Any]], None],
         wake: Callable[[], None],
         mark_dirty: Callable[[], None],
     ) -> None:
         self.state = state
-        self.services = services
+        self.deps = deps
         self.workloads = workloads
         self._host_created = host_created
         self._wake = wake
@@ -79,7 +80,7 @@ class HostScaler:
             return  # one change at a time; its result is observed before the next decision
         missing = self.workloads.hosts_without_workload()
         if missing and self.workloads.may_try(time.monotonic()):
-            self.task = self.services.spawn(self.workloads.keep(missing))
+            self.task = self.deps.spawn(self.workloads.keep(missing))
             return
         decision = decide(state, now, plan)
         if decision is None:
@@ -90,7 +91,7 @@ class HostScaler:
         limited = (decision.limited, decision.message)
         if limited != self.limited:
             if decision.limited:
-                self.services.events.post(
+                self.deps.events.post(
                     self._pool_body(),
                     "HostPool",
                     "ScalingLimited",
@@ -101,10 +102,10 @@ class HostScaler:
             self.limited = limited
             self._mark_dirty()
         if decision.add > 0 and self.workloads.refused is None:
-            self.task = self.services.spawn(self._create(decision.add, time.monotonic()))
+            self.task = self.deps.spawn(self._create(decision.add, time.monotonic()))
         elif decision.remove:
             state.begin_removal(decision.remove)
-            self.task = self.services.spawn(self._remove(decision.remove))
+            self.task = self.deps.spawn(self._remove(decision.remove))
 
     async def _create(self, count: int, decided: float) -> None:
         """Create ``count`` hosts (and their workloads), a batch at a time: a logon storm on
@@ -142,7 +143,7 @@ class HostScaler:
             name=host_name(state.name) if template.workload is not None else None,
         )
         try:
-            obj = await self.services.client.create(HOSTS, state.namespace, manifest)
+            obj = await self.deps.client.create(HOSTS, state.namespace, manifest)
         except (ApiError, ApiTransportError) as error:
             # A namesake (a one-in-14-million draw) included: the next decision tries again.
             await self._create_failed(error)
@@ -162,7 +163,7 @@ class HostScaler:
             if record is None:
                 continue
             try:
-                await self.services.client.delete(HOSTS, state.namespace, name, uid=record.meta.uid)
+                await self.deps.client.delete(HOSTS, state.namespace, name, uid=record.meta.uid)
                 removed += 1
             except (ApiError, ApiTransportError) as error:
                 if isinstance(error, ApiError) and error.not_found:
@@ -180,14 +181,12 @@ class HostScaler:
     async def _create_failed(self, error: BaseException) -> None:
         state = self.state
         log.warning("%s/%s: could not create a host: %s", state.namespace, state.name, error)
-        self.services.events.post(
-            self._pool_body(), "HostPool", "ScaleUpFailed", str(error), "Warning"
-        )
+        self.deps.events.post(self._pool_body(), "HostPool", "ScaleUpFailed", str(error), "Warning")
         await asyncio.sleep(2)
 
     def _report(self, direction: str, hosts: int, reason: str, message: str) -> None:
         """Hosts were added or removed: the metric, a log line and an Event on the pool."""
         state = self.state
-        self.services.metrics.scaled(state.namespace, state.name, direction, hosts)
+        self.deps.metrics.scaled(state.namespace, state.name, direction, hosts)
         log.info("%s/%s: %s", state.namespace, state.name, message)
-        self.services.events.post(self._pool_body(), "HostPool", reason, message, "Normal")
+        self.deps.events.post(self._pool_body(), "HostPool", reason, message, "Normal")

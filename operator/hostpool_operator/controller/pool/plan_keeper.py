@@ -15,14 +15,14 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .api_plan import PlanConditionReason
-from .conditions import rfc3339
-from .plan_pool import decide_for_pool, scaling_required
+from ...api.plan import PlanConditionReason
+from ...api.timestamps import rfc3339
+from ...engine.pool_state import PoolState
+from ...engine.records import HostRecord, PlanRecord, RequestRecord
+from ...scaling.plan_pool import decide_for_pool, scaling_required
+from ...scaling.plans import PhaseInForce, PlanDecision, next_phase_start, phase_in_force
+from ..deps import Deps
 from .plan_writer import ObjectSink, PlanWriter
-from .plans import PhaseInForce, PlanDecision, next_phase_start, phase_in_force
-from .pool_state import PoolState
-from .records import HostRecord, PlanRecord, RequestRecord
-from .services import Services
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class PlanKeeper:
     def __init__(
         self,
         state: PoolState,
-        services: Services,
+        deps: Deps,
         *,
         host_changed: ObjectSink,
         request_changed: ObjectSink,
@@ -42,7 +42,7 @@ class PlanKeeper:
         reported: Callable[[str], None],
     ) -> None:
         self.state = state
-        self.services = services
+        self.deps = deps
         self._mark_dirty = mark_dirty
         self._reported = reported
         self.plan: PlanRecord | None = None
@@ -54,7 +54,7 @@ class PlanKeeper:
         self.zone_error: str | None = None
         self.decision: PlanDecision | None = None
         self.writer = PlanWriter(
-            state, services, host_changed=host_changed, request_changed=request_changed, wake=wake
+            state, deps, host_changed=host_changed, request_changed=request_changed, wake=wake
         )
         #: The pool's entry in the plan's status, and why the plan cannot manage the pool.
         self.entry: dict[str, Any] | None = None
@@ -202,7 +202,7 @@ class PlanKeeper:
         else:
             return
         log.info("%s/%s: %s", state.namespace, state.name, message)
-        self.services.events.post(state.pool.body, "HostPool", reason, message, "Normal")
+        self.deps.events.post(state.pool.body, "HostPool", reason, message, "Normal")
 
     # -------------------------------------------------------------- carrying out
 

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .conditions import rfc3339
-from .k8s import ApiError, ApiTransportError
-from .plan_pool import disconnected_on
-from .plans import LogoffOrder, PhaseInForce, PlanDecision
-from .pool_state import PoolState
-from .records import PLAN_DRAINED_ANNOTATION, HostRecord, RequestRecord
-from .services import HOSTS, REQUESTS, Services
+from ...api.timestamps import rfc3339
+from ...api.vocabulary import HOSTS, PLAN_DRAINED_ANNOTATION, REQUESTS
+from ...engine.pool_state import PoolState
+from ...engine.records import HostRecord, RequestRecord
+from ...kube.errors import ApiError, ApiTransportError
+from ...scaling.plan_pool import disconnected_on
+from ...scaling.plans import LogoffOrder, PhaseInForce, PlanDecision
+from ..deps import Deps
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +64,14 @@ class PlanWriter:
     def __init__(
         self,
         state: PoolState,
-        services: Services,
+        deps: Deps,
         *,
         host_changed: ObjectSink,
         request_changed: ObjectSink,
         wake: Callable[[], None],
     ) -> None:
         self.state = state
-        self.services = services
+        self.deps = deps
         self._host_changed = host_changed
         self._request_changed = request_changed
         self._wake = wake
@@ -175,7 +176,7 @@ class PlanWriter:
             return  # nothing of a plan's to hand back (every pool without a plan)
         writes = self.writes(decision, phase)
         if writes:
-            self.task = self.services.spawn(self._carry_out(writes, plan))
+            self.task = self.deps.spawn(self._carry_out(writes, plan))
 
     def retry_in(self, now: datetime) -> float | None:
         if self.failed_at is None:
@@ -228,7 +229,7 @@ class PlanWriter:
             message = f"scaling plan {plan!r}: {text}"
             log.info("%s/%s: %s", state.namespace, state.name, message)
             if body is not None:
-                self.services.events.post(body, "HostPool", reason, message, "Normal")
+                self.deps.events.post(body, "HostPool", reason, message, "Normal")
 
     async def _patch_host(self, name: str, *, drained_at: str | None, drain: bool | None) -> bool:
         """Drain (with the plan's mark), undrain (mark removed) or only remove the mark."""
@@ -237,7 +238,7 @@ class PlanWriter:
         if drain is not None:
             body["spec"] = {"drainMode": drain}
         try:
-            obj = await self.services.client.patch(HOSTS, state.namespace, name, body)
+            obj = await self.deps.client.patch(HOSTS, state.namespace, name, body)
         except ApiError as error:
             if error.not_found:
                 return True
@@ -252,7 +253,7 @@ class PlanWriter:
     async def _patch_request(self, name: str, logoff: dict[str, Any] | None) -> bool:
         state = self.state
         try:
-            obj = await self.services.client.patch_status(
+            obj = await self.deps.client.patch_status(
                 REQUESTS, state.namespace, name, {"logoff": logoff}
             )
         except ApiError as error:
@@ -277,9 +278,7 @@ class PlanWriter:
             if record is None:
                 continue
             try:
-                await self.services.client.delete(
-                    REQUESTS, state.namespace, name, uid=record.meta.uid
-                )
+                await self.deps.client.delete(REQUESTS, state.namespace, name, uid=record.meta.uid)
                 ended.append(name)
             except ApiError as error:
                 if error.not_found or error.conflict:
@@ -296,7 +295,7 @@ class PlanWriter:
                 f"({', '.join(ended)}) so the drained host can be removed (ZeroActiveSessions)"
             )
             log.info("%s/%s: %s", state.namespace, host, message)
-            self.services.events.post(
+            self.deps.events.post(
                 host_record.body, "SessionHost", "DisconnectedSessionsEnded", message, "Normal"
             )
         return ok

@@ -22,13 +22,14 @@ import time
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from .api import Phase, Reason
-from .balancing import Placement
-from .k8s import ApiError, ApiTransportError
-from .pool_state import PoolState
-from .records import RequestRecord, newer_or_same
-from .services import REQUESTS, Services
-from .status import assigned_status, failed_status, pending_status, says_pending
+from ...api import Phase, Reason
+from ...api.vocabulary import REQUESTS
+from ...engine.balancing import Placement
+from ...engine.pool_state import PoolState
+from ...engine.records import RequestRecord, newer_or_same
+from ...engine.status import assigned_status, failed_status, pending_status, says_pending
+from ...kube.errors import ApiError, ApiTransportError
+from ..deps import Deps
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +49,9 @@ class RequestRouter(Protocol):
 class RequestWriter:
     """Writes one pool's request statuses and recovers from failed writes."""
 
-    def __init__(self, state: PoolState, services: Services, router: RequestRouter) -> None:
+    def __init__(self, state: PoolState, deps: Deps, router: RequestRouter) -> None:
         self.state = state
-        self.services = services
+        self.deps = deps
         self.router = router
         self._key = (state.namespace, state.name)
         self.pending_writes: dict[str, asyncio.Task[None]] = {}  # Pending statuses on their way
@@ -82,9 +83,9 @@ class RequestWriter:
         address = state.address_of(host) if host is not None else None
         status = assigned_status(record, placement, address, datetime.now(UTC))
         try:
-            async with self.services.write_slots.slot(self._key):
+            async with self.deps.write_slots.slot(self._key):
                 queued = time.monotonic() - record.seen
-                obj = await self.services.client.replace_status(
+                obj = await self.deps.client.replace_status(
                     REQUESTS,
                     "SessionRequest",
                     state.namespace,
@@ -93,7 +94,7 @@ class RequestWriter:
                     resource_version=record.meta.resource_version,
                     uid=record.meta.uid,
                 )
-            self.services.metrics.observe_assignment(
+            self.deps.metrics.observe_assignment(
                 state.namespace,
                 state.name,
                 placement.reason.value,
@@ -138,7 +139,7 @@ class RequestWriter:
         while True:
             await asyncio.sleep(delay)
             try:
-                obj = await self.services.client.get(REQUESTS, state.namespace, name)
+                obj = await self.deps.client.get(REQUESTS, state.namespace, name)
                 break
             except ApiError as again:
                 if again.not_found:
@@ -179,7 +180,7 @@ class RequestWriter:
             log.warning("%s/%s: status write failed: %s; retrying", state.namespace, name, error)
             await asyncio.sleep(0.5)
         try:
-            obj = await self.services.client.get(REQUESTS, state.namespace, name)
+            obj = await self.deps.client.get(REQUESTS, state.namespace, name)
         except ApiError as again:
             if again.not_found:
                 self.router.on_request_deleted(name)
@@ -215,7 +216,7 @@ class RequestWriter:
         """Start writing that the request waits; an assignment decided meanwhile waits for
         this write to land first."""
         name = record.meta.name
-        task = self.services.spawn(self.write_pending(record, reason, message))
+        task = self.deps.spawn(self.write_pending(record, reason, message))
         self.pending_writes[name] = task
         task.add_done_callback(
             lambda done: (
@@ -244,7 +245,7 @@ class RequestWriter:
             state.waiting.pop(name, None)
             state.arrivals[name] = None
             self.router.wake()
-        self.services.events.post(
+        self.deps.events.post(
             record.meta.reference(),
             "SessionRequest",
             reason.value,
@@ -283,9 +284,7 @@ class RequestWriter:
         if status_reason is not None:
             status["reason"] = status_reason
         await self._patch(record, status, conditional=conditional)
-        self.services.events.post(
-            record.meta.reference(), "SessionRequest", reason, message, "Warning"
-        )
+        self.deps.events.post(record.meta.reference(), "SessionRequest", reason, message, "Warning")
 
     async def _patch(
         self, record: RequestRecord, status: dict[str, Any], *, conditional: bool = True
@@ -293,8 +292,8 @@ class RequestWriter:
         state = self.state
         name = record.meta.name
         try:
-            async with self.services.write_slots.slot(self._key):
-                obj = await self.services.client.patch_status(
+            async with self.deps.write_slots.slot(self._key):
+                obj = await self.deps.client.patch_status(
                     REQUESTS,
                     state.namespace,
                     name,

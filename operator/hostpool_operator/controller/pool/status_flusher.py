@@ -17,11 +17,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from .k8s import ApiError, ApiTransportError
-from .pool_state import PoolState, pending_count, waiting_reasons
-from .records import HostRecord
-from .services import HOSTS, POOLS, Services
-from .status import (
+from ...api.vocabulary import HOSTS, POOLS
+from ...engine.pool_state import PoolState, pending_count, waiting_reasons
+from ...engine.records import HostRecord
+from ...engine.status import (
     SessionCounts,
     host_status,
     is_saturated,
@@ -31,7 +30,9 @@ from .status import (
     same_status,
     session_counts,
 )
-from .workloads import Gate
+from ...engine.workloads import Gate
+from ...kube.errors import ApiError, ApiTransportError
+from ..deps import Deps
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +47,14 @@ class StatusFlusher:
     def __init__(
         self,
         state: PoolState,
-        services: Services,
+        deps: Deps,
         scaling_limited: Callable[[], tuple[bool, str] | None],
         wake: Callable[[], None],
         workload_failure: Callable[[], tuple[bool, str, str] | None] = lambda: None,
         scaling_plan: Callable[[], dict[str, Any] | None] = lambda: None,
     ) -> None:
         self.state = state
-        self.services = services
+        self.deps = deps
         self._scaling_limited = scaling_limited
         self._workload_failure = workload_failure
         self._scaling_plan = scaling_plan
@@ -91,14 +92,14 @@ class StatusFlusher:
 
     def due_in(self, clock: float) -> list[float]:
         """Seconds until each pending flush is due (for the pool loop's timer)."""
-        interval = self.services.settings.status_interval
+        interval = self.deps.settings.status_interval
         due = []
         if self.pool_dirty and _idle(self.pool_task):
             due.append(interval - (clock - self.last_pool_write))
         if self.hosts_dirty and _idle(self.hosts_task):
             at = min(
                 self.last_activity + interval,
-                self.last_host_write + self.services.settings.host_status_max_delay,
+                self.last_host_write + self.deps.settings.host_status_max_delay,
             )
             due.append(at - clock)
         return due
@@ -107,7 +108,7 @@ class StatusFlusher:
         """Start a status write when the interval has passed and something changed; pool
         and host status independently. Otherwise the loop wakes again when one is due."""
         clock = time.monotonic()
-        settings = self.services.settings
+        settings = self.deps.settings
         if (
             self.pool_dirty
             and _idle(self.pool_task)
@@ -115,7 +116,7 @@ class StatusFlusher:
         ):
             self.pool_dirty = False
             self.last_pool_write = clock
-            self.pool_task = self.services.spawn(self._flush_pool())
+            self.pool_task = self.deps.spawn(self._flush_pool())
         if (
             self.hosts_dirty
             and _idle(self.hosts_task)
@@ -126,7 +127,7 @@ class StatusFlusher:
         ):
             self.hosts_dirty = False
             self.last_host_write = clock
-            self.hosts_task = self.services.spawn(self._flush_hosts())
+            self.hosts_task = self.deps.spawn(self._flush_hosts())
 
     async def _flush_pool(self) -> None:
         try:
@@ -164,7 +165,7 @@ class StatusFlusher:
                 counts=counts,
                 buckets=buckets,
                 metrics_stale=host.meta.name in state.stale_hosts,
-                metrics_stale_after=self.services.settings.metrics_stale_after,
+                metrics_stale_after=self.deps.settings.metrics_stale_after,
                 now=now,
                 workload=state.workload_state(host, now),
                 address=state.address_of(host),
@@ -181,9 +182,9 @@ class StatusFlusher:
     async def _write_host_status(self, host: HostRecord, status: dict[str, Any]) -> None:
         namespace = self.state.namespace
         # Status writes have slots of their own: they must never hold up assignments.
-        async with self.services.status_slots.slot(self._key):
+        async with self.deps.status_slots.slot(self._key):
             try:
-                await self.services.client.patch_status(HOSTS, namespace, host.meta.name, status)
+                await self.deps.client.patch_status(HOSTS, namespace, host.meta.name, status)
                 self.written_hosts[host.meta.name] = status
                 host.status.update(status)
             except ApiError as error:
@@ -222,10 +223,10 @@ class StatusFlusher:
             agent_silent=len(state.stale_hosts & state.hosts.keys()),
             scaling_plan=self._scaling_plan(),
         )
-        self.services.metrics.pool_state(state.namespace, state.name, status)
+        self.deps.metrics.pool_state(state.namespace, state.name, status)
         previous = self.written_pool
         clock = time.monotonic()
-        settings = self.services.settings
+        settings = self.deps.settings
         if not pool_status_due(
             previous,
             status,
@@ -239,12 +240,12 @@ class StatusFlusher:
         saturated, message = is_saturated(status)
         if self.was_saturated is not None and saturated != self.was_saturated:
             reason = "PoolSaturated" if saturated else "PoolRecovered"
-            self.services.events.post(pool.body, "HostPool", reason, message, "Normal")
+            self.deps.events.post(pool.body, "HostPool", reason, message, "Normal")
         self.was_saturated = saturated
         try:
             # Ahead of host status writes: the pool's conditions are what people read.
-            async with self.services.status_slots.slot(self._key, urgent=True):
-                await self.services.client.patch_status(POOLS, state.namespace, state.name, status)
+            async with self.deps.status_slots.slot(self._key, urgent=True):
+                await self.deps.client.patch_status(POOLS, state.namespace, state.name, status)
             self.written_pool = status
             self.pool_written_at = time.monotonic()
             pool.status.update(status)

@@ -2,7 +2,7 @@
 carries out what they decide.
 
 Gather (``on_*``, called by the controller for this pool's objects) → decide
-(``pool_state``, ``placement``, ``scaling``: pure) → apply (``request_writer``,
+(``engine.pool_state``, ``engine.placement``, ``scaling``: pure) → apply (``request_writer``,
 ``status_flusher``, ``host_scaler``). The loop sleeps until an event wakes it or a timer is
 due: a connecting deadline, a status flush, metrics going stale, a scale-down delay ending.
 """
@@ -17,17 +17,17 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from . import pool_scaling
+from ...engine.placement import Assign, Reject, Wait, place_pending
+from ...engine.pool_state import PoolState, reports_metrics
+from ...engine.records import HostRecord, PlanRecord, PoolRecord, RequestRecord
+from ...engine.workloads import WorkloadRecord
+from ...scaling import pool as pool_scaling
+from ..deps import Deps
 from .host_scaler import HostScaler
-from .placement import Assign, Reject, Wait, place_pending
 from .plan_keeper import PlanKeeper
-from .pool_state import PoolState, reports_metrics
-from .records import HostRecord, PlanRecord, PoolRecord, RequestRecord
 from .request_writer import RequestWriter
-from .services import Services
 from .status_flusher import StatusFlusher
 from .workload_keeper import WorkloadKeeper
-from .workloads import WorkloadRecord
 
 log = logging.getLogger(__name__)
 
@@ -50,24 +50,24 @@ class HostRouter(Protocol):
 class PoolWorker:
     """One pool: its state, its decision loop, and the parts that write for it."""
 
-    def __init__(self, services: Services, router: HostRouter, namespace: str, name: str) -> None:
-        self.services = services
+    def __init__(self, deps: Deps, router: HostRouter, namespace: str, name: str) -> None:
+        self.deps = deps
         self.namespace = namespace
         self.name = name
         self.state = PoolState(
-            namespace, name, metrics_stale_after=services.settings.metrics_stale_after
+            namespace, name, metrics_stale_after=deps.settings.metrics_stale_after
         )
-        self.writer = RequestWriter(self.state, services, self)
+        self.writer = RequestWriter(self.state, deps, self)
         self.keeper = WorkloadKeeper(
             self.state,
-            services,
+            deps,
             workload_created=lambda host, record: self.on_workload(host, record, known=True),
             wake=self.wake,
             mark_dirty=self.mark_dirty,
         )
         self.scaler = HostScaler(
             self.state,
-            services,
+            deps,
             self.keeper,
             host_created=lambda obj: router.on_host_event("ADDED", obj),
             wake=self.wake,
@@ -75,7 +75,7 @@ class PoolWorker:
         )
         self.plans = PlanKeeper(
             self.state,
-            services,
+            deps,
             host_changed=lambda obj: router.on_host_event("MODIFIED", obj),
             request_changed=lambda obj: router.on_request_event("MODIFIED", obj),
             wake=self.wake,
@@ -84,7 +84,7 @@ class PoolWorker:
         )
         self.flusher = StatusFlusher(
             self.state,
-            services,
+            deps,
             scaling_limited=lambda: self.scaler.limited,
             wake=self.wake,
             workload_failure=self.keeper.workload_failure,
@@ -97,7 +97,7 @@ class PoolWorker:
 
     def start(self) -> None:
         if self.task is None:
-            self.task = self.services.spawn(self._run())
+            self.task = self.deps.spawn(self._run())
             self.task.set_name(f"pool/{self.namespace}/{self.name}")
 
     async def stop(self) -> None:
@@ -130,7 +130,7 @@ class PoolWorker:
             self.keeper.template_changed()
         self._changed()
         if record is not None and record.spec_error:
-            self.services.events.post(
+            self.deps.events.post(
                 record.body,
                 "HostPool",
                 "InvalidSpec",
@@ -149,7 +149,7 @@ class PoolWorker:
         self.plans.observe_host(record)
         self._changed()
         if record.spec_error:
-            self.services.events.post(
+            self.deps.events.post(
                 record.body,
                 "SessionHost",
                 "InvalidSpec",
@@ -161,7 +161,7 @@ class PoolWorker:
     def on_host_deleted(self, name: str) -> None:
         # Sessions on a deleted host are gone: their requests fail (documented), never move.
         for request, host in self.state.drop_host(name):
-            self.services.spawn(self.writer.write_host_lost(request, host))
+            self.deps.spawn(self.writer.write_host_lost(request, host))
         self.flusher.forget_host(name)
         self.keeper.forget(name)
         self.plans.forget(host=name)
@@ -177,12 +177,12 @@ class PoolWorker:
             host_record = self.state.hosts.get(host)
             message = f"the workload is gone; {len(lost)} session(s) on it ended"
             if host_record is not None:
-                self.services.events.post(
+                self.deps.events.post(
                     host_record.body, "SessionHost", "HostLost", message, "Warning"
                 )
             log.warning("%s/%s: %s", self.namespace, host, message)
         for request, name in lost:
-            self.services.spawn(self.writer.write_workload_lost(request, name))
+            self.deps.spawn(self.writer.write_workload_lost(request, name))
         self._changed()
 
     def on_watch_error(self, message: str | None) -> None:
@@ -192,12 +192,10 @@ class PoolWorker:
             self.wake()
 
     def on_request(self, record: RequestRecord) -> None:
-        lost = self.state.put_request(
-            record, _now(), seq=self.services.next_seq, seen=time.monotonic()
-        )
+        lost = self.state.put_request(record, _now(), seq=self.deps.next_seq, seen=time.monotonic())
         self.plans.observe_request(record)
         if lost is not None and lost.host is not None:
-            self.services.spawn(self.writer.write_host_lost(lost, lost.host))
+            self.deps.spawn(self.writer.write_host_lost(lost, lost.host))
         self.flusher.mark_dirty()
         if record.meta.name in self.state.arrivals or self.state.capacity_changed:
             self._wake.set()  # to be placed, or a released slot to fill
@@ -238,11 +236,11 @@ class PoolWorker:
         for intent in place_pending(state, now):
             if isinstance(intent, Assign):
                 self.flusher.placed()
-                self.services.spawn(self.writer.write_assigned(intent.record, intent.placement))
+                self.deps.spawn(self.writer.write_assigned(intent.record, intent.placement))
             elif isinstance(intent, Wait):
                 self.writer.wait(intent.record, intent.reason, intent.message)
             elif isinstance(intent, Reject):
-                self.services.spawn(self.writer.write_invalid(intent.record))
+                self.deps.spawn(self.writer.write_invalid(intent.record))
         self.scaler.scale(now, plan)
         self.plans.apply(plan, now)
         self._report_not_ready(now)
@@ -257,7 +255,7 @@ class PoolWorker:
             if host is None or workload is None or not workload.timed_out:
                 continue
             record = self.state.workloads.get(host.meta.name)
-            self.services.events.post(
+            self.deps.events.post(
                 host.body,
                 "SessionHost",
                 "HostNotReady",
@@ -280,7 +278,7 @@ class PoolWorker:
         if deadline is not None:
             timers.append((deadline - now).total_seconds())
         if reports_metrics(state):
-            timers.append(self.services.settings.metrics_stale_after / 4)
+            timers.append(self.deps.settings.metrics_stale_after / 4)
         # While a plan's phase is in force only the plan removes hosts (rule 1).
         scale_down = (
             None if self.plans.decision is not None else pool_scaling.scale_down_due(state, now)

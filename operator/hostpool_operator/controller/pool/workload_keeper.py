@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .api_workload import WorkloadTemplate
-from .k8s import ApiError, ApiTransportError
-from .pool_state import PoolState
-from .records import HostRecord
-from .services import Services
-from .workloads import WorkloadRecord, workload_manifest
+from ...api.workload import WorkloadTemplate
+from ...engine.pool_state import PoolState
+from ...engine.records import HostRecord
+from ...engine.workloads import WorkloadRecord, workload_manifest
+from ...kube.errors import ApiError, ApiTransportError
+from ..deps import Deps
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +35,13 @@ class WorkloadKeeper:
     def __init__(
         self,
         state: PoolState,
-        services: Services,
+        deps: Deps,
         workload_created: Callable[[str, WorkloadRecord], None],
         wake: Callable[[], None],
         mark_dirty: Callable[[], None],
     ) -> None:
         self.state = state
-        self.services = services
+        self.deps = deps
         self._workload_created = workload_created
         self._wake = wake
         self._mark_dirty = mark_dirty
@@ -116,7 +116,7 @@ class WorkloadKeeper:
                 # Ended for good (a failed pod): ours to remove; the watch reports it gone,
                 # and the next pass creates the new one.
                 try:
-                    await self.services.client.delete(
+                    await self.deps.client.delete(
                         await self._plural(template),
                         state.namespace,
                         workload.name,
@@ -137,7 +137,7 @@ class WorkloadKeeper:
             if await self._create_workload(template, host):
                 message = f"created {template.kind} {host.meta.name!r} again (it was missing)"
                 log.info("%s/%s: %s", state.namespace, host.meta.name, message)
-                self.services.events.post(
+                self.deps.events.post(
                     host.body, "SessionHost", "WorkloadRecreated", message, "Normal"
                 )
             else:
@@ -146,7 +146,7 @@ class WorkloadKeeper:
 
     async def _plural(self, template: WorkloadTemplate) -> str:
         try:
-            found = await self.services.workload_resource(template.api_version, template.kind)
+            found = await self.deps.workload_resource(template.api_version, template.kind)
         except (ApiError, ApiTransportError) as error:
             log.warning("discovery of %s %s failed: %s", template.api_version, template.kind, error)
             return ""
@@ -175,7 +175,7 @@ class WorkloadKeeper:
             pool=state.name,
         )
         try:
-            obj = await self.services.client.create(
+            obj = await self.deps.client.create(
                 plural, state.namespace, manifest, api_version=template.api_version
             )
         except ApiError as error:
@@ -201,7 +201,7 @@ class WorkloadKeeper:
     ) -> bool:
         """A workload of the host's name exists: is it the one this host controls?"""
         try:
-            obj = await self.services.client.get(
+            obj = await self.deps.client.get(
                 plural, self.state.namespace, host.meta.name, api_version=template.api_version
             )
         except (ApiError, ApiTransportError):
@@ -222,7 +222,7 @@ class WorkloadKeeper:
         self._backoff = min(self._backoff * 2, RETRY_MAX)
         if self.refused != (reason, message):
             self.refused = (reason, message)
-            self.services.events.post(
+            self.deps.events.post(
                 self._pool_body(), "HostPool", "WorkloadCreateFailed", message, "Warning"
             )
             self._mark_dirty()
@@ -234,7 +234,7 @@ class WorkloadKeeper:
             return
         seconds = time.monotonic() - decided
         state = self.state
-        self.services.metrics.host_started(state.namespace, state.name, seconds)
+        self.deps.metrics.host_started(state.namespace, state.name, seconds)
         log.info(
             "%s/%s: host %s ready %.2fs after the scale-up decision",
             state.namespace,

@@ -1,0 +1,100 @@
+"""The SessionRequest kind: a user's request for a session in a pool, and where it went."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import ClassVar
+
+from pydantic import Field
+
+from .base import (
+    MAX_ADDRESS,
+    MAX_MESSAGE,
+    MAX_NAME,
+    MAX_USER,
+    ApiModel,
+    Conditions,
+    Phase,
+    PoolRef,
+    Protocol,
+    Reason,
+    SessionState,
+)
+
+
+class SessionRequestSpec(ApiModel):
+    """A user's request for a session in a pool. Immutable."""
+
+    pool_ref: PoolRef = Field(description="The HostPool to place the session in.")
+    user: str = Field(
+        min_length=1,
+        max_length=MAX_USER,
+        description="Who the session is for; a second request of the same user reconnects.",
+    )
+    protocol: Protocol | None = Field(
+        default=None, description="RDP, PCOIP or BLAST; the host must support it."
+    )
+    unauthenticated: bool = Field(
+        default=False, description="True needs a host with unauthenticatedAccess."
+    )
+
+
+class Logoff(ApiModel):
+    """A forced logoff of the session: notice, then logoff at the deadline."""
+
+    message: str = Field(
+        default="", max_length=1024, description="What the user is told before the logoff."
+    )
+    deadline: datetime = Field(description="When the user is logged off.")
+
+
+class SessionRequestStatus(ApiModel):
+    """Where the session was placed, or why it is waiting."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, le=2**53, description="The generation this status describes."
+    )
+    phase: Phase | None = Field(default=None, description="Pending, Assigned or Failed.")
+    host: str | None = Field(
+        default=None, max_length=MAX_NAME, description="The SessionHost's name, once assigned."
+    )
+    host_address: str | None = Field(
+        default=None, max_length=MAX_ADDRESS, description="The host's address, once assigned."
+    )
+    reason: Reason | None = Field(
+        default=None,
+        description=(
+            "NewSession or Reconnected when assigned; PoolNotFound, PoolSaturated, "
+            "NoEligibleHost or HostsStarting while pending; HostLost when failed."
+        ),
+    )
+    message: str | None = Field(
+        default=None, max_length=MAX_MESSAGE, description="A human-readable explanation."
+    )
+    session_state: SessionState | None = Field(
+        default=None,
+        description="Connecting (set on assignment), then Active or Disconnected from the agent.",
+    )
+    assigned_at: datetime | None = Field(default=None, description="When the host was assigned.")
+    logoff: Logoff | None = Field(
+        default=None,
+        description="A forced logoff: the host's agent tells the user, and logs them off at "
+        "the deadline (set by a scaling plan's ramp-down).",
+    )
+    conditions: Conditions
+
+
+class SessionRequest(ApiModel):
+    """A user's session: creating it asks for a host, deleting it logs off."""
+
+    kind: ClassVar[str] = "SessionRequest"
+    plural: ClassVar[str] = "sessionrequests"
+    short_names: ClassVar[tuple[str, ...]] = ("sr",)
+    spec_validations: ClassVar[list[dict[str, str]]] = [
+        {"rule": "self == oldSelf", "message": "spec is immutable"}
+    ]
+
+    spec: SessionRequestSpec = Field(description="The request. Immutable.")
+    status: SessionRequestStatus = Field(
+        default_factory=SessionRequestStatus, description="Placement result."
+    )

@@ -1,0 +1,8 @@
+"""The placement engine, pure: where a new session goes and what each observation changes.
+
+Functions of observed state and ``now``; no I/O, no clock, no event loop. From the bottom:
+``demand``, ``ledger`` and ``horizon``; ``records`` (what is kept of each API object);
+``balancing`` (the algorithms) and ``workloads`` (the gate a host's workload puts on new
+sessions); ``pool_state`` (one pool's state) and ``status`` (every status body);
+``placement`` (the placement pass).
+"""
