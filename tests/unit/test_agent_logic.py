@@ -53,9 +53,23 @@ def test_disk_queue_length_is_io_time_over_elapsed_time() -> None:
     assert load_figures(before, after, [])["diskQueueLength"] == 4
 
 
-def test_no_io_means_no_latency_and_no_memory_samples_no_memory() -> None:
+def test_no_io_means_zero_latency_and_no_memory_samples_no_memory() -> None:
+    """An idle disk reports 0 ms, as Windows' counters do: a missing field would be removed
+    by the merge patch and make the quiet host last in a Horizon pool with a latency
+    threshold (found by a live check: a host's metrics lacked diskWriteLatencyMs)."""
     figures = load_figures(counters(0, 0, 10), counters(30, 3, 70), [])
-    assert figures == {"cpuPercent": 5, "diskQueueLength": 0}
+    assert figures == {
+        "cpuPercent": 5,
+        "diskQueueLength": 0,
+        "diskReadLatencyMs": 0,
+        "diskWriteLatencyMs": 0,
+    }
+
+
+def test_reads_without_writes_give_a_read_latency_and_zero_write_latency() -> None:
+    figures = load_figures(counters(0, 0, 10), counters(30, 3, 70, reads=10, read_ms=70), [])
+    assert figures["diskReadLatencyMs"] == 7
+    assert figures["diskWriteLatencyMs"] == 0
 
 
 def test_counters_that_went_backwards_give_no_disk_figures() -> None:

@@ -37,8 +37,8 @@ def load_figures(
     before: Counters, after: Counters, memory_samples: Sequence[float]
 ) -> dict[str, int]:
     """cpuPercent, memoryPercent, diskQueueLength, diskReadLatencyMs, diskWriteLatencyMs
-    over the interval between two readings (a figure that cannot be computed is left out,
-    e.g. latency with no I/O completed, or counters that went backwards after a reset)."""
+    over the interval between two readings. A latency with no I/O completed is 0; a figure
+    that cannot be computed is left out (counters that went backwards after a reset)."""
     figures: dict[str, int] = {}
     total = after.cpu_total - before.cpu_total
     busy = after.cpu_busy - before.cpu_busy
@@ -53,10 +53,11 @@ def load_figures(
         return figures  # a counter was reset (a disk went away): no disk figures this time
     if elapsed_ms > 0:
         figures["diskQueueLength"] = _clamp((read_ms + write_ms) / elapsed_ms, MAX_THRESHOLD)
-    if reads:
-        figures["diskReadLatencyMs"] = _clamp(read_ms / reads, MAX_THRESHOLD)
-    if writes:
-        figures["diskWriteLatencyMs"] = _clamp(write_ms / writes, MAX_THRESHOLD)
+    # No I/O completed in the interval: 0 ms, as Windows' own counters (which Horizon's agent
+    # reads) say. Left out, the merge patch would remove the field, and a Horizon pool with a
+    # latency threshold would put exactly its quiet hosts last (load index -1, bucket 3).
+    figures["diskReadLatencyMs"] = _clamp(read_ms / reads, MAX_THRESHOLD) if reads else 0
+    figures["diskWriteLatencyMs"] = _clamp(write_ms / writes, MAX_THRESHOLD) if writes else 0
     return figures
 
 
