@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.workloads import KindKey, WorkloadKey, WorkloadRecord, kind_key
+from ..kube.backoff import Backoff
 from ..kube.client import KubeClient
 from ..kube.errors import ApiError, ApiTransportError
 from ..kube.informer import Informer
@@ -105,7 +106,7 @@ class WorkloadWatch:
     async def _run(self, entry: _Kind) -> None:
         key = kind_key(entry.api_version, entry.kind)
         what = f"{entry.api_version} {entry.kind}"
-        backoff = RETRY_FIRST
+        backoff = Backoff(first=RETRY_FIRST, cap=RETRY_MAX)
         while True:
             try:
                 if entry.plural is None:
@@ -129,10 +130,10 @@ class WorkloadWatch:
                 raise
             except (ApiError, ApiTransportError, LookupError) as error:
                 message = error.message if isinstance(error, ApiError) else str(error)
-                log.warning("cannot watch %s (%s); trying again in %.0fs", what, message, backoff)
+                wait = backoff.next()
+                log.warning("cannot watch %s (%s); trying again in %.0fs", what, message, wait)
                 self.on_error(key, f"cannot watch {what}: {message}")
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, RETRY_MAX)
+                await asyncio.sleep(wait)
         entry.synced = True
         log.info("watching %s (%s)", what, entry.plural)
         self.on_error(key, None)

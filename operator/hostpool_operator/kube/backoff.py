@@ -28,7 +28,9 @@ class Backoff:
 
     def __post_init__(self) -> None:
         if not 0 < self.first <= self.cap or self.factor < 1:
-            raise ValueError(f"bad back-off: first={self.first} cap={self.cap} factor={self.factor}")
+            raise ValueError(
+                f"bad back-off: first={self.first} cap={self.cap} factor={self.factor}"
+            )
         self._step = self.first
 
     def next(self) -> float:

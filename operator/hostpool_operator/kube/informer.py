@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from ..api import API_VERSION
+from .backoff import Backoff
 from .client import JSON, LIST_PAGE, KubeClient, initial_events_end
 from .errors import ApiError, ApiTransportError
 
@@ -165,26 +166,26 @@ class Informer:
         self.resource_version = version
 
     async def run(self) -> None:
-        backoff = 0.5
+        backoff = Backoff(first=0.5, cap=10.0)
         while True:
             try:
                 if self.resource_version is None:
                     await self.list_once()
                 await self._watch()
-                backoff = 0.5
+                backoff.reset()
             except asyncio.CancelledError:
                 raise
             except _GoneError:
                 log.info("%s: watch expired (410 Gone); listing again", self.plural)
                 self.resource_version = None
             except (ApiTransportError, ApiError) as error:
+                wait = backoff.next()
                 log.warning(
-                    "%s: watch interrupted (%s); resuming in %.1fs", self.plural, error, backoff
+                    "%s: watch interrupted (%s); resuming in %.1fs", self.plural, error, wait
                 )
                 if isinstance(error, ApiError) and error.status == 410:
                     self.resource_version = None
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                await asyncio.sleep(wait)
 
     async def _watch(self) -> None:
         watch = self.client.watch(

@@ -19,6 +19,7 @@ from typing import Any
 from ...api.vocabulary import HOSTS, MANAGED_LABEL, MANAGER, POOL_LABEL
 from ...engine.pool_state import PoolState
 from ...engine.records import HostRecord
+from ...kube.backoff import Backoff
 from ...kube.errors import ApiError, ApiTransportError
 from ...scaling.plans import PlanDecision
 from ...scaling.pool import decide
@@ -60,6 +61,8 @@ class HostScaler:
         self._wake = wake
         self._mark_dirty = mark_dirty
         self.task: asyncio.Task[None] | None = None
+        self._backoff = Backoff(first=2.0, cap=60.0)
+        self._create_refused = False
         #: The ScalingLimited condition (status, message); None without a scaling spec.
         self.limited: tuple[bool, str] | None = None
 
@@ -113,6 +116,7 @@ class HostScaler:
         A failure ends the round; the next decision sees what was made."""
         created = 0
         remaining = count
+        self._create_refused = False
         while remaining > 0:
             batch = min(remaining, CREATE_BATCH)
             results = await asyncio.gather(*(self._create_one(decided) for _ in range(batch)))
@@ -120,6 +124,12 @@ class HostScaler:
             remaining -= batch
             if not all(results) or self.workloads.refused is not None:
                 break
+        if self._create_refused:
+            # The round ends here and the next decision tries again; a lasting refusal
+            # waits longer each time (the task stays busy meanwhile).
+            await asyncio.sleep(self._backoff.next())
+        elif created:
+            self._backoff.reset()
         if created:
             self._report(
                 "up", created, "HostsAdded", f"added {created} SessionHost(s) from the template"
@@ -146,7 +156,7 @@ class HostScaler:
             obj = await self.deps.client.create(HOSTS, state.namespace, manifest)
         except (ApiError, ApiTransportError) as error:
             # A namesake (a one-in-14-million draw) included: the next decision tries again.
-            await self._create_failed(error)
+            self._create_failed(error)
             return False
         # Known at once, so the next decision counts it (the watch event follows).
         self._host_created(obj)
@@ -178,11 +188,18 @@ class HostScaler:
             )
         self._wake()
 
-    async def _create_failed(self, error: BaseException) -> None:
+    def _create_failed(self, error: BaseException) -> None:
         state = self.state
+        self._create_refused = True
         log.warning("%s/%s: could not create a host: %s", state.namespace, state.name, error)
-        self.deps.events.post(self._pool_body(), "HostPool", "ScaleUpFailed", str(error), "Warning")
-        await asyncio.sleep(2)
+        self.deps.events.post(
+            self._pool_body(),
+            "HostPool",
+            "ScaleUpFailed",
+            str(error),
+            "Warning",
+            once_per=(state.namespace, state.name, "ScaleUpFailed"),
+        )
 
     def _report(self, direction: str, hosts: int, reason: str, message: str) -> None:
         """Hosts were added or removed: the metric, a log line and an Event on the pool."""

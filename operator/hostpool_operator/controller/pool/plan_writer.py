@@ -15,13 +15,14 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ...api.timestamps import rfc3339
 from ...api.vocabulary import HOSTS, PLAN_DRAINED_ANNOTATION, REQUESTS
 from ...engine.pool_state import PoolState
 from ...engine.records import HostRecord, RequestRecord
+from ...kube.backoff import Backoff
 from ...kube.errors import ApiError, ApiTransportError
 from ...scaling.plan_pool import disconnected_on
 from ...scaling.plans import LogoffOrder, PhaseInForce, PlanDecision
@@ -30,8 +31,11 @@ from ..deps import Deps
 log = logging.getLogger(__name__)
 
 ObjectSink = Callable[[Mapping[str, Any]], None]
-#: Seconds before a round of plan writes that failed is tried again.
-RETRY_SECONDS = 2.0
+#: The first wait before a round of plan writes that failed is tried again (seconds); it
+#: doubles with each failure in a row, up to RETRY_MAX (a lasting 403 or 422 must not be
+#: retried every two seconds forever).
+RETRY_FIRST = 2.0
+RETRY_MAX = 300.0
 
 
 @dataclass
@@ -81,7 +85,9 @@ class PlanWriter:
         self.marked: set[str] = set()
         self.logoffs: set[str] = set()
         self.task: asyncio.Task[None] | None = None
-        self.failed_at: datetime | None = None
+        #: After a round that failed: no new round before this.
+        self.retry_at: datetime | None = None
+        self._backoff = Backoff(first=RETRY_FIRST, cap=RETRY_MAX)
 
     def stop(self) -> None:
         if self.task is not None:
@@ -170,7 +176,7 @@ class PlanWriter:
         to retry."""
         if self.task is not None and not self.task.done():
             return
-        if self.failed_at is not None and (now - self.failed_at).total_seconds() < RETRY_SECONDS:
+        if self.retry_at is not None and now < self.retry_at:
             return
         if decision is None and not self.marked and not self.logoffs:
             return  # nothing of a plan's to hand back (every pool without a plan)
@@ -179,35 +185,70 @@ class PlanWriter:
             self.task = self.deps.spawn(self._carry_out(writes, plan))
 
     def retry_in(self, now: datetime) -> float | None:
-        if self.failed_at is None:
+        if self.retry_at is None:
             return None
-        return max(0.0, RETRY_SECONDS - (now - self.failed_at).total_seconds())
+        return max(0.0, (self.retry_at - now).total_seconds())
 
     async def _carry_out(self, writes: PlanWrites, plan: str) -> None:
         failed = False
+        # What was written: only that is reported (an Event says what happened, not what
+        # was tried).
+        done = PlanWrites()
         try:
             # Withdrawals first: they are decided from marks the writes below may remove.
             for name in writes.cancel_logoff:
                 failed |= not await self._patch_request(name, None)
             for name in writes.undrain:
-                failed |= not await self._patch_host(name, drained_at=None, drain=False)
+                if await self._patch_host(name, drained_at=None, drain=False):
+                    done.undrain.append(name)
+                else:
+                    failed = True
             for name in writes.unmark:
                 failed |= not await self._patch_host(name, drained_at=None, drain=None)
             drained_at = rfc3339(_utcnow())
             for name in writes.drain:
-                failed |= not await self._patch_host(name, drained_at=drained_at, drain=True)
+                if await self._patch_host(name, drained_at=drained_at, drain=True):
+                    done.drain.append(name)
+                else:
+                    failed = True
             for order in writes.logoff:
                 logoff = {"message": order.message, "deadline": rfc3339(order.deadline)}
                 if await self._patch_request(order.request, logoff):
                     self.sent.add(order.request)
+                    done.logoff.append(order)
                 else:
                     failed = True
             for host, requests in writes.end_disconnected.items():
                 failed |= not await self._end_disconnected(host, requests, plan)
         finally:
-            self.failed_at = _utcnow() if failed else None
-            self._report(writes, plan)
+            if failed:
+                wait = self._backoff.next()
+                self.retry_at = _utcnow() + timedelta(seconds=wait)
+                self._report_failure(plan, wait)
+            else:
+                self._backoff.reset()
+                self.retry_at = None
+            self._report(done, plan)
             self._wake()
+
+    def _report_failure(self, plan: str, wait: float) -> None:
+        """A round failed: one Warning Event per pool and interval, the next round waits."""
+        state = self.state
+        failures = self._backoff.failures
+        message = (
+            f"scaling plan {plan!r}: {failures} round(s) of writes in a row failed "
+            f"(see the operator's log); next try in {wait:.0f}s"
+        )
+        log.warning("%s/%s: %s", state.namespace, state.name, message)
+        if state.pool is not None:
+            self.deps.events.post(
+                state.pool.body,
+                "HostPool",
+                "ScalingPlanWriteFailed",
+                message,
+                "Warning",
+                once_per=(state.namespace, state.name, "ScalingPlanWriteFailed"),
+            )
 
     def _report(self, writes: PlanWrites, plan: str) -> None:
         state = self.state

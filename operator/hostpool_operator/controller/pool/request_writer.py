@@ -28,6 +28,7 @@ from ...engine.balancing import Placement
 from ...engine.pool_state import PoolState
 from ...engine.records import RequestRecord, newer_or_same
 from ...engine.status import assigned_status, failed_status, pending_status, says_pending
+from ...kube.backoff import Backoff
 from ...kube.errors import ApiError, ApiTransportError
 from ..deps import Deps
 
@@ -135,9 +136,9 @@ class RequestWriter:
             name,
             error,
         )
-        delay = 0.2
+        backoff = Backoff(first=0.2, cap=5.0)
         while True:
-            await asyncio.sleep(delay)
+            await asyncio.sleep(backoff.next())
             try:
                 obj = await self.deps.client.get(REQUESTS, state.namespace, name)
                 break
@@ -149,7 +150,6 @@ class RequestWriter:
                 log.warning("%s/%s: re-read failed: %s", state.namespace, name, again)
             except ApiTransportError as again:
                 log.warning("%s/%s: re-read failed: %s", state.namespace, name, again)
-            delay = min(delay * 2, 5.0)
         fresh = RequestRecord.of(obj)
         current = state.requests.get(name)
         state.inflight.discard(name)

@@ -19,6 +19,7 @@ from ...api.workload import WorkloadTemplate
 from ...engine.pool_state import PoolState
 from ...engine.records import HostRecord
 from ...engine.workloads import WorkloadRecord, workload_manifest
+from ...kube.backoff import Backoff
 from ...kube.errors import ApiError, ApiTransportError
 from ..deps import Deps
 
@@ -50,7 +51,7 @@ class WorkloadKeeper:
         #: Why the workload kind cannot be watched (set by the controller); None: it can.
         self.watch_error: str | None = None
         self._retry_at = 0.0  # monotonic: no workload creation before this
-        self._backoff = RETRY_FIRST
+        self._backoff = Backoff(first=RETRY_FIRST, cap=RETRY_MAX)
         #: Hosts added and not Ready yet: the monotonic time of the decision that made them.
         self.decided_at: dict[str, float] = {}
         #: The uid of the ended workload deleted for each host (until the watch says so).
@@ -185,14 +186,14 @@ class WorkloadKeeper:
             return False
         except ApiTransportError as error:
             log.warning("%s/%s: workload not created: %s", state.namespace, host.meta.name, error)
-            self._retry_at = time.monotonic() + RETRY_FIRST
+            self._retry_at = time.monotonic() + self._backoff.next()
             return False
         # Known at once, so no pass takes it for missing before the watch event arrives.
         self._workload_created(host.meta.name, WorkloadRecord.of(obj, template.kind))
         if self.refused is not None:
             self.refused = None
             self._mark_dirty()
-        self._backoff = RETRY_FIRST
+        self._backoff.reset()
         self._retry_at = 0.0
         return True
 
@@ -215,11 +216,9 @@ class WorkloadKeeper:
     def _refuse(self, reason: str, message: str) -> None:
         """The API server refused a workload: the pool says so, and the next try waits."""
         state = self.state
-        self._retry_at = time.monotonic() + self._backoff
-        log.warning(
-            "%s/%s: %s; next try in %.0fs", state.namespace, state.name, message, self._backoff
-        )
-        self._backoff = min(self._backoff * 2, RETRY_MAX)
+        wait = self._backoff.next()
+        self._retry_at = time.monotonic() + wait
+        log.warning("%s/%s: %s; next try in %.0fs", state.namespace, state.name, message, wait)
         if self.refused != (reason, message):
             self.refused = (reason, message)
             self.deps.events.post(
@@ -251,7 +250,7 @@ class WorkloadKeeper:
         """A new template may be good: try again at once."""
         self.refused = None
         self._retry_at = 0.0
-        self._backoff = RETRY_FIRST
+        self._backoff.reset()
 
     def may_try(self, clock: float) -> bool:
         """Workload creation is not held back by a refusal's back-off."""
