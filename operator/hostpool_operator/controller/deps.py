@@ -13,6 +13,8 @@ from ..kube.writeslots import WriteSlots
 from .settings import ControllerSettings
 
 Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
+#: Runs a long-lived task under the supervisor: (name, kind for the metric, factory).
+Supervise = Callable[[str, str, Callable[[], Coroutine[Any, Any, None]]], "asyncio.Task[None]"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +29,8 @@ class Deps:
     status_slots: WriteSlots
     #: Runs a coroutine as a task the controller owns (logged if it fails, cancelled at stop).
     spawn: Spawn
+    #: Runs a long-lived loop that is started again if it fails (see ``supervisor``).
+    supervise: Supervise
     #: The next arrival sequence number (the order requests are placed in, operator-wide).
     next_seq: Callable[[], int]
     #: The resource (plural) serving a workload kind (apiVersion, kind), discovered on first

@@ -54,6 +54,8 @@ class Runtime(kopf.Memo):
     lease_duration: float
     stop: asyncio.Event
     exit_code: int
+    #: Set once the Lease is held and its renewal runs; cleared when leadership is lost.
+    lease_held: bool
     client: KubeClient
     controller: Controller
     elector: LeaderElector
@@ -138,6 +140,7 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
             await client.close()  # stopped while waiting as a standby
             raise
         memo.elector = elector
+        memo.lease_held = True
         memo.metrics.leading(True)
         memo.watchdog = asyncio.get_running_loop().create_task(_stop_when_lost(memo, elector))
     controller = Controller(client, memo.settings, memo.metrics)
@@ -184,15 +187,53 @@ async def pool_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
 
 
 async def _stop_when_lost(memo: Runtime, elector: LeaderElector) -> None:
-    keeper = asyncio.get_running_loop().create_task(elector.keep())
+    """Renew the Lease, and stop placing the moment leadership cannot be proven: the Lease was
+    lost, the renewal task ended (it may have died on an unexpected exception), or no renewal
+    succeeded within the renew deadline (a request that never returns). Without the last two,
+    an instance whose renewal died would keep placing while a standby takes the expired
+    Lease: two leaders."""
+    loop = asyncio.get_running_loop()
+    keeper = loop.create_task(elector.keep())
+    lost = loop.create_task(elector.lost.wait())
+    why = "the Lease was lost"
     try:
-        await elector.lost.wait()
+        while True:
+            done, _ = await asyncio.wait({keeper, lost}, timeout=elector.retry_period / 2)
+            if lost in done:
+                break
+            if keeper in done:
+                error = None if keeper.cancelled() else keeper.exception()
+                why = f"the Lease renewal stopped ({type(error).__name__}: {error})"
+                break
+            if elector.overdue():
+                why = f"no renewal succeeded within {elector.renew_deadline:.0f}s"
+                break
     finally:
         keeper.cancel()
+        lost.cancel()
+    memo.lease_held = False
     memo.metrics.leading(False)
-    log.critical("leadership lost: stopping so that only one instance places requests")
+    log.critical("leadership lost (%s): stopping so that only one instance places requests", why)
+    controller = getattr(memo, "controller", None)
+    if controller is not None:
+        await controller.stop()  # no placement from here on, before kopf's shutdown
     memo.exit_code = 1
     memo.stop.set()
+
+
+@kopf.on.probe(id="supervision", registry=registry)
+async def supervision(memo: Runtime, **_: Any) -> str:
+    """The liveness probe: red while a supervised task keeps failing or the Lease renewal is
+    not running, so the kubelet restarts a process that can no longer place correctly."""
+    problems = []
+    if getattr(memo, "elector", None) is not None and not memo.lease_held:
+        problems.append("the Lease renewal is not running")
+    controller = getattr(memo, "controller", None)
+    if controller is not None:
+        problems.extend(controller.supervisor.problems())
+    if problems:
+        raise kopf.PermanentError("; ".join(problems))
+    return "ok"
 
 
 def run(
@@ -217,6 +258,7 @@ def run(
         lease_duration=lease_duration,
         stop=asyncio.Event(),
         exit_code=0,
+        lease_held=False,
     )
     coro = kopf.operator(
         registry=registry,

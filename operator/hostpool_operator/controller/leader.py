@@ -167,6 +167,11 @@ class LeaderElector:
                 announced = True
             await asyncio.sleep(self.retry_period)
 
+    def overdue(self) -> bool:
+        """No renewal succeeded within ``renew_deadline``: leadership cannot be proven, whatever
+        the renewal task is doing (failing, or waiting on a request that never returns)."""
+        return time.monotonic() - self._renewed >= self.renew_deadline
+
     async def keep(self) -> None:
         """Renew until leadership cannot be proven any more; then set ``lost``."""
         while True:

@@ -30,6 +30,7 @@ from .deps import Deps
 from .plan_watch import PlanWatch
 from .pool.worker import PoolWorker
 from .settings import ControllerSettings
+from .supervisor import Supervisor
 from .workload_watch import WorkloadWatch
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,12 @@ class Controller:
         self.client = client
         self.settings = settings or ControllerSettings()
         self.metrics = metrics or MetricsSink()
+        self.supervisor = Supervisor(self.metrics, self.spawn)
         self.workloads = WorkloadWatch(
             client,
             self.spawn,
+            supervise=self.supervisor.supervise,
+            on_skip=self.on_skipped,
             on_event=self.on_workload_event,
             on_synced=self.on_workload_kind_synced,
             on_error=self.on_workload_kind_error,
@@ -64,6 +68,7 @@ class Controller:
             write_slots=WriteSlots(self.settings.write_concurrency),
             status_slots=WriteSlots(self.settings.status_concurrency),
             spawn=self.spawn,
+            supervise=self.supervisor.supervise,
             next_seq=self._next_seq,
             workload_resource=self.workloads.resource,
         )
@@ -71,6 +76,8 @@ class Controller:
             client,
             self.deps.events,
             self.spawn,
+            supervise=self.supervisor.supervise,
+            on_skip=self.on_skipped,
             status_interval=self.settings.status_interval,
             set_pool_plan=self._set_pool_plan,
             pool_report=self._pool_report,
@@ -112,6 +119,27 @@ class Controller:
         if not task.cancelled() and task.exception() is not None:
             log.error("background task failed", exc_info=task.exception())
 
+    def on_skipped(self, kind: str, obj: Mapping[str, Any], error: Exception) -> None:
+        """A watch event the operator could not take: counted, and a Warning Event on the
+        object (once per object and interval), so its owner learns why nothing happens."""
+        object_kind = str(obj.get("kind") or "object")
+        self.metrics.skipped_object(object_kind)
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping) or not meta.get("name") or not meta.get("uid"):
+            return  # nothing an Event could name
+        message = (
+            f"the operator skipped this {object_kind} ({kind} event): "
+            f"{type(error).__name__}: {error}"
+        )[:1024]
+        self.deps.events.post(
+            obj,
+            object_kind,
+            "ObjectSkipped",
+            message,
+            "Warning",
+            once_per=(str(meta.get("namespace", "")), str(meta.get("name")), "ObjectSkipped"),
+        )
+
     # -------------------------------------------------------------- start / stop
 
     async def initial_sync(self, namespaces: list[str] | None) -> None:
@@ -123,7 +151,11 @@ class Controller:
             await self._initial_sync(namespaces)
         self.start()
         for informer in self.informers:
-            self.spawn(informer.run())
+            self.supervisor.supervise(
+                f"informer {informer.plural} {informer.namespace or '*'}",
+                f"informer/{informer.plural}",
+                informer.run,
+            )
 
     async def _initial_sync(self, namespaces: list[str] | None) -> None:
         scopes: list[str | None] = list(namespaces) if namespaces else [None]
@@ -136,7 +168,7 @@ class Controller:
                     self.on_pool_event("ADDED", obj)
                 fed += time.perf_counter() - started
         self.informers = [
-            Informer(self.client, plural, scope, handler)
+            Informer(self.client, plural, scope, handler, on_skip=self.on_skipped)
             for plural, handler in ((HOSTS, self.on_host_event), (REQUESTS, self.on_request_event))
             for scope in scopes
         ]

@@ -58,6 +58,20 @@ class PrometheusMetrics(MetricsSink):
             registry=self.registry,
         )
         labels = ("namespace", "pool")
+        self.task_restarts = Counter(
+            "hostpool_task_restarts",
+            "Supervised tasks (watches, pool loops, plan and workload watches, Lease renewal) "
+            "that failed on an unexpected exception and were started again, by kind.",
+            ("task",),
+            registry=self.registry,
+        )
+        self.skipped_objects = Counter(
+            "hostpool_skipped_objects",
+            "Watch events skipped because the operator could not take the object (each with a "
+            "Warning Event and a log line naming it), by kind.",
+            ("kind",),
+            registry=self.registry,
+        )
         self.assignments = Counter(
             "hostpool_assignments",
             "SessionRequests assigned to a host, by reason (NewSession, Reconnected).",
@@ -159,6 +173,12 @@ class PrometheusMetrics(MetricsSink):
 
     def api_error(self, code: str) -> None:
         self.api_errors.labels(code).inc()
+
+    def task_restarted(self, task: str) -> None:
+        self.task_restarts.labels(task).inc()
+
+    def skipped_object(self, kind: str) -> None:
+        self.skipped_objects.labels(kind).inc()
 
     def scaled(self, namespace: str, pool: str, direction: str, hosts: int) -> None:
         self.scale_actions.labels(namespace, pool, direction).inc(hosts)

@@ -23,11 +23,11 @@ from ..engine.records import PlanRecord, newer_or_same
 from ..engine.status import same_status
 from ..kube.client import KubeClient
 from ..kube.errors import ApiError, ApiTransportError
-from ..kube.informer import Informer
+from ..kube.informer import Informer, SkipHandler
 from ..kube.sinks import EventSink
 from ..scaling.plan_binding import PoolReport, bind, plan_status
 from ..scaling.plans import next_phase_start
-from .deps import Spawn
+from .deps import Spawn, Supervise
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,8 @@ class PlanWatch:
         events: EventSink,
         spawn: Spawn,
         *,
+        supervise: Supervise,
+        on_skip: SkipHandler | None = None,
         status_interval: float,
         set_pool_plan: Callable[[str, str, PlanRecord | None], None],
         pool_report: Callable[[str, str], PoolReport],
@@ -50,6 +52,8 @@ class PlanWatch:
         self.client = client
         self.events = events
         self.spawn = spawn
+        self.supervise = supervise
+        self.on_skip = on_skip
         self.status_interval = status_interval
         self._set_pool_plan = set_pool_plan
         self._pool_report = pool_report
@@ -66,15 +70,20 @@ class PlanWatch:
     async def start(self, scopes: list[str | None]) -> None:
         """List the plans (before the first placement, so pools start with their phase's
         algorithm), then watch them and write their statuses."""
-        self.informers = [Informer(self.client, PLANS, scope, self.on_event) for scope in scopes]
+        self.informers = [
+            Informer(self.client, PLANS, scope, self.on_event, on_skip=self.on_skip)
+            for scope in scopes
+        ]
         for informer in self.informers:
             try:
                 await informer.list_once()
             except (ApiError, ApiTransportError) as error:
                 log.warning("scalingplans cannot be listed (%s); retrying in the background", error)
         for informer in self.informers:
-            self.spawn(informer.run())
-        self.spawn(self._write_loop())
+            self.supervise(
+                f"informer {PLANS} {informer.namespace or '*'}", f"informer/{PLANS}", informer.run
+            )
+        self.supervise("plan status writer", "plan_status", self._write_loop)
 
     def plan_for(self, namespace: str, pool: str) -> PlanRecord | None:
         return self.bound.get((namespace, pool))

@@ -19,8 +19,8 @@ from ..engine.workloads import KindKey, WorkloadKey, WorkloadRecord, kind_key
 from ..kube.backoff import Backoff
 from ..kube.client import KubeClient
 from ..kube.errors import ApiError, ApiTransportError
-from ..kube.informer import Informer
-from .deps import Spawn
+from ..kube.informer import Informer, SkipHandler
+from .deps import Spawn, Supervise
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +47,16 @@ class WorkloadWatch:
         client: KubeClient,
         spawn: Spawn,
         *,
+        supervise: Supervise,
+        on_skip: SkipHandler | None = None,
         on_event: Callable[[WorkloadKey, WorkloadRecord | None], None],
         on_synced: Callable[[KindKey], None],
         on_error: Callable[[KindKey, str | None], None],
     ) -> None:
         self.client = client
         self.spawn = spawn
+        self.supervise = supervise
+        self.on_skip = on_skip
         self.scopes: list[str | None] = [None]
         self.on_event = on_event
         self.on_synced = on_synced
@@ -72,7 +76,9 @@ class WorkloadWatch:
         key = kind_key(api_version, kind)
         if key not in self.kinds:
             entry = self.kinds[key] = _Kind(api_version, kind)
-            entry.task = self.spawn(self._run(entry))
+            entry.task = self.supervise(
+                f"workloads {api_version} {kind}", "workload_watch", lambda: self._run(entry)
+            )
 
     async def ensure(self, api_version: str, kind: str, timeout: float = 30.0) -> None:
         """Watch this kind, and wait (at most ``timeout``) until it has been listed."""
@@ -120,6 +126,7 @@ class WorkloadWatch:
                         scope,
                         self._handler(entry),
                         api_version=entry.api_version,
+                        on_skip=self.on_skip,
                     )
                     for scope in self.scopes
                 ]

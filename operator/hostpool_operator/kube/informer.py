@@ -26,6 +26,8 @@ from .errors import ApiError, ApiTransportError
 log = logging.getLogger(__name__)
 
 Handler = Callable[[str, JSON], None]
+#: Told of an event whose handler raised: (event type, object, the exception).
+SkipHandler = Callable[[str, JSON, Exception], None]
 
 
 class Informer:
@@ -48,8 +50,10 @@ class Informer:
         api_version: str = API_VERSION,
         page_size: int = LIST_PAGE,
         stream: bool = True,
+        on_skip: SkipHandler | None = None,
     ) -> None:
         self.client = client
+        self.on_skip = on_skip
         self.plural = plural
         self.api_version = api_version
         self.namespace = namespace
@@ -62,6 +66,31 @@ class Informer:
         self.known: dict[tuple[str, str], str | None] = {}  # key -> uid, for relists
         self.feed_seconds = 0.0  # spent reporting listed objects to the handler
         self.listed = 0  # objects listed
+
+    def _deliver(self, kind: str, obj: JSON) -> None:
+        """Hand one event to the handler. One object the handler cannot take is skipped,
+        logged by name and reported to ``on_skip``: it never ends the watch, which would
+        leave every later event of the kind unseen."""
+        try:
+            self.handler(kind, obj)
+        except Exception as error:
+            found = obj.get("metadata")
+            meta: JSON = found if isinstance(found, dict) else {}
+            log.error(
+                "%s: skipped %s event of %s/%s: %s: %s",
+                self.plural,
+                kind,
+                meta.get("namespace", ""),
+                meta.get("name", ""),
+                type(error).__name__,
+                error,
+                exc_info=error,
+            )
+            if self.on_skip is not None:
+                try:
+                    self.on_skip(kind, obj, error)
+                except Exception:
+                    log.exception("%s: reporting a skipped event failed", self.plural)
 
     def _remember(self, kind: str, obj: JSON) -> None:
         meta = obj.get("metadata") or {}
@@ -131,7 +160,7 @@ class Informer:
                     meta = obj.get("metadata") or {}
                     seen.add((meta.get("namespace", ""), meta.get("name", "")))
                     self._remember(kind, obj)
-                    self.handler(kind, obj)
+                    self._deliver(kind, obj)
                     self.listed += 1
                 self.feed_seconds += time.perf_counter() - started
         return False
@@ -140,7 +169,9 @@ class Informer:
         """Known objects a relist did not see were deleted meanwhile."""
         for key in [k for k in self.known if k not in seen]:
             uid = self.known.pop(key)
-            self.handler("DELETED", {"metadata": {"namespace": key[0], "name": key[1], "uid": uid}})
+            self._deliver(
+                "DELETED", {"metadata": {"namespace": key[0], "name": key[1], "uid": uid}}
+            )
 
     async def _page_once(self) -> None:
         seen: set[tuple[str, str]] = set()
@@ -156,7 +187,7 @@ class Informer:
                 meta = obj.get("metadata") or {}
                 seen.add((meta.get("namespace", ""), meta.get("name", "")))
                 self._remember("ADDED", obj)
-                self.handler("ADDED", obj)
+                self._deliver("ADDED", obj)
             self.listed += len(page.items)
             version = page.resource_version
             self.feed_seconds += time.perf_counter() - started
@@ -213,7 +244,7 @@ class Informer:
                 if kind == "BOOKMARK":
                     continue
                 self._remember(kind, obj)
-                self.handler(kind, obj)
+                self._deliver(kind, obj)
 
 
 class _GoneError(Exception):

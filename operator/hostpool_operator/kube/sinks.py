@@ -26,6 +26,12 @@ class MetricsSink:
         """One try of an API request failed: its HTTP status ("409", "500", ...), or
         "transport" when no answer came."""
 
+    def task_restarted(self, task: str) -> None:
+        """A supervised task failed and is started again (``task``: its kind, e.g. "pool")."""
+
+    def skipped_object(self, kind: str) -> None:
+        """A watch event that its handler could not take was skipped."""
+
     def scaled(self, namespace: str, pool: str, direction: str, hosts: int) -> None:
         """Hosts were added ("up") or removed ("down")."""
 

@@ -97,8 +97,7 @@ class PoolWorker:
 
     def start(self) -> None:
         if self.task is None:
-            self.task = self.deps.spawn(self._run())
-            self.task.set_name(f"pool/{self.namespace}/{self.name}")
+            self.task = self.deps.supervise(f"pool {self.namespace}/{self.name}", "pool", self._run)
 
     async def stop(self) -> None:
         self.flusher.stop()
