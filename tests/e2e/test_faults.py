@@ -24,6 +24,8 @@ import contextlib
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +51,15 @@ from e2e.faults import (
     remove_identity,
     wait_host_status_matches,
 )
-from e2e.helpers import STARTED_LINE, Obj, RequestRecorder, host_of, per_host_users, status
+from e2e.helpers import (
+    STARTED_LINE,
+    Obj,
+    RequestRecorder,
+    free_port,
+    host_of,
+    per_host_users,
+    status,
+)
 from kube import Kube, need_control_plane, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.faults]
@@ -96,16 +106,16 @@ class Rig:
         return RequestRecorder(self.kube.kubeconfig, self.namespace)
 
     @contextlib.contextmanager
-    def behind_proxy(self) -> Iterator[CuttingProxy]:
-        """The operator, started, talking to the API server through a :class:`CuttingProxy`;
-        both stopped at the end."""
+    def behind_proxy(self, *extra: str) -> Iterator[CuttingProxy]:
+        """The operator (with ``extra`` arguments), started, talking to the API server through
+        a :class:`CuttingProxy`; both stopped at the end."""
         proxy = CuttingProxy(self.kube.kubeconfig, self.tmp_path)
         proxy.start()
         try:
             kubeconfig = proxy.kubeconfig(
                 self.identity.token, self.tmp_path / "proxy.kubeconfig", self.namespace
             )
-            self.operator("operator", kubeconfig=kubeconfig).start()
+            self.operator("operator", *extra, kubeconfig=kubeconfig).start()
             yield proxy
         finally:
             for operator in self.operators:
@@ -577,6 +587,59 @@ def test_two_instances_one_places_standby_takes_over(rig: Rig) -> None:
         f"the standby took {takeover:.1f}s to take over; the Lease expires "
         f"{LEASE_SECONDS}s after the last renewal (checked every 2 s)"
     )
+
+
+def test_a_hung_lease_renewal_stops_placement_within_the_renew_deadline(rig: Rig) -> None:
+    """The proxy holds every Lease request from some moment on: the renewal waits on an answer
+    that never comes. Before, the instance went on placing until the client gave up on that
+    request (60 s) while a standby could take the expired Lease after 3 s: two leaders. Now
+    the watchdog stops placement once no renewal has succeeded within the renew deadline
+    (2/3 of --lease-duration 3 s), liveness stops answering 200, and a request created after
+    that stays unplaced by this instance."""
+    rig.expected += [
+        re.compile(r"leadership lost|leader election: (renewal failed|could not renew)"),
+    ]
+    port = free_port()
+    liveness = f"http://127.0.0.1:{port}/healthz"
+    with rig.behind_proxy("--liveness", liveness) as proxy:
+        op = rig.operators[0]
+        rig.pool("df", "DepthFirst", 5, ["df-0"])
+        rig.api.create(builders.request("first", "df", "first@corp", namespace=rig.namespace))
+        rig.wait_phase(["first"])
+        assert probe(liveness) == 200
+        offset = op.log_path.stat().st_size
+        proxy.hold(
+            r"^(GET|PUT) /apis/coordination\.k8s\.io/v1/namespaces/[^/]+/leases/"
+            r"hostpool-operator[? ]"
+        )
+        t0 = time.monotonic()
+        op.wait_line("leadership lost", offset, 70)
+        stopped = time.monotonic() - t0
+        rig.tally.add("Lease renewal hung")
+        rig.api.create(builders.request("after", "df", "after@corp", namespace=rig.namespace))
+        rig.wait(lambda: probe(liveness) != 200 or None, "liveness to stop answering 200", 10)
+        time.sleep(2)
+        assert status(rig.api.get("SessionRequest", "after")).get("phase") != "Assigned"
+        proxy.hold(None)
+        for held in proxy.held:
+            proxy.release(held)
+    renew_deadline = LEASE_SECONDS * 2 / 3
+    # The last renewal may have been up to a retry period (0.6 s) before the hold began.
+    assert stopped <= renew_deadline + 1.5, (
+        f"placement stopped {stopped:.1f}s after the Lease renewal hung "
+        f"(renew deadline {renew_deadline:.1f}s)"
+    )
+
+
+def probe(url: str) -> int:
+    """The HTTP status of a GET, or 0 when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+    except (OSError, urllib.error.URLError):
+        return 0
 
 
 # ---------------------------------------------------------------------------------------

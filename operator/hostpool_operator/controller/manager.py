@@ -18,7 +18,15 @@ from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any
 
 from ..api.vocabulary import HOSTS, POOLS, REQUESTS
-from ..engine.records import HostRecord, Meta, PlanRecord, PoolRecord, RequestRecord, newer_or_same
+from ..engine.records import (
+    HostRecord,
+    Meta,
+    PlanRecord,
+    PoolRecord,
+    RequestRecord,
+    Tombstones,
+    newer_or_same,
+)
 from ..engine.workloads import KindKey, WorkloadKey, WorkloadRecord, kind_key, workload_key
 from ..kube.client import KubeClient
 from ..kube.informer import Informer
@@ -88,6 +96,8 @@ class Controller:
         # Which host stands on which workload, both ways (a host's workloadRef may change).
         self.host_workload: dict[Key, WorkloadKey] = {}
         self.workload_host: dict[WorkloadKey, tuple[str, str]] = {}  # -> (pool, host)
+        #: Hosts and requests whose deletion was seen (see ``Tombstones``).
+        self.tombstones = Tombstones()
         self._seq = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self.informers: list[Informer] = []
@@ -262,11 +272,14 @@ class Controller:
         key = (record.meta.namespace, record.meta.name)
         old_pool = self.host_pool.get(key)
         if kind == "DELETED":
+            self.tombstones.bury(record.meta.uid)
             self.host_pool.pop(key, None)
             self._unlink_workload(key)
             if old_pool is not None:
                 self._host_left(key, old_pool)
             return
+        if record.meta.uid in self.tombstones:
+            return  # a write's answer for a host whose deletion was seen: stale
         if old_pool is not None and old_pool != record.pool:
             self._host_left(key, old_pool)
         worker = self.worker(key[0], record.pool)
@@ -329,10 +342,13 @@ class Controller:
         key = (record.meta.namespace, record.meta.name)
         old_pool = self.request_pool.get(key)
         if kind == "DELETED":
+            self.tombstones.bury(record.meta.uid)
             self.request_pool.pop(key, None)
             if old_pool is not None:
                 self._request_left(key, old_pool)
             return
+        if record.meta.uid in self.tombstones:
+            return  # a write's answer for a request whose deletion was seen: stale
         if old_pool is not None and old_pool != record.pool:
             self._request_left(key, old_pool)
         self.request_pool[key] = record.pool

@@ -279,3 +279,36 @@ class PlanRecord:
         except ValidationError as exc:
             error = describe_validation_error(exc, under="spec")
         return cls(Meta.of(obj), spec, error, _status(obj), kept_body(obj))
+
+
+#: Deleted objects remembered by uid. A write's answer arrives within seconds of the write;
+#: this many deletions inside that window is far beyond any storm measured.
+TOMBSTONES = 20_000
+
+
+class Tombstones:
+    """The uids of objects whose deletion was observed, the newest ``limit`` of them.
+
+    The operator feeds the answers of its own writes (a plan's drain or logoff) through the
+    same path as watch events. An answer that arrives after the object's DELETED event must
+    not bring it back: a request re-added so would hold a slot that nothing ever frees (the
+    informer no longer knows it, so no relist removes it). A uid is never reused, so any
+    later version of a buried uid is stale."""
+
+    def __init__(self, limit: int = TOMBSTONES) -> None:
+        self._limit = limit
+        self._uids: dict[str, None] = {}
+
+    def bury(self, uid: str) -> None:
+        if not uid:
+            return
+        self._uids.pop(uid, None)
+        self._uids[uid] = None
+        if len(self._uids) > self._limit:
+            del self._uids[next(iter(self._uids))]  # the oldest
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._uids
+
+    def __len__(self) -> int:
+        return len(self._uids)

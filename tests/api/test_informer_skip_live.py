@@ -1,0 +1,106 @@
+"""One object a handler cannot take never ends a watch (real API server, real informer).
+
+Before: ``Informer.run`` caught only API errors, so an exception from its handler (a decoding
+bug, a crafted object) ended the watch task for good and every later event of the kind went
+unseen while the operator looked healthy. Now the object is skipped, logged by name and
+reported; the list and the watch go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import pytest
+
+import builders
+from client_helpers import operator_client
+from hostpool_operator.controller.manager import Controller
+from hostpool_operator.kube.informer import Informer
+from kube import Kube
+
+pytestmark = pytest.mark.cluster
+
+POISON = "poison"
+
+
+def test_a_handler_that_raises_on_one_object_skips_it_and_the_watch_goes_on(
+    kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("before-a", POISON, "before-b"):
+        kube.create(namespace, builders.request(name, "pool", user=name))
+    delivered: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str, str]] = []
+
+    def handler(kind: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        if name == POISON:
+            raise TypeError("a crafted object this handler cannot take")
+        delivered.append((kind, name))
+
+    def on_skip(kind: str, obj: dict[str, Any], error: Exception) -> None:
+        skipped.append((kind, obj["metadata"]["name"], type(error).__name__))
+
+    async def run() -> bool:
+        async with operator_client(kube.kubeconfig, monkeypatch) as client:
+            informer = Informer(client, "sessionrequests", namespace, handler, on_skip=on_skip)
+            task = asyncio.create_task(informer.run())
+            try:
+                await _until(lambda: ("ADDED", "before-b") in delivered)
+                # The poisoned object changes (a watch event for it), then others arrive.
+                await asyncio.to_thread(
+                    kube.merge_patch,
+                    "SessionRequest",
+                    namespace,
+                    POISON,
+                    {"metadata": {"labels": {"touched": "yes"}}},
+                )
+                await asyncio.to_thread(
+                    kube.create, namespace, builders.request("after", "pool", user="after")
+                )
+                await _until(lambda: ("ADDED", "after") in delivered)
+                return not task.done()
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    still_watching = asyncio.run(run())
+    assert still_watching
+    assert {name for _, name in delivered} == {"before-a", "before-b", "after"}
+    assert ("ADDED", POISON, "TypeError") in skipped  # from the list
+    assert ("MODIFIED", POISON, "TypeError") in skipped  # from the watch
+
+
+def test_a_skipped_object_gets_a_warning_event_naming_why(
+    kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    obj = kube.create(namespace, builders.request(POISON, "pool", user="mallory"))
+
+    async def run() -> None:
+        async with operator_client(kube.kubeconfig, monkeypatch) as client:
+            controller = Controller(client)
+            controller.on_skipped("ADDED", obj, KeyError("spec"))
+            controller.on_skipped("MODIFIED", obj, KeyError("spec"))  # once per interval
+            await _until(lambda: not controller._tasks)  # the Event posts have finished
+
+    asyncio.run(run())
+    events = kube.call("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+    ours = [e for e in events if e["involvedObject"].get("name") == POISON]
+    assert len(ours) == 1, ours
+    event = ours[0]
+    assert event["type"] == "Warning"
+    assert event["reason"] == "ObjectSkipped"
+    assert event["involvedObject"]["kind"] == "SessionRequest"
+    assert event["involvedObject"]["uid"] == obj["metadata"]["uid"]
+    assert "KeyError" in event["message"]
+
+
+async def _until(predicate: Any, timeout: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.05)
