@@ -21,6 +21,7 @@ from hostpool_operator.api.vocabulary import (
 )
 from hostpool_operator.engine.demand import Demand
 from hostpool_operator.engine.placement import Assign
+from hostpool_operator.engine.records import RequestRecord
 from hostpool_operator.engine.workloads import WorkloadRecord
 from hostpool_operator.scaling import pool as pool_scaling
 from hostpool_operator.scaling.plan_pool import (
@@ -29,6 +30,7 @@ from hostpool_operator.scaling.plan_pool import (
     plan_hosts,
     plan_requests,
     scaling_required,
+    still_disconnected,
 )
 from hostpool_operator.scaling.plans import (
     LogoffOrder,
@@ -563,3 +565,23 @@ def test_with_a_plan_nothing_is_removed_while_adding() -> None:
     decision = pool_scaling.decide(pool.state, at(3600), plan_decision(add=1, delete=("m2",)))
     assert decision is not None
     assert (decision.add, decision.remove) == (1, [])
+
+
+# --------------------------------------------------------------------------- ZeroActiveSessions
+
+
+@pytest.mark.parametrize(
+    ("status", "ends"),
+    [
+        pytest.param(assigned("rds-01", state="Disconnected"), True, id="still-disconnected"),
+        pytest.param(assigned("rds-01", state="Active"), False, id="reconnected-meanwhile"),
+        pytest.param(assigned("rds-01", state="Connecting"), False, id="connecting-again"),
+        pytest.param({"phase": "Failed", "sessionState": "Disconnected"}, False, id="failed"),
+        pytest.param(None, False, id="status-reset"),
+    ],
+)
+def test_only_a_session_still_disconnected_is_ended(status: Any, ends: bool) -> None:
+    """The plan decided to end a Disconnected session, then awaited other writes; the
+    request as it is now decides (the user may have reconnected)."""
+    record = RequestRecord.of(request_obj("alice", status=status))
+    assert still_disconnected(record) is ends

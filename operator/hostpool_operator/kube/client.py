@@ -411,16 +411,23 @@ class KubeClient:
         name: str,
         *,
         uid: str | None = None,
+        resource_version: str | None = None,
         api_version: str = API_VERSION,
     ) -> JSON:
-        """Delete; with a uid, only that incarnation of the object (never a namesake)."""
+        """Delete; with a uid, only that incarnation of the object (never a namesake); with
+        a resourceVersion, only that version (409 Conflict if it changed since)."""
         body: JSON = {
             "kind": "DeleteOptions",
             "apiVersion": "v1",
             "propagationPolicy": "Background",
         }
+        preconditions = {}
         if uid is not None:
-            body["preconditions"] = {"uid": uid}
+            preconditions["uid"] = uid
+        if resource_version is not None:
+            preconditions["resourceVersion"] = resource_version
+        if preconditions:
+            body["preconditions"] = preconditions
         return await self.request(
             "DELETE", self.path(plural, namespace, name, api_version=api_version), body=body
         )

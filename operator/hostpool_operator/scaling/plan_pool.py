@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from ..api import HostPoolSpec, SessionState
+from ..api import HostPoolSpec, Phase, SessionState
 from ..engine.pool_state import PoolState
-from ..engine.records import query_order
+from ..engine.records import RequestRecord, query_order
 from ..engine.workloads import Gate
 from .plans import PhaseInForce, PlanDecision, PlanHost, PlanRequest, decide_plan
 
@@ -96,6 +96,16 @@ def disconnected_on(state: PoolState, host: str) -> list[str]:
             if record is not None and record.session_state == SessionState.DISCONNECTED.value:
                 names.append(holder)
     return names
+
+
+def still_disconnected(record: RequestRecord) -> bool:
+    """Is this request's session still Disconnected (and its request still assigned)? Checked
+    again right before ZeroActiveSessions ends it: the user may have reconnected since the
+    decision."""
+    return (
+        record.phase == Phase.ASSIGNED.value
+        and record.session_state == SessionState.DISCONNECTED.value
+    )
 
 
 def decide_for_pool(

@@ -24,7 +24,7 @@ from ...engine.pool_state import PoolState
 from ...engine.records import HostRecord, RequestRecord
 from ...kube.backoff import Backoff
 from ...kube.errors import ApiError, ApiTransportError
-from ...scaling.plan_pool import disconnected_on
+from ...scaling.plan_pool import disconnected_on, still_disconnected
 from ...scaling.plans import LogoffOrder, PhaseInForce, PlanDecision
 from ..deps import Deps
 
@@ -315,11 +315,20 @@ class PlanWriter:
         ended = []
         ok = True
         for name in requests:
+            # Decided a moment ago, but the writes before this one were awaited: the user may
+            # have reconnected since. Only a session still Disconnected ends, and only in the
+            # version seen (a newer one, say an agent's Active, makes the delete a 409).
             record = state.requests.get(name)
-            if record is None:
+            if record is None or not still_disconnected(record):
                 continue
             try:
-                await self.deps.client.delete(REQUESTS, state.namespace, name, uid=record.meta.uid)
+                await self.deps.client.delete(
+                    REQUESTS,
+                    state.namespace,
+                    name,
+                    uid=record.meta.uid,
+                    resource_version=record.meta.resource_version or None,
+                )
                 ended.append(name)
             except ApiError as error:
                 if error.not_found or error.conflict:

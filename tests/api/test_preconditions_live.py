@@ -1,0 +1,77 @@
+"""Writes that must not act on a stale decision carry preconditions (real API server).
+
+ZeroActiveSessions deletes a Disconnected request in the version it decided on: a user who
+reconnected meanwhile (the agent wrote Active, a newer version) keeps the session, the
+delete answers 409. A plan's drain or logoff is sent for the version it decided on, so an
+admin's change in between is not overwritten and a request re-created under the same name
+never receives someone else's logoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import builders
+from client_helpers import operator_client
+from hostpool_operator.kube.errors import ApiError
+from kube import Kube
+
+pytestmark = pytest.mark.cluster
+
+
+def _state(kube: Kube, namespace: str, name: str, state: str) -> dict[str, Any]:
+    return kube.merge_patch(
+        "SessionRequest",
+        namespace,
+        name,
+        {"status": {"phase": "Assigned", "host": "rds-01", "sessionState": state}},
+        status=True,
+    )
+
+
+def test_a_delete_of_the_disconnected_version_spares_a_reconnected_session(
+    kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kube.create(namespace, builders.request("alice", "finance", user="alice@corp"))
+    decided = _state(kube, namespace, "alice", "Disconnected")  # what the plan saw
+    _state(kube, namespace, "alice", "Active")  # the user is back
+
+    async def run() -> int:
+        async with operator_client(kube.kubeconfig, monkeypatch) as client:
+            try:
+                await client.delete(
+                    "sessionrequests",
+                    namespace,
+                    "alice",
+                    uid=decided["metadata"]["uid"],
+                    resource_version=decided["metadata"]["resourceVersion"],
+                )
+            except ApiError as error:
+                return error.status
+            return 200
+
+    assert asyncio.run(run()) == 409
+    assert kube.get("SessionRequest", namespace, "alice")["status"]["sessionState"] == "Active"
+
+
+def test_a_delete_of_the_version_seen_goes_through(
+    kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kube.create(namespace, builders.request("bob", "finance", user="bob@corp"))
+    seen = _state(kube, namespace, "bob", "Disconnected")
+
+    async def run() -> None:
+        async with operator_client(kube.kubeconfig, monkeypatch) as client:
+            await client.delete(
+                "sessionrequests",
+                namespace,
+                "bob",
+                uid=seen["metadata"]["uid"],
+                resource_version=seen["metadata"]["resourceVersion"],
+            )
+
+    asyncio.run(run())
+    assert not kube.exists("SessionRequest", namespace, "bob")
