@@ -75,3 +75,54 @@ def test_a_delete_of_the_version_seen_goes_through(
 
     asyncio.run(run())
     assert not kube.exists("SessionRequest", namespace, "bob")
+
+
+def test_a_drain_decided_on_an_old_version_does_not_overwrite_an_admins_undrain(
+    kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = kube.create(namespace, builders.host("rds-01", "finance", drainMode=False))
+    kube.merge_patch("SessionHost", namespace, "rds-01", {"spec": {"drainMode": True}})
+    kube.merge_patch("SessionHost", namespace, "rds-01", {"spec": {"drainMode": False}})
+
+    async def run() -> int:
+        async with operator_client(kube.kubeconfig, monkeypatch) as client:
+            try:
+                await client.patch(
+                    "sessionhosts",
+                    namespace,
+                    "rds-01",
+                    {"spec": {"drainMode": True}},
+                    uid=seen["metadata"]["uid"],
+                    resource_version=seen["metadata"]["resourceVersion"],
+                )
+            except ApiError as error:
+                return error.status
+            return 200
+
+    assert asyncio.run(run()) == 409
+    assert kube.get("SessionHost", namespace, "rds-01")["spec"]["drainMode"] is False
+
+
+def test_a_logoff_for_a_request_never_lands_on_its_namesake(
+    kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = kube.create(namespace, builders.request("alice", "finance", user="alice@corp"))
+    kube.delete("SessionRequest", namespace, "alice")
+    kube.create(namespace, builders.request("alice", "finance", user="alice@corp"))
+
+    async def run() -> int:
+        async with operator_client(kube.kubeconfig, monkeypatch) as client:
+            try:
+                await client.patch_status(
+                    "sessionrequests",
+                    namespace,
+                    "alice",
+                    {"logoff": {"message": "bye", "deadline": "2026-12-01T18:00:00Z"}},
+                    uid=old["metadata"]["uid"],
+                )
+            except ApiError as error:
+                return error.status
+            return 200
+
+    assert asyncio.run(run()) in (409, 422)
+    assert "logoff" not in (kube.get("SessionRequest", namespace, "alice").get("status") or {})

@@ -91,6 +91,16 @@ def _retry_after_seconds(header: str | None) -> float:
     return min(seconds + random.uniform(0, seconds), THROTTLE_MAX_WAIT)
 
 
+def _preconditions(uid: str | None, resource_version: str | None) -> JSON:
+    """What a merge patch's metadata carries to apply only onto one version/incarnation."""
+    meta: JSON = {}
+    if uid:
+        meta["uid"] = uid
+    if resource_version:
+        meta["resourceVersion"] = resource_version
+    return meta
+
+
 def group_version_path(api_version: str) -> str:
     """The URL path of an API group/version: the core group lives under /api."""
     return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
@@ -347,11 +357,14 @@ class KubeClient:
         status: Mapping[str, Any],
         *,
         resource_version: str | None = None,
+        uid: str | None = None,
     ) -> JSON:
-        """Merge-patch ``status``; with a resourceVersion, only onto exactly that version."""
+        """Merge-patch ``status``; with a resourceVersion, only onto exactly that version;
+        with a uid, only onto that incarnation of the object (never a namesake)."""
         body: JSON = {"status": status}
-        if resource_version is not None:
-            body["metadata"] = {"resourceVersion": resource_version}
+        meta = _preconditions(uid, resource_version)
+        if meta:
+            body["metadata"] = meta
         return await self.request(
             "PATCH",
             self.path(plural, namespace, name) + "/status",
@@ -359,8 +372,22 @@ class KubeClient:
             content_type=MERGE_PATCH,
         )
 
-    async def patch(self, plural: str, namespace: str, name: str, body: Mapping[str, Any]) -> JSON:
-        """Merge-patch the object itself (spec, labels, annotations)."""
+    async def patch(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
+        uid: str | None = None,
+    ) -> JSON:
+        """Merge-patch the object itself (spec, labels, annotations); with a resourceVersion
+        and/or uid, only onto that version or incarnation (the API server answers 409, or
+        422 for another uid, otherwise)."""
+        meta = _preconditions(uid, resource_version)
+        if meta:
+            body = {**body, "metadata": {**(body.get("metadata") or {}), **meta}}
         return await self.request(
             "PATCH", self.path(plural, namespace, name), body=body, content_type=MERGE_PATCH
         )

@@ -36,6 +36,10 @@ ObjectSink = Callable[[Mapping[str, Any]], None]
 #: retried every two seconds forever).
 RETRY_FIRST = 2.0
 RETRY_MAX = 300.0
+#: Seconds before a round that met a newer version is decided again (the watch brings it).
+STALE_RETRY = 0.5
+#: What one write came to.
+WRITTEN, STALE, FAILED = "written", "stale", "failed"
 
 
 @dataclass
@@ -48,6 +52,10 @@ class PlanWrites:
     logoff: list[LogoffOrder] = field(default_factory=list)
     cancel_logoff: list[str] = field(default_factory=list)
     end_disconnected: dict[str, list[str]] = field(default_factory=dict)  # host -> requests
+    #: The (uid, resourceVersion) each write was decided on, by ("host"|"request", name):
+    #: sent as preconditions, so a write never lands on a newer version (an admin's undrain,
+    #: a reconnect) or on a namesake created meanwhile.
+    versions: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return any(
@@ -166,6 +174,16 @@ class PlanWriter:
             if not forcing or not on.spec.drain_mode or on.meta.name in undrained:
                 out.cancel_logoff.append(name)
         out.cancel_logoff = sorted(set(out.cancel_logoff))
+        for name in (*out.undrain, *out.drain, *out.unmark):
+            seen_host = state.hosts.get(name)
+            if seen_host is not None:
+                meta = seen_host.meta
+                out.versions[("host", name)] = (meta.uid, meta.resource_version)
+        for name in (*out.cancel_logoff, *(order.request for order in out.logoff)):
+            seen_request = state.requests.get(name)
+            if seen_request is not None:
+                meta = seen_request.meta
+                out.versions[("request", name)] = (meta.uid, meta.resource_version)
         return out
 
     def apply(
@@ -190,34 +208,39 @@ class PlanWriter:
         return max(0.0, (self.retry_at - now).total_seconds())
 
     async def _carry_out(self, writes: PlanWrites, plan: str) -> None:
-        failed = False
+        failed = stale = False
         # What was written: only that is reported (an Event says what happened, not what
         # was tried).
         done = PlanWrites()
+        versions = writes.versions
+
+        def tally(result: str) -> bool:
+            nonlocal failed, stale
+            failed |= result == FAILED
+            stale |= result == STALE
+            return result == WRITTEN
+
         try:
             # Withdrawals first: they are decided from marks the writes below may remove.
             for name in writes.cancel_logoff:
-                failed |= not await self._patch_request(name, None)
+                tally(await self._patch_request(name, None, versions.get(("request", name))))
             for name in writes.undrain:
-                if await self._patch_host(name, drained_at=None, drain=False):
+                version = versions.get(("host", name))
+                if tally(await self._patch_host(name, None, False, version)):
                     done.undrain.append(name)
-                else:
-                    failed = True
             for name in writes.unmark:
-                failed |= not await self._patch_host(name, drained_at=None, drain=None)
+                tally(await self._patch_host(name, None, None, versions.get(("host", name))))
             drained_at = rfc3339(_utcnow())
             for name in writes.drain:
-                if await self._patch_host(name, drained_at=drained_at, drain=True):
+                version = versions.get(("host", name))
+                if tally(await self._patch_host(name, drained_at, True, version)):
                     done.drain.append(name)
-                else:
-                    failed = True
             for order in writes.logoff:
                 logoff = {"message": order.message, "deadline": rfc3339(order.deadline)}
-                if await self._patch_request(order.request, logoff):
+                version = versions.get(("request", order.request))
+                if tally(await self._patch_request(order.request, logoff, version)):
                     self.sent.add(order.request)
                     done.logoff.append(order)
-                else:
-                    failed = True
             for host, requests in writes.end_disconnected.items():
                 failed |= not await self._end_disconnected(host, requests, plan)
         finally:
@@ -225,6 +248,10 @@ class PlanWriter:
                 wait = self._backoff.next()
                 self.retry_at = _utcnow() + timedelta(seconds=wait)
                 self._report_failure(plan, wait)
+            elif stale:
+                # Decided on a version that changed meanwhile: decide again once the watch
+                # has brought the new one (a moment), without counting it as a failure.
+                self.retry_at = _utcnow() + timedelta(seconds=STALE_RETRY)
             else:
                 self._backoff.reset()
                 self.retry_at = None
@@ -272,41 +299,58 @@ class PlanWriter:
             if body is not None:
                 self.deps.events.post(body, "HostPool", reason, message, "Normal")
 
-    async def _patch_host(self, name: str, *, drained_at: str | None, drain: bool | None) -> bool:
-        """Drain (with the plan's mark), undrain (mark removed) or only remove the mark."""
+    async def _patch_host(
+        self,
+        name: str,
+        drained_at: str | None,
+        drain: bool | None,
+        version: tuple[str, str] | None,
+    ) -> str:
+        """Drain (with the plan's mark), undrain (mark removed) or only remove the mark, on
+        the version decided on. WRITTEN, STALE (it changed since: decide again) or FAILED."""
         state = self.state
         body: dict[str, Any] = {"metadata": {"annotations": {PLAN_DRAINED_ANNOTATION: drained_at}}}
         if drain is not None:
             body["spec"] = {"drainMode": drain}
+        uid, resource_version = version or (None, None)
         try:
-            obj = await self.deps.client.patch(HOSTS, state.namespace, name, body)
-        except ApiError as error:
-            if error.not_found:
-                return True
-            log.warning("%s/%s: plan could not patch host %s: %s", *self._key(), name, error)
-            return False
-        except ApiTransportError as error:
-            log.warning("%s/%s: plan could not patch host %s: %s", *self._key(), name, error)
-            return False
+            obj = await self.deps.client.patch(
+                HOSTS, state.namespace, name, body, uid=uid, resource_version=resource_version
+            )
+        except (ApiError, ApiTransportError) as error:
+            return self._refused(error, f"patch host {name}")
         self._host_changed(obj)
-        return True
+        return WRITTEN
 
-    async def _patch_request(self, name: str, logoff: dict[str, Any] | None) -> bool:
+    async def _patch_request(
+        self, name: str, logoff: dict[str, Any] | None, version: tuple[str, str] | None
+    ) -> str:
+        """Write (or withdraw) a forced logoff, on the version of the request decided on."""
         state = self.state
+        uid, resource_version = version or (None, None)
         try:
             obj = await self.deps.client.patch_status(
-                REQUESTS, state.namespace, name, {"logoff": logoff}
+                REQUESTS,
+                state.namespace,
+                name,
+                {"logoff": logoff},
+                uid=uid,
+                resource_version=resource_version,
             )
-        except ApiError as error:
-            if error.not_found:
-                return True
-            log.warning("%s/%s: plan could not write logoff of %s: %s", *self._key(), name, error)
-            return False
-        except ApiTransportError as error:
-            log.warning("%s/%s: plan could not write logoff of %s: %s", *self._key(), name, error)
-            return False
+        except (ApiError, ApiTransportError) as error:
+            return self._refused(error, f"write the logoff of {name}")
         self._request_changed(obj)
-        return True
+        return WRITTEN
+
+    def _refused(self, error: ApiError | ApiTransportError, what: str) -> str:
+        if isinstance(error, ApiError):
+            if error.not_found:
+                return WRITTEN  # gone: nothing left to do
+            if error.conflict or (error.status == 422 and "uid" in error.message):
+                log.info("%s/%s: plan did not %s: it changed since (%s)", *self._key(), what, error)
+                return STALE
+        log.warning("%s/%s: plan could not %s: %s", *self._key(), what, error)
+        return FAILED
 
     async def _end_disconnected(self, host: str, requests: list[str], plan: str) -> bool:
         """ZeroActiveSessions: the Disconnected sessions of a drained host end (their
