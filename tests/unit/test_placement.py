@@ -558,3 +558,36 @@ def test_no_host_ever_goes_over_its_limit(
     for name, record in state.requests.items():
         user = record_user(record)
         assert state.ledger.holds(user, name) or name in state.waiting
+
+
+# --------------------------------------------------------------------------- a plan's drain
+
+
+def test_a_host_the_plan_drains_takes_no_new_session_in_the_same_pass() -> None:
+    """Ramp-down drains the emptiest host, exactly where breadth-first sends the next logon.
+    Closed when the plan decides (not when its drain write comes back), no new user lands
+    there to be logged off; a user with a session there still reconnects to it."""
+    pool = Pool(pool_obj(5, "BreadthFirst"), [host_obj("h1"), host_obj("h2")])
+    pool.session("a", "alice", "h1")
+    pool.session("b1", "bob", "h2")
+    pool.session("b2", "bea", "h2")
+    pool.arrive("new-1", "carol")
+    assert summary(pool.place()) == [("assign", "new-1", "h1")]  # the emptiest, as expected
+
+    pool = Pool(pool_obj(5, "BreadthFirst"), [host_obj("h1"), host_obj("h2")])
+    pool.session("a", "alice", "h1")
+    pool.session("b1", "bob", "h2")
+    pool.session("b2", "bea", "h2")
+    pool.state.close_for_plan(["h1"], T0)
+    pool.arrive("new-1", "carol")
+    pool.arrive("again", "alice")  # alice's second request: a reconnect
+    assert summary(pool.place()) == [("assign", "new-1", "h2"), ("assign", "again", "h1")]
+
+
+def test_a_host_no_longer_drained_by_the_plan_opens_again() -> None:
+    pool = Pool(pool_obj(5, "BreadthFirst"), [host_obj("h1"), host_obj("h2")])
+    pool.session("b1", "bob", "h2")
+    pool.state.close_for_plan(["h1"], T0)
+    pool.state.close_for_plan([], T0)  # the next pass: the plan drains nothing
+    pool.arrive("new-1", "carol")
+    assert summary(pool.place()) == [("assign", "new-1", "h1")]

@@ -10,7 +10,7 @@ by one task (``controller.pool.worker``), so its changes never interleave.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -59,6 +59,10 @@ class PoolState:
     capacity_changed: bool = False
     #: The algorithm a scaling plan's phase places with (None: the pool's own).
     algorithm: LoadBalancerType | None = None
+    #: Hosts a scaling plan decided to drain in this pass: closed to new sessions at once, as
+    #: if drained, while the drain is written (else the emptiest host, the one a ramp-down
+    #: drains, is where breadth-first sends the next logons, whose users it then logs off).
+    plan_closed: frozenset[str] = frozenset()
 
     @property
     def spec(self) -> HostPoolSpec | None:
@@ -120,7 +124,7 @@ class PoolState:
         closed = workload is not None and workload.gate is not Gate.OPEN
         return HostView(
             name=name,
-            drain_mode=host.spec.drain_mode or closed,
+            drain_mode=host.spec.drain_mode or closed or name in self.plan_closed,
             features=host.spec.features,
             address=self.address_of(host),
             sessions=self.ledger.count_on(name),
@@ -414,6 +418,20 @@ class PoolState:
         self.capacity_changed = True
 
     # -------------------------------------------------------------- scaling
+
+    def close_for_plan(self, names: Iterable[str], now: datetime) -> None:
+        """The hosts the plan drains in this pass take no new session from now on (a user
+        with a session there still reconnects to it, as to any draining host)."""
+        wanted = frozenset(name for name in names if name in self.hosts)
+        if wanted == self.plan_closed:
+            return
+        changed = wanted ^ self.plan_closed
+        self.plan_closed = wanted
+        for name in sorted(changed):
+            host = self.hosts.get(name)
+            if host is not None:
+                self.refresh_host(host, now)
+        self.capacity_changed = True
 
     def begin_removal(self, names: list[str]) -> None:
         """Out of the engine first, so no request can be placed on a host being removed."""

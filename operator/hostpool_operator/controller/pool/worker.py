@@ -232,6 +232,8 @@ class PoolWorker:
         if state.recheck_metrics(now):
             self.flusher.mark_dirty()
         plan = self.plans.evaluate(now)  # first: the phase's algorithm places this pass
+        # Hosts the plan drains now take no new session in this very pass.
+        state.close_for_plan(plan.drain if plan is not None else (), now)
         for intent in place_pending(state, now):
             if isinstance(intent, Assign):
                 self.flusher.placed()
