@@ -353,6 +353,42 @@ def test_forced_logoff_notifies_once_then_logs_off_at_the_deadline(
     assert logoffs.read_text().splitlines() == ["alice@corp"]
 
 
+def test_a_failing_logoff_command_keeps_the_request_and_is_retried_with_back_off(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    agents: dict[str, AgentProcess],
+    tmp_path: Path,
+) -> None:
+    """At the deadline the logoff command fails: the user is still on the host, so the
+    request (and the slot) stays, a LogoffFailed Warning says why, and the command is tried
+    again later, not at every one-second step as before (and the request was deleted even
+    though the user had not been logged off). Once the command works, the request goes."""
+    del operator_process
+    cluster.setup_pool(POOL, "DepthFirst", 2, hosts=["h1"])
+    cluster.create_request("alice", POOL, "alice@corp")
+    cluster.wait_request("alice", phase_="Assigned")
+    runs, works = tmp_path / "logoff-runs.txt", tmp_path / "logoff-works"
+    agents["h1"].start("--logoff-command", f"echo run >> {runs}; test -f {works}")
+    stamp = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    cluster.patch_status(
+        "SessionRequest", "alice", {"logoff": {"message": "now", "deadline": stamp}}
+    )
+    cluster.wait(lambda: runs.exists() or None, "the first logoff try", 15)
+    cluster.wait(
+        lambda: any(e.reason == "LogoffFailed" for e in cluster.events_for("h1")) or None,
+        "a LogoffFailed Event on the host",
+        15,
+    )
+    time.sleep(8)
+    tries = len(runs.read_text().splitlines())
+    assert "alice" in cluster.requests(), "the request went while the user was still on"
+    # Back-off of 2 s doubling (waits drawn between half the step and the step): at most
+    # 1 + 1 + 1 + 1 tries in 8 s more (1, 2, 4 s steps); at the 1 s step of the old loop, 9.
+    assert 2 <= tries <= 5, f"{tries} logoff tries in about 9 s"
+    works.touch()
+    cluster.wait(lambda: "alice" not in cluster.requests() or None, "alice logged off", 30)
+
+
 # --------------------------------------------------------------------------- faults
 
 

@@ -32,6 +32,7 @@ import psutil
 
 from ..api.timestamps import rfc3339
 from ..kube.auth import login, token_file
+from ..kube.backoff import Backoff
 from ..kube.client import KubeClient
 from ..kube.errors import ApiError, ApiTransportError
 from ..kube.events import post_event
@@ -152,7 +153,14 @@ class Agent:
     logoffs: LogoffTracker = field(default_factory=LogoffTracker)
     host_object: dict[str, Any] = field(default_factory=dict)
     _event_at: dict[str, float] = field(default_factory=dict)
-    _deleted: set[str] = field(default_factory=set)  # request uids deleted by this agent
+    #: Request uids deleted by this agent, while the API still lists them (pruned to those).
+    _deleted: set[str] = field(default_factory=set)
+    #: Forced logoffs that failed (the command, or the delete after it), by request uid: the
+    #: back-off and when the next try is due. A failing logoff is tried again later, never
+    #: in a tight loop, and its request is kept while the user is still on the host.
+    _logoff_retry: dict[str, tuple[Backoff, float]] = field(default_factory=dict)
+    #: Request uids whose user the logoff command did log off (only the delete is left).
+    _logged_off: set[str] = field(default_factory=set)
 
     @property
     def involved(self) -> dict[str, Any]:
@@ -272,13 +280,21 @@ class Agent:
             log.warning("could not list the session requests: %s", error)
             return []
         found = []
+        listed: set[str] = set()
         for obj in listing["items"]:
             status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
             if status.get("host") != self.options.host:
                 continue
             request = HostRequest.of(obj)
-            if request is not None and request.uid not in self._deleted:
+            if request is None:
+                continue
+            listed.add(request.uid)
+            if request.uid not in self._deleted:
                 found.append(request)
+        # What is no longer listed needs no memory: these stay bounded by the host's requests.
+        self._deleted &= listed
+        self._logged_off &= listed
+        self._logoff_retry = {u: r for u, r in self._logoff_retry.items() if u in listed}
         return found
 
     async def machine_sessions(self) -> dict[str, str] | None:
@@ -314,10 +330,10 @@ class Agent:
         except (ApiError, ApiTransportError) as error:
             log.warning("could not set %s to %s: %s", request.name, state, error)
 
-    async def delete(self, request: HostRequest) -> None:
-        """Delete exactly this request (never a namesake), once."""
+    async def delete(self, request: HostRequest) -> bool:
+        """Delete exactly this request (never a namesake), once. True when it is gone."""
         if request.uid in self._deleted:
-            return
+            return True
         try:
             await self.client.delete(
                 REQUESTS, self.options.namespace, request.name, uid=request.uid
@@ -325,11 +341,12 @@ class Agent:
         except ApiError as error:
             if error.status not in (404, 409):  # gone already, or a namesake: nothing to do
                 log.warning("could not delete %s: %s", request.name, error)
-                return
+                return False
         except ApiTransportError as error:
             log.warning("could not delete %s: %s", request.name, error)
-            return
+            return False
         self._deleted.add(request.uid)
+        return True
 
     # -------------------------------------------------------------- forced logoff
 
@@ -350,20 +367,49 @@ class Agent:
                 if not result.ok:
                     log.warning("notify command for %s %s", request.user, result.problem)
             log.info("notified %s of the logoff at %s", request.user, request.logoff_deadline)
+        now = time.monotonic()
         for request in logoff:
             if request.uid in self._deleted:
                 continue
-            if self.options.logoff_command:
+            retry = self._logoff_retry.get(request.uid)
+            if retry is not None and now < retry[1]:
+                continue  # failed before: its next try is not due yet
+            if self.options.logoff_command and request.uid not in self._logged_off:
                 result = await run_command(
                     self.options.logoff_command,
                     self.options.command_timeout,
                     {"HOSTPOOL_USER": request.user},
                 )
                 if not result.ok:
-                    log.warning("logoff command for %s %s", request.user, result.problem)
-            log.info("logged %s off (deadline %s)", request.user, request.logoff_deadline)
-            await self.delete(request)
-            self.sessions.forget(request.user)
+                    # The user is still on the host: the request (and so the slot) stays.
+                    wait = self._logoff_failed(request, now)
+                    log.warning(
+                        "logoff command for %s %s; request %s kept, next try in %.0fs",
+                        request.user,
+                        result.problem,
+                        request.name,
+                        wait,
+                    )
+                    await self.event(
+                        "LogoffFailed",
+                        f"could not log {request.user} off at the deadline: the logoff "
+                        f"command {result.problem}; request {request.name} kept, tried again",
+                    )
+                    continue
+                self._logged_off.add(request.uid)
+                log.info("logged %s off (deadline %s)", request.user, request.logoff_deadline)
+            if await self.delete(request):
+                self._logoff_retry.pop(request.uid, None)
+                self.sessions.forget(request.user)
+            else:
+                self._logoff_failed(request, now)
+
+    def _logoff_failed(self, request: HostRequest, now: float) -> float:
+        """The next try of this logoff waits longer each time it fails."""
+        backoff = self._logoff_retry.get(request.uid, (Backoff(first=2.0, cap=300.0), 0.0))[0]
+        wait = backoff.next()
+        self._logoff_retry[request.uid] = (backoff, now + wait)
+        return wait
 
 
 # ------------------------------------------------------------------ command line
