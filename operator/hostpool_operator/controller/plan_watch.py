@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -107,6 +108,14 @@ class PlanWatch:
             ):
                 return
             self.plans[key] = record
+            if (
+                known is not None
+                and known.meta.uid == record.meta.uid
+                and known.meta.generation == record.meta.generation
+            ):
+                # Status or metadata only (the operator's own status write, mostly): the
+                # spec the pools follow is the same, so nothing is bound or decided again.
+                return
             self.mark(key)
             if record.spec_error:
                 self.events.post(
@@ -210,7 +219,11 @@ class PlanWatch:
             self.mark(key)
             return
         self.written[key] = status
-        plan.status.update(status)
+        # The next status merges its conditions with these (lastTransitionTime); a new
+        # record, not a change to the one the pools were handed.
+        current = self.plans.get(key)
+        if current is not None and current.meta.uid == plan.meta.uid:
+            self.plans[key] = dataclasses.replace(current, status={**current.status, **status})
 
     def _say(self, key: Key, plan: PlanRecord, status: Mapping[str, Any]) -> None:
         """A Warning Event when the plan's Ready condition names a new problem."""

@@ -50,7 +50,7 @@ class PlanKeeper:
         #: The phase is computed again at this instant (the next phase start) or when the
         #: plan changes.
         self.valid_until: datetime | None = None
-        self._phase_of: tuple[str, str] | None = None  # (uid, resourceVersion) it was for
+        self._phase_of: tuple[str, int] | None = None  # (uid, generation) it was for
         self.zone_error: str | None = None
         self.decision: PlanDecision | None = None
         self.writer = PlanWriter(
@@ -71,8 +71,7 @@ class PlanKeeper:
         if (old is None) == (plan is None) and (
             old is None
             or plan is None
-            or (old.meta.uid, old.meta.resource_version)
-            == (plan.meta.uid, plan.meta.resource_version)
+            or (old.meta.uid, old.meta.generation) == (plan.meta.uid, plan.meta.generation)
         ):
             return False
         self.plan = plan
@@ -94,7 +93,7 @@ class PlanKeeper:
         if plan is None or plan.spec is None:
             self.phase, self.zone_error = None, None
             return None
-        version = (plan.meta.uid, plan.meta.resource_version)
+        version = (plan.meta.uid, plan.meta.generation)
         if self._phase_of == version and self.valid_until is not None and now < self.valid_until:
             return self.phase
         try:
