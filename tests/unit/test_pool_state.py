@@ -456,8 +456,34 @@ def test_fresh_metrics_clear_staleness() -> None:
     assert state.stale_hosts == {"h1"}
     state.put_host(HostRecord.of(metrics_host("h1", 490)), at(500))
     assert state.stale_hosts == set()
-    assert not state.recheck_metrics(at(600))
-    assert state.recheck_metrics(at(611))
+    assert not state.recheck_metrics(at(611))  # 120 s counts from when it was seen (500)
+    assert state.recheck_metrics(at(621))
+
+
+def test_an_agent_whose_clock_is_behind_is_fresh_while_it_reports() -> None:
+    """Its every sampledAt is five minutes in the operator's past: by the agent's clock it
+    would always be stale. Each new sample counts from when the operator saw it."""
+    pool = Pool(pool_obj(), [metrics_host("h1", -300)], now=at(0))
+    state = pool.state
+    assert state.stale_hosts == {"h1"}  # first sight: an old sample may be a dead agent's
+    for t in (30, 60, 90, 120, 150):
+        state.put_host(HostRecord.of(metrics_host("h1", t - 300)), at(t))
+        assert state.stale_hosts == set(), f"stale at {t}"
+    assert not state.recheck_metrics(at(270))
+    assert state.recheck_metrics(at(271))  # then it went silent: stale 120 s after 150
+    assert state.stale_hosts == {"h1"}
+
+
+def test_an_agent_whose_clock_is_ahead_goes_stale_when_it_stops() -> None:
+    """Its sampledAt is five minutes in the operator's future: by the agent's clock it would
+    look alive for seven minutes after it died. A future time is never taken."""
+    pool = Pool(pool_obj(), [metrics_host("h1", 300)], now=at(0))
+    state = pool.state
+    assert state.stale_hosts == set()
+    state.put_host(HostRecord.of(metrics_host("h1", 330)), at(30))  # its last report
+    assert not state.recheck_metrics(at(150))
+    assert state.recheck_metrics(at(151))
+    assert state.stale_hosts == {"h1"}
 
 
 # ---------------------------------------------------------------------------- scaling

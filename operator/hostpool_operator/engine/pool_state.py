@@ -63,6 +63,10 @@ class PoolState:
     #: if drained, while the drain is written (else the emptiest host, the one a ramp-down
     #: drains, is where breadth-first sends the next logons, whose users it then logs off).
     plan_closed: frozenset[str] = frozenset()
+    #: Per host: the last sampledAt its agent reported, and when this operator first saw
+    #: that value (its own clock). Staleness counts from the latter: an agent whose clock is
+    #: behind is not always stale, one whose clock is ahead does not look alive after it died.
+    samples_seen: dict[str, tuple[datetime, datetime]] = field(default_factory=dict)
 
     @property
     def spec(self) -> HostPoolSpec | None:
@@ -103,12 +107,31 @@ class PoolState:
 
     # -------------------------------------------------------------- the engine's view
 
+    def _note_sample(self, host: HostRecord, now: datetime) -> None:
+        """A host's agent may have reported again: a new sampledAt is seen now. At first
+        sight of a host the agent's own time is taken if it is in the past (an agent dead
+        for an hour is stale at once), never one in the future."""
+        sampled = host.metrics.sampled_at if host.metrics is not None else None
+        name = host.meta.name
+        if sampled is None:
+            self.samples_seen.pop(name, None)
+            return
+        known = self.samples_seen.get(name)
+        if known is not None and known[0] == sampled:
+            return
+        self.samples_seen[name] = (sampled, now if known is not None else min(now, sampled))
+
+    def sample_age(self, name: str, now: datetime) -> float | None:
+        """Seconds since this operator saw the host's latest sample (None: none reported)."""
+        seen = self.samples_seen.get(name)
+        return None if seen is None else (now - seen[1]).total_seconds()
+
     def _metrics_for(self, host: HostRecord, now: datetime) -> HostMetrics | None:
         metrics = host.metrics
         if metrics is None:
             return None
-        sampled = metrics.sampled_at
-        if sampled is not None and (now - sampled).total_seconds() > self.metrics_stale_after:
+        age = self.sample_age(host.meta.name, now)
+        if age is not None and age > self.metrics_stale_after:
             self.stale_hosts.add(host.meta.name)
             return None
         self.stale_hosts.discard(host.meta.name)
@@ -165,10 +188,10 @@ class PoolState:
             return False
         changed = False
         for host in self.hosts.values():
-            sampled = host.metrics.sampled_at if host.metrics is not None else None
-            if sampled is None:
+            age = self.sample_age(host.meta.name, now)
+            if age is None:
                 continue
-            stale = (now - sampled).total_seconds() > self.metrics_stale_after
+            stale = age > self.metrics_stale_after
             if stale != (host.meta.name in self.stale_hosts):
                 # Noted here too: a host outside the engine (invalid spec, being removed) is
                 # not refreshed, and would otherwise count as changed on every pass.
@@ -247,6 +270,7 @@ class PoolState:
 
     def put_host(self, record: HostRecord, now: datetime) -> None:
         self.hosts[record.meta.name] = record
+        self._note_sample(record, now)
         self.refresh_host(record, now)
         self.capacity_changed = True
 
@@ -254,6 +278,7 @@ class PoolState:
         """The host is gone, and so are its sessions: returns the requests that held them
         (they fail, they are never moved) with the host's name."""
         self.hosts.pop(name, None)
+        self.samples_seen.pop(name, None)
         self.removing.discard(name)
         self.empty_since.pop(name, None)
         self.stale_hosts.discard(name)
