@@ -520,6 +520,25 @@ def test_a_pod_that_failed_under_sessions_is_replaced(
     check_lost_and_recreated(cluster, kube, placed, victim, pod["metadata"]["uid"])
 
 
+def test_a_pod_lost_under_a_host_that_is_removed_for_it_is_not_made_again(
+    kube: Kube, cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    """Its pod gone, the host's sessions fail (HostLost) and the host, now empty with
+    scaleDownDelaySeconds 0, is due for removal: it is removed, and its pod is not made again
+    first (before, the pass re-created the pod and the next one deleted the host 6 ms later:
+    a pod started for nothing)."""
+    del operator_process
+    ns = cluster.namespace
+    placed, victim = start_two_hosts(cluster, kube, scaleDownDelaySeconds=0)
+    other = next(h for h in assigned_per_host(placed) if h != victim)
+    delete_pod(kube, ns, victim)
+    cluster.wait(lambda: victim not in cluster.hosts() or None, f"host {victim} removed", 60)
+    reasons = [e[1] for e in events(cluster, "SessionHost", victim)]
+    assert "WorkloadRecreated" not in reasons, reasons
+    assert "HostLost" in reasons, reasons
+    cluster.wait(lambda: set(pods(kube, ns)) == {other} or None, "only the other pod left", 30)
+
+
 # ---------------------------------------------------------------------------------------
 # 3. a user's own host and pod
 

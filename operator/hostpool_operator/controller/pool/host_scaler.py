@@ -81,11 +81,14 @@ class HostScaler:
             return
         if self.task is not None and not self.task.done():
             return  # one change at a time; its result is observed before the next decision
-        missing = self.workloads.hosts_without_workload()
+        decision = decide(state, now, plan)
+        # A host about to be removed needs no new workload (it would start for nothing and
+        # go with its host a moment later).
+        going = set(decision.remove) if decision is not None and decision.add == 0 else set()
+        missing = [h for h in self.workloads.hosts_without_workload() if h.meta.name not in going]
         if missing and self.workloads.may_try(time.monotonic()):
             self.task = self.deps.spawn(self.workloads.keep(missing))
             return
-        decision = decide(state, now, plan)
         if decision is None:
             if self.limited is not None:
                 self.limited = None
