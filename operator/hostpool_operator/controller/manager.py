@@ -17,6 +17,7 @@ import time
 from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any
 
+from ..api import WorkloadRef
 from ..api.vocabulary import HOSTS, POOLS, REQUESTS
 from ..engine.records import (
     HostRecord,
@@ -66,6 +67,7 @@ class Controller:
             on_skip=self.on_skipped,
             on_event=self.on_workload_event,
             on_synced=self.on_workload_kind_synced,
+            on_named_synced=self.on_named_workload_synced,
             on_error=self.on_workload_kind_error,
         )
         self.deps = Deps(
@@ -96,6 +98,13 @@ class Controller:
         # Which host stands on which workload, both ways (a host's workloadRef may change).
         self.host_workload: dict[Key, WorkloadKey] = {}
         self.workload_host: dict[WorkloadKey, tuple[str, str]] = {}  # -> (pool, host)
+        #: Each host's workloadRef, and whether its workload is watched by name (a user's own
+        #: host) rather than by the operator's label.
+        self.host_ref: dict[Key, tuple[WorkloadRef, bool]] = {}
+        #: The workload kind (apiVersion, kind) of each pool's template; and how many pool
+        #: templates and managed hosts use each kind: at 0 its label watch goes.
+        self.pool_kind: dict[Key, tuple[str, str]] = {}
+        self.kind_users: dict[KindKey, int] = {}
         #: Hosts and requests whose deletion was seen (see ``Tombstones``).
         self.tombstones = Tombstones()
         self._seq = 0
@@ -188,6 +197,10 @@ class Controller:
         await self.plans.start(scopes)
         # The workloads of every kind in use are listed before the first decision too: a
         # host whose workload is merely not listed yet must not look lost.
+        for api_version, kind in self.pool_kind.values():
+            self.workloads.want(api_version, kind)
+        for key, (ref, named) in self.host_ref.items():
+            self._watch_ref(key, ref, named)
         for api_version, kind in self._kinds_in_use():
             await self.workloads.ensure(api_version, kind)
         timing = self.client.list_timing
@@ -250,6 +263,7 @@ class Controller:
         self.plans.pool_changed(meta.namespace, meta.name)
         if kind == "DELETED":
             worker.on_pool(None)
+            self._set_pool_kind((meta.namespace, meta.name), None)
             if worker.state.requests:
                 log.info("%s/%s: pool deleted; its pending requests wait for it", *meta_key(meta))
             self._forget_if_unused(worker)
@@ -264,8 +278,34 @@ class Controller:
             return
         worker.on_pool(record)
         template = worker.keeper.template()
-        if template is not None and self.started:
-            self.workloads.want(template.api_version, template.kind)
+        used = (template.api_version, template.kind) if template is not None else None
+        self._set_pool_kind((meta.namespace, meta.name), used)
+
+    def _set_pool_kind(self, key: Key, used: tuple[str, str] | None) -> None:
+        """The workload kind of a pool's template changed (None: it has none, or is gone)."""
+        old = self.pool_kind.get(key)
+        if old == used:
+            return
+        if used is not None:
+            self.pool_kind[key] = used
+            self._use_kind(*used, +1)
+            if self.started:
+                self.workloads.want(*used)
+        else:
+            self.pool_kind.pop(key, None)
+        if old is not None:
+            self._use_kind(*old, -1)
+
+    def _use_kind(self, api_version: str, kind: str, delta: int) -> None:
+        """Count a template or managed host using the kind; at 0 its label watch goes."""
+        key = kind_key(api_version, kind)
+        users = self.kind_users.get(key, 0) + delta
+        if users > 0:
+            self.kind_users[key] = users
+            return
+        self.kind_users.pop(key, None)
+        if self.started:
+            self.workloads.unwant(key)
 
     def on_host_event(self, kind: str | None, obj: Mapping[str, Any]) -> None:
         record = HostRecord.of(obj)
@@ -309,15 +349,39 @@ class Controller:
             return
         self.host_workload[key] = wanted
         self.workload_host[wanted] = (record.pool, key[1])
+        # The operator's own hosts stand on workloads it made (labelled); a user's host on
+        # the user's own workload, watched by its name.
+        named = not record.managed
+        self.host_ref[key] = (ref, named)
+        if not named:
+            self._use_kind(ref.api_version, ref.kind, +1)
         if self.started:
-            self.workloads.want(ref.api_version, ref.kind)
-        known = self.workloads.synced(kind_key(ref.api_version, ref.kind))
+            self._watch_ref(key, ref, named)
+        known = (
+            self.workloads.named_synced(wanted)
+            if named
+            else self.workloads.synced(kind_key(ref.api_version, ref.kind))
+        )
         worker.on_workload(key[1], self.workloads.get(wanted), known=known)
+
+    def _watch_ref(self, key: Key, ref: WorkloadRef, named: bool) -> None:
+        if named:
+            self.workloads.want_named(ref.api_version, ref.kind, key[0], ref.name)
+        else:
+            self.workloads.want(ref.api_version, ref.kind)
 
     def _unlink_workload(self, key: Key) -> None:
         old = self.host_workload.pop(key, None)
         if old is not None and self.workload_host.get(old, (None, key[1]))[1] == key[1]:
             self.workload_host.pop(old, None)
+        linked = self.host_ref.pop(key, None)
+        if linked is None:
+            return
+        ref, named = linked
+        if not named:
+            self._use_kind(ref.api_version, ref.kind, -1)
+        elif self.started and old is not None and old not in self.workload_host:
+            self.workloads.unwant_named(kind_key(ref.api_version, ref.kind), key[0], ref.name)
 
     def on_workload_event(self, key: WorkloadKey, record: WorkloadRecord | None) -> None:
         owner = self.workload_host.get(key)
@@ -327,8 +391,15 @@ class Controller:
     def on_workload_kind_synced(self, kind: KindKey) -> None:
         """A kind was listed: every host on a workload of that kind learns what exists."""
         for key, (pool, host) in list(self.workload_host.items()):
-            if (key[1], key[2]) == kind:
+            named = self.host_ref.get((key[0], host), (None, False))[1]
+            if (key[1], key[2]) == kind and not named:  # a user's: its own watch says
                 self.worker(key[0], pool).on_workload(host, self.workloads.get(key), known=True)
+
+    def on_named_workload_synced(self, key: WorkloadKey) -> None:
+        """A user's workload was listed: the host on it learns whether it exists."""
+        owner = self.workload_host.get(key)
+        if owner is not None:
+            self.worker(key[0], owner[0]).on_workload(owner[1], self.workloads.get(key), known=True)
 
     def on_workload_kind_error(self, kind: KindKey, message: str | None) -> None:
         """A kind cannot be watched (or can again): the pools whose template uses it say so."""

@@ -91,6 +91,16 @@ def _retry_after_seconds(header: str | None) -> float:
     return min(seconds + random.uniform(0, seconds), THROTTLE_MAX_WAIT)
 
 
+def selectors(field_selector: str | None, label_selector: str | None) -> dict[str, str]:
+    """The query parameters that narrow a list or watch to some objects."""
+    params = {}
+    if field_selector:
+        params["fieldSelector"] = field_selector
+    if label_selector:
+        params["labelSelector"] = label_selector
+    return params
+
+
 def _preconditions(uid: str | None, resource_version: str | None) -> JSON:
     """What a merge patch's metadata carries to apply only onto one version/incarnation."""
     meta: JSON = {}
@@ -280,6 +290,7 @@ class KubeClient:
         *,
         api_version: str = API_VERSION,
         field_selector: str | None = None,
+        label_selector: str | None = None,
         limit: int = LIST_PAGE,
     ) -> AsyncIterator[ListPage]:
         """Every object of a kind, ``limit`` per page (one consistent snapshot: the pages
@@ -290,8 +301,7 @@ class KubeClient:
         The time spent waiting for the answers (what the caller's handling did not hide) and
         decoding them is added to :attr:`list_timing`."""
         first: dict[str, str] = {"limit": str(limit)}
-        if field_selector:
-            first["fieldSelector"] = field_selector
+        first |= selectors(field_selector, label_selector)
         path = self.path(plural, namespace, api_version=api_version)
         restarted = False
         timing = self.list_timing
@@ -468,6 +478,8 @@ class KubeClient:
         timeout_seconds: int,
         api_version: str = API_VERSION,
         initial_events: bool = False,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
     ) -> AsyncGenerator[JSON, None]:
         """The events of one watch from ``resource_version`` (bookmarks included), until the
         server ends it after ``timeout_seconds``. An HTTP error raises ApiError; a dropped
@@ -483,6 +495,7 @@ class KubeClient:
             "timeoutSeconds": str(timeout_seconds),
             "resourceVersion": resource_version or "",
         }
+        params |= selectors(field_selector, label_selector)
         if initial_events:
             params |= {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
         timing = self.list_timing if initial_events else None

@@ -51,8 +51,13 @@ class Informer:
         page_size: int = LIST_PAGE,
         stream: bool = True,
         on_skip: SkipHandler | None = None,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
     ) -> None:
         self.client = client
+        #: Only the objects these select are listed and watched.
+        self.field_selector = field_selector
+        self.label_selector = label_selector
         self.on_skip = on_skip
         self.plural = plural
         self.api_version = api_version
@@ -138,6 +143,8 @@ class Informer:
             resource_version=None,
             timeout_seconds=self.timeout_seconds,
             api_version=self.api_version,
+            field_selector=self.field_selector,
+            label_selector=self.label_selector,
             initial_events=True,
         )
         async with contextlib.aclosing(watch) as events:
@@ -177,7 +184,12 @@ class Informer:
         seen: set[tuple[str, str]] = set()
         version: str | None = None
         pages = self.client.list_pages(
-            self.plural, self.namespace, api_version=self.api_version, limit=self.page_size
+            self.plural,
+            self.namespace,
+            api_version=self.api_version,
+            field_selector=self.field_selector,
+            label_selector=self.label_selector,
+            limit=self.page_size,
         )
         async for page in pages:
             started = time.perf_counter()
@@ -225,6 +237,8 @@ class Informer:
             resource_version=self.resource_version,
             timeout_seconds=self.timeout_seconds,
             api_version=self.api_version,
+            field_selector=self.field_selector,
+            label_selector=self.label_selector,
         )
         async with contextlib.aclosing(watch) as events:  # the connection closes on any exit
             async for event in events:
