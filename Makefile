@@ -58,12 +58,16 @@ BENCH_KUBECONFIG ?= $(KUBECONFIG)
 # The storm needs no pods: its control plane runs no kube-scheduler, kwok or fake nodes, as in
 # the measurements of docs/performance.md.
 
+# A bench stops the control plane it started (BENCH_KEEP=1 keeps it running): a kept
+# kube-apiserver goes on deleting the bench's namespaces, busy for minutes after the figures.
 bench: $(STAMP) tools-cluster ## logon storm against the API server: operator vs. the write ceiling
-	@if [ -n "$(BENCH_KUBECONFIG)" ]; then kc="$(BENCH_KUBECONFIG)"; \
-	else HOSTPOOL_FAKE_NODES=0 tests/cluster/cluster.sh up .cluster/bench >/dev/null && kc=.cluster/bench/kubeconfig; fi; \
+	@if [ -n "$(BENCH_KUBECONFIG)" ]; then kc="$(BENCH_KUBECONFIG)"; started=""; \
+	else HOSTPOOL_FAKE_NODES=0 tests/cluster/cluster.sh up .cluster/bench >/dev/null && kc=.cluster/bench/kubeconfig; started=.cluster/bench; fi; \
 	.cluster/bin/kubectl --kubeconfig "$$kc" apply -f crds/ >/dev/null && \
 	.cluster/bin/kubectl --kubeconfig "$$kc" wait --for=condition=Established crd --all --timeout=60s >/dev/null && \
-	KUBECONFIG="$$kc" $(PY) tests/bench/storm.py --plot .cluster/bench-storm.png
+	KUBECONFIG="$$kc" $(PY) tests/bench/storm.py --plot .cluster/bench-storm.png; rc=$$?; \
+	if [ -n "$$started" ] && [ -z "$(BENCH_KEEP)" ]; then tests/cluster/cluster.sh down "$$started" >/dev/null 2>&1; fi; \
+	exit $$rc
 
 bench-hosts: $(STAMP) tools-cluster ## 50 pod-backed hosts started on demand by a logon storm: hosts created vs. needed
 	@$(PY) tests/bench/hosts.py
@@ -75,7 +79,9 @@ bench-scale: $(STAMP) tools-cluster ## 100,000 assigned sessions over 1,000 pool
 	  HOSTPOOL_FAKE_NODES=0 tests/cluster/cluster.sh up .cluster/bench-scale >/dev/null && kc=.cluster/bench-scale/kubeconfig; dir=.cluster/bench-scale; fi; \
 	.cluster/bin/kubectl --kubeconfig "$$kc" apply -f crds/ >/dev/null && \
 	.cluster/bin/kubectl --kubeconfig "$$kc" wait --for=condition=Established crd --all --timeout=60s >/dev/null && \
-	KUBECONFIG="$$kc" SCALE_CLUSTER_DIR="$$dir" $(PY) tests/bench/scale.py
+	KUBECONFIG="$$kc" SCALE_CLUSTER_DIR="$$dir" $(PY) tests/bench/scale.py; rc=$$?; \
+	if [ -n "$$dir" ] && [ -z "$(BENCH_KEEP)$(SCALE_PREFILL_ONLY)$(SCALE_REUSE)" ]; then tests/cluster/cluster.sh down "$$dir" >/dev/null 2>&1; fi; \
+	exit $$rc
 
 tools: ## build kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kubectl, helm, kwok, promtool into the cache
 	tests/cluster/tools.sh

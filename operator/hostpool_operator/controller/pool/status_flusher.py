@@ -230,7 +230,7 @@ class StatusFlusher:
         if not pool_status_due(
             previous,
             status,
-            busy=clock - self.last_activity < settings.status_interval,
+            busy=clock - self.last_activity < settings.pool_quiet,
             since_written=clock - self.pool_written_at,
             max_delay=settings.pool_status_max_delay,
         ):
