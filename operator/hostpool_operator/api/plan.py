@@ -95,6 +95,8 @@ class PlanConditionReason(enum.StrEnum):
     POOL_CONFLICT = "PoolConflict"
     SCALING_REQUIRED = "ScalingRequired"
     UNKNOWN_TIME_ZONE = "UnknownTimeZone"
+    #: The operator's writes for the plan (drains, logoffs) keep failing for a pool.
+    WRITES_FAILED = "WritesFailed"
 
 
 def _start_time(description: str) -> Any:

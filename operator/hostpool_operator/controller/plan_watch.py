@@ -22,6 +22,7 @@ from typing import Any
 from ..api.vocabulary import PLANS
 from ..engine.records import PlanRecord, newer_or_same
 from ..engine.status import same_status
+from ..kube.backoff import Backoff
 from ..kube.client import KubeClient
 from ..kube.errors import ApiError, ApiTransportError
 from ..kube.informer import Informer, SkipHandler
@@ -65,6 +66,7 @@ class PlanWatch:
         self.written: dict[Key, dict[str, Any]] = {}
         self.said: dict[Key, tuple[str, str]] = {}  # the problem last posted as an Event
         self._wake = asyncio.Event()
+        self._backoff = Backoff(first=1.0, cap=60.0)
 
     # -------------------------------------------------------------- start
 
@@ -180,14 +182,20 @@ class PlanWatch:
             self._wake.clear()
             await asyncio.sleep(self.status_interval)  # changes come in bursts
             dirty, self.dirty = self.dirty, set()
+            failed = False
             for key in sorted(dirty):
                 try:
-                    await self._write(key)
+                    failed |= not await self._write(key)
                 except asyncio.CancelledError:
                     raise
                 except Exception:  # never let one plan stop the others
                     log.exception("%s/%s: plan status write failed", *key)
                     self.dirty.add(key)
+                    failed = True
+            if failed:
+                await asyncio.sleep(self._backoff.next())  # refused or unanswered: wait longer
+            else:
+                self._backoff.reset()
 
     def status_of(self, key: Key, now: datetime) -> dict[str, Any] | None:
         plan = self.plans.get(key)
@@ -198,32 +206,36 @@ class PlanWatch:
         reports = {pool: self._pool_report(namespace, pool) for pool in plan.pools}
         return plan_status(plan, bound, reports, now)
 
-    async def _write(self, key: Key) -> None:
+    async def _write(self, key: Key) -> bool:
+        """Write the plan's status if it changed. False when the write failed (it is marked
+        to be written again)."""
         plan = self.plans.get(key)
         status = self.status_of(key, datetime.now(UTC))
         if plan is None or status is None:
-            return
+            return True
         self._say(key, plan, status)
         previous = self.written.get(key)
         if previous is not None and same_status(previous, status):
-            return
+            return True
         try:
             await self.client.patch_status(PLANS, key[0], key[1], status)
         except ApiError as error:
-            if not error.not_found:
-                log.warning("%s/%s: plan status: %s", *key, error)
-                self.mark(key)
-            return
+            if error.not_found:
+                return True
+            log.warning("%s/%s: plan status: %s", *key, error)
+            self.mark(key)
+            return False
         except ApiTransportError as error:
             log.warning("%s/%s: plan status: %s", *key, error)
             self.mark(key)
-            return
+            return False
         self.written[key] = status
         # The next status merges its conditions with these (lastTransitionTime); a new
         # record, not a change to the one the pools were handed.
         current = self.plans.get(key)
         if current is not None and current.meta.uid == plan.meta.uid:
             self.plans[key] = dataclasses.replace(current, status={**current.status, **status})
+        return True
 
     def _say(self, key: Key, plan: PlanRecord, status: Mapping[str, Any]) -> None:
         """A Warning Event when the plan's Ready condition names a new problem."""

@@ -27,6 +27,7 @@ class ControllerSettings:
     def pool_quiet(self) -> float:
         quiet = self.pool_status_quiet
         return 3 * self.status_interval if quiet is None else quiet
+
     #: Request status writes in flight at once, shared by all pools in turn. More is not
     #: faster: every write in flight is a goroutine in the API server, and the watch that
     #: delivers new requests (to this operator too) lags as they multiply

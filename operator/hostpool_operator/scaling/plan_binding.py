@@ -26,6 +26,7 @@ PROBLEM_ORDER = (
     PlanConditionReason.POOL_CONFLICT,
     PlanConditionReason.POOL_NOT_FOUND,
     PlanConditionReason.SCALING_REQUIRED,
+    PlanConditionReason.WRITES_FAILED,
 )
 
 

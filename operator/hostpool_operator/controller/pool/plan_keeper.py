@@ -121,11 +121,11 @@ class PlanKeeper:
             decide_for_pool(state, phase, now, sent) if applies and phase is not None else None
         )
         self._announce(phase if applies else None)
-        problem = (
-            (PlanConditionReason.SCALING_REQUIRED, f"HostPool {state.name!r} {why}")
-            if why
-            else None
-        )
+        problem: tuple[PlanConditionReason, str] | None = None
+        if why:
+            problem = (PlanConditionReason.SCALING_REQUIRED, f"HostPool {state.name!r} {why}")
+        elif applies and self.writer.failure is not None:
+            problem = (PlanConditionReason.WRITES_FAILED, self.writer.failure)
         entry = self._entry(phase if applies else None)
         if (entry, problem) != (self.entry, self.problem):
             self.entry, self.problem = entry, problem

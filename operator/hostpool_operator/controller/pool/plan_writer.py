@@ -96,6 +96,8 @@ class PlanWriter:
         #: After a round that failed: no new round before this.
         self.retry_at: datetime | None = None
         self._backoff = Backoff(first=RETRY_FIRST, cap=RETRY_MAX)
+        #: Why the last round failed (its plan's Ready condition says so); None: it did not.
+        self.failure: str | None = None
 
     def stop(self) -> None:
         if self.task is not None:
@@ -248,6 +250,10 @@ class PlanWriter:
                 wait = self._backoff.next()
                 self.retry_at = _utcnow() + timedelta(seconds=wait)
                 self._report_failure(plan, wait)
+                self.failure = (
+                    f"HostPool {self.state.name!r}: {self._backoff.failures} round(s) of the "
+                    f"plan's writes in a row failed (see the operator's log)"
+                )
             elif stale:
                 # Decided on a version that changed meanwhile: decide again once the watch
                 # has brought the new one (a moment), without counting it as a failure.
@@ -255,6 +261,7 @@ class PlanWriter:
             else:
                 self._backoff.reset()
                 self.retry_at = None
+                self.failure = None
             self._report(done, plan)
             self._wake()
 

@@ -2,8 +2,9 @@
 -- Healthy: condition Ready is True (Applied) and status.observedGeneration is the current
 --   generation; the phase in force (status.phase) is named in the message.
 -- Progressing: the operator has not observed this generation yet, or Ready is missing/Unknown.
--- Degraded: Ready is False: InvalidSpec, UnknownTimeZone, PoolNotFound, PoolConflict or
---   ScalingRequired (the message lists every problem, the reason is the first one's).
+-- Degraded: Ready is False: InvalidSpec, UnknownTimeZone, PoolNotFound, PoolConflict,
+--   ScalingRequired or WritesFailed (the message lists every problem, the reason is the first
+--   one's).
 local hs = {}
 
 local function condition(status, type_)
