@@ -401,6 +401,121 @@ def test_ramp_down_drains_and_removes_the_emptiest_hosts(
     assert_invariants(cluster, recorder, 4)
 
 
+def test_plan_writes_refused_for_good_back_off_and_say_so_on_the_plan(
+    kube: Kube, cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    """An admission policy refuses every drain in the namespace (as a cluster's own policy
+    may): the plan's drains fail round after round. Before, they were sent again every 2 s
+    forever, with HostsDrained Events for drains that never happened and nothing on the plan.
+    Now each round waits longer, no HostsDrained is posted, the plan's Ready turns False with
+    WritesFailed, and once the policy goes the drains go through and Ready is True again."""
+    peak_at_full_minimum(cluster, "DepthFirst", 4, 2)
+    names = ["r0", "r1"]
+    for i, name in enumerate(names):
+        cluster.create_request(name, POOL, f"user{i}")
+    cluster.wait_assigned(names)  # breadth-first in Peak: one on each host
+    policy = f"no-drains-{cluster.namespace}"
+    kube.call("POST", f"{VAP}/validatingadmissionpolicies", body=no_drains_policy(policy))
+    kube.call(
+        "POST",
+        f"{VAP}/validatingadmissionpolicybindings",
+        body=no_drains_binding(policy, cluster.namespace),
+    )
+    try:
+        refused = cluster.wait(lambda: drain_refused(kube, cluster), "the policy in force")
+        assert refused
+        offset = len(operator_process.log_text())
+        # Ramp-down: one host is enough for two sessions (threshold 90 %), so the later busy
+        # host is to be drained (its user may stay): a drain, refused.
+        ramp_down = plan_spec(
+            "rampDown",
+            pools=[POOL],
+            rampDown={"minimumHostsPercent": 25, "capacityThresholdPercent": 90},
+        )
+        cluster.patch("ScalingPlan", "office", {"spec": ramp_down})
+        ready = cluster.wait(
+            lambda: plan_with_reason(cluster, "office", "WritesFailed"), "WritesFailed", 60
+        )
+        assert POOL in plan_ready(ready)["message"]  # type: ignore[index]
+        time.sleep(12)
+        rounds = operator_process.log_text()[offset:].count("round(s) of writes in a row failed")
+        # First waits of 2, 4 and 8 s (each drawn between half its step and the step): at most
+        # five rounds in the ~14 s since the first, where a fixed 2 s gave seven or more.
+        assert 2 <= rounds <= 5, f"{rounds} failed rounds"
+        assert "HostsDrained" not in reasons(cluster, POOL)
+        assert all(not h["spec"].get("drainMode") for h in managed(cluster).values())
+    finally:
+        kube.request("DELETE", f"{VAP}/validatingadmissionpolicybindings/{policy}")
+        kube.request("DELETE", f"{VAP}/validatingadmissionpolicies/{policy}")
+    cluster.wait(
+        lambda: when(cluster.get("ScalingPlan", "office"), lambda p: cond_is(p, "Ready", "True")),
+        "Ready again once the drains went through",
+        timeout=400,  # the longest wait so far may have grown to a minute or two
+    )
+    wait_event(cluster, POOL, "HostsDrained")
+
+
+VAP = "/apis/admissionregistration.k8s.io/v1"
+
+
+def no_drains_policy(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["hostpool.io"],
+                        "apiVersions": ["v1alpha1"],
+                        "operations": ["UPDATE"],
+                        "resources": ["sessionhosts"],
+                    }
+                ]
+            },
+            "validations": [
+                {
+                    "expression": "(has(object.spec.drainMode) && object.spec.drainMode) == "
+                    "(has(oldObject.spec.drainMode) && oldObject.spec.drainMode)",
+                    "message": "drains are frozen in this namespace",
+                }
+            ],
+        },
+    }
+
+
+def no_drains_binding(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+            },
+        },
+    }
+
+
+def drain_refused(kube: Kube, cluster: Cluster) -> bool | None:
+    """A drain of one of the pool's hosts is refused (the policy is in force): tried as a
+    dry run, so nothing is drained if it is not yet."""
+    host = next(iter(managed(cluster)))
+    path = f"/apis/hostpool.io/v1alpha1/namespaces/{cluster.namespace}/sessionhosts/{host}"
+    code, _ = kube.request(
+        "PATCH",
+        path,
+        body={"spec": {"drainMode": True}},
+        query={"dryRun": "All"},
+        content_type="application/merge-patch+json",
+    )
+    return code in (400, 403, 422) or None
+
+
 def test_forced_logoff_sets_the_deadline_and_the_host_goes_when_empty(
     cluster: Cluster, operator_process: OperatorProcess, recorder: RequestRecorder
 ) -> None:
