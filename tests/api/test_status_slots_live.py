@@ -48,13 +48,12 @@ class CountingClient(KubeClient):
         status: Mapping[str, Any],
         *,
         resource_version: str | None = None,
-        uid: str | None = None,
     ) -> JSON:
         self.in_flight += 1
         self.most = max(self.most, self.in_flight)
         try:
             return await super().patch_status(
-                plural, namespace, name, status, resource_version=resource_version, uid=uid
+                plural, namespace, name, status, resource_version=resource_version
             )
         finally:
             self.in_flight -= 1

@@ -101,16 +101,6 @@ def selectors(field_selector: str | None, label_selector: str | None) -> dict[st
     return params
 
 
-def _preconditions(uid: str | None, resource_version: str | None) -> JSON:
-    """What a merge patch's metadata carries to apply only onto one version/incarnation."""
-    meta: JSON = {}
-    if uid:
-        meta["uid"] = uid
-    if resource_version:
-        meta["resourceVersion"] = resource_version
-    return meta
-
-
 def group_version_path(api_version: str) -> str:
     """The URL path of an API group/version: the core group lives under /api."""
     return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
@@ -367,14 +357,15 @@ class KubeClient:
         status: Mapping[str, Any],
         *,
         resource_version: str | None = None,
-        uid: str | None = None,
     ) -> JSON:
-        """Merge-patch ``status``; with a resourceVersion, only onto exactly that version;
-        with a uid, only onto that incarnation of the object (never a namesake)."""
+        """Merge-patch ``status``; with a resourceVersion, only onto exactly that version
+        (409 Conflict otherwise). That also keeps it off a namesake created meanwhile: a
+        resourceVersion is an etcd revision, never shared by two objects. (A uid in a patch
+        is no precondition: the API server answered 200 to a status patch naming another
+        incarnation's uid.)"""
         body: JSON = {"status": status}
-        meta = _preconditions(uid, resource_version)
-        if meta:
-            body["metadata"] = meta
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
         return await self.request(
             "PATCH",
             self.path(plural, namespace, name) + "/status",
@@ -390,14 +381,13 @@ class KubeClient:
         body: Mapping[str, Any],
         *,
         resource_version: str | None = None,
-        uid: str | None = None,
     ) -> JSON:
-        """Merge-patch the object itself (spec, labels, annotations); with a resourceVersion
-        and/or uid, only onto that version or incarnation (the API server answers 409, or
-        422 for another uid, otherwise)."""
-        meta = _preconditions(uid, resource_version)
-        if meta:
-            body = {**body, "metadata": {**(body.get("metadata") or {}), **meta}}
+        """Merge-patch the object itself (spec, labels, annotations); with a resourceVersion,
+        only onto exactly that version, never a newer one or a namesake (see
+        :meth:`patch_status`)."""
+        if resource_version:
+            meta = {**(body.get("metadata") or {}), "resourceVersion": resource_version}
+            body = {**body, "metadata": meta}
         return await self.request(
             "PATCH", self.path(plural, namespace, name), body=body, content_type=MERGE_PATCH
         )

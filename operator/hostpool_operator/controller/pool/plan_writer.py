@@ -319,10 +319,9 @@ class PlanWriter:
         body: dict[str, Any] = {"metadata": {"annotations": {PLAN_DRAINED_ANNOTATION: drained_at}}}
         if drain is not None:
             body["spec"] = {"drainMode": drain}
-        uid, resource_version = version or (None, None)
         try:
             obj = await self.deps.client.patch(
-                HOSTS, state.namespace, name, body, uid=uid, resource_version=resource_version
+                HOSTS, state.namespace, name, body, resource_version=_version_of(version)
             )
         except (ApiError, ApiTransportError) as error:
             return self._refused(error, f"patch host {name}")
@@ -334,15 +333,13 @@ class PlanWriter:
     ) -> str:
         """Write (or withdraw) a forced logoff, on the version of the request decided on."""
         state = self.state
-        uid, resource_version = version or (None, None)
         try:
             obj = await self.deps.client.patch_status(
                 REQUESTS,
                 state.namespace,
                 name,
                 {"logoff": logoff},
-                uid=uid,
-                resource_version=resource_version,
+                resource_version=_version_of(version),
             )
         except (ApiError, ApiTransportError) as error:
             return self._refused(error, f"write the logoff of {name}")
@@ -353,7 +350,7 @@ class PlanWriter:
         if isinstance(error, ApiError):
             if error.not_found:
                 return WRITTEN  # gone: nothing left to do
-            if error.conflict or (error.status == 422 and "uid" in error.message):
+            if error.conflict:
                 log.info("%s/%s: plan did not %s: it changed since (%s)", *self._key(), what, error)
                 return STALE
         log.warning("%s/%s: plan could not %s: %s", *self._key(), what, error)
@@ -403,6 +400,12 @@ class PlanWriter:
 
     def _key(self) -> tuple[str, str]:
         return (self.state.namespace, self.state.name)
+
+
+def _version_of(version: tuple[str, str] | None) -> str | None:
+    """The resourceVersion a write was decided on: its precondition (it also keeps the write
+    off a namesake, whose versions are all newer)."""
+    return version[1] or None if version is not None else None
 
 
 def _utcnow() -> datetime:
