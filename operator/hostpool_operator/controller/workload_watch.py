@@ -139,8 +139,8 @@ class WorkloadWatch:
             return
         if named.task is not None:
             named.task.cancel()
-        if not entry.labeled:
-            self.cache.pop((namespace, key[0], key[1], name), None)
+        # Kept for that host alone (a user's workload is not the label watch's business).
+        self.cache.pop((namespace, key[0], key[1], name), None)
         self._drop_if_unused(key)
 
     def unwant(self, key: KindKey) -> None:
