@@ -354,6 +354,15 @@ def test_drain_never_touches_hosts_the_operator_did_not_create() -> None:
     assert decision.drain == ("mine",)
 
 
+def test_no_drain_while_a_request_waits_for_a_host() -> None:
+    """Off-peak, no session: the one empty host would be drained. But a logon waits, and the
+    pool's own scaling added that very host for it: drained first, it would never take the
+    request (found by the live off-peak logon test once a drain closed its host at once)."""
+    hosts = [host("new", managed=True)]
+    assert decide_plan(phase(PlanPhase.OFF_PEAK), hosts, 2, 3, NOW).drain == ("new",)
+    assert decide_plan(phase(PlanPhase.OFF_PEAK), hosts, 2, 3, NOW, waiting=1).drain == ()
+
+
 @pytest.mark.parametrize("kind", [PlanPhase.RAMP_UP, PlanPhase.PEAK])
 def test_no_drain_delete_or_logoff_in_ramp_up_or_peak(kind: PlanPhase) -> None:
     hosts = [

@@ -127,4 +127,5 @@ def decide_for_pool(
         spec.scaling.max_hosts,
         now,
         plan_requests(state, logoffs_sent),
+        waiting=len(state.waiting) + len(state.arrivals),
     )

@@ -286,6 +286,7 @@ def decide_plan(
     max_hosts: int,
     now: datetime,
     requests: Iterable[PlanRequest] = (),
+    waiting: int = 0,
 ) -> PlanDecision:
     """Rules 3-6 for one pool: ``limit`` is its maxSessionLimit, ``max_hosts`` its
     scaling.maxHosts (every host counts toward it, whoever created it).
@@ -296,9 +297,11 @@ def decide_plan(
     - Grow (any phase), when used % > T or fewer than the minimum hosts take sessions
       (starting hosts count): first undrain hosts the plan drained (most sessions first,
       then query order; ready ones only), then add the fewest hosts that reach both.
-    - Shrink (RampDown, OffPeak only), when nothing needs to grow: while more than the
-      minimum take sessions and one fewer keeps used % <= T, drain the operator's taking
-      host with the fewest sessions (ties: the last in query order).
+    - Shrink (RampDown, OffPeak only), when nothing needs to grow and no request waits for
+      a host (``waiting``: the pool's own scaling is adding one for it, which the plan must
+      not drain before the request is on it): while more than the minimum take sessions
+      and one fewer keeps used % <= T, drain the operator's taking host with the fewest
+      sessions (ties: the last in query order).
     - Delete (RampDown, OffPeak only) hosts the plan drained (seen drained, so placement
       saw it first) once they have no session (ZeroSessions) or no Connecting/Active one
       (ZeroActiveSessions: their Disconnected requests are deleted first).
@@ -339,7 +342,7 @@ def decide_plan(
 
     # Rule 5: shrink, only when nothing needs to grow.
     drain: list[str] = []
-    if not undrain and wanted == 0:
+    if not undrain and wanted == 0 and waiting == 0:
         left = taking
         emptiest = sorted(
             (i for i, h in enumerate(pool_hosts) if h.taking and h.managed),

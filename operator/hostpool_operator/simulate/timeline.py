@@ -416,7 +416,13 @@ class _Run:
                 for user, session in self.balancer.ledger.items()
             ]
         decision = decide_plan(
-            phase, plan_hosts, self.balancer.limit, scaling.max_hosts, instant, requests
+            phase,
+            plan_hosts,
+            self.balancer.limit,
+            scaling.max_hosts,
+            instant,
+            requests,
+            waiting=len(self.waiting),
         )
         for name in decision.undrain:
             self.set_drain(name, False, now)
