@@ -1,0 +1,90 @@
+"""A supervised task forced to die is started again and counted, and the pool it serves goes
+on placing (real API server, the operator's controller in this process, so the test can make
+one of its tasks fail).
+
+Before, a pool's loop that raised outside its pass (its timers) ended for good: the pool
+placed nothing more while the process looked healthy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+import builders
+from client_helpers import operator_client
+from hostpool_operator.controller.manager import Controller
+from hostpool_operator.controller.metrics import PrometheusMetrics
+from hostpool_operator.controller.settings import ControllerSettings
+from kube import Kube
+
+pytestmark = pytest.mark.cluster
+
+
+def phase(kube: Kube, namespace: str, name: str) -> str | None:
+    status = kube.get("SessionRequest", namespace, name).get("status") or {}
+    value = status.get("phase")
+    return str(value) if value is not None else None
+
+
+def test_a_pool_loop_forced_to_die_is_restarted_counted_and_places_again(
+    kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kube.create(namespace, builders.pool("finance", "DepthFirst", 5))
+    kube.create(namespace, builders.host("rds-01", "finance"))
+    kube.create(namespace, builders.request("before", "finance", user="alice@corp"))
+    metrics = PrometheusMetrics(CollectorRegistry())
+
+    async def run() -> tuple[float, list[str], str | None]:
+        async with operator_client(kube.kubeconfig, monkeypatch) as client:
+            controller = Controller(client, ControllerSettings(status_interval=0.2), metrics)
+            try:
+                await controller.initial_sync([namespace])
+                await until(lambda: phase(kube, namespace, "before") == "Assigned")
+                worker = controller.pools[(namespace, "finance")]
+                failures = {"left": 5}
+                real = worker._next_timer
+
+                def broken() -> Any:
+                    if failures["left"] > 0:
+                        failures["left"] -= 1
+                        raise RuntimeError("forced to die")
+                    return real()
+
+                monkeypatch.setattr(worker, "_next_timer", broken)
+                worker.wake()
+                # Five failures in a row: the liveness probe would now say so.
+                task = f"pool {namespace}/finance"
+                await until(lambda: controller.supervisor.failures(task) >= 5)
+                failing = controller.supervisor.problems()
+                await until(lambda: failures["left"] == 0)
+                await asyncio.to_thread(
+                    kube.create, namespace, builders.request("after", "finance", user="bob@corp")
+                )
+                await until(lambda: phase(kube, namespace, "after") == "Assigned", 30)
+                restarts = metrics.registry.get_sample_value(
+                    "hostpool_task_restarts_total", {"task": "pool"}
+                )
+                return restarts or 0.0, failing, phase(kube, namespace, "after")
+            finally:
+                await controller.stop()
+
+    restarts, failing, placed = asyncio.run(run())
+    assert restarts == 5
+    assert len(failing) == 1
+    assert "pool " in failing[0]
+    assert "RuntimeError: forced to die" in failing[0]
+    assert placed == "Assigned"
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(predicate):
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.05)
