@@ -10,12 +10,14 @@ name never receives someone else's logoff (its versions are all newer).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
 import builders
 from client_helpers import operator_client
+from hostpool_operator.kube.client import KubeClient
 from hostpool_operator.kube.errors import ApiError
 from kube import Kube
 
@@ -32,28 +34,41 @@ def _state(kube: Kube, namespace: str, name: str, state: str) -> dict[str, Any]:
     )
 
 
+def answer(
+    kube: Kube, monkeypatch: pytest.MonkeyPatch, call: Callable[[KubeClient], Awaitable[Any]]
+) -> int:
+    """The HTTP status the operator's client got for ``call`` (200 when it succeeded)."""
+
+    async def run() -> int:
+        async with operator_client(kube.kubeconfig, monkeypatch) as client:
+            try:
+                await call(client)
+            except ApiError as error:
+                return error.status
+            return 200
+
+    return asyncio.run(run())
+
+
 def test_a_delete_of_the_disconnected_version_spares_a_reconnected_session(
     kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kube.create(namespace, builders.request("alice", "finance", user="alice@corp"))
     decided = _state(kube, namespace, "alice", "Disconnected")  # what the plan saw
     _state(kube, namespace, "alice", "Active")  # the user is back
-
-    async def run() -> int:
-        async with operator_client(kube.kubeconfig, monkeypatch) as client:
-            try:
-                await client.delete(
-                    "sessionrequests",
-                    namespace,
-                    "alice",
-                    uid=decided["metadata"]["uid"],
-                    resource_version=decided["metadata"]["resourceVersion"],
-                )
-            except ApiError as error:
-                return error.status
-            return 200
-
-    assert asyncio.run(run()) == 409
+    meta = decided["metadata"]
+    code = answer(
+        kube,
+        monkeypatch,
+        lambda client: client.delete(
+            "sessionrequests",
+            namespace,
+            "alice",
+            uid=meta["uid"],
+            resource_version=meta["resourceVersion"],
+        ),
+    )
+    assert code == 409
     assert kube.get("SessionRequest", namespace, "alice")["status"]["sessionState"] == "Active"
 
 
@@ -61,19 +76,19 @@ def test_a_delete_of_the_version_seen_goes_through(
     kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kube.create(namespace, builders.request("bob", "finance", user="bob@corp"))
-    seen = _state(kube, namespace, "bob", "Disconnected")
-
-    async def run() -> None:
-        async with operator_client(kube.kubeconfig, monkeypatch) as client:
-            await client.delete(
-                "sessionrequests",
-                namespace,
-                "bob",
-                uid=seen["metadata"]["uid"],
-                resource_version=seen["metadata"]["resourceVersion"],
-            )
-
-    asyncio.run(run())
+    meta = _state(kube, namespace, "bob", "Disconnected")["metadata"]
+    code = answer(
+        kube,
+        monkeypatch,
+        lambda client: client.delete(
+            "sessionrequests",
+            namespace,
+            "bob",
+            uid=meta["uid"],
+            resource_version=meta["resourceVersion"],
+        ),
+    )
+    assert code == 200
     assert not kube.exists("SessionRequest", namespace, "bob")
 
 
@@ -83,22 +98,18 @@ def test_a_drain_decided_on_an_old_version_does_not_overwrite_an_admins_undrain(
     seen = kube.create(namespace, builders.host("rds-01", "finance", drainMode=False))
     kube.merge_patch("SessionHost", namespace, "rds-01", {"spec": {"drainMode": True}})
     kube.merge_patch("SessionHost", namespace, "rds-01", {"spec": {"drainMode": False}})
-
-    async def run() -> int:
-        async with operator_client(kube.kubeconfig, monkeypatch) as client:
-            try:
-                await client.patch(
-                    "sessionhosts",
-                    namespace,
-                    "rds-01",
-                    {"spec": {"drainMode": True}},
-                    resource_version=seen["metadata"]["resourceVersion"],
-                )
-            except ApiError as error:
-                return error.status
-            return 200
-
-    assert asyncio.run(run()) == 409
+    code = answer(
+        kube,
+        monkeypatch,
+        lambda client: client.patch(
+            "sessionhosts",
+            namespace,
+            "rds-01",
+            {"spec": {"drainMode": True}},
+            resource_version=seen["metadata"]["resourceVersion"],
+        ),
+    )
+    assert code == 409
     assert kube.get("SessionHost", namespace, "rds-01")["spec"]["drainMode"] is False
 
 
@@ -108,22 +119,18 @@ def test_a_logoff_for_a_request_never_lands_on_its_namesake(
     old = kube.create(namespace, builders.request("alice", "finance", user="alice@corp"))
     kube.delete("SessionRequest", namespace, "alice")
     kube.create(namespace, builders.request("alice", "finance", user="alice@corp"))
-
-    async def run() -> int:
-        async with operator_client(kube.kubeconfig, monkeypatch) as client:
-            try:
-                await client.patch_status(
-                    "sessionrequests",
-                    namespace,
-                    "alice",
-                    {"logoff": {"message": "bye", "deadline": "2026-12-01T18:00:00Z"}},
-                    resource_version=old["metadata"]["resourceVersion"],
-                )
-            except ApiError as error:
-                return error.status
-            return 200
-
+    code = answer(
+        kube,
+        monkeypatch,
+        lambda client: client.patch_status(
+            "sessionrequests",
+            namespace,
+            "alice",
+            {"logoff": {"message": "bye", "deadline": "2026-12-01T18:00:00Z"}},
+            resource_version=old["metadata"]["resourceVersion"],
+        ),
+    )
     # The version decided on belongs to the deleted incarnation: never the namesake's. (A
     # uid in the patch would not do: the API server applied such a patch, 200.)
-    assert asyncio.run(run()) == 409
+    assert code == 409
     assert "logoff" not in (kube.get("SessionRequest", namespace, "alice").get("status") or {})
