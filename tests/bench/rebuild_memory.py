@@ -31,7 +31,8 @@ import kopf
 import orjson
 
 from hostpool_operator.controller.manager import Controller, collector_paused
-from hostpool_operator.kube.client import LIST_PAGE, KubeClient
+from hostpool_operator.kube.client import KubeClient
+from hostpool_operator.kube.lists import LIST_PAGE
 
 NS = "vdi"
 STAMP = "2026-01-05T07:58:12Z"

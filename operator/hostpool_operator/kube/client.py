@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import dataclasses
 import logging
 import random
 import time
@@ -33,6 +32,7 @@ from .auth import (
     ssl_context,
 )
 from .errors import ApiError, ApiTransportError
+from .lists import LIST_PAGE, ListPage, ListTiming, event_lines, initial_events_end, selectors
 from .sinks import MetricsSink
 
 log = logging.getLogger(__name__)
@@ -49,36 +49,6 @@ THROTTLE_RETRIES = 10
 THROTTLE_MAX_WAIT = 10.0
 
 
-#: Objects per page of a LIST (``limit``): a page's JSON is decoded and handed on before
-#: the next is read, so a list of 100,000 objects never sits in memory as one body.
-LIST_PAGE = 500
-#: The annotation of the BOOKMARK that ends a streamed list's initial events.
-INITIAL_EVENTS_END = "k8s.io/initial-events-end"
-
-
-@dataclasses.dataclass(slots=True)
-class ListPage:
-    """One page of a paginated LIST."""
-
-    items: builtins.list[JSON]
-    resource_version: str | None  # the list's (the same on every page of one snapshot)
-    restarted: bool  # the first page of a new snapshot (the continue token had expired)
-    last: bool
-
-
-@dataclasses.dataclass(slots=True)
-class ListTiming:
-    """Where the time of the LISTs went, summed over every list of one client."""
-
-    wait: float = 0.0  # seconds waiting for the answers (sent, then the whole body read)
-    decode: float = 0.0  # seconds in JSON decoding
-    objects: int = 0
-    restarts: int = 0  # lists started again after a 410 on a continue token
-
-    def copy(self) -> ListTiming:
-        return dataclasses.replace(self)
-
-
 def _retry_after_seconds(header: str | None) -> float:
     """The wait a 429 asks for (whole seconds, 1 s when it names none), plus up to as much
     again at random: a burst refused together must not come back together, or the same few
@@ -89,16 +59,6 @@ def _retry_after_seconds(header: str | None) -> float:
         seconds = 1.0
     seconds = max(seconds, 0.1)
     return min(seconds + random.uniform(0, seconds), THROTTLE_MAX_WAIT)
-
-
-def selectors(field_selector: str | None, label_selector: str | None) -> dict[str, str]:
-    """The query parameters that narrow a list or watch to some objects."""
-    params = {}
-    if field_selector:
-        params["fieldSelector"] = field_selector
-    if label_selector:
-        params["labelSelector"] = label_selector
-    return params
 
 
 def group_version_path(api_version: str) -> str:
@@ -504,7 +464,7 @@ class KubeClient:
                     raise ApiError(
                         response.status, response.reason or "", body.decode(errors="replace")
                     )
-                lines = _lines(response.content)
+                lines = event_lines(response.content)
                 while timing is not None:  # the streamed list: timed
                     started = time.perf_counter()
                     line = await anext(lines, None)
@@ -524,27 +484,3 @@ class KubeClient:
         except (aiohttp.ClientError, TimeoutError, OSError) as error:
             self._metrics.api_error("transport")
             raise ApiTransportError(f"watch {plural}: {error!r}") from error
-
-
-def initial_events_end(event: Mapping[str, Any]) -> bool:
-    """Is this the BOOKMARK that ends a streamed list's initial events?"""
-    if event.get("type") != "BOOKMARK":
-        return False
-    metadata = (event.get("object") or {}).get("metadata") or {}
-    return (metadata.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true"
-
-
-async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    """Newline-delimited chunks of any length (aiohttp's own line reader caps their size)."""
-    buffer = b""
-    async for chunk in stream.iter_any():
-        buffer += chunk
-        while True:
-            end = buffer.find(b"\n")
-            if end < 0:
-                break
-            line, buffer = buffer[:end], buffer[end + 1 :]
-            if line.strip():
-                yield line
-    if buffer.strip():
-        yield buffer

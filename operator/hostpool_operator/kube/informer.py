@@ -20,8 +20,9 @@ from collections.abc import Callable
 
 from ..api import API_VERSION
 from .backoff import Backoff
-from .client import JSON, LIST_PAGE, KubeClient, initial_events_end
+from .client import JSON, KubeClient
 from .errors import ApiError, ApiTransportError
+from .lists import LIST_PAGE, initial_events_end
 
 log = logging.getLogger(__name__)
 
