@@ -424,3 +424,10 @@ def token_kubeconfig(admin_kubeconfig: Path, token: str, target: Path) -> Path:
     target.write_text(yaml.safe_dump(config))
     target.chmod(0o600)
     return target
+
+
+def wait_default_service_account(kube: Kube, namespace: str, timeout: float = 60.0) -> None:
+    """A pod is admitted only once its namespace's ServiceAccount ``default`` exists (the
+    ServiceAccount admission plugin refuses it before that, also with reason Forbidden)."""
+    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
+    wait_for(lambda: kube.request("GET", path)[0] == 200, timeout, what=path)

@@ -20,7 +20,7 @@ import builders
 from client_helpers import operator_client
 from hostpool_operator.api.vocabulary import HOST_LABEL, MANAGED_LABEL, MANAGER, POOL_LABEL
 from hostpool_operator.controller.manager import Controller
-from kube import Kube
+from kube import Kube, wait_default_service_account
 
 pytestmark = pytest.mark.cluster
 
@@ -40,6 +40,7 @@ def test_only_the_workloads_hosts_stand_on_are_kept_and_an_unused_kind_goes(
     kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pods = f"/api/v1/namespaces/{namespace}/pods"
+    wait_default_service_account(kube, namespace)
     ours = {MANAGED_LABEL: MANAGER, POOL_LABEL: "finance", HOST_LABEL: "finance-abc"}
     kube.call("POST", pods, body=pod("finance-abc", ours))  # as the operator makes them
     kube.call("POST", pods, body=pod("users-own"))  # a user's, referred to by a user's host

@@ -50,6 +50,7 @@ from kube import (
     resource_path,
     token_kubeconfig,
     unique_name,
+    wait_default_service_account,
     wait_for,
 )
 
@@ -400,13 +401,6 @@ def desktops_path(namespace: str) -> str:
     return f"/apis/{DESKTOP_GROUP}/v1/namespaces/{namespace}/desktops"
 
 
-def wait_default_service_account(kube: Kube, namespace: str) -> None:
-    """A pod is admitted only once its namespace's ServiceAccount ``default`` exists (the
-    ServiceAccount admission plugin refuses it before that, also with reason Forbidden)."""
-    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
-    wait_for(lambda: kube.request("GET", path)[0] == 200, WAIT_SECONDS, what=path)
-
-
 def wait_role_in_effect(identity: Identity, namespace: str) -> None:
     """Until the API server's authorizer has seen the new role and binding, even granted
     calls are refused: wait until a SelfSubjectAccessReview for one of the operator's fixed
@@ -511,7 +505,7 @@ def assert_workload_calls(identity: Identity, kube: Kube, collection: str, body:
 def assert_pod_workloads(identity: Identity, kube: Kube, namespace: str) -> None:
     """Default workloadResources: Pods in the watched namespace, all five verbs; no
     Deployments, no Secrets."""
-    wait_default_service_account(kube, namespace)
+    wait_default_service_account(kube, namespace, WAIT_SECONDS)
     assert_workload_calls(identity, kube, pods_path(namespace), pod_manifest("workload-pod"))
     deployment = {
         "apiVersion": "apps/v1",
