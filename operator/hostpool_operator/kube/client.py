@@ -37,6 +37,10 @@ from .sinks import MetricsSink
 
 log = logging.getLogger(__name__)
 
+#: Seconds without a byte after which a streamed list is given up (a watch: its own
+#: timeoutSeconds + 30).
+STREAMED_LIST_SILENCE = 30.0
+
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -450,7 +454,10 @@ class KubeClient:
             params |= {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
         timing = self.list_timing if initial_events else None
         url = self._server + self.path(plural, namespace, api_version=api_version)
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
+        # A streamed list sends its objects one after another and then its bookmark: this
+        # long a silence means it will not (it is then listed page by page, see Informer).
+        silence = STREAMED_LIST_SILENCE if initial_events else timeout_seconds + 30
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=silence)
         headers = self._credentials.header()
         try:
             async with self._http().get(

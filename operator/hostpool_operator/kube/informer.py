@@ -133,6 +133,12 @@ class Informer:
                     )
                 else:
                     raise
+            except ApiTransportError as error:
+                # No answer, or silence where the objects should come: a paged list this
+                # time (it is answered or fails on its own), streamed again next time.
+                log.info(
+                    "%s: streamed list broke off (%s); listing page by page", self.plural, error
+                )
         await self._page_once()
 
     async def _stream_once(self) -> bool:
