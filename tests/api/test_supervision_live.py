@@ -88,3 +88,55 @@ async def until(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         await asyncio.sleep(0.05)
+
+
+def test_a_request_the_controller_cannot_take_is_skipped_and_later_ones_are_placed(
+    kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller's own handler made to raise on one crafted request: that request is
+    skipped with a Warning Event naming it and counted, the watch keeps running, and requests
+    created later are placed. Before, the exception ended the request watch: nothing after
+    it was ever placed."""
+    kube.create(namespace, builders.pool("finance", "DepthFirst", 5))
+    kube.create(namespace, builders.host("rds-01", "finance"))
+    kube.create(namespace, builders.request("poison", "finance", user="mallory@corp"))
+    kube.create(namespace, builders.request("first", "finance", user="alice@corp"))
+    metrics = PrometheusMetrics(CollectorRegistry())
+
+    async def run() -> float:
+        async with operator_client(kube.kubeconfig, monkeypatch) as client:
+            controller = Controller(client, ControllerSettings(status_interval=0.2), metrics)
+            real = controller.on_request_event
+
+            def handler(kind: str | None, obj: Any) -> None:
+                if obj["metadata"]["name"] == "poison":
+                    raise KeyError("a crafted object")
+                real(kind, obj)
+
+            # Before the informers are made: they hold the handler from then on.
+            monkeypatch.setattr(controller, "on_request_event", handler)
+            try:
+                await controller.initial_sync([namespace])
+                await until(lambda: phase(kube, namespace, "first") == "Assigned")
+                kube.create(namespace, builders.request("after", "finance", user="bob@corp"))
+                await until(lambda: phase(kube, namespace, "after") == "Assigned")
+                await until(lambda: skipped_events(kube, namespace) > 0)
+                value = metrics.registry.get_sample_value(
+                    "hostpool_skipped_objects_total", {"kind": "SessionRequest"}
+                )
+                return value or 0.0
+            finally:
+                await controller.stop()
+
+    skipped = asyncio.run(run())
+    assert skipped >= 1
+    assert phase(kube, namespace, "poison") is None  # never placed, never written
+
+
+def skipped_events(kube: Kube, namespace: str) -> int:
+    events = kube.call("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+    return sum(
+        1
+        for e in events
+        if e["reason"] == "ObjectSkipped" and e["involvedObject"].get("name") == "poison"
+    )

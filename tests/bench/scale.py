@@ -419,10 +419,14 @@ async def storm_run(
     operator: Operator | None = None,
     kill_at: int = 0,
     restart: Any = None,
+    expected: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """One storm of args.storm requests over args.storm_pools pools from ``first_pool``;
     ``assign``: the ceiling (the load generator writes the status). With ``kill_at``, the
-    operator gets a kill -9 once that many are seen Assigned, and ``restart()`` at once."""
+    operator gets a kill -9 once that many are seen Assigned, and ``restart()`` at once.
+    With ``expected`` (each pool's sessions before the storm, updated here): the writes are
+    counted until every pool's status is current again, and how long after the last
+    placement that took is ``poolsCurrentAfterS``."""
     seen: dict[str, tuple[str, float]] = {}
     changed: set[str] = set()
     rv = await current_rv(client, namespace)
@@ -467,7 +471,16 @@ async def storm_run(
         else:
             log("kill -9 never happened: too few placed")
             killing.cancel()
-    await asyncio.sleep(args.status_interval * 2 + 0.5)
+    current_after = float("nan")
+    if expected is not None:
+        for name, (host_name, _) in seen.items():
+            if name in result["created"]:
+                expected[host_name.rsplit("-", 1)[0]] += 1
+        done_at, _ = await pools_current(client, namespace, expected, args.timeout)
+        last_placed = max((t for _, t in seen.values()), default=time.time())
+        current_after = done_at - last_placed
+    else:
+        await asyncio.sleep(args.status_interval * 2 + 0.5)
     watcher.cancel()
     op = kill["operator"][0] if kill else operator
     cpu_after, peak = proc_stats(op.process.pid) if op else (0.0, 0.0)
@@ -493,6 +506,7 @@ async def storm_run(
         if placed and not assign
         else float("nan"),
         "loadgenErrors": result["errorCount"],
+        "poolsCurrentAfterS": current_after,
     }
     if operator is not None and not kill_at:
         out["operatorCpuS"] = cpu_after - cpu_before
@@ -669,7 +683,15 @@ async def bench_filled(
     before = await storm_run(args, client, ceiling_ns, work, prefix="c", first_pool=0, assign=True)
     log(f"ceiling before: {before['placed']} in {before['perS']:.1f}/s")
     run = await storm_run(
-        args, client, namespace, work, prefix="s", first_pool=0, assign=False, operator=operator
+        args,
+        client,
+        namespace,
+        work,
+        prefix="s",
+        first_pool=0,
+        assign=False,
+        operator=operator,
+        expected=expected,
     )
     log(f"storm: {run['placed']} in {run['perS']:.1f}/s")
     after = await storm_run(args, client, ceiling_ns, work, prefix="d", first_pool=0, assign=True)
@@ -776,7 +798,11 @@ async def bench_filled(
             ),
             (f"{label}: p50 / p99 (ms)", f"{r['p50Ms']:.1f} / {r['p99Ms']:.1f}"),
             (f"{label}: API writes per assignment", f"{r['writesPerAssignment']:.3f}"),
-        ]
+        ] + (
+            [(f"{label}: every pool status current, after the last placement", f"{after:.2f}s")]
+            if (after := r.get("poolsCurrentAfterS", float("nan"))) == after
+            else []
+        )
 
     how = (
         f"load generator, concurrency {args.concurrency}: create + status PUT each "

@@ -17,10 +17,10 @@ class ControllerSettings:
     #: (a change of a condition's status or reason is written within status_interval).
     pool_status_max_delay: float = 5.0
     #: ... and "during placements" means: the pool placed within this many seconds (None:
-    #: three status intervals). A pause shorter than this is no pause: a storm spread over
-    #: many pools leaves each pool a gap of a second now and then, and each gap was a pool
-    #: status write (1.9 API writes per assignment over 100 busy pools, where one pool's
-    #: storm needs 1.1).
+    #: three status intervals); host status waits for the same pause. A pause shorter than
+    #: this is no pause: a storm spread over many pools leaves each pool a gap of a second
+    #: now and then, and each gap was a pool status write (1.9 API writes per assignment
+    #: over 100 busy pools, where one pool's storm needs 1.1) and a write of its hosts.
     pool_status_quiet: float | None = None
 
     @property

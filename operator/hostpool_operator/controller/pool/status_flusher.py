@@ -98,7 +98,7 @@ class StatusFlusher:
             due.append(interval - (clock - self.last_pool_write))
         if self.hosts_dirty and _idle(self.hosts_task):
             at = min(
-                self.last_activity + interval,
+                self.last_activity + self.deps.settings.pool_quiet,
                 self.last_host_write + self.deps.settings.host_status_max_delay,
             )
             due.append(at - clock)
@@ -121,7 +121,7 @@ class StatusFlusher:
             self.hosts_dirty
             and _idle(self.hosts_task)
             and (
-                clock - self.last_activity >= settings.status_interval
+                clock - self.last_activity >= settings.pool_quiet
                 or clock - self.last_host_write >= settings.host_status_max_delay
             )
         ):
