@@ -3,9 +3,10 @@
 Pool and host status are written by tasks of their own, so decisions never wait for them and
 a long round of host writes (1,000 hosts) never holds the pool's status back. Each is written
 at most once per ``status_interval``. While placements go on, host status waits for a pause
-(at the latest ``host_status_max_delay``): every assignment changes some host's counts, and a
-write per host per second would cost as much as the assignments themselves. A pool status
-whose counts alone changed waits likewise (``status.pool_status_due``).
+of ``pool_quiet`` (at the latest ``host_status_max_delay``): every assignment changes some
+host's counts, and a write per host per second would cost as much as the assignments
+themselves. A pool status whose counts alone changed waits likewise
+(``status.pool_status_due``).
 """
 
 from __future__ import annotations
