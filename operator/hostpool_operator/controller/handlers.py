@@ -4,8 +4,8 @@ kopf runs the operator: authentication, start-up and clean-up, signal handling, 
 probe, and the watch on HostPools (an *event* handler, which writes nothing to the objects).
 
 SessionHosts and SessionRequests, the high-volume kinds, are watched by the controller's own
-informers (``informer.Informer``): kopf's per-event processing (a per-object worker, a deep-copied
-diff base, a logger and a patch object per event) cost about 3 ms of CPU per event in a
+informers (``kube.informer.Informer``): kopf's per-event processing (a per-object worker, a
+deep-copied diff base, a logger and a patch object per event) cost about 3 ms of CPU per event in a
 profiled logon storm, several times the placement itself. Either way no finalizer and no
 kopf annotation is ever put on a SessionRequest: the operator's one write per assignment is
 the status the controller writes.
