@@ -248,6 +248,60 @@ REFUSALS: dict[str, Refusal] = {
     "host-workloadRef-without-name": Refusal(
         host(workloadRef={"apiVersion": "v1", "kind": "Pod"}), "spec.workloadRef.name"
     ),
+    "entitlements-1001-users": Refusal(
+        pool(entitlements={"users": [f"u{i}" for i in range(1001)]}),
+        "spec.entitlements.users",
+    ),
+    "entitlements-101-groups": Refusal(
+        pool(entitlements={"groups": [f"g{i}" for i in range(101)]}),
+        "spec.entitlements.groups",
+    ),
+    "entitlements-empty-user": Refusal(
+        pool(entitlements={"users": [""]}), "spec.entitlements.users[0]"
+    ),
+    "connection-port-0": Refusal(pool(connection={"port": 0}), "spec.connection.port"),
+    "connection-port-65536": Refusal(pool(connection={"port": 65536}), "spec.connection.port"),
+    "connection-protocol-blast": Refusal(
+        pool(connection={"protocol": "BLAST"}), "spec.connection.protocol", "BLAST"
+    ),
+    "rdpProperties-not-name-type-value": Refusal(
+        pool(connection={"rdpProperties": "audiomode:i:0;redirectclipboard"}),
+        "spec.connection.rdpProperties",
+        "name:type:value",
+    ),
+    "rdpProperties-integer-not-a-number": Refusal(
+        pool(connection={"rdpProperties": "audiomode:i:yes"}),
+        "spec.connection.rdpProperties",
+        "name:type:value",
+    ),
+    "rdpProperties-unknown-type": Refusal(
+        pool(connection={"rdpProperties": "audiomode:x:0"}),
+        "spec.connection.rdpProperties",
+        "name:type:value",
+    ),
+    "rdpProperties-full-address": Refusal(
+        pool(connection={"rdpProperties": "audiomode:i:0;full address:s:evil.example:3389"}),
+        "spec.connection.rdpProperties",
+        "the broker writes",
+    ),
+    "rdpProperties-username-any-case": Refusal(
+        pool(connection={"rdpProperties": "UserName:s:admin"}),
+        "spec.connection.rdpProperties",
+        "the broker writes",
+    ),
+    "rdpProperties-gateway": Refusal(
+        pool(connection={"rdpProperties": "gatewayhostname:s:rdgw.evil.example"}),
+        "spec.connection.rdpProperties",
+        "the broker writes",
+    ),
+    "rdpProperties-4097-chars": Refusal(
+        pool(connection={"rdpProperties": "a:s:" + "x" * 4093}),
+        "spec.connection.rdpProperties",
+    ),
+    "gateway-hostname-with-path": Refusal(
+        pool(connection={"gateway": {"hostname": "rdgw.example/evil"}}),
+        "spec.connection.gateway.hostname",
+    ),
     "host-workloadRef-lowercase-kind": Refusal(
         host(workloadRef={"apiVersion": "v1", "kind": "pod", "name": "p"}),
         "spec.workloadRef.kind",
@@ -353,6 +407,21 @@ def test_boundary_values_are_accepted(kube: Kube, namespace: str) -> None:
         host("one-protocol", features={"protocols": ["PCOIP"]}),
         host("no-protocols", features={"protocols": []}),
         host("address-253", address="a" * 253),
+        pool(
+            "entitled",
+            entitlements={
+                "users": [f"user-{i}" for i in range(1000)],
+                "groups": [f"group-{i}" for i in range(100)],
+            },
+            connection={
+                "protocol": "RDP",
+                "port": 65535,
+                "rdpProperties": "audiomode:i:0;redirectclipboard:i:1;screen mode id:i:2;"
+                "drivestoredirect:s:*;camerastoredirect:s:;x:b:0aFF;",
+                "gateway": {"hostname": "rdgw.corp.example:443"},
+            },
+        ),
+        pool("rdp-4096", connection={"rdpProperties": "a:s:" + "x" * 4092}),
     ]
     for obj in edge:
         kube.create(namespace, obj)

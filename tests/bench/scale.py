@@ -404,6 +404,29 @@ async def pools_current(
     return float("nan"), good
 
 
+async def hosts_current(
+    client: KubeClient, namespace: str, expected: dict[str, int], limit: float
+) -> tuple[float, int]:
+    """(time when every host's status describes its generation and carries at least its
+    expected sessions, hosts current at the last look): the start's host writes are done."""
+    began = time.time()
+    good = 0
+    while time.time() - began < limit:
+        good = 0
+        listing = await client.list("sessionhosts", namespace)
+        for obj in listing["items"]:
+            status = obj.get("status") or {}
+            total = (status.get("sessions") or {}).get("total", 0)
+            if status.get("observedGeneration") == obj["metadata"].get(
+                "generation"
+            ) and total >= expected.get(obj["metadata"]["name"], 0):
+                good += 1
+        if good == len(expected):
+            return time.time(), good
+        await asyncio.sleep(1.0)
+    return float("nan"), good
+
+
 # ------------------------------------------------------------------------------ the bench
 
 
@@ -658,12 +681,22 @@ async def bench_filled(
     await create_probe(client, namespace, "probe-start", probe_pool)
     placed_at = await wait_assigned(client, namespace, "probe-start", args.timeout)
     current_at, good = await pools_current(client, namespace, expected, args.timeout)
+    # The storm starts once the start's host status writes are done, so its window counts
+    # only the writes the storm itself causes.
+    host_sessions: dict[str, int] = {
+        host(p, h): 0 for p in range(args.pools) for h in range(args.hosts_per_pool)
+    }
+    for i in range(args.sessions):
+        host_sessions[host(*slot(i, 0, args.pools, args.hosts_per_pool))] += 1
+    hosts_at, hosts_good = await hosts_current(client, namespace, host_sessions, args.timeout)
     cpu, peak = proc_stats(operator.process.pid)
     start_sync = operator.sync_figures()
     start: dict[str, Any] = {
         "firstPlacementS": placed_at - operator.started,
         "poolsCurrentS": current_at - operator.started,
         "poolsCurrent": good,
+        "hostsCurrentS": hosts_at - operator.started,
+        "hostsCurrent": hosts_good,
         "initialSync": start_sync,
         "cpuS": cpu,
         "peakRssMb": peak,
@@ -671,7 +704,8 @@ async def bench_filled(
     figures["operatorRunning"] = await cluster.figures(client)
     log(
         f"start: first placement {start['firstPlacementS']:.2f}s, pools current "
-        f"{start['poolsCurrentS']:.2f}s ({good}/{args.pools}), peak RSS {peak:.0f} MB, "
+        f"{start['poolsCurrentS']:.2f}s ({good}/{args.pools}), hosts current "
+        f"{start['hostsCurrentS']:.2f}s ({hosts_good}/{len(host_sessions)}), peak RSS {peak:.0f} MB, "
         f"CPU {cpu:.1f}s, initial sync {start['initialSync'] or 'not reported'}"
     )
 

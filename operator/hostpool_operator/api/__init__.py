@@ -10,6 +10,36 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
+from .access import (
+    BROKER_RDP_PROPERTIES as BROKER_RDP_PROPERTIES,
+)
+from .access import (
+    MAX_ENTITLED_GROUPS as MAX_ENTITLED_GROUPS,
+)
+from .access import (
+    MAX_ENTITLED_USERS as MAX_ENTITLED_USERS,
+)
+from .access import (
+    MAX_RDP_PROPERTIES as MAX_RDP_PROPERTIES,
+)
+from .access import (
+    Connection as Connection,
+)
+from .access import (
+    ConnectionProtocol as ConnectionProtocol,
+)
+from .access import (
+    Entitlements as Entitlements,
+)
+from .access import (
+    Gateway as Gateway,
+)
+from .access import (
+    RdpType as RdpType,
+)
+from .access import (
+    parse_rdp_properties as parse_rdp_properties,
+)
 from .base import *  # noqa: F403  (enums, bounds and the base model of every kind)
 from .host import (
     HostAgent as HostAgent,

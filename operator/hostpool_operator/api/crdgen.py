@@ -161,6 +161,15 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
         _column("Free", "integer", ".status.capacity.free", "Free session slots."),
         _column("Pending", "integer", ".status.pendingRequests", "Requests waiting."),
         _condition_column("Ready", "Ready"),
+        {
+            **_column(
+                "Groups",
+                "string",
+                ".spec.entitlements.groups",
+                "The groups entitled to connect through the broker.",
+            ),
+            "priority": 1,
+        },
         _AGE,
     ],
     "SessionHost": [

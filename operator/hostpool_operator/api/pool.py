@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from pydantic import Field, model_validator
 
+from .access import Connection, Entitlements
 from .base import (
     DEFAULT_CONNECTING_TIMEOUT_SECONDS,
     MAX_ADDRESS,
@@ -308,6 +309,13 @@ class HostPoolSpec(ApiModel):
     )
     scaling: Scaling | None = Field(
         default=None, description="Automatic host creation and removal; absent = never."
+    )
+    entitlements: Entitlements | None = Field(
+        default=None,
+        description="Who may connect through the broker; absent or empty = nobody.",
+    )
+    connection: Connection | None = Field(
+        default=None, description="What the broker hands a client: port, .rdp settings, gateway."
     )
 
     @model_validator(mode="after")

@@ -1,0 +1,196 @@
+"""A connect, decided: which request it goes to, and what the caller is answered.
+
+The broker looks up the pool and the caller's requests in its caches and asks ``decide``
+what to do; once the request has a state worth answering (or the wait is over) it asks
+``answer`` what to say. A user learns nothing about pools they may not use: a pool that is
+not there and one they are not entitled to get the same 404."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..api import Phase, Reason
+from .names import request_name
+from .rdp import full_address, rdp_file
+from .views import PoolView, RequestView
+
+#: Seconds a client is told to wait before connecting again, by why it waits.
+RETRY_AFTER: dict[str, int] = {
+    Reason.POOL_SATURATED: 10,
+    Reason.NO_ELIGIBLE_HOST: 10,
+    Reason.HOSTS_STARTING: 5,
+    Reason.HOST_LOST: 1,
+    "SessionEnding": 2,
+    "HostAddressUnknown": 5,
+}
+DEFAULT_RETRY_AFTER = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is calling, by the token: never by the body."""
+
+    user: str
+    groups: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class NotFound:
+    """The pool is not there, or the caller is not entitled to it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reuse:
+    """The caller has a live request in the pool: the connect continues with it."""
+
+    request: RequestView
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    """Create the caller's request ``name``; first delete ``replaces`` (a failed one of
+    that name) when given."""
+
+    name: str
+    replaces: RequestView | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """The caller's session there is ending (logoff or deletion under way): come back."""
+
+    request: RequestView
+
+
+Decision = NotFound | Reuse | Create | Ending
+
+
+def decide(
+    namespace: str, pool_name: str, pool: PoolView | None, caller: Caller, mine: list[RequestView]
+) -> Decision:
+    """What a connect of ``caller`` to ``namespace/pool_name`` does, given the pool (None:
+    not there) and the caller's requests in that pool (``mine``)."""
+    if pool is None or not pool.admits(caller.user, caller.groups):
+        return NotFound()
+    live = [r for r in mine if r.live]
+    if live:
+        # More than one only when someone made requests by hand: the placed one wins.
+        live.sort(key=lambda r: (r.phase is not Phase.ASSIGNED, r.name))
+        return Reuse(live[0])
+    name = request_name(namespace, pool_name, caller.user)
+    own = next((r for r in mine if r.name == name), None)
+    if own is None:
+        return Create(name)
+    if own.ending:
+        return Ending(own)
+    return Create(name, replaces=own)  # failed: replaced by a new one
+
+
+def _placed_first(request: RequestView) -> tuple[bool, str]:
+    return request.phase is not Phase.ASSIGNED, request.name
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An HTTP answer: status, JSON body, Retry-After, and the reason for the metrics."""
+
+    status: int
+    reason: str
+    body: dict[str, Any]
+    retry_after: int | None = None
+    rdp: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def error(status: int, reason: str, message: str, retry_after: int | None = None) -> Answer:
+    return Answer(status, reason, {"reason": reason, "message": message}, retry_after)
+
+
+def not_found(namespace: str, pool_name: str) -> Answer:
+    return error(404, "PoolNotFound", f"no pool {namespace}/{pool_name} you may connect to")
+
+
+def answer(request: RequestView, pool: PoolView, caller: Caller, *, reused: bool) -> Answer:
+    """The answer for ``request`` as it stands: 200 with the connection once it is placed,
+    202 (with how long to wait) while it is not; ``reused``: it existed before this connect,
+    so a placed one is a reconnect."""
+    if request.phase is Phase.ASSIGNED and request.host:
+        if not request.address:
+            return error(
+                503,
+                "HostAddressUnknown",
+                f"host {request.host} has no address yet",
+                RETRY_AFTER["HostAddressUnknown"],
+            )
+        reason = (
+            Reason.RECONNECTED
+            if reused or request.reason is Reason.RECONNECTED
+            else Reason.NEW_SESSION
+        )
+        rdp = rdp_file(request.address, caller.user, pool.connection)
+        body = {
+            "request": request.name,
+            "host": request.host,
+            "address": request.address,
+            "port": pool.connection.port,
+            "protocol": str(pool.connection.protocol),
+            "reason": str(reason),
+            "rdpFile": rdp,
+        }
+        return Answer(200, str(reason), body, rdp=rdp)
+    if request.ending:
+        return waiting(request, "SessionEnding")
+    return waiting(request, str(request.reason) if request.reason else "Pending")
+
+
+def waiting(request: RequestView, reason: str) -> Answer:
+    retry = RETRY_AFTER.get(reason, DEFAULT_RETRY_AFTER)
+    phase = str(request.phase) if request.phase else str(Phase.PENDING)
+    body = {"request": request.name, "phase": phase, "reason": reason}
+    return Answer(202, reason, body, retry)
+
+
+def placed_or_final(request: RequestView) -> bool:
+    """Whether a waiting connect can answer now (placed, failed or ending), rather than
+    waiting on for the operator."""
+    return request.phase in (Phase.ASSIGNED, Phase.FAILED) or request.ending
+
+
+def pool_entry(pool: PoolView, mine: list[RequestView]) -> dict[str, Any]:
+    """One pool in ``GET /v1/pools``: whether a new session fits now, and the caller's."""
+    live = [r for r in mine if r.live]
+    session = None
+    if live:
+        r = min(live, key=_placed_first)
+        session = {
+            "request": r.name,
+            "host": r.host,
+            "state": r.session_state or (str(r.phase) if r.phase else str(Phase.PENDING)),
+        }
+    return {
+        "namespace": pool.namespace,
+        "name": pool.name,
+        "loadBalancerType": str(pool.load_balancer_type),
+        "available": bool(pool.free),
+        "session": session,
+    }
+
+
+__all__ = [
+    "Answer",
+    "Caller",
+    "Create",
+    "Decision",
+    "Ending",
+    "NotFound",
+    "Reuse",
+    "answer",
+    "decide",
+    "error",
+    "full_address",
+    "not_found",
+    "placed_or_final",
+    "pool_entry",
+    "waiting",
+]

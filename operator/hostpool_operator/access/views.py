@@ -1,0 +1,121 @@
+"""What the broker keeps of each object it watches: only what its answers need (a broker
+in front of 100,000 sessions keeps one small record each, not the objects)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from ..api import Connection, Entitlements, HostPoolSpec, LoadBalancerType, Phase, Reason
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    namespace: str
+    name: str
+    load_balancer_type: LoadBalancerType
+    entitlements: Entitlements | None
+    connection: Connection
+    #: Free session slots by the pool's last status; None before the operator wrote one.
+    free: int | None
+
+    @classmethod
+    def from_api(cls, obj: JSON) -> PoolView:
+        """ValueError when the spec does not validate (the API server's schema keeps that
+        from happening; a broker older than the CRD is how it could)."""
+        meta = obj.get("metadata") or {}
+        try:
+            spec = HostPoolSpec.model_validate(obj.get("spec") or {})
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise ValueError(f"spec.{where}: {first['msg']}") from None
+        status = obj.get("status") or {}
+        free = (status.get("capacity") or {}).get("free")
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            load_balancer_type=spec.load_balancer.type,
+            entitlements=spec.entitlements,
+            connection=spec.connection or Connection(),
+            free=free if isinstance(free, int) else None,
+        )
+
+    def admits(self, user: str, groups: frozenset[str]) -> bool:
+        """Entitled by name or by group; nobody when the pool names no one."""
+        return self.entitlements is not None and self.entitlements.admits(user, groups)
+
+
+@dataclass(frozen=True, slots=True)
+class HostView:
+    namespace: str
+    name: str
+    #: An agent reports for this host: it carries out logoffs (status.logoff).
+    has_agent: bool
+
+    @classmethod
+    def from_api(cls, obj: JSON) -> HostView:
+        meta = obj.get("metadata") or {}
+        status = obj.get("status") or {}
+        return cls(str(meta.get("namespace", "")), str(meta.get("name", "")), "agent" in status)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    pool: str
+    user: str
+    phase: Phase | None
+    reason: Reason | None
+    host: str | None
+    address: str | None
+    session_state: str | None
+    #: Being deleted, or a logoff was asked for: the session is ending.
+    ending: bool
+
+    @classmethod
+    def from_api(cls, obj: JSON) -> RequestView:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        pool_ref = spec.get("poolRef") or {}
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            resource_version=str(meta.get("resourceVersion", "")),
+            pool=str(pool_ref.get("name", "")),
+            user=str(spec.get("user", "")),
+            phase=_enum(Phase, status.get("phase")),
+            reason=_enum(Reason, status.get("reason")),
+            host=status.get("host") if isinstance(status.get("host"), str) else None,
+            address=(
+                status.get("hostAddress") if isinstance(status.get("hostAddress"), str) else None
+            ),
+            session_state=(
+                status.get("sessionState") if isinstance(status.get("sessionState"), str) else None
+            ),
+            ending=bool(meta.get("deletionTimestamp")) or bool(status.get("logoff")),
+        )
+
+    @property
+    def live(self) -> bool:
+        """Counts as the user's session in the pool: not failed, not ending."""
+        return self.phase is not Phase.FAILED and not self.ending
+
+
+_E = TypeVar("_E", Phase, Reason)
+
+
+def _enum(kind: type[_E], value: Any) -> _E | None:
+    try:
+        return kind(value) if isinstance(value, str) else None
+    except ValueError:
+        return None

@@ -1,0 +1,156 @@
+"""Who may connect to a pool through the broker, and what the broker hands their client.
+
+``HostPool.spec.entitlements`` names the users and groups allowed in (absent or empty means
+nobody: like an AVD application group with no assignments, a pool is closed until someone
+is named). ``HostPool.spec.connection`` is what goes into the ``.rdp`` file: the port, the
+pool's own RDP properties and an optional RD Gateway.
+
+The RDP properties are checked twice, like every rule of the API: as CEL on the CRD (the API
+server refuses a bad manifest naming the field) and here (the broker and the tests parse the
+same text the same way).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Annotated, ClassVar
+
+from pydantic import Field, field_validator
+
+from .base import MAX_USER, ApiModel
+
+#: Most users and groups one pool may name (a pool for more people names a group).
+MAX_ENTITLED_USERS = 1000
+MAX_ENTITLED_GROUPS = 100
+MAX_GROUP = 256
+MAX_RDP_PROPERTIES = 4096
+
+#: The properties the broker writes itself: a pool may not set them, or its .rdp file
+#: would carry two answers to "where do I connect" and "as whom".
+BROKER_RDP_PROPERTIES: tuple[str, ...] = (
+    "full address",
+    "alternate full address",
+    "server port",
+    "username",
+    "gatewayhostname",
+    "gatewayusagemethod",
+    "gatewayprofileusagemethod",
+)
+
+#: One property: a name of letters, digits and spaces; type i (an integer), s (text without
+#: line breaks) or b (hex).
+RDP_PROPERTY = r"^[A-Za-z][A-Za-z0-9 ]*:(i:-?[0-9]+|s:[^\r\n]*|b:[0-9A-Fa-f]*)$"
+_RDP_PROPERTY = re.compile(RDP_PROPERTY)
+
+UserName = Annotated[str, Field(min_length=1, max_length=MAX_USER)]
+GroupName = Annotated[str, Field(min_length=1, max_length=MAX_GROUP)]
+
+_BROKER_NAMES = ", ".join(f"'{name}'" for name in BROKER_RDP_PROPERTIES)
+
+
+class RdpType(enum.StrEnum):
+    """The type letter of an .rdp property."""
+
+    INTEGER = "i"
+    STRING = "s"
+    BINARY = "b"
+
+
+def parse_rdp_properties(text: str) -> list[tuple[str, RdpType, str]]:
+    """``name:type:value`` items separated by ';' (empty items ignored), as
+    ``(name, type, value)``; ValueError naming the first bad item."""
+    out: list[tuple[str, RdpType, str]] = []
+    for item in text.split(";"):
+        if not item:
+            continue
+        if not _RDP_PROPERTY.match(item):
+            raise ValueError(
+                f"rdpProperties: {item[:80]!r} is not name:type:value with type i (an "
+                "integer), s (text) or b (hex)"
+            )
+        name, kind, value = item.split(":", 2)
+        if name.lower() in BROKER_RDP_PROPERTIES:
+            raise ValueError(f"rdpProperties: {name!r} is written by the broker")
+        out.append((name, RdpType(kind), value))
+    return out
+
+
+class Entitlements(ApiModel):
+    """Who may connect through the broker: a user named here, or one in a group named here."""
+
+    users: list[UserName] = Field(
+        default_factory=list,
+        max_length=MAX_ENTITLED_USERS,
+        description="Exact user names (the broker's user claim).",
+    )
+    groups: list[GroupName] = Field(
+        default_factory=list,
+        max_length=MAX_ENTITLED_GROUPS,
+        description="Groups: a user whose token lists any of them may connect.",
+    )
+
+    def admits(self, user: str, groups: frozenset[str]) -> bool:
+        """Whether this user, with these groups from their token, may connect."""
+        return user in self.users or not groups.isdisjoint(self.groups)
+
+
+class ConnectionProtocol(enum.StrEnum):
+    """The protocol the broker hands clients a connection for."""
+
+    RDP = "RDP"
+
+
+class Gateway(ApiModel):
+    """An RD Gateway the client goes through to reach the host."""
+
+    hostname: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$",
+        description="The gateway's host name, optionally with :port.",
+    )
+
+
+class Connection(ApiModel):
+    """What the broker hands a client: the protocol, the port and the .rdp settings."""
+
+    x_kubernetes_validations: ClassVar[list[dict[str, str]]] = [
+        {
+            "rule": "!has(self.rdpProperties) || self.rdpProperties.split(';').all(p, "
+            f"p == '' || p.matches('{RDP_PROPERTY.replace(chr(92), chr(92) * 2)}'))",
+            "message": "rdpProperties: each ';'-separated item must be name:type:value with "
+            "type i (an integer), s (text) or b (hex)",
+            "fieldPath": ".rdpProperties",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": "!has(self.rdpProperties) || !self.rdpProperties.split(';').exists(p, "
+            f"p.split(':')[0].lowerAscii() in [{_BROKER_NAMES}])",
+            "message": "rdpProperties: the broker writes full address, username, server port "
+            "and the gateway settings itself",
+            "fieldPath": ".rdpProperties",
+            "reason": "FieldValueForbidden",
+        },
+    ]
+
+    protocol: ConnectionProtocol = Field(
+        default=ConnectionProtocol.RDP, description="RDP (the only one for now)."
+    )
+    port: int = Field(default=3389, ge=1, le=65535, description="The hosts' RDP port.")
+    rdp_properties: str | None = Field(
+        default=None,
+        max_length=MAX_RDP_PROPERTIES,
+        description=(
+            "Extra .rdp settings, ';'-separated name:type:value (type i, s or b), e.g. "
+            "audiomode:i:0;redirectclipboard:i:1."
+        ),
+    )
+    gateway: Gateway | None = Field(default=None, description="An optional RD Gateway.")
+
+    @field_validator("rdp_properties")
+    @classmethod
+    def _rdp_properties(cls, text: str | None) -> str | None:
+        if text is not None:
+            parse_rdp_properties(text)
+        return text

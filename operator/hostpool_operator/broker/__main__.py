@@ -1,0 +1,7 @@
+"""``python -m hostpool_operator.broker``."""
+
+import sys
+
+from .program import main
+
+sys.exit(main())

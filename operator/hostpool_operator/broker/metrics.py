@@ -1,0 +1,40 @@
+"""The broker's metrics: how long a connect takes, and every answer by code and reason."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+CONNECT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class BrokerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.connect_seconds = Histogram(
+            "hostpool_broker_connect_seconds",
+            "From a connect call to its answer, by status code.",
+            ["code"],
+            buckets=CONNECT_BUCKETS,
+            registry=self.registry,
+        )
+        self.answers = Counter(
+            "hostpool_broker_answers_total",
+            "Answers of the broker's API, by endpoint, status code and reason.",
+            ["endpoint", "code", "reason"],
+            registry=self.registry,
+        )
+        self.waiting = Gauge(
+            "hostpool_broker_waiting_connects",
+            "Connects waiting for their request to be placed.",
+            registry=self.registry,
+        )
+        self.key_fetch_failures = Gauge(
+            "hostpool_broker_issuer_key_fetch_failures",
+            "Fetches of the issuer's keys that failed since the start.",
+            registry=self.registry,
+        )
+        self.skipped = Gauge(
+            "hostpool_broker_skipped_objects",
+            "Watched objects the broker could not read (left out of its answers).",
+            registry=self.registry,
+        )
