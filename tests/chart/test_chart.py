@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from controlplane import ensure_tools
+from hostpool_operator.broker.program import parse_args as parse_broker_args
 from hostpool_operator.cli import build_parser
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -1190,7 +1191,12 @@ BROKER_RULES = [
         "resources": ["hostpools", "sessionhosts"],
         "verbs": ["get", "list", "watch"],
     },
+    # The broker's DELETE session: status.logoff with a deadline of now, as a forced logoff.
+    {"apiGroups": ["hostpool.io"], "resources": ["sessionrequests/status"], "verbs": ["patch"]},
 ]
+
+
+BROKER_POLICY_KINDS = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
 
 
 def test_no_broker_role_by_default(render: Render) -> None:
@@ -1199,7 +1205,12 @@ def test_no_broker_role_by_default(render: Render) -> None:
 
 def test_broker_role_in_the_release_namespace(render: Render) -> None:
     docs = broker_objects(render(**{"broker.create": True}))
-    assert sorted(d["kind"] for d in docs) == ["Role", "RoleBinding", "ServiceAccount"]
+    assert sorted(d["kind"] for d in docs) == [
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+        *BROKER_POLICY_KINDS,
+    ]
     role = one(docs, "Role")
     assert role["metadata"]["name"] == "hp-hostpool-operator-broker"
     assert role["metadata"]["namespace"] == "hostpool-system"
@@ -1228,8 +1239,21 @@ def test_broker_role_in_the_pools_namespace_for_an_existing_account(render: Rend
             }
         )
     )
-    assert sorted(d["kind"] for d in docs) == ["Role", "RoleBinding"]
+    assert sorted(d["kind"] for d in docs) == ["Role", "RoleBinding", *BROKER_POLICY_KINDS]
     assert one(docs, "Role")["metadata"]["namespace"] == "vdi"
+    policy = one(docs, "ValidatingAdmissionPolicy")
+    assert policy["spec"]["matchConditions"][0]["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:web:helpdesk'"
+    )
+    binding_of_policy = one(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding_of_policy["spec"]["matchResources"]["namespaceSelector"] == {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["vdi"]}
+        ]
+    }
+    assert binding_of_policy["spec"]["validationActions"] == ["Deny"]
+    without = broker_objects(render(**{"broker.create": True, "broker.admissionPolicy": False}))
+    assert sorted(d["kind"] for d in without) == ["Role", "RoleBinding", "ServiceAccount"]
     assert one(docs, "Role")["rules"] == BROKER_RULES
     binding = one(docs, "RoleBinding")
     assert binding["metadata"]["namespace"] == "vdi"
@@ -1250,6 +1274,513 @@ def test_broker_values_are_checked_by_the_schema(helm: Path) -> None:
     )
     assert proc.returncode != 0
     assert "serviceAcount" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# the session broker's workload (broker.enabled): hostpool-broker, its Service, PDB, policy
+
+ISSUER = "https://login.example.com/realms/vdi"
+#: The least values with which broker.enabled renders.
+BROKER: dict[str, Any] = {
+    "broker.enabled": True,
+    "broker.oidc.issuer": ISSUER,
+    "broker.oidc.audience": "vdi-portal",
+}
+BROKER_NAME = "hp-hostpool-operator-broker"
+
+
+def broker_deployment(docs: list[Obj]) -> Obj:
+    return one(broker_objects(docs), "Deployment")
+
+
+def broker_container(docs: list[Obj]) -> Obj:
+    (only,) = broker_deployment(docs)["spec"]["template"]["spec"]["containers"]
+    result: Obj = only
+    return result
+
+
+def flag(args: list[str], name: str) -> str:
+    """The value after ``name`` (which occurs once)."""
+    assert args.count(name) == 1, (name, args)
+    return args[args.index(name) + 1]
+
+
+def selects(selector: Obj, labels: Obj) -> bool:
+    return bool(selector.items() <= labels.items())
+
+
+def render_fails(helm: Path, values: dict[str, Any]) -> str:
+    proc = run_helm(helm, "template", "hp", str(CHART_DIR), *set_args(values), check=False)
+    assert proc.returncode != 0, proc.stdout
+    return proc.stderr
+
+
+def test_no_broker_workload_by_default(render: Render) -> None:
+    for docs in (render(), render(**{"broker.create": True})):
+        assert [d["metadata"]["name"] for d in by_kind(docs, "Deployment")] == [
+            "hp-hostpool-operator"
+        ]
+        assert not by_kind(docs, "PodDisruptionBudget")
+        assert not by_kind(docs, "NetworkPolicy")
+        assert [s["metadata"]["name"] for s in by_kind(docs, "Service")] == [
+            "hp-hostpool-operator-metrics"
+        ]
+
+
+def test_broker_enabled_objects(render: Render) -> None:
+    """broker.enabled: a Deployment, Service and PDB named <fullname>-broker, and the broker
+    Role, RoleBinding and ServiceAccount although broker.create is false; the operator's
+    objects are those of the default values."""
+    docs = render(**BROKER)
+    broker = broker_objects(docs)
+    assert sorted(d["kind"] for d in broker) == [
+        "Deployment",
+        "PodDisruptionBudget",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+        *BROKER_POLICY_KINDS,
+    ]
+    for doc in broker:
+        if doc["kind"] in BROKER_POLICY_KINDS:  # cluster-scoped
+            assert doc["metadata"]["name"] == f"{BROKER_NAME}-logoff-only"
+            continue
+        assert doc["metadata"]["name"] == BROKER_NAME, doc["kind"]
+        assert doc["metadata"]["namespace"] == "hostpool-system", doc["kind"]
+    assert one(broker, "Role")["rules"] == BROKER_RULES
+    assert operator_objects(docs) == operator_objects(render())
+
+
+def test_broker_role_grants_exactly_one_status_write(render: Render) -> None:
+    """The only status rule: patch on sessionrequests/status (the logoff of DELETE
+    .../session); nothing on the other kinds' status, no update."""
+    for values in (BROKER, {"broker.create": True}):
+        role = one(broker_objects(render(**values)), "Role")
+        status_rules = [
+            r for r in role["rules"] if any(res.endswith("/status") for res in r["resources"])
+        ]
+        assert status_rules == [
+            {
+                "apiGroups": ["hostpool.io"],
+                "resources": ["sessionrequests/status"],
+                "verbs": ["patch"],
+            }
+        ]
+
+
+def test_broker_deployment(render: Render) -> None:
+    docs = render(**BROKER)
+    deployment = broker_deployment(docs)
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == BROKER_NAME
+    assert pod["automountServiceAccountToken"] is True
+    main = broker_container(docs)
+    assert main["command"] == ["hostpool-broker"]
+    assert main["image"] == container(operator_objects(docs))["image"]
+    assert main["imagePullPolicy"] == "IfNotPresent"
+    args = main["args"]
+    assert flag(args, "--oidc-issuer") == ISSUER
+    assert flag(args, "--oidc-audience") == "vdi-portal"
+    assert flag(args, "--user-claim") == "preferred_username"
+    assert flag(args, "--groups-claim") == "groups"
+    assert flag(args, "--listen") == "0.0.0.0:8443"
+    assert flag(args, "--namespace") == "hostpool-system"
+    assert flag(args, "--connect-timeout-seconds") == "30"
+    assert flag(args, "--log-format") == "json"
+    for absent in ("--tls-cert", "--tls-key", "--oidc-ca-file"):
+        assert absent not in args
+    assert main["ports"] == [{"name": "http", "containerPort": 8443, "protocol": "TCP"}]
+    assert main["livenessProbe"]["httpGet"] == {
+        "path": "/healthz",
+        "port": "http",
+        "scheme": "HTTP",
+    }
+    assert main["startupProbe"]["httpGet"] == main["livenessProbe"]["httpGet"]
+    assert main["readinessProbe"]["httpGet"] == {
+        "path": "/readyz",
+        "port": "http",
+        "scheme": "HTTP",
+    }
+    assert main["resources"]["requests"]
+    assert main["resources"]["limits"]["memory"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in main["volumeMounts"]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+
+
+def test_broker_is_hardened_like_the_operator(render: Render) -> None:
+    """The pod's and the container's securityContext are the operator's, value for value
+    (runAsNonRoot, readOnlyRootFilesystem, seccomp, all capabilities dropped), also when
+    they are changed."""
+    for values in ({}, {"securityContext.runAsUser": 1234, "podSecurityContext.fsGroup": 1234}):
+        docs = render(**BROKER, **values)
+        operator_pod = one(operator_objects(docs), "Deployment")["spec"]["template"]["spec"]
+        broker_pod = broker_deployment(docs)["spec"]["template"]["spec"]
+        assert broker_pod["securityContext"] == operator_pod["securityContext"]
+        sc = broker_container(docs)["securityContext"]
+        assert sc == container(operator_objects(docs))["securityContext"]
+        assert (
+            broker_pod["automountServiceAccountToken"]
+            == (operator_pod["automountServiceAccountToken"])
+        )
+    sc = broker_container(render(**BROKER))["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["runAsNonRoot"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_broker_args_are_accepted_by_the_broker_cli(render: Render) -> None:
+    """The Deployment's args, parsed by hostpool-broker's own parser."""
+    args = parse_broker_args(broker_container(render(**BROKER))["args"])
+    assert args.oidc_issuer == ISSUER
+    assert args.oidc_audience == "vdi-portal"
+    assert args.oidc_ca_file is None
+    assert args.tls_cert is None
+    assert (args.listen_host, args.listen_port) == ("0.0.0.0", 8443)
+    assert args.namespace == ["hostpool-system"]
+    assert args.connect_timeout_seconds == 30.0
+    assert args.log_format == "json"
+    docs = render(
+        **BROKER,
+        watchNamespace="vdi",
+        **{
+            "broker.tls.secretName": "broker-tls",
+            "broker.oidc.caSecret.name": "idp-ca",
+            "broker.oidc.userClaim": "email",
+            "broker.connectTimeoutSeconds": 300,
+            "broker.logFormat": "text",
+            "broker.extraArgs": ["--verbose", "--rate-limit", "2"],
+        },
+    )
+    args = parse_broker_args(broker_container(docs)["args"])
+    assert args.tls_cert == "/etc/hostpool-broker/tls/tls.crt"
+    assert args.tls_key == "/etc/hostpool-broker/tls/tls.key"
+    assert args.oidc_ca_file == "/etc/hostpool-broker/oidc-ca/ca.crt"
+    assert args.user_claim == "email"
+    assert args.namespace == ["vdi"]
+    assert args.connect_timeout_seconds == 300.0
+    assert args.log_format == "text"
+    assert args.verbose is True
+    assert args.rate_limit == 2.0
+
+
+@pytest.mark.parametrize(
+    ("values", "namespace"),
+    [
+        ({}, "hostpool-system"),
+        ({"watchNamespace": "vdi"}, "vdi"),
+        ({"watchNamespace": "vdi", "broker.namespace": "lab"}, "lab"),
+    ],
+)
+def test_broker_namespace_is_its_roles(
+    render: Render, values: dict[str, Any], namespace: str
+) -> None:
+    """--namespace is where the broker Role is: broker.namespace, else watchNamespace, else
+    the release namespace."""
+    docs = render(**BROKER, **values)
+    assert one(broker_objects(docs), "Role")["metadata"]["namespace"] == namespace
+    assert flag(broker_container(docs)["args"], "--namespace") == namespace
+    assert broker_deployment(docs)["metadata"]["namespace"] == "hostpool-system"
+
+
+def test_broker_with_an_existing_service_account(render: Render) -> None:
+    docs = render(**BROKER, **{"broker.serviceAccount": {"create": False, "name": "portal"}})
+    assert not by_kind(broker_objects(docs), "ServiceAccount")
+    assert broker_deployment(docs)["spec"]["template"]["spec"]["serviceAccountName"] == "portal"
+    assert one(broker_objects(docs), "RoleBinding")["subjects"] == [
+        {"kind": "ServiceAccount", "name": "portal", "namespace": "hostpool-system"}
+    ]
+
+
+def test_broker_pods_are_not_the_operators(render: Render) -> None:
+    """The broker's Service and PDB select its pods; the operator's Deployment and metrics
+    Service do not (nor the broker's selector the operator's pod)."""
+    docs = render(**BROKER)
+    broker_pod = broker_deployment(docs)["spec"]["template"]["metadata"]["labels"]
+    operator = one(operator_objects(docs), "Deployment")
+    operator_pod = operator["spec"]["template"]["metadata"]["labels"]
+    broker_selector = broker_deployment(docs)["spec"]["selector"]["matchLabels"]
+    assert selects(broker_selector, broker_pod)
+    assert not selects(broker_selector, operator_pod)
+    assert not selects(operator["spec"]["selector"]["matchLabels"], broker_pod)
+    metrics = one(operator_objects(docs), "Service")
+    assert not selects(metrics["spec"]["selector"], broker_pod)
+    service = one(broker_objects(docs), "Service")
+    assert selects(service["spec"]["selector"], broker_pod)
+    pdb = one(docs, "PodDisruptionBudget")
+    assert selects(pdb["spec"]["selector"]["matchLabels"], broker_pod)
+
+
+def test_broker_service(render: Render) -> None:
+    service = one(broker_objects(render(**BROKER)), "Service")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"] == [
+        {
+            "name": "http",
+            "port": 8443,
+            "targetPort": "http",
+            "protocol": "TCP",
+            "appProtocol": "http",
+        }
+    ]
+    assert "annotations" not in service["metadata"]
+    service = one(
+        broker_objects(
+            render(
+                **BROKER,
+                **{
+                    "broker.service": {
+                        "type": "LoadBalancer",
+                        "port": 443,
+                        "annotations": {"example.com/lb": "internal"},
+                    },
+                    "broker.tls.secretName": "broker-tls",
+                },
+            )
+        ),
+        "Service",
+    )
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert service["metadata"]["annotations"] == {"example.com/lb": "internal"}
+    assert service["spec"]["ports"] == [
+        {
+            "name": "https",
+            "port": 443,
+            "targetPort": "https",
+            "protocol": "TCP",
+            "appProtocol": "https",
+        }
+    ]
+
+
+def test_broker_pdb_only_with_more_than_one_replica(render: Render) -> None:
+    pdb = one(render(**BROKER), "PodDisruptionBudget")
+    assert pdb["apiVersion"] == "policy/v1"
+    assert pdb["metadata"]["name"] == BROKER_NAME
+    assert pdb["spec"]["minAvailable"] == 1
+    docs = render(**BROKER, **{"broker.replicas": 1})
+    assert broker_deployment(docs)["spec"]["replicas"] == 1
+    assert not by_kind(docs, "PodDisruptionBudget")
+    assert broker_deployment(render(**BROKER, **{"broker.replicas": 3}))["spec"]["replicas"] == 3
+
+
+def test_broker_replicas_spread_over_nodes(render: Render) -> None:
+    """By default a preferred pod anti-affinity on the node name, on the broker's own pods;
+    broker.affinity replaces it."""
+    docs = render(**BROKER)
+    pod = broker_deployment(docs)["spec"]["template"]["spec"]
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert (
+        term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        == (broker_deployment(docs)["spec"]["selector"]["matchLabels"])
+    )
+    assert "affinity" not in one(operator_objects(docs), "Deployment")["spec"]["template"]["spec"]
+    mine: Obj = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}
+    spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone"}]
+    pod = broker_deployment(
+        render(**BROKER, **{"broker.affinity": mine, "broker.topologySpreadConstraints": spread})
+    )["spec"]["template"]["spec"]
+    assert pod["affinity"] == mine
+    assert pod["topologySpreadConstraints"] == spread
+
+
+def test_broker_tls_secret(render: Render) -> None:
+    """broker.tls.secretName: the Secret mounted read-only, --tls-cert/--tls-key its two
+    files, the port named https and every probe over HTTPS."""
+    docs = render(**BROKER, **{"broker.tls.secretName": "broker-tls"})
+    main = broker_container(docs)
+    args = main["args"]
+    mount = next(m for m in main["volumeMounts"] if m["name"] == "tls")
+    assert mount["readOnly"] is True
+    assert flag(args, "--tls-cert") == f"{mount['mountPath']}/tls.crt"
+    assert flag(args, "--tls-key") == f"{mount['mountPath']}/tls.key"
+    volumes = {v["name"]: v for v in broker_deployment(docs)["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "broker-tls"
+    assert {i["key"] for i in volumes["tls"]["secret"]["items"]} == {"tls.crt", "tls.key"}
+    assert main["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert main[probe]["httpGet"]["scheme"] == "HTTPS", probe
+        assert main[probe]["httpGet"]["port"] == "https", probe
+    assert main["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+@pytest.mark.parametrize(
+    ("value", "source"),
+    [
+        ({"broker.oidc.caConfigMap": {"name": "idp-ca", "key": "bundle.pem"}}, "configMap"),
+        ({"broker.oidc.caSecret": {"name": "idp-ca", "key": "bundle.pem"}}, "secret"),
+    ],
+)
+def test_broker_oidc_ca(render: Render, value: dict[str, Any], source: str) -> None:
+    docs = render(**BROKER, **value)
+    main = broker_container(docs)
+    mount = next(m for m in main["volumeMounts"] if m["name"] == "oidc-ca")
+    assert mount["readOnly"] is True
+    assert flag(main["args"], "--oidc-ca-file") == f"{mount['mountPath']}/ca.crt"
+    volumes = {v["name"]: v for v in broker_deployment(docs)["spec"]["template"]["spec"]["volumes"]}
+    volume = volumes["oidc-ca"][source]
+    assert volume.get("name", volume.get("secretName")) == "idp-ca"
+    assert volume["items"] == [{"key": "bundle.pem", "path": "ca.crt"}]
+
+
+def test_broker_options(render: Render) -> None:
+    docs = render(
+        **BROKER,
+        **{
+            "broker.oidc.userClaim": "email",
+            "broker.oidc.groupsClaim": "roles",
+            "broker.connectTimeoutSeconds": 45,
+            "broker.port": 9443,
+            "broker.extraArgs": ["--verbose"],
+            "broker.podAnnotations": {"prometheus.io/scrape": "true"},
+        },
+    )
+    main = broker_container(docs)
+    args = main["args"]
+    assert flag(args, "--user-claim") == "email"
+    assert flag(args, "--groups-claim") == "roles"
+    assert flag(args, "--connect-timeout-seconds") == "45"
+    assert flag(args, "--listen") == "0.0.0.0:9443"
+    assert args[-1] == "--verbose"
+    assert main["ports"][0]["containerPort"] == 9443
+    template = broker_deployment(docs)["spec"]["template"]
+    assert template["metadata"]["annotations"] == {"prometheus.io/scrape": "true"}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"broker.enabled": True}, "broker.oidc.issuer is required"),
+        ({"broker.enabled": True, "broker.oidc.audience": "vdi"}, "broker.oidc.issuer is required"),
+        (
+            {"broker.enabled": True, "broker.oidc.issuer": ISSUER},
+            "broker.oidc.audience is required",
+        ),
+        (
+            {
+                **BROKER,
+                "broker.oidc.caConfigMap.name": "a",
+                "broker.oidc.caSecret.name": "b",
+            },
+            "broker.oidc.caConfigMap and broker.oidc.caSecret: set one of them",
+        ),
+        (
+            {**BROKER, "broker.serviceAccount.namespace": "web"},
+            "so its ServiceAccount must be there too (broker.serviceAccount.namespace is web)",
+        ),
+    ],
+)
+def test_broker_values_refused_at_render(helm: Path, values: dict[str, Any], message: str) -> None:
+    assert message in render_fails(helm, values)
+
+
+def test_broker_network_policy(render: Render) -> None:
+    """broker.networkPolicy.enabled: ingress only to the broker's port from ingressFrom;
+    egress only to DNS, the API server's and the issuer's ports (and peers)."""
+    assert not by_kind(render(**BROKER), "NetworkPolicy")
+    assert not by_kind(render(**{"broker.networkPolicy.enabled": True}), "NetworkPolicy")
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress"}}}
+    api = [{"ipBlock": {"cidr": "10.0.0.10/32"}}]
+    issuer = [{"ipBlock": {"cidr": "203.0.113.0/28"}}]
+    docs = render(
+        **BROKER,
+        **{
+            "broker.networkPolicy.enabled": True,
+            "broker.networkPolicy.ingressFrom": [peer],
+            "broker.networkPolicy.egress.apiServer": {"to": api, "ports": [6443]},
+            "broker.networkPolicy.egress.issuer.to": issuer,
+        },
+    )
+    policy = one(docs, "NetworkPolicy")
+    assert policy["metadata"]["name"] == BROKER_NAME
+    spec = policy["spec"]
+    assert (
+        spec["podSelector"]["matchLabels"]
+        == broker_deployment(docs)["spec"]["selector"]["matchLabels"]
+    )
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["ingress"] == [{"ports": [{"port": 8443, "protocol": "TCP"}], "from": [peer]}]
+    dns, to_api, to_issuer = spec["egress"]
+    assert dns["ports"] == [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
+    assert dns["to"][0]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+    }
+    assert to_api == {"ports": [{"port": 6443, "protocol": "TCP"}], "to": api}
+    assert to_issuer == {"ports": [{"port": 443, "protocol": "TCP"}], "to": issuer}
+    # Defaults: ingress from anywhere and egress to any address, but on those ports only.
+    spec = one(render(**BROKER, **{"broker.networkPolicy.enabled": True}), "NetworkPolicy")["spec"]
+    assert spec["ingress"] == [{"ports": [{"port": 8443, "protocol": "TCP"}]}]
+    assert [rule.get("to") is None for rule in spec["egress"]] == [False, True, True]
+    assert all(rule["ports"] for rule in spec["ingress"] + spec["egress"])
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"broker.replica": 2}, "additional properties 'replica' not allowed"),
+        ({"broker.oidc.clientId": "x"}, "additional properties 'clientId' not allowed"),
+        ({"broker.tls.secret": "x"}, "additional properties 'secret' not allowed"),
+        ({"broker.networkPolicy.egress.ntp": []}, "additional properties 'ntp' not allowed"),
+        ({"broker.enabled": "yes"}, "at '/broker/enabled': got string, want boolean"),
+        ({"broker.replicas": 0}, "at '/broker/replicas'"),
+        ({"broker.port": 70000}, "at '/broker/port'"),
+        ({"broker.service.type": "Ingress"}, "at '/broker/service/type'"),
+        ({"broker.oidc.issuer": "login.example.com"}, "at '/broker/oidc/issuer'"),
+        ({"broker.connectTimeoutSeconds": 0}, "at '/broker/connectTimeoutSeconds'"),
+        ({"broker.connectTimeoutSeconds": 301}, "at '/broker/connectTimeoutSeconds'"),
+        ({"broker.logFormat": "xml"}, "at '/broker/logFormat'"),
+        ({"broker.tls.secretName": "Broker_TLS"}, "at '/broker/tls/secretName'"),
+        (
+            {"broker.networkPolicy.egress.issuer.ports": []},
+            "at '/broker/networkPolicy/egress/issuer/ports'",
+        ),
+    ],
+)
+def test_schema_refuses_bad_broker_values(helm: Path, values: dict[str, Any], message: str) -> None:
+    stderr = render_fails(helm, values)
+    assert "values don't meet the specifications of the schema" in stderr
+    assert message in stderr, stderr
+
+
+def test_helm_lint_with_the_broker(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "watchNamespace": "vdi",
+                "broker": {
+                    "enabled": True,
+                    "oidc": {
+                        "issuer": ISSUER,
+                        "audience": "vdi-portal",
+                        "caSecret": {"name": "idp-ca"},
+                    },
+                    "tls": {"secretName": "broker-tls"},
+                    "service": {"port": 443},
+                    "networkPolicy": {"enabled": True},
+                },
+            }
+        )
+    )
+    proc = run_helm(helm, "lint", "--strict", str(CHART_DIR), "-f", str(values))
+    assert "0 chart(s) failed" in proc.stdout
+    assert "[WARNING]" not in proc.stdout
+
+
+def test_the_broker_values_are_documented() -> None:
+    """Every broker value of values.yaml is named in docs/install.md."""
+    docs = (REPO_ROOT / "docs" / "install.md").read_text()
+    broker = yaml.safe_load((CHART_DIR / "values.yaml").read_text())["broker"]
+    for key in broker:
+        assert f"broker.{key}" in docs, key
+    for key in broker["oidc"]:
+        assert f"broker.oidc.{key}" in docs, key
 
 
 def test_the_pod_name_is_the_leader_election_identity(render: Render) -> None:

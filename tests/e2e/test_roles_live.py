@@ -67,12 +67,20 @@ def chart_roles(kube: Kube, bin_dir: Path, namespace: str) -> Iterator[list[Obj]
         if component(d) in OTHER_ACTORS
     ]
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ClusterRole", "ClusterRole", "Role", "RoleBinding", "ServiceAccount"]
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRole",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
     run_tool([*kubectl, "apply", "-f", "-"], stdin=yaml.safe_dump_all(docs))
     try:
         yield docs
     finally:
-        cluster_scoped = [d for d in docs if d["kind"] == "ClusterRole"]
+        cluster_scoped = [d for d in docs if d["kind"].startswith(("ClusterRole", "Validating"))]
         run_tool(
             [*kubectl, "delete", "--ignore-not-found", "--wait=false", "-f", "-"],
             stdin=yaml.safe_dump_all(cluster_scoped),
@@ -193,9 +201,30 @@ def test_the_broker_asks_for_a_session_and_nothing_more(
     host = api.call("GET", resource_path("SessionHost", namespace, "rds-01"))
     assert host["status"]["address"] == "10.0.0.1"
 
-    # Refused: a request's status, a host, a pool's deletion, Secrets.
+    # Refused: a request's status (but its logoff), a host, a pool's deletion, Secrets.
     name_path = resource_path("SessionRequest", namespace, "alice")
-    assert_refused(broker, "PATCH", f"{name_path}/status", {"status": {"phase": "Failed"}})
+
+    def policy_in_force() -> bool:
+        # A dry run passes admission without writing: the API server may take a moment to
+        # load a new admission policy.
+        code, _ = broker.api.request(
+            "PATCH",
+            f"{name_path}/status?dryRun=All",
+            body={"status": {"phase": "Failed"}},
+            content_type="application/merge-patch+json",
+        )
+        return code == 403
+
+    wait_for(policy_in_force, WAIT_SECONDS, what="the broker's admission policy in force")
+    for status in ({"phase": "Failed"}, {"host": "rds-02"}, {"conditions": []}):
+        code, answer = broker.api.request(
+            "PATCH",
+            f"{name_path}/status",
+            body={"status": status},
+            content_type="application/merge-patch+json",
+        )
+        assert code == 403, f"status {status}: {code} {answer}"
+        assert "the broker may set status.logoff" in answer.get("message", ""), answer
     assert_refused(broker, "PATCH", name_path, {"metadata": {"labels": {"x": "y"}}})
     host_body = {
         "apiVersion": "hostpool.io/v1alpha1",
@@ -207,6 +236,17 @@ def test_the_broker_asks_for_a_session_and_nothing_more(
     assert_refused(broker, "DELETE", resource_path("HostPool", namespace, POOL))
     assert_refused(broker, "GET", f"/api/v1/namespaces/{namespace}/secrets")
     assert_refused(broker, "GET", resource_path("ScalingPlan", namespace))
+
+    # A logoff is the one status write it may make.
+    logoff = {"logoff": {"message": "bye", "deadline": "2026-01-01T00:00:00Z"}}
+    code, answer = broker.api.request(
+        "PATCH",
+        f"{name_path}/status?dryRun=All",
+        body={"status": logoff},
+        content_type="application/merge-patch+json",
+    )
+    assert code == 200, f"{code} {answer}"
+    assert answer["status"]["phase"] == "Assigned"
 
     # Logoff: the broker deletes its request.
     api.call("DELETE", name_path)

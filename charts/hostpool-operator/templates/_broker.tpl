@@ -1,0 +1,67 @@
+{{/*
+The session broker (hostpool-broker): names and namespaces shared by its Role (roles.yaml) and
+its workload (broker.yaml, broker-networkpolicy.yaml).
+*/}}
+
+{{/* The broker's Role and --namespace: broker.namespace, else watchNamespace, else the
+release namespace. */}}
+{{- define "hostpool-operator.broker.namespace" -}}
+{{- .Values.broker.namespace | default .Values.watchNamespace | default .Release.Namespace }}
+{{- end }}
+
+{{- define "hostpool-operator.broker.serviceAccountName" -}}
+{{- .Values.broker.serviceAccount.name | default (printf "%s-broker" (include "hostpool-operator.fullname" .)) }}
+{{- end }}
+
+{{- define "hostpool-operator.broker.serviceAccountNamespace" -}}
+{{- .Values.broker.serviceAccount.namespace | default .Release.Namespace }}
+{{- end }}
+
+{{/* The Role, RoleBinding (and ServiceAccount) are rendered for broker.create, and for
+broker.enabled: the broker cannot run without them. */}}
+{{- define "hostpool-operator.broker.rbac" -}}
+{{- if or .Values.broker.create .Values.broker.enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+The broker pods' labels. Not the operator's selector labels: the operator's Deployment and its
+metrics Service select app.kubernetes.io/name=<name> + instance, and would take broker pods
+for theirs. So the broker's pods are app.kubernetes.io/name=<name>-broker.
+*/}}
+{{- define "hostpool-operator.broker.selectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-broker" (include "hostpool-operator.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: broker
+{{- end }}
+
+{{- define "hostpool-operator.broker.labels" -}}
+helm.sh/chart: {{ include "hostpool-operator.chart" . }}
+{{ include "hostpool-operator.broker.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: hostpool-operator
+{{- end }}
+
+{{/* The container port's (and the Service port's) name: https with broker.tls.secretName,
+else http. */}}
+{{- define "hostpool-operator.broker.portName" -}}
+{{- if .Values.broker.tls.secretName }}https{{ else }}http{{ end }}
+{{- end }}
+
+{{/* Where the OIDC CA and the TLS key pair are mounted. */}}
+{{- define "hostpool-operator.broker.caDir" -}}/etc/hostpool-broker/oidc-ca{{- end }}
+{{- define "hostpool-operator.broker.tlsDir" -}}/etc/hostpool-broker/tls{{- end }}
+
+{{/* Refuses values the broker cannot run with (only when broker.enabled). */}}
+{{- define "hostpool-operator.broker.validate" -}}
+{{- $b := .Values.broker }}
+{{- $_ := required "broker.oidc.issuer is required when broker.enabled is true: the OIDC issuer URL whose tokens the broker accepts (--oidc-issuer)" $b.oidc.issuer }}
+{{- $_ := required "broker.oidc.audience is required when broker.enabled is true: the OIDC client ID the tokens must be issued for (--oidc-audience)" $b.oidc.audience }}
+{{- if and $b.oidc.caConfigMap.name $b.oidc.caSecret.name }}
+{{- fail "broker.oidc.caConfigMap and broker.oidc.caSecret: set one of them, not both (the broker takes one --oidc-ca-file)" }}
+{{- end }}
+{{- $saNamespace := include "hostpool-operator.broker.serviceAccountNamespace" . }}
+{{- if ne $saNamespace .Release.Namespace }}
+{{- fail (printf "broker.enabled: the broker runs in the release namespace %s, so its ServiceAccount must be there too (broker.serviceAccount.namespace is %s)" .Release.Namespace $saNamespace) }}
+{{- end }}
+{{- end }}
