@@ -443,13 +443,15 @@ async def storm_run(
     kill_at: int = 0,
     restart: Any = None,
     expected: dict[str, int] | None = None,
+    expected_hosts: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """One storm of args.storm requests over args.storm_pools pools from ``first_pool``;
     ``assign``: the ceiling (the load generator writes the status). With ``kill_at``, the
     operator gets a kill -9 once that many are seen Assigned, and ``restart()`` at once.
     With ``expected`` (each pool's sessions before the storm, updated here): the writes are
     counted until every pool's status is current again, and how long after the last
-    placement that took is ``poolsCurrentAfterS``."""
+    placement that took is ``poolsCurrentAfterS``; with ``expected_hosts`` (each host's
+    sessions) until every host's is too (``hostsCurrentAfterS``)."""
     seen: dict[str, tuple[str, float]] = {}
     changed: set[str] = set()
     rv = await current_rv(client, namespace)
@@ -494,14 +496,20 @@ async def storm_run(
         else:
             log("kill -9 never happened: too few placed")
             killing.cancel()
-    current_after = float("nan")
+    current_after = hosts_after = float("nan")
     if expected is not None:
         for name, (host_name, _) in seen.items():
             if name in result["created"]:
                 expected[host_name.rsplit("-", 1)[0]] += 1
+                if expected_hosts is not None:
+                    expected_hosts[host_name] = expected_hosts.get(host_name, 0) + 1
         done_at, _ = await pools_current(client, namespace, expected, args.timeout)
         last_placed = max((t for _, t in seen.values()), default=time.time())
         current_after = done_at - last_placed
+        if expected_hosts is not None:
+            # The hosts' counts too: their writes belong to the storm as much as the pools'.
+            hosts_at, _ = await hosts_current(client, namespace, expected_hosts, args.timeout)
+            hosts_after = hosts_at - last_placed
     else:
         await asyncio.sleep(args.status_interval * 2 + 0.5)
     watcher.cancel()
@@ -530,6 +538,7 @@ async def storm_run(
         else float("nan"),
         "loadgenErrors": result["errorCount"],
         "poolsCurrentAfterS": current_after,
+        "hostsCurrentAfterS": hosts_after,
     }
     if operator is not None and not kill_at:
         out["operatorCpuS"] = cpu_after - cpu_before
@@ -705,7 +714,8 @@ async def bench_filled(
     log(
         f"start: first placement {start['firstPlacementS']:.2f}s, pools current "
         f"{start['poolsCurrentS']:.2f}s ({good}/{args.pools}), hosts current "
-        f"{start['hostsCurrentS']:.2f}s ({hosts_good}/{len(host_sessions)}), peak RSS {peak:.0f} MB, "
+        f"{start['hostsCurrentS']:.2f}s ({hosts_good}/{len(host_sessions)}), "
+        f"peak RSS {peak:.0f} MB, "
         f"CPU {cpu:.1f}s, initial sync {start['initialSync'] or 'not reported'}"
     )
 
@@ -726,6 +736,7 @@ async def bench_filled(
         assign=False,
         operator=operator,
         expected=expected,
+        expected_hosts=host_sessions,
     )
     log(f"storm: {run['placed']} in {run['perS']:.1f}/s")
     after = await storm_run(args, client, ceiling_ns, work, prefix="d", first_pool=0, assign=True)
@@ -824,18 +835,26 @@ async def bench_filled(
     )
 
     def storm_rows(label: str, r: dict[str, Any]) -> list[tuple[str, str]]:
-        return [
-            (f"{label}: placed / requests", f"{r['placed']} / {r['requests']}"),
-            (
-                f"{label}: /s (ratio to ceiling)",
-                f"{r['perS']:.1f} ({r['perS'] / ceiling['perS']:.3f})",
-            ),
-            (f"{label}: p50 / p99 (ms)", f"{r['p50Ms']:.1f} / {r['p99Ms']:.1f}"),
-            (f"{label}: API writes per assignment", f"{r['writesPerAssignment']:.3f}"),
-        ] + (
-            [(f"{label}: every pool status current, after the last placement", f"{after:.2f}s")]
-            if (after := r.get("poolsCurrentAfterS", float("nan"))) == after
-            else []
+        return (
+            [
+                (f"{label}: placed / requests", f"{r['placed']} / {r['requests']}"),
+                (
+                    f"{label}: /s (ratio to ceiling)",
+                    f"{r['perS']:.1f} ({r['perS'] / ceiling['perS']:.3f})",
+                ),
+                (f"{label}: p50 / p99 (ms)", f"{r['p50Ms']:.1f} / {r['p99Ms']:.1f}"),
+                (f"{label}: API writes per assignment", f"{r['writesPerAssignment']:.3f}"),
+            ]
+            + (
+                [(f"{label}: every pool status current, after the last placement", f"{after:.2f}s")]
+                if (after := r.get("poolsCurrentAfterS", float("nan"))) == after
+                else []
+            )
+            + (
+                [(f"{label}: every host status current, after the last placement", f"{h:.2f}s")]
+                if (h := r.get("hostsCurrentAfterS", float("nan"))) == h
+                else []
+            )
         )
 
     how = (
