@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import re
@@ -52,6 +53,8 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "operator"))
 
+sys.path.insert(0, str(ROOT / "tests"))
+from bench import broker_arm  # noqa: E402
 from hostpool_operator.api import conditions as cond  # noqa: E402
 from hostpool_operator.api.timestamps import rfc3339  # noqa: E402
 from hostpool_operator.kube.client import KubeClient  # noqa: E402
@@ -251,8 +254,16 @@ async def create_namespace(client: KubeClient, prefix: str) -> str:
     return name
 
 
-async def create_pool(client: KubeClient, namespace: str, args: argparse.Namespace) -> None:
+async def create_pool(
+    client: KubeClient,
+    namespace: str,
+    args: argparse.Namespace,
+    entitlements: dict[str, Any] | None = None,
+) -> None:
     lb: dict[str, Any] = {"type": args.algorithm, "maxSessionLimit": args.limit}
+    spec: dict[str, Any] = {"loadBalancer": lb}
+    if entitlements is not None:
+        spec["entitlements"] = entitlements
     for j in range(args.pools):
         await client.create(
             "hostpools",
@@ -261,7 +272,7 @@ async def create_pool(client: KubeClient, namespace: str, args: argparse.Namespa
                 "apiVersion": GROUP_VERSION,
                 "kind": "HostPool",
                 "metadata": {"name": pool_name(j, args.pools)},
-                "spec": {"loadBalancer": lb},
+                "spec": spec,
             },
         )
     sem = asyncio.Semaphore(32)
@@ -635,6 +646,25 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[k]
 
 
+def operator_command(args: argparse.Namespace, namespace: str, metrics_port: int) -> list[str]:
+    profile = os.environ.get("BENCH_PROFILE")
+    wrapper = ["-m", "pyinstrument", "--show-all", "-o", profile, "-m"] if profile else ["-m"]
+    return [
+        sys.executable,
+        *wrapper,
+        "hostpool_operator",
+        "run",
+        "--namespace",
+        namespace,
+        "--status-interval",
+        str(args.status_interval),
+        "--write-concurrency",
+        str(args.write_concurrency),
+        "--metrics-address",
+        f"127.0.0.1:{metrics_port}",
+    ]
+
+
 async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path) -> dict[str, Any]:
     namespace = await create_namespace(client, "bench-storm")
     await create_pool(client, namespace, args)
@@ -644,23 +674,8 @@ async def operator_run(args: argparse.Namespace, client: KubeClient, work: Path)
     )
     op_log = work / "operator.log"
     metrics_port = free_port()
-    profile = os.environ.get("BENCH_PROFILE")
-    wrapper = ["-m", "pyinstrument", "--show-all", "-o", profile, "-m"] if profile else ["-m"]
     operator = subprocess.Popen(
-        [
-            sys.executable,
-            *wrapper,
-            "hostpool_operator",
-            "run",
-            "--namespace",
-            namespace,
-            "--status-interval",
-            str(args.status_interval),
-            "--write-concurrency",
-            str(args.write_concurrency),
-            "--metrics-address",
-            f"127.0.0.1:{metrics_port}",
-        ],
+        operator_command(args, namespace, metrics_port),
         stdout=op_log.open("wb"),
         stderr=subprocess.STDOUT,
         env={**os.environ, "KUBECONFIG": args.kubeconfig, "PYTHONPATH": str(ROOT / "operator")},
@@ -787,17 +802,48 @@ def plot(run: dict[str, Any], out: Path) -> None:
 async def bench(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="hostpool-bench-"))
     client = client_for(args.kubeconfig)
+    idp = contextlib.ExitStack()
+    broker: dict[str, Any] | None = None
     try:
+        if args.broker:
+            log(f"Keycloak: a realm of {args.requests} users, then their tokens")
+            began = time.time()
+            kc = idp.enter_context(broker_arm.start_keycloak(args.requests))
+            started_in = time.time() - began
+            tokens, minted_in = await asyncio.to_thread(broker_arm.mint_tokens, kc, args.requests)
+            log(f"Keycloak ready in {started_in:.1f}s; {len(tokens)} tokens in {minted_in:.1f}s")
         # The server's own pace drifts between runs (this is a shared two-core machine), so
         # the ceiling is taken on both sides of the operator run and averaged.
         before = await ceiling(args, client, work, "before")
         run = await operator_run(args, client, work)
+        if args.broker:
+            broker = await broker_arm.broker_run(
+                args,
+                client,
+                work,
+                kc,
+                tokens,
+                {
+                    "create_namespace": create_namespace,
+                    "create_pool": create_pool,
+                    "watch_requests": watch_requests,
+                    "started": started,
+                    "proc_stats": proc_stats,
+                    "free_port": free_port,
+                    "delete_namespace": delete_namespace,
+                    "operator_command": operator_command,
+                    "percentile": percentile,
+                },
+            )
+            idp.close()  # the other arms run without it
+            log(f"broker: {broker['connected']} of {broker['users']} connected")
         bare = {
             label: await bare_run(args, client, work, label, command)
             for label, command in bare_commands(args, client, work).items()
         }
         after = await ceiling(args, client, work, "after")
     finally:
+        idp.close()
         await client.close()
     ceiling_per_s = (before["perS"] + after["perS"]) / 2
     ceiling_latencies = before["latencies"] + after["latencies"]
@@ -892,8 +938,37 @@ async def bench(args: argparse.Namespace) -> int:
     for key, count in run["writes"].items():
         print(f"    {key:<40} {count:.0f}")
     print(f"  plot: {args.plot}; raw timings: {work / 'timings.json'}")
+    if broker is not None:
+        ratio_b = broker["throughputPerS"] / run["throughputPerS"] if run["throughputPerS"] else 0
+        summary["broker"] = {
+            **{k: (round(v, 2) if isinstance(v, float) else v) for k, v in broker.items()},
+            "ratioToRawStorm": round(ratio_b, 3),
+            "p99AboveRawStormMs": round(broker["p99Ms"] - percentile(run["latencies"], 99), 1),
+        }
+        b = summary["broker"]
+        print(f"  through the broker ({args.broker_concurrency} connects in flight):")
+        for label, value in (
+            ("users / connected (200)", f"{b['users']} / {b['connected']}"),
+            ("requests / duplicate requests", f"{b['requests']} / {b['duplicateRequests']}"),
+            ("duplicates / overLimit", f"{b['duplicates']} / {b['overLimit']}"),
+            ("throughput (logons/s)", f"{b['throughputPerS']}"),
+            ("ratio to the raw storm", f"{b['ratioToRawStorm']}"),
+            ("latency p50 / p99 (ms, call->answer)", f"{b['p50Ms']} / {b['p99Ms']}"),
+            ("p99 above the raw storm's (ms)", f"{b['p99AboveRawStormMs']}"),
+            ("broker CPU (s) / peak RSS (MB)", f"{b['brokerCpuS']} / {b['brokerRssMb']}"),
+            ("answers", ", ".join(f"{k}: {v}" for k, v in sorted(b["answers"].items()))),
+        ):
+            print(f"    {label:<38} {value}")
     print(json.dumps(summary))
     bad = run["lost"] or run["duplicates"] or run["overLimit"]
+    if broker is not None:
+        bad = bad or (
+            broker["connected"] < broker["users"]
+            or broker["duplicateRequests"]
+            or broker["duplicates"]
+            or broker["overLimit"]
+            or broker["brokerErrors"]
+        )
     return 1 if bad else 0
 
 
@@ -909,6 +984,7 @@ def main() -> int:
     gen.add_argument("--hosts", type=int, required=True)
     gen.add_argument("--pools", type=int, required=True)
     gen.add_argument("--out", required=True)
+    broker_arm.add_loadgen_parser(sub)
     bare = sub.add_parser("bare-controller")
     bare.add_argument("--kubeconfig", required=True)
     bare.add_argument("--namespace", required=True)
@@ -928,10 +1004,22 @@ def main() -> int:
         "--write-concurrency", type=int, default=int(env("BENCH_WRITE_CONCURRENCY", "128"))
     )
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument(
+        "--broker",
+        type=int,
+        default=int(env("BENCH_BROKER", "1")),
+        help="1: the broker arm too (Keycloak, tokens, logons through hostpool-broker)",
+    )
+    parser.add_argument(
+        "--broker-concurrency", type=int, default=int(env("BENCH_BROKER_CONCURRENCY", "256"))
+    )
     parser.add_argument("--plot", default="bench-storm.png")
     args = parser.parse_args()
     if args.command == "loadgen":
         asyncio.run(loadgen(args))
+        return 0
+    if args.command == "connect-loadgen":
+        asyncio.run(broker_arm.connect_loadgen(args))
         return 0
     if args.command == "bare-controller":
         asyncio.run(bare_controller(args))

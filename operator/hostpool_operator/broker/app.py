@@ -166,7 +166,6 @@ class Broker:
 
     async def metrics_page(self, request: web.Request) -> web.Response:
         self.metrics.waiting.set(self.directory.waiting)
-        self.metrics.key_fetch_failures.set(self.verifier.fetch_failures)
         self.metrics.skipped.set(self.directory.skipped)
         body = generate_latest(self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

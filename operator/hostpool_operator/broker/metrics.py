@@ -8,6 +8,9 @@ CONNECT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 
 
 class BrokerMetrics:
+    def key_fetched(self, ok: bool) -> None:
+        self.key_fetches.labels("ok" if ok else "failed").inc()
+
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         self.connect_seconds = Histogram(
@@ -28,9 +31,10 @@ class BrokerMetrics:
             "Connects waiting for their request to be placed.",
             registry=self.registry,
         )
-        self.key_fetch_failures = Gauge(
-            "hostpool_broker_issuer_key_fetch_failures",
-            "Fetches of the issuer's keys that failed since the start.",
+        self.key_fetches = Counter(
+            "hostpool_broker_issuer_key_fetches",
+            "Fetches of the issuer's key set, by result (ok, failed).",
+            ["result"],
             registry=self.registry,
         )
         self.skipped = Gauge(

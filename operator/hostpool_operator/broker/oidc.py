@@ -14,6 +14,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,10 +50,14 @@ class OidcSettings:
 
 
 class TokenVerifier:
-    """Verifies bearer tokens of one issuer for one audience."""
+    """Verifies bearer tokens of one issuer for one audience. ``on_fetch(ok)`` is told of
+    every fetch of the key set (the metrics count them)."""
 
-    def __init__(self, settings: OidcSettings) -> None:
+    def __init__(
+        self, settings: OidcSettings, on_fetch: Callable[[bool], None] | None = None
+    ) -> None:
         self.settings = settings
+        self._on_fetch = on_fetch or (lambda ok: None)
         self.issuer = settings.issuer.rstrip("/")
         self._ssl: ssl.SSLContext | bool = (
             ssl.create_default_context(cafile=settings.ca_file) if settings.ca_file else True
@@ -62,9 +67,6 @@ class TokenVerifier:
         self._keys: dict[str, jwt.PyJWK] = {}
         self._fetched_at = float("-inf")
         self._fetching: asyncio.Task[None] | None = None
-        #: Key-set fetches, and those that failed (the metrics read them).
-        self.fetches = 0
-        self.fetch_failures = 0
 
     async def close(self) -> None:
         if self._session is not None:
@@ -94,7 +96,6 @@ class TokenVerifier:
     async def refresh(self) -> None:
         """Discovery (once) and the key set; keeps the last good set when this fails."""
         self._fetched_at = time.monotonic()
-        self.fetches += 1
         try:
             if self._jwks_uri is None:
                 found = await self._get_json(f"{self.issuer}/.well-known/openid-configuration")
@@ -113,9 +114,10 @@ class TokenVerifier:
             if not usable:
                 raise OSError("the key set has no signing key")
             self._keys = usable
+            self._on_fetch(True)
             log.info("issuer keys: %d signing keys (%s)", len(usable), ", ".join(sorted(usable)))
         except (OSError, aiohttp.ClientError, TimeoutError, ValueError, jwt.PyJWTError) as error:
-            self.fetch_failures += 1
+            self._on_fetch(False)
             log.warning(
                 "issuer keys not fetched (%s); keeping %d known keys", error, len(self._keys)
             )

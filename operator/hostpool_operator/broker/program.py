@@ -19,9 +19,13 @@ from ..kube.client import KubeClient
 from ..logs import setup_logging
 from .app import Broker, BrokerSettings
 from .directory import Directory
-from .oidc import OidcSettings, TokenVerifier
+from .metrics import BrokerMetrics
+from .oidc import MAX_TOKEN, OidcSettings, TokenVerifier
 
 log = logging.getLogger("hostpool_operator.broker")
+
+#: Longest header line taken (the broker refuses tokens past MAX_TOKEN itself).
+MAX_HEADER = 4 * MAX_TOKEN
 
 #: How often the issuer's key set is fetched while the broker has none (at start, or an
 #: issuer that was down).
@@ -36,6 +40,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--oidc-issuer", required=True, help="the issuer URL of the tokens")
     parser.add_argument("--oidc-audience", required=True, help="the client id tokens are for")
     parser.add_argument("--oidc-ca-file", help="CA bundle for the issuer's HTTPS")
+    parser.add_argument(
+        "--oidc-key-refetch-seconds",
+        type=float,
+        default=60.0,
+        help="least time between fetches of the issuer's keys for an unknown key id",
+    )
     parser.add_argument("--user-claim", default="preferred_username")
     parser.add_argument("--groups-claim", default="groups")
     parser.add_argument("--listen", default="0.0.0.0:8443", help="HOST:PORT")
@@ -63,6 +73,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.listen_host, args.listen_port = host.strip("[]") or "0.0.0.0", int(port)
     if not 0 < args.connect_timeout_seconds <= 300:
         parser.error("--connect-timeout-seconds must be in (0, 300]")
+    if args.oidc_key_refetch_seconds < 0:
+        parser.error("--oidc-key-refetch-seconds must be >= 0")
     if args.rate_limit <= 0 or args.rate_burst < 1:
         parser.error("--rate-limit must be > 0 and --rate-burst >= 1")
     return args
@@ -79,6 +91,7 @@ async def _keys_until_ready(verifier: TokenVerifier) -> None:
 
 async def amain(args: argparse.Namespace) -> int:
     info = login()
+    metrics = BrokerMetrics()
     verifier = TokenVerifier(
         OidcSettings(
             issuer=args.oidc_issuer,
@@ -86,7 +99,9 @@ async def amain(args: argparse.Namespace) -> int:
             user_claim=args.user_claim,
             groups_claim=args.groups_claim,
             ca_file=args.oidc_ca_file,
-        )
+            refetch_interval=args.oidc_key_refetch_seconds,
+        ),
+        on_fetch=metrics.key_fetched,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -107,8 +122,13 @@ async def amain(args: argparse.Namespace) -> int:
                 rate=args.rate_limit,
                 burst=args.rate_burst,
             ),
+            metrics,
         )
-        runner = web.AppRunner(broker.app(), access_log=None, handle_signals=False)
+        # Headers up to MAX_HEADER: a token of a user in many groups is long, and one the
+        # broker refuses itself (401, "too long") is better than aiohttp's bare 400.
+        runner = web.AppRunner(
+            broker.app(), access_log=None, handle_signals=False, max_field_size=MAX_HEADER
+        )
         await runner.setup()
         site = web.TCPSite(runner, args.listen_host, args.listen_port, ssl_context=tls)
         await site.start()
@@ -138,10 +158,25 @@ async def amain(args: argparse.Namespace) -> int:
     return 0
 
 
+class _WithoutRequestDetails(logging.Filter):
+    """aiohttp logs a request it cannot parse with the parser's error, which quotes the
+    offending header: that can be an Authorization header. Logged without it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info or "Error handling request" in str(record.msg):
+            error = record.exc_info[1] if record.exc_info else None
+            record.msg = "refused a malformed HTTP request (%s)"
+            record.args = (type(error).__name__ if error else "unknown",)
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     args = parse_args(argv)
     setup_logging(json_logs=args.log_format == "json", verbose=args.verbose)
+    logging.getLogger("aiohttp.server").addFilter(_WithoutRequestDetails())
     return asyncio.run(amain(args))
 
 

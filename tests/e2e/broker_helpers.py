@@ -1,0 +1,184 @@
+"""The broker as a real process for the end-to-end tests, and an HTTP client for it.
+
+``BrokerProcess`` runs ``python -m hostpool_operator.broker`` against the suite's API server
+and an issuer (Keycloak), waits for ``/readyz``, and keeps its log for the failure report."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.helpers import free_port
+
+
+@dataclass
+class Reply:
+    """One HTTP answer: status, headers, and the body as JSON (or text when it is not)."""
+
+    status: int
+    headers: dict[str, str]
+    text: str
+    body: Any = field(default=None)
+
+
+class BrokerProcess:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        issuer: str,
+        audience: str,
+        namespaces: Iterable[str],
+        log_path: Path,
+        *,
+        extra_args: Iterable[str] = (),
+        port: int | None = None,
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.issuer = issuer
+        self.audience = audience
+        self.namespaces = list(namespaces)
+        self.log_path = log_path
+        self.extra_args = list(extra_args)
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self.scheme = "https" if "--tls-cert" in self.extra_args else "http"
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def command(self) -> list[str]:
+        ns_args = [arg for ns in self.namespaces for arg in ("--namespace", ns)]
+        return [
+            sys.executable,
+            "-m",
+            "hostpool_operator.broker",
+            "--oidc-issuer",
+            self.issuer,
+            "--oidc-audience",
+            self.audience,
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            *ns_args,
+            "--verbose",
+            *self.extra_args,
+        ]
+
+    def start(self, timeout: float = 60.0, *, ready: bool = True) -> None:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        with self.log_path.open("ab") as log:
+            self.starts += 1
+            log.write(f"==== e2e: broker start #{self.starts}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        if not ready:
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                pytest.fail(
+                    f"the broker exited with {self.proc.returncode}:\n{self.log_tail()}",
+                    pytrace=False,
+                )
+            try:
+                if self.call("GET", "/readyz").status == 200:
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"the broker was not ready in {timeout:.0f}s:\n{self.log_tail()}")
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        """kill -9: no shutdown at all."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        with self.log_path.open("ab") as log:
+            log.write(f"==== e2e: broker stopped, exit code {self.proc.returncode}\n".encode())
+        self.proc = None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 80) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def problems(self) -> list[str]:
+        markers = ("Traceback (most recent call last)", " ERROR ", "CRITICAL")
+        return [line for line in self.log_text().splitlines() if any(m in line for m in markers)]
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        token: str | None = None,
+        body: Any = None,
+        data: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> Reply:
+        """One HTTP call; any status comes back as a Reply (never raised)."""
+        sent = dict(headers or {})
+        if token is not None:
+            sent["Authorization"] = f"Bearer {token}"
+        if body is not None:
+            data = json.dumps(body).encode()
+            sent.setdefault("Content-Type", "application/json")
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=sent)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                status, got, raw = answer.status, dict(answer.headers), answer.read()
+        except urllib.error.HTTPError as error:
+            status, got, raw = error.code, dict(error.headers), error.read()
+        text = raw.decode(errors="replace")
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = None
+        return Reply(status, got, text, parsed)
+
+    def connect(self, namespace: str, pool: str, token: str, **kwargs: Any) -> Reply:
+        return self.call(
+            "POST", f"/v1/namespaces/{namespace}/pools/{pool}/connect", token=token, **kwargs
+        )
+
+    def end_session(self, namespace: str, pool: str, token: str) -> Reply:
+        return self.call("DELETE", f"/v1/namespaces/{namespace}/pools/{pool}/session", token=token)
+
+    def pools(self, token: str) -> Reply:
+        return self.call("GET", "/v1/pools", token=token)
+
+    def metrics(self) -> str:
+        return self.call("GET", "/metrics").text
