@@ -95,3 +95,49 @@ def _reap_operators() -> Iterator[None]:
 def cluster(kube: KubeLike, namespace: str) -> Cluster:
     """The test namespace's objects (create from dicts, read, patch, wait)."""
     return Cluster(kube, namespace)
+
+
+# ---------------------------------------------------------------------------------------
+# Keycloak: a real OIDC identity provider (tests/keycloak.py), one for the whole session.
+
+from keycloak import Keycloak, KeycloakError, keycloak_home, suite_realms  # noqa: E402
+
+KEYCLOAK_LOG_LINES = 60
+
+
+@pytest.fixture(scope="session")
+def keycloak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keycloak]:
+    """One Keycloak for the session (lazy: only a test that asks for it starts it), on a
+    free 127.0.0.1 port, with realms ``corp`` and ``other`` of ``keycloak.suite_realms()``:
+    client ``keycloak.CLIENT_ID`` (secret ``keycloak.CLIENT_SECRET``), users
+    ``keycloak.CORP_USERS`` and ``keycloak.OTHER_USERS``. Fetched by tests/idp/keycloak.sh
+    on first use; 15-60 s to start (in-memory database, realms imported at each start).
+    Its log is under the session's temporary directory; a start that fails says why with
+    the log's last lines."""
+    problem = ""
+    try:
+        server = Keycloak(keycloak_home(), tmp_path_factory.mktemp("keycloak"))
+        server.start(suite_realms())
+    except KeycloakError as exc:
+        problem = str(exc)
+    if problem:
+        pytest.fail(f"Keycloak is not available: {problem}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _keycloak_log_on_failure(request: pytest.FixtureRequest) -> None:
+    """A failed test that used ``keycloak`` gets Keycloak's log tail in its report (starts
+    nothing for a test that did not ask for it)."""
+    if "keycloak" not in request.fixturenames:
+        return
+    server: Keycloak = request.getfixturevalue("keycloak")
+    request.node.stash.setdefault(EXTRA_LOGS, []).append(
+        (
+            f"keycloak log (last {KEYCLOAK_LOG_LINES} lines; {server.log_path})",
+            lambda: server.log_tail(KEYCLOAK_LOG_LINES),
+        )
+    )

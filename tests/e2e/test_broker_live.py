@@ -27,9 +27,11 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from e2e import test_workloads_live as workloads
 from e2e.broker_helpers import BrokerProcess, Reply
 from e2e.helpers import EXTRA_LOGS, Cluster, KubeLike, OperatorProcess, phase
 from e2e.test_agent_live import AgentProcess
+from e2e.test_workloads_live import node_label  # noqa: F401  (a fixture)
 from hostpool_operator.access.names import request_name
 from keycloak import CLIENT_SECRET, CORP_USERS, OTHER_USERS, Keycloak
 
@@ -678,3 +680,51 @@ def test_a_user_past_the_rate_limit_gets_429(
     assert_refused(limited, 429, "TooManyRequests")
     assert int(limited.headers["Retry-After"]) >= 1
     assert broker.pools(tokens("bob")).status == 200  # a bucket per user
+
+
+# ---------------------------------------------------------------------------------------
+# a pool that grows: the connect waits for the host being added
+
+
+def test_a_pool_that_scales_up_answers_hosts_starting_then_the_new_host(
+    kube: KubeLike,
+    cluster: Cluster,
+    node_label: Callable[[], list[str]],  # noqa: F811  (the fixture imported above)
+    operator_process: OperatorProcess,
+    brokers: Callable[..., BrokerProcess],
+    tokens: Callable[[str], str],
+) -> None:
+    del operator_process
+    # The pods can be scheduled only once the nodes are labelled: the starting phase is
+    # seen for sure.
+    template = workloads.pod_template(
+        workloads.pod_spec(nodeSelector={workloads.READY_LABEL: "yes"})
+    )
+    cluster.create_pool(
+        POOL,
+        "DepthFirst",
+        2,
+        scaling=workloads.scaling(template),
+        entitlements={"users": ["alice"]},
+    )
+    cluster.wait_operator_knows(POOL, [])
+    broker = brokers("--connect-timeout-seconds", "2")
+    token = tokens("alice")
+    starting = broker.connect(cluster.namespace, POOL, token)
+    assert starting.status == 202, starting.text
+    assert starting.body["reason"] == "HostsStarting"
+    assert int(starting.headers["Retry-After"]) >= 1
+    node_label()
+
+    def placed() -> Reply | None:
+        reply = broker.connect(cluster.namespace, POOL, token)
+        return reply if reply.status == 200 else None
+
+    answer = cluster.wait(placed, "the connect answered with the added host", 60)
+    assert answer.body["request"] == starting.body["request"]
+    pod = workloads.pods(kube, cluster.namespace)[answer.body["host"]]  # type: ignore[arg-type]
+    assert answer.body["address"] == pod["status"]["podIP"]
+    assert (
+        cluster.request(answer.body["request"])["status"]["hostAddress"] == pod["status"]["podIP"]
+    )
+    assert len(cluster.requests()) == 1

@@ -216,7 +216,8 @@ def test_the_broker_asks_for_a_session_and_nothing_more(
         return code == 403
 
     wait_for(policy_in_force, WAIT_SECONDS, what="the broker's admission policy in force")
-    for status in ({"phase": "Failed"}, {"host": "rds-02"}, {"conditions": []}):
+    forbidden: list[Obj] = [{"phase": "Failed"}, {"host": "rds-02"}, {"conditions": []}]
+    for status in forbidden:
         code, answer = broker.api.request(
             "PATCH",
             f"{name_path}/status",

@@ -3,6 +3,8 @@ answers, the .rdp file, the per-user rate limit."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -318,7 +320,11 @@ def test_rdp_properties_refused(text: str) -> None:
 )
 def test_rdp_properties_round_trip(items: list[tuple[str, str, int]]) -> None:
     items = [(n, t, v) for n, t, v in items if n.lower() not in api.BROKER_RDP_PROPERTIES]
-    values = {"i": str, "s": lambda v: f"v{v}", "b": lambda v: format(abs(v), "x")}
+    values: dict[str, Callable[[int], str]] = {
+        "i": str,
+        "s": lambda v: f"v{v}",
+        "b": lambda v: format(abs(v), "x"),
+    }
     text = ";".join(f"{n}:{t}:{values[t](v)}" for n, t, v in items)
     parsed = api.parse_rdp_properties(text)
     assert [(n, str(t), v) for n, t, v in parsed] == [(n, t, values[t](v)) for n, t, v in items]
