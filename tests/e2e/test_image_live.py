@@ -17,11 +17,14 @@ Where podman cannot be had (no apt-get, or not root) the tests skip, saying why;
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,7 +35,8 @@ import yaml
 
 import builders
 from e2e import test_rbac_live as rbac
-from e2e.helpers import status
+from e2e.helpers import free_port, status
+from keycloak import CLIENT_ID, CLIENT_SECRET, CORP, Keycloak
 from kube import REPO_ROOT, Kube, unique_name, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
@@ -281,3 +285,63 @@ def test_image_runs_the_agent(
         show=agent.logs,
     )
     assert agent.running()
+
+
+def test_image_runs_the_broker(
+    image: str,
+    kube: Kube,
+    namespace: str,
+    containers: list[Container],
+    tmp_path: Path,
+    keycloak: Keycloak,
+) -> None:
+    """``hostpool-broker`` from the same image, read-only, as 65532: it fetches the issuer's
+    keys, syncs its watches, and checks tokens (its JWT and crypto libraries are in it)."""
+    broker = Container(
+        image,
+        self_contained(kube.kubeconfig, tmp_path / "kubeconfig"),
+        entrypoint="hostpool-broker",
+    )
+    usage = podman(*broker.run_argv(["--help"], detach=False))
+    assert "--oidc-issuer" in usage
+    kube.create(
+        namespace,
+        builders.pool("desk", "DepthFirst", 2, entitlements={"users": ["alice"]}),
+    )
+    port = free_port()
+    containers.append(broker)
+    broker.start(
+        [
+            "--oidc-issuer",
+            keycloak.issuer(CORP),
+            "--oidc-audience",
+            CLIENT_ID,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--namespace",
+            namespace,
+            "--log-format",
+            "text",
+        ]
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"{base}/readyz", timeout=5) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+    wait_for(ready, 60, what="the broker in the image ready", show=broker.logs)
+    token = keycloak.token(CORP, CLIENT_ID, CLIENT_SECRET, "alice", "alice-pw")
+    listing = urllib.request.Request(
+        f"{base}/v1/pools", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(listing, timeout=10) as answer:
+        pools = json.loads(answer.read())["pools"]
+    assert [p["name"] for p in pools] == ["desk"]
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{base}/v1/pools", timeout=10)
+    assert refused.value.code == 401
+    assert token not in broker.logs()
