@@ -480,6 +480,14 @@ class Keycloak:
                 )
             time.sleep(0.25)
 
+    def detach(self) -> int:
+        """Leave the server running when this process exits (a demo keeps it); its pid."""
+        _RUNNING.discard(self)
+        assert self._process is not None, "not started"
+        pid = self._process.pid
+        self._process = None
+        return pid
+
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM the server and wait; SIGKILL its process group after ``timeout``."""
         process = self._process

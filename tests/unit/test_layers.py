@@ -84,6 +84,27 @@ def test_the_package_as_it_is_keeps_every_contract(tmp_path: Path) -> None:
             ["kube"],
             id="kube-imports-the-engine",
         ),
+        pytest.param(
+            "access/new_rule.py",
+            "import aiohttp\n",
+            ["pure", "io-libraries"],
+            id="access-imports-aiohttp",
+        ),
+        pytest.param(
+            "access/new_rule.py", "import jwt\n", ["pure"], id="access-checks-tokens-itself"
+        ),
+        pytest.param(
+            "broker/new_part.py",
+            "from ..controller import manager\n",
+            ["broker", "programs"],
+            id="broker-imports-the-controller",
+        ),
+        pytest.param(
+            "broker/new_part.py",
+            "from ..engine import placement\n",
+            ["broker"],
+            id="broker-places-sessions-itself",
+        ),
     ],
 )
 def test_a_new_module_is_bound_by_its_package(
