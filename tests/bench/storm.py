@@ -277,6 +277,12 @@ async def create_pool(
         )
     sem = asyncio.Semaphore(32)
 
+    def host_spec(i: int) -> dict[str, Any]:
+        spec: dict[str, Any] = {"poolRef": {"name": pool_name(i, args.pools)}}
+        if entitlements is not None:  # the broker hands clients an address
+            spec["address"] = f"host{i:05d}.bench.example"
+        return spec
+
     async def host(i: int) -> None:
         async with sem:
             await client.create(
@@ -286,7 +292,7 @@ async def create_pool(
                     "apiVersion": GROUP_VERSION,
                     "kind": "SessionHost",
                     "metadata": {"name": f"host{i:05d}"},
-                    "spec": {"poolRef": {"name": pool_name(i, args.pools)}},
+                    "spec": host_spec(i),
                 },
             )
 
@@ -1019,7 +1025,9 @@ def main() -> int:
         asyncio.run(loadgen(args))
         return 0
     if args.command == "connect-loadgen":
-        asyncio.run(broker_arm.connect_loadgen(args))
+        import uvloop
+
+        uvloop.run(broker_arm.connect_loadgen(args))
         return 0
     if args.command == "bare-controller":
         asyncio.run(bare_controller(args))
