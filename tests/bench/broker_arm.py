@@ -5,7 +5,10 @@ Keycloak (tests/keycloak.py) imports a realm of N users in group ``bench`` and m
 access tokens before the storm. Then, on a fresh namespace with the raw storm's pool shape
 (entitled to that group), the operator and the broker run as their own processes, and a
 load generator (its own process too) sends each user's connect, ``--broker-concurrency`` in
-flight: the time from the HTTP call to its answer is each logon's latency. A connect
+flight (256; 0: every user at once). A client waits for its answer, so the rate is at most
+concurrency / latency: 256 keeps that well above what the servers do here, while every user
+at once measures mostly the queue in front of them (p99 = the time to place them all): the
+time from the HTTP call to its answer is each logon's latency. A connect
 answered 202 (still waiting) is sent again after its Retry-After, as a client would; a
 user's answer counts once it is 200.
 

@@ -1017,7 +1017,10 @@ def main() -> int:
         help="1: the broker arm too (Keycloak, tokens, logons through hostpool-broker)",
     )
     parser.add_argument(
-        "--broker-concurrency", type=int, default=int(env("BENCH_BROKER_CONCURRENCY", "256"))
+        "--broker-concurrency",
+        type=int,
+        default=int(env("BENCH_BROKER_CONCURRENCY", "256")),
+        help="connects in flight through the broker (0: every user at once)",
     )
     parser.add_argument("--plot", default="bench-storm.png")
     args = parser.parse_args()
@@ -1037,6 +1040,8 @@ def main() -> int:
         parser.error("BENCH_POOLS must be at least 1 and divide BENCH_HOSTS")
     if not args.kubeconfig:
         parser.error("no cluster: set KUBECONFIG (make bench starts one and sets it)")
+    if args.broker_concurrency <= 0:
+        args.broker_concurrency = args.requests
     return asyncio.run(bench(args))
 
 
