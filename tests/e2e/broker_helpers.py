@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -55,6 +56,8 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.scheme = "https" if "--tls-cert" in self.extra_args else "http"
+        #: Trusts the broker's certificate (set by a test that gives it one).
+        self.ssl_context: ssl.SSLContext | None = None
 
     @property
     def url(self) -> str:
@@ -158,7 +161,9 @@ class BrokerProcess:
             sent.setdefault("Content-Type", "application/json")
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=sent)
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as answer:
+            with urllib.request.urlopen(
+                request, timeout=timeout, context=self.ssl_context
+            ) as answer:
                 status, got, raw = answer.status, dict(answer.headers), answer.read()
         except urllib.error.HTTPError as error:
             status, got, raw = error.code, dict(error.headers), error.read()

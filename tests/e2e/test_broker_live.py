@@ -13,7 +13,11 @@ exactly as it checks Keycloak's.
 from __future__ import annotations
 
 import base64
+import datetime as dt
+import http.client
+import ipaddress
 import json
+import ssl
 import threading
 import time
 import urllib.error
@@ -24,8 +28,10 @@ from typing import Any
 
 import jwt
 import pytest
-from cryptography.hazmat.primitives import serialization
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
 
 from e2e import test_workloads_live as workloads
 from e2e.broker_helpers import BrokerProcess, Reply
@@ -133,7 +139,9 @@ def brokers(
     made: list[BrokerProcess] = []
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
 
-    def start(*extra: str, ready: bool = True) -> BrokerProcess:
+    def start(
+        *extra: str, ready: bool = True, trust: ssl.SSLContext | None = None
+    ) -> BrokerProcess:
         broker = BrokerProcess(
             kube.kubeconfig,
             keycloak.issuer(REALM),
@@ -142,6 +150,7 @@ def brokers(
             tmp_path / f"broker-{len(made)}.log",
             extra_args=extra,
         )
+        broker.ssl_context = trust
         made.append(broker)
         logs.append((f"broker {len(made) - 1} log", lambda: broker.log_tail(60)))
         broker.start(ready=ready)
@@ -728,3 +737,53 @@ def test_a_pool_that_scales_up_answers_hosts_starting_then_the_new_host(
         cluster.request(answer.body["request"])["status"]["hostAddress"] == pod["status"]["podIP"]
     )
     assert len(cluster.requests()) == 1
+
+
+# ---------------------------------------------------------------------------------------
+# TLS
+
+
+def test_the_broker_serves_https_with_the_certificate_it_is_given(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    brokers: Callable[..., BrokerProcess],
+    tokens: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    del operator_process
+    entitled_pool(cluster, ["h1"], users=["alice"])
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    trust = ssl.create_default_context(cafile=str(cert_file))
+    broker = brokers("--tls-cert", str(cert_file), "--tls-key", str(key_file), trust=trust)
+    assert broker.url.startswith("https://")
+    reply = broker.connect(cluster.namespace, POOL, tokens("alice"))
+    assert reply.status == 200, reply.text
+    # Plain HTTP is not served on that port.
+    plain = urllib.request.Request(f"http://127.0.0.1:{broker.port}/healthz")
+    with pytest.raises((ConnectionError, urllib.error.URLError, http.client.HTTPException)):
+        urllib.request.urlopen(plain, timeout=10)
