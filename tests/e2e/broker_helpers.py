@@ -5,6 +5,7 @@ and an issuer (Keycloak), waits for ``/readyz``, and keeps its log for the failu
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -21,7 +22,16 @@ from typing import Any
 
 import pytest
 
-from e2e.helpers import free_port
+from e2e.helpers import Cluster, free_port
+from keycloak import CLIENT_SECRET, CORP_USERS, OTHER_USERS, Keycloak
+
+#: The realm, client and pool the broker tests use, and the label on the broker's requests.
+REALM = "corp"
+CLIENT = "hostpool-desktops"
+POOL = "desk"
+BROKER_LABEL = "hostpool.io/broker"
+
+Obj = dict[str, Any]
 
 
 @dataclass
@@ -187,3 +197,66 @@ class BrokerProcess:
 
     def metrics(self) -> str:
         return self.call("GET", "/metrics").text
+
+
+# ---------------------------------------------------------------------------------------
+# what the broker tests share
+
+
+def b64int(text: str) -> int:
+    return int.from_bytes(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)), "big")
+
+
+def keycloak_token(keycloak: Keycloak, user: str, realm: str = REALM) -> str:
+    users = CORP_USERS if realm == REALM else OTHER_USERS
+    password = next(p for name, p, _ in users if name == user)
+    return keycloak.token(realm, CLIENT, CLIENT_SECRET, user, password)
+
+
+def entitled_pool(
+    cluster: Cluster,
+    hosts: list[str],
+    *,
+    limit: int = 2,
+    users: list[str] | None = None,
+    groups: list[str] | None = None,
+    name: str = POOL,
+    **spec: Any,
+) -> None:
+    cluster.setup_pool(
+        name,
+        "DepthFirst",
+        limit,
+        hosts=hosts,
+        entitlements={"users": users or [], "groups": groups or []},
+        **spec,
+    )
+    for i, host in enumerate(hosts):
+        cluster.patch("SessionHost", host, {"spec": {"address": f"10.0.0.{i + 1}"}})
+
+
+def broker_requests(cluster: Cluster) -> dict[str, Obj]:
+    return {
+        n: r
+        for n, r in cluster.requests().items()
+        if (r["metadata"].get("labels") or {}).get(BROKER_LABEL) == "true"
+    }
+
+
+def host_sessions(cluster: Cluster) -> dict[str, int]:
+    return {
+        name: ((h.get("status") or {}).get("sessions") or {}).get("total", 0)
+        for name, h in cluster.hosts().items()
+    }
+
+
+def assert_refused(reply: Reply, status: int, reason: str | None = None) -> None:
+    assert reply.status == status, f"{reply.status}: {reply.text[:400]}"
+    assert isinstance(reply.body, dict), reply.text[:400]
+    assert set(reply.body) == {"reason", "message"}, reply.body
+    if reason is not None:
+        assert reply.body["reason"] == reason, reply.body
+    assert "Traceback" not in reply.text
+
+
+# ---------------------------------------------------------------------------------------

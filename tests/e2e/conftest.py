@@ -16,11 +16,18 @@ report as a section named "operator log" (and any log a fixture registered in EX
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+import ssl
+import time
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import Any
 
+import jwt
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
+from e2e.broker_helpers import CLIENT, REALM, BrokerProcess, Obj, b64int, keycloak_token
 from e2e.helpers import (
     EXTRA_LOGS,
     Cluster,
@@ -29,6 +36,7 @@ from e2e.helpers import (
     free_port,
     join_reapers,
 )
+from keycloak import Keycloak, KeycloakError, keycloak_home, suite_realms
 
 OPERATOR_LOG_LINES = 80
 
@@ -100,7 +108,6 @@ def cluster(kube: KubeLike, namespace: str) -> Cluster:
 # ---------------------------------------------------------------------------------------
 # Keycloak: a real OIDC identity provider (tests/keycloak.py), one for the whole session.
 
-from keycloak import Keycloak, KeycloakError, keycloak_home, suite_realms  # noqa: E402
 
 KEYCLOAK_LOG_LINES = 60
 
@@ -141,3 +148,106 @@ def _keycloak_log_on_failure(request: pytest.FixtureRequest) -> None:
             lambda: server.log_tail(KEYCLOAK_LOG_LINES),
         )
     )
+
+
+# ---------------------------------------------------------------------------------------
+# the broker: its processes, users' tokens, tokens signed with a key of the realm
+
+
+@pytest.fixture(scope="session")
+def realm_key(keycloak: Keycloak) -> tuple[str, Any]:
+    """(kid, private key) of an RSA key the test adds to realm corp at low priority: it is
+    published in the realm's key set, Keycloak keeps signing with its own."""
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = private.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    ).decode()
+    status, _, body = keycloak.admin(
+        "POST",
+        f"/{REALM}/components",
+        {
+            "name": "e2e-test-key",
+            "providerId": "rsa",
+            "providerType": "org.keycloak.keys.KeyProvider",
+            "config": {"priority": ["1"], "privateKey": [pem], "algorithm": ["RS256"]},
+        },
+    )
+    assert status == 201, f"adding the test key: {status} {body}"
+    public = private.public_key().public_numbers()
+    for key in keycloak.jwks(REALM)["keys"]:
+        if key.get("kty") == "RSA" and b64int(key["n"]) == public.n:
+            return str(key["kid"]), private
+    raise AssertionError("the added key is not in the realm's key set")
+
+
+@pytest.fixture
+def tokens(keycloak: Keycloak) -> Callable[[str], str]:
+    """A fresh access token of a realm user, from Keycloak's password grant."""
+    return lambda user: keycloak_token(keycloak, user)
+
+
+@pytest.fixture
+def sign(keycloak: Keycloak, realm_key: tuple[str, Any]) -> Callable[..., str]:
+    """A token signed with the realm's test key: standard claims, overridden by keywords
+    (None removes one)."""
+    kid, private = realm_key
+
+    def make(headers: Obj | None = None, **claims: Any) -> str:
+        now = int(time.time())
+        body: Obj = {
+            "iss": keycloak.issuer(REALM),
+            "aud": CLIENT,
+            "sub": "test",
+            "iat": now,
+            "exp": now + 300,
+            "preferred_username": "alice",
+            "groups": ["finance-desk"],
+        }
+        body.update(claims)
+        body = {k: v for k, v in body.items() if v is not None}
+        return jwt.encode(body, private, algorithm="RS256", headers={"kid": kid, **(headers or {})})
+
+    return make
+
+
+@pytest.fixture
+def brokers(
+    kube: KubeLike,
+    namespace: str,
+    keycloak: Keycloak,
+    realm_key: tuple[str, Any],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[..., BrokerProcess]]:
+    """Start brokers for this test's namespace (the first call's is the one most tests
+    use); stopped after the test, their logs attached when it fails. A broker that logged
+    an error fails the test."""
+    del realm_key  # in the key set before any broker fetches it
+    made: list[BrokerProcess] = []
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+
+    def start(
+        *extra: str, ready: bool = True, trust: ssl.SSLContext | None = None
+    ) -> BrokerProcess:
+        broker = BrokerProcess(
+            kube.kubeconfig,
+            keycloak.issuer(REALM),
+            CLIENT,
+            [namespace],
+            tmp_path / f"broker-{len(made)}.log",
+            extra_args=extra,
+        )
+        broker.ssl_context = trust
+        made.append(broker)
+        logs.append((f"broker {len(made) - 1} log", lambda: broker.log_tail(60)))
+        broker.start(ready=ready)
+        return broker
+
+    yield start
+    for broker in made:
+        broker.stop()
+    problems = [line for broker in made for line in broker.problems()]
+    if problems:
+        pytest.fail("a broker logged errors:\n" + "\n".join(problems[:20]), pytrace=False)

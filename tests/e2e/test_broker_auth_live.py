@@ -1,0 +1,284 @@
+"""The broker's door, end to end against a real Keycloak: the tokens it refuses (and that it
+never logs one), the issuer rotating its key, bad input, the per-user rate limit, HTTPS.
+
+Tokens no identity provider would issue (expired, for another audience, without a user
+claim, with 10,000 groups) are signed with a key the test adds to the realm: Keycloak
+publishes it in the realm's key set like any of its own, so the broker checks those tokens
+exactly as it checks Keycloak's (the ``sign`` fixture).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import http.client
+import ipaddress
+import json
+import ssl
+import time
+import urllib.error
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
+
+from e2e.broker_helpers import (
+    POOL,
+    REALM,
+    BrokerProcess,
+    assert_refused,
+    broker_requests,
+    entitled_pool,
+    keycloak_token,
+)
+from e2e.helpers import Cluster, OperatorProcess
+from keycloak import Keycloak
+
+pytestmark = [pytest.mark.e2e]
+
+Obj = dict[str, Any]
+
+# ---------------------------------------------------------------------------------------
+# authentication
+
+
+def test_tokens_the_broker_refuses_with_401_and_nothing_created(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    brokers: Callable[..., BrokerProcess],
+    keycloak: Keycloak,
+    sign: Callable[..., str],
+    tokens: Callable[[str], str],
+) -> None:
+    del operator_process
+    entitled_pool(cluster, ["h1"], users=["alice"], groups=["finance-desk"])
+    broker = brokers()
+    good = tokens("alice")
+    head, payload, signature = good.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims["preferred_username"] = "bob"
+    tampered_payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    unsigned_head = base64.urlsafe_b64encode(b'{"alg":"none","typ":"JWT"}').rstrip(b"=").decode()
+    now = int(time.time())
+    cases = {
+        "no token": None,
+        "not a bearer token": "Basic YWxpY2U6cHc=",
+        "not a JWT": "Bearer not-a-jwt",
+        # alice of realm other: same name, same client id, another issuer.
+        "another realm": "Bearer " + keycloak_token(keycloak, "alice", "other"),
+        "expired": "Bearer " + sign(exp=now - 120, iat=now - 420),
+        "not valid yet": "Bearer " + sign(nbf=now + 600),
+        "wrong audience": "Bearer " + sign(aud="another-client"),
+        "wrong issuer": "Bearer " + sign(iss="http://127.0.0.1:1/realms/corp"),
+        "no expiry": "Bearer " + sign(exp=None),
+        "alg none": f"Bearer {unsigned_head}.{payload}.",
+        "HS256 with the public key as secret": "Bearer "
+        + jwt.encode(claims, "secret", algorithm="HS256", headers={"kid": head[:8]}),
+        "signed by a key never published": "Bearer "
+        + jwt.encode(
+            {**claims, "preferred_username": "alice"},
+            stranger,
+            algorithm="RS256",
+            headers={"kid": "made-up-kid"},
+        ),
+        "tampered payload": f"Bearer {head}.{tampered_payload}.{signature}",
+        "user claim missing": "Bearer " + sign(preferred_username=None),
+        "user claim not a string": "Bearer " + sign(preferred_username=["alice"]),
+        "groups not a list of strings": "Bearer " + sign(groups="finance-desk"),
+        "1,001 groups": "Bearer " + sign(groups=[f"g{i}" for i in range(1001)]),
+    }
+    for what, authorization in cases.items():
+        headers = {"Authorization": authorization} if authorization else {}
+        reply = broker.call(
+            "POST", f"/v1/namespaces/{cluster.namespace}/pools/{POOL}/connect", headers=headers
+        )
+        assert reply.status == 401, f"{what}: {reply.status} {reply.text[:300]}"
+        assert reply.headers.get("WWW-Authenticate") == 'Bearer error="invalid_token"', what
+        assert reply.body["reason"] == "Unauthorized", what
+        assert broker.pools(authorization.split(" ", 1)[-1] if authorization else "").status == 401
+    assert broker_requests(cluster) == {}
+    # The same signing key with proper claims is accepted: the refusals above are the claims.
+    assert broker.connect(cluster.namespace, POOL, sign()).status == 200
+    log = broker.log_text()
+    assert good not in log, "a token reached the broker's log"
+    assert signature not in log, "a token reached the broker's log"
+
+
+def test_a_token_with_10000_groups_is_refused_with_a_4xx(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    brokers: Callable[..., BrokerProcess],
+    sign: Callable[..., str],
+) -> None:
+    del operator_process
+    entitled_pool(cluster, ["h1"], groups=["finance-desk"])
+    broker = brokers()
+    huge = sign(groups=[f"group-{i}" for i in range(10_000)])
+    reply = broker.connect(cluster.namespace, POOL, huge)
+    assert 400 <= reply.status < 500, reply.status
+    assert "Traceback" not in reply.text
+    assert broker_requests(cluster) == {}
+    assert broker.call("GET", "/healthz").status == 200
+
+
+def test_the_issuer_rotating_its_key_is_followed_after_one_refetch(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    brokers: Callable[..., BrokerProcess],
+    keycloak: Keycloak,
+    tokens: Callable[[str], str],
+) -> None:
+    del operator_process
+    entitled_pool(cluster, ["h1"], users=["alice", "bob"])
+    broker = brokers("--oidc-key-refetch-seconds", "2")
+    before = tokens("alice")
+    assert broker.connect(cluster.namespace, POOL, before).status == 200
+    fetches = key_fetches(broker)
+    time.sleep(2.1)
+    kid = keycloak.rotate_key(REALM)
+    after = tokens("bob")
+    assert jwt.get_unverified_header(after)["kid"] == kid
+    reply = broker.connect(cluster.namespace, POOL, after)
+    assert reply.status == 200, reply.text
+    assert key_fetches(broker) == fetches + 1
+    # A token signed by an unknown key does not make the broker fetch again and again.
+    stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    for i in range(20):
+        forged = jwt.encode(
+            {"preferred_username": "alice"}, stranger, "RS256", headers={"kid": f"k{i}"}
+        )
+        assert broker.connect(cluster.namespace, POOL, forged).status == 401
+    assert key_fetches(broker) <= fetches + 2
+    assert broker.connect(cluster.namespace, POOL, before).status == 200  # old key still listed
+
+
+def key_fetches(broker: BrokerProcess) -> int:
+    lines = [
+        line
+        for line in broker.metrics().splitlines()
+        if line.startswith("hostpool_broker_issuer_key_fetches_total{")
+    ]
+    assert lines, "no hostpool_broker_issuer_key_fetches_total"
+    return sum(int(float(line.split()[-1])) for line in lines)
+
+
+# ---------------------------------------------------------------------------------------
+# bad input
+
+
+def test_bad_input_gets_a_clear_4xx_and_creates_nothing(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    brokers: Callable[..., BrokerProcess],
+    tokens: Callable[[str], str],
+) -> None:
+    del operator_process
+    entitled_pool(cluster, ["h1"], users=["alice"])
+    broker = brokers()
+    token = tokens("alice")
+    ns = cluster.namespace
+    connect = f"/v1/namespaces/{ns}/pools/{POOL}/connect"
+    json_type = {"Content-Type": "application/json"}
+    cases: dict[str, tuple[str, str, bytes | None, int, str]] = {
+        "malformed JSON": ("POST", connect, b'{"protocol": ', 400, "InvalidBody"),
+        "not an object": ("POST", connect, b"[1, 2]", 400, "InvalidBody"),
+        "unknown field": ("POST", connect, b'{"user": "bob"}', 400, "InvalidBody"),
+        "other protocol": ("POST", connect, b'{"protocol": "BLAST"}', 400, "InvalidBody"),
+        "1 MiB body": ("POST", connect, b" " * (1 << 20), 413, "BodyTooLarge"),
+        "dot-dot pool": ("POST", f"/v1/namespaces/{ns}/pools/%2E%2E/connect", None, 400, ""),
+        "encoded slash": (
+            "POST",
+            f"/v1/namespaces/{ns}/pools/..%2F..%2Fsecrets/connect",
+            None,
+            400,
+            "InvalidName",
+        ),
+        "bad namespace": ("POST", f"/v1/namespaces/NS_1/pools/{POOL}/connect", None, 400, ""),
+        "unknown path": ("GET", "/v1/secrets", None, 404, "NotFound"),
+        "wrong method": ("GET", connect, None, 405, "MethodNotAllowed"),
+    }
+    for what, (method, path, data, status, reason) in cases.items():
+        reply = broker.call(method, path, token=token, data=data, headers=json_type)
+        assert reply.status == status, f"{what}: {reply.status} {reply.text[:300]}"
+        assert isinstance(reply.body, dict), f"{what}: {reply.text}"
+        assert "reason" in reply.body, f"{what}: {reply.text}"
+        if reason:
+            assert reply.body["reason"] == reason, f"{what}: {reply.body}"
+        assert "Traceback" not in reply.text, what
+    assert cluster.requests() == {}
+    assert broker.connect(ns, POOL, token, body={"protocol": "RDP"}).status == 200
+
+
+def test_a_user_past_the_rate_limit_gets_429(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    brokers: Callable[..., BrokerProcess],
+    tokens: Callable[[str], str],
+) -> None:
+    del operator_process
+    entitled_pool(cluster, ["h1"], users=["alice", "bob"])
+    broker = brokers("--rate-limit", "1", "--rate-burst", "3")
+    token = tokens("alice")
+    replies = [broker.pools(token) for _ in range(5)]
+    assert [r.status for r in replies][:3] == [200, 200, 200]
+    limited = replies[-1]
+    assert_refused(limited, 429, "TooManyRequests")
+    assert int(limited.headers["Retry-After"]) >= 1
+    assert broker.pools(tokens("bob")).status == 200  # a bucket per user
+
+
+# ---------------------------------------------------------------------------------------
+# TLS
+
+
+def test_the_broker_serves_https_with_the_certificate_it_is_given(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    brokers: Callable[..., BrokerProcess],
+    tokens: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    del operator_process
+    entitled_pool(cluster, ["h1"], users=["alice"])
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    trust = ssl.create_default_context(cafile=str(cert_file))
+    broker = brokers("--tls-cert", str(cert_file), "--tls-key", str(key_file), trust=trust)
+    assert broker.url.startswith("https://")
+    reply = broker.connect(cluster.namespace, POOL, tokens("alice"))
+    assert reply.status == 200, reply.text
+    # Plain HTTP is not served on that port.
+    plain = urllib.request.Request(f"http://127.0.0.1:{broker.port}/healthz")
+    with pytest.raises((ConnectionError, urllib.error.URLError, http.client.HTTPException)):
+        urllib.request.urlopen(plain, timeout=10)
