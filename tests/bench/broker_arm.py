@@ -156,10 +156,12 @@ async def broker_run(
         env=env,
     )
     port = tools["free_port"]()
+    profile = os.environ.get("BENCH_BROKER_PROFILE")  # a cProfile output file
+    wrapper = ["-m", "cProfile", "-o", profile, "-m"] if profile else ["-m"]
     broker = subprocess.Popen(
         [
             sys.executable,
-            "-m",
+            *wrapper,
             "hostpool_operator.broker",
             "--oidc-issuer",
             kc.issuer(REALM),
