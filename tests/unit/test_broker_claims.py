@@ -69,3 +69,44 @@ def test_claims_refused(claims: dict[str, Any], why: str) -> None:
 def test_headers_refused_before_any_key(header: str | None, why: str) -> None:
     with pytest.raises(InvalidTokenError, match=why):
         asyncio.run(verifier().verify(header))
+
+
+NOW = 1_800_000_000.0
+GOOD = {"iss": "https://idp.example/realms/corp", "aud": "a", "exp": NOW + 300}
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [
+        GOOD,
+        {**GOOD, "aud": ["account", "a"]},
+        {**GOOD, "iss": "https://idp.example/realms/corp/"},
+        {**GOOD, "exp": NOW - 59},  # within the leeway
+        {**GOOD, "nbf": NOW + 59},
+        {**GOOD, "exp": NOW + 300.5, "nbf": NOW - 1},
+    ],
+)
+def test_claims_accepted(claims: dict[str, Any]) -> None:
+    verifier().check_claims(claims, NOW)
+
+
+@pytest.mark.parametrize(
+    ("claims", "why"),
+    [
+        ({**GOOD, "iss": "https://idp.example/realms/other"}, "another issuer"),
+        ({k: v for k, v in GOOD.items() if k != "iss"}, "another issuer"),
+        ({**GOOD, "aud": "b"}, "not for this audience"),
+        ({**GOOD, "aud": ["b", "c"]}, "not for this audience"),
+        ({**GOOD, "aud": {"a": 1}}, "not for this audience"),
+        ({k: v for k, v in GOOD.items() if k != "aud"}, "not for this audience"),
+        ({k: v for k, v in GOOD.items() if k != "exp"}, "no expiry"),
+        ({**GOOD, "exp": "soon"}, "no expiry"),
+        ({**GOOD, "exp": True}, "no expiry"),
+        ({**GOOD, "exp": NOW - 61}, "expired"),
+        ({**GOOD, "nbf": NOW + 61}, "not valid yet"),
+        ({**GOOD, "nbf": "now"}, "not valid yet"),
+    ],
+)
+def test_claims_refused_by_the_standard_checks(claims: dict[str, Any], why: str) -> None:
+    with pytest.raises(InvalidTokenError, match=why):
+        verifier().check_claims(claims, NOW)
