@@ -280,6 +280,20 @@ def check_workload_of(
 # 1. scale-up creates pods; hosts open only when they are Ready
 
 
+@pytest.fixture(autouse=True)
+def _default_service_account(kube: Kube, namespace: str) -> None:
+    """Pods are refused in a namespace until its ServiceAccount controller has made the
+    ``default`` account; right after a control-plane restart (an earlier test's) that can
+    take longer than these tests wait for a pod. A property of the cluster, waited for here."""
+    wait_for(
+        lambda: (
+            kube.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default")[0] == 200
+        ),
+        60,
+        what=f"the default ServiceAccount of {namespace}",
+    )
+
+
 @pytest.fixture
 def node_label(kube: Kube) -> Iterator[Callable[[], list[str]]]:
     """Puts READY_LABEL=yes on every node when called (returns their names); removes it
