@@ -16,12 +16,11 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import socket
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -37,7 +36,9 @@ from ..kube.client import KubeClient
 from ..kube.errors import ApiError, ApiTransportError
 from ..kube.events import post_event
 from ..logs import setup_logging
+from .commands import CommandResult, run_command
 from .figures import Counters, custom_load_value, load_figures
+from .machine import XrdpMachine
 from .sessions import HostRequest, LogoffTracker, SessionTracker, parse_sessions
 
 log = logging.getLogger("hostpool_operator.agent")
@@ -94,41 +95,6 @@ def local_address(server: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class CommandResult:
-    ok: bool
-    output: str
-    problem: str = ""
-
-
-async def run_command(
-    command: str, timeout: float, env: Mapping[str, str] | None = None
-) -> CommandResult:
-    """Run a shell command; its stdout, or what went wrong (exit code, timeout)."""
-    try:
-        process = await asyncio.create_subprocess_shell(
-            command,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
-    except OSError as error:
-        return CommandResult(False, "", f"could not start: {error}")
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        await process.wait()
-        return CommandResult(False, "", f"did not finish within {timeout:.0f}s")
-    text = out.decode(errors="replace")
-    if process.returncode != 0:
-        detail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        return CommandResult(False, text, f"exited with {process.returncode} {detail[0]}".strip())
-    return CommandResult(True, text)
-
-
 @dataclass
 class AgentOptions:
     host: str
@@ -140,6 +106,9 @@ class AgentOptions:
     logoff_command: str | None = None
     command_timeout: float = 10.0
     address: str | None = None
+    #: Where sessions come from without a sessions command: "users" (the machine's logged-in
+    #: users, all Active) or "xrdp" (the xrdp instance beside the agent).
+    sessions_from: str = "users"
 
 
 @dataclass
@@ -161,6 +130,13 @@ class Agent:
     _logoff_retry: dict[str, tuple[Backoff, float]] = field(default_factory=dict)
     #: Request uids whose user the logoff command did log off (only the delete is left).
     _logged_off: set[str] = field(default_factory=set)
+    _xrdp: XrdpMachine | None = None
+
+    @property
+    def xrdp(self) -> XrdpMachine:
+        if self._xrdp is None:
+            self._xrdp = XrdpMachine()
+        return self._xrdp
 
     @property
     def involved(self) -> dict[str, Any]:
@@ -300,6 +276,12 @@ class Agent:
     async def machine_sessions(self) -> dict[str, str] | None:
         """The users on this machine and their state (None: could not tell this time)."""
         if not self.options.sessions_command:
+            if self.options.sessions_from == "xrdp":
+                sessions, problem = await asyncio.to_thread(self.xrdp.sessions)
+                if sessions is None:
+                    log.warning("xrdp sessions: %s", problem)
+                    await self.event("SessionsUnknown", f"xrdp sessions: {problem}")
+                return sessions
             return {user.name: "Active" for user in psutil.users()}
         result = await run_command(self.options.sessions_command, self.options.command_timeout)
         if not result.ok:
@@ -374,12 +356,9 @@ class Agent:
             retry = self._logoff_retry.get(request.uid)
             if retry is not None and now < retry[1]:
                 continue  # failed before: its next try is not due yet
-            if self.options.logoff_command and request.uid not in self._logged_off:
-                result = await run_command(
-                    self.options.logoff_command,
-                    self.options.command_timeout,
-                    {"HOSTPOOL_USER": request.user},
-                )
+            ends = self.options.logoff_command or self.options.sessions_from == "xrdp"
+            if ends and request.uid not in self._logged_off:
+                result = await self.end_session(request.user)
                 if not result.ok:
                     # The user is still on the host: the request (and so the slot) stays.
                     wait = self._logoff_failed(request, now)
@@ -403,6 +382,14 @@ class Agent:
                 self.sessions.forget(request.user)
             else:
                 self._logoff_failed(request, now)
+
+    async def end_session(self, user: str) -> CommandResult:
+        """Log ``user`` off: the logoff command where given, else the xrdp session ends."""
+        if self.options.logoff_command:
+            return await run_command(
+                self.options.logoff_command, self.options.command_timeout, {"HOSTPOOL_USER": user}
+            )
+        return await asyncio.to_thread(self.xrdp.logoff, user, self.options.command_timeout)
 
     def _logoff_failed(self, request: HostRequest, now: float) -> float:
         """The next try of this logoff waits longer each time it fails."""
@@ -439,6 +426,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help='prints one JSON object a line: {"user": ..., "state": "Active"|"Disconnected"} '
         "(default: the machine's logged-in users, as Active)",
     )
+    parser.add_argument(
+        "--sessions-from",
+        choices=("users", "xrdp"),
+        default="users",
+        help="without --sessions-command: the machine's logged-in users (all Active; default) "
+        "or the sessions of the xrdp beside the agent (Active while a client is attached, "
+        "Disconnected while none is; a logoff without --logoff-command ends the session)",
+    )
     parser.add_argument("--notify-command", help="tells a user of a forced logoff")
     parser.add_argument("--logoff-command", help="logs a user off at the deadline")
     parser.add_argument(
@@ -465,6 +460,7 @@ async def amain(args: argparse.Namespace) -> int:
         logoff_command=args.logoff_command,
         command_timeout=args.command_timeout,
         address=args.address,
+        sessions_from=args.sessions_from,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

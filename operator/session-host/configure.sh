@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Build-time configuration of xrdp in the session-host image (run once by
+# operator/session-host.Containerfile, as root). Debian's defaults are kept except where a
+# container differs from a machine booted with systemd; each change says why.
+set -euo pipefail
+
+# ini_set FILE SECTION KEY VALUE: set KEY=VALUE in [SECTION], replacing the first line that
+# sets KEY there (commented-out examples are left alone), else adding it at the section's end.
+ini_set() {
+  local file=$1 section=$2 key=$3 value=$4
+  awk -v s="[$section]" -v k="$key" -v v="$value" '
+    function add() { if (in_s && !done) { print k "=" v; done = 1 } }
+    /^\[/ { add(); in_s = ($0 == s); print; next }
+    in_s && index($0, k "=") == 1 { if (!done) { print k "=" v; done = 1 }; next }
+    { print }
+    END { add(); if (!done) { print s; print k "=" v } }
+  ' "$file" >"$file.new"
+  mv -f "$file.new" "$file"
+}
+
+# Logs go to the container's output (kubectl logs / podman logs): the console, at INFO. There
+# is no syslog daemon in a container. The log files stay (under /var/log) for `kubectl exec`.
+for f in /etc/xrdp/xrdp.ini /etc/xrdp/sesman.ini; do
+  ini_set "$f" Logging EnableSyslog false
+  ini_set "$f" Logging EnableConsole true
+  ini_set "$f" Logging ConsoleLevel INFO
+done
+ini_set /etc/xrdp/xrdp.ini Logging LogFile /var/log/xrdp.log
+ini_set /etc/xrdp/sesman.ini Logging LogFile /var/log/xrdp-sesman.log
+# chansrv runs per session as the user; without syslog its log is in the user's home.
+ini_set /etc/xrdp/sesman.ini ChansrvLogging EnableSyslog false
+
+# Desktop users come from the users file; root never logs on over RDP.
+ini_set /etc/xrdp/sesman.ini Security AllowRootLogin false
+
+# Only the Xorg (xorgxrdp) session type is installed: the Xvnc and NeutrinoRDP entries of the
+# login screen's list would only fail. They are the last sections of Debian's xrdp.ini.
+awk '/^\[(Xvnc|vnc-any|neutrinordp-any)\]/ { skip = 1 } /^\[Xorg\]/ { skip = 0 } !skip' \
+  /etc/xrdp/xrdp.ini >/etc/xrdp/xrdp.ini.new
+mv -f /etc/xrdp/xrdp.ini.new /etc/xrdp/xrdp.ini
+grep -q '^\[Xorg\]' /etc/xrdp/xrdp.ini
+
+# The keys the packages' maintainer scripts made when the base was built would be the same in
+# every container of the image: removed here, made per container by the entrypoint (or taken
+# from a mounted certificate). xrdp.ini's empty certificate=/key_file= mean these two paths.
+rm -f /etc/xrdp/rsakeys.ini /etc/xrdp/cert.pem /etc/xrdp/key.pem \
+  /etc/ssl/certs/ssl-cert-snakeoil.pem /etc/ssl/private/ssl-cert-snakeoil.key
+

@@ -1,0 +1,280 @@
+#!/usr/bin/env bash
+# Real RDP session hosts on this machine, for the end-to-end tests and the desktop demo: each
+# host is a network namespace on a bridge, running its own xrdp and xrdp-sesman (xorgxrdp:
+# every logon is a real Xorg session with twm and an xterm), reached by any RDP client at the
+# host's address on port 3389.
+#
+# Usage: tests/desktop/xrdp-hosts.sh up DIR --bridge BR --hosts "NAME ..." [--first N]
+#                                           [--users "USER:PASSWORD ..."]
+#            start the hosts (and create the users) when not already up; prints one line per
+#            host: NAME ADDRESS NETNS
+#        tests/desktop/xrdp-hosts.sh down DIR     stop every process of the hosts, remove their
+#            namespaces, the users this script created and what Xorg left in /tmp
+#        tests/desktop/xrdp-hosts.sh exec DIR NAME COMMAND...
+#            run COMMAND in host NAME's network namespace (as that host's agent runs)
+#        tests/desktop/xrdp-hosts.sh check       exit 0 when this machine can run hosts, else
+#            print why and exit 3
+#
+# The bridge BR must exist with an IPv4 address (the local control plane makes it with
+# HOSTPOOL_HOSTS_BRIDGE, and serves the API on that address so the hosts' agents reach it).
+# Host i (from 0) gets the address N+i in the bridge's /24 (N is 11 by default).
+#
+# Each host's state lives in DIR/NAME: etc/ (its xrdp.ini and sesman.ini), run/ (bind-mounted
+# on /run/xrdp inside the host's mount namespace: sesman's and xrdp's sockets and its
+# host.env), logs, and pids. xrdp and sesman run with -n (no daemon, so no pid file in the
+# shared /run/xrdp). Displays start at 10 for the first host, 20 for the second, and so on,
+# so a display number tells the host; hosts share /tmp/.X11-unix, and sesman skips a display
+# that another host uses.
+#
+# Each user's ~/.xsession sets the desktop background to the colour in the host's host.env and
+# starts an xterm that prints the host's name and address, then twm: a screenshot tells which
+# host a client reached. Users are local accounts; a user that exists already and was not
+# made by this script is refused (its home would be overwritten).
+#
+# Needs root, ip, and Debian's xrdp, xorgxrdp, twm, xterm and x11-xserver-utils (installed
+# with apt-get where missing).
+set -euo pipefail
+
+PACKAGES=(xrdp xorgxrdp twm xterm x11-xserver-utils iproute2 procps)
+USER_COMMENT="hostpool-operator desktop test user"
+
+log() { printf 'xrdp-hosts: %s\n' "$*" >&2; }
+die() { printf 'xrdp-hosts: error: %s\n' "$*" >&2; exit 1; }
+
+usage() {
+  sed -n '7,19p' "$0" >&2
+  exit 2
+}
+
+why_not() { # empty when this machine can run hosts
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "xrdp hosts need root (network namespaces, bind mounts, local users); uid is $(id -u)"
+  elif ! command -v ip >/dev/null && ! command -v apt-get >/dev/null; then
+    echo "ip (iproute2) is missing and there is no apt-get to install it"
+  elif ! command -v xrdp >/dev/null && ! command -v apt-get >/dev/null; then
+    echo "xrdp is missing and there is no apt-get to install it"
+  fi
+}
+
+install_packages() {
+  local missing=() p
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  ((${#missing[@]} == 0)) && return 0
+  log "installing ${missing[*]} with apt-get ..."
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+}
+
+# A short, stable interface name for a host (interface names have at most 15 characters).
+veth_of() { printf 'hpv%s' "$(printf '%s' "$1" | sha256sum | cut -c1-10)"; }
+# The network namespace of a host: unique per state directory, so two sets never collide.
+netns_of() { printf 'hpd-%s-%s' "$(printf '%s' "$DIR" | sha256sum | cut -c1-6)" "$1"; }
+
+# The host's desktop colour: fixed per position, so tests and people can tell hosts apart.
+COLOURS=("#1f6feb" "#2da44e" "#bf3989" "#d4a72c" "#8250df" "#cf222e" "#0a7d6c" "#6e7781")
+
+sesman_ini() { # source dest display_offset log
+  sed -e "s|^LogFile=.*|LogFile=$4|" -e "s|^X11DisplayOffset=.*|X11DisplayOffset=$3|" \
+    -e "s|^EnableSyslog=.*|EnableSyslog=false|" "$1" >"$2"
+}
+
+xrdp_ini() { # source dest log
+  sed -e "s|^LogFile=.*|LogFile=$3|" -e "s|^EnableSyslog=.*|EnableSyslog=false|" "$1" >"$2"
+}
+
+write_xsession() { # user
+  local home
+  home="$(getent passwd "$1" | cut -d: -f6)"
+  cat >"$home/.xsession" <<'EOF'
+#!/bin/sh
+# The host this session runs on (its xrdp run directory is the host's own).
+[ -r /run/xrdp/host.env ] && . /run/xrdp/host.env
+xsetroot -solid "${HOSTPOOL_DESKTOP_COLOUR:-#333333}"
+xterm -geometry 90x20+40+40 -title "${HOSTPOOL_DESKTOP_HOST:-desktop}" -e sh -c \
+  'echo "host ${HOSTPOOL_DESKTOP_HOST:-?} $(ip -4 -o addr show dev eth0 | cut -d" " -f7) user $(id -un)"; exec bash' &
+exec twm
+EOF
+  chmod 755 "$home/.xsession"
+  chown "$1:" "$home/.xsession"
+}
+
+make_users() { # "user:password ..."
+  local entry user password
+  for entry in $USERS; do
+    user="${entry%%:*}"
+    password="${entry#*:}"
+    [[ "$user" =~ ^[a-z_][a-z0-9_-]{0,30}$ ]] || die "not a user name: $user"
+    if getent passwd "$user" >/dev/null; then
+      if [[ "$(getent passwd "$user" | cut -d: -f5)" != "$USER_COMMENT" ]]; then
+        die "user $user exists and was not made by this script; choose another name"
+      fi
+    else
+      useradd -m -s /bin/bash -c "$USER_COMMENT" "$user"
+    fi
+    printf '%s:%s\n' "$user" "$password" | chpasswd
+    write_xsession "$user"
+    grep -qx "$user" "$DIR/users" 2>/dev/null || echo "$user" >>"$DIR/users"
+  done
+}
+
+start_host() { # index name
+  local i="$1" name="$2" d="$DIR/$2" ns veth address
+  ns="$(netns_of "$name")"
+  veth="$(veth_of "$ns")"
+  address="$NET.$((FIRST + i))"
+  mkdir -p "$d/etc" "$d/run/sockdir" "$d/logs"
+  chmod 3777 "$d/run/sockdir"
+  sesman_ini /etc/xrdp/sesman.ini "$d/etc/sesman.ini" "$((10 * (i + 1)))" "$d/logs/sesman.log"
+  xrdp_ini /etc/xrdp/xrdp.ini "$d/etc/xrdp.ini" "$d/logs/xrdp.log"
+  printf 'HOSTPOOL_DESKTOP_HOST=%s\nHOSTPOOL_DESKTOP_COLOUR="%s"\nexport HOSTPOOL_DESKTOP_HOST HOSTPOOL_DESKTOP_COLOUR\n' \
+    "$name" "${COLOURS[$((i % ${#COLOURS[@]}))]}" >"$d/run/host.env"
+  chmod 644 "$d/run/host.env"
+
+  ip netns add "$ns"
+  ip link add "$veth" type veth peer name eth0 netns "$ns"
+  ip link set "$veth" master "$BRIDGE" up
+  ip -n "$ns" addr add "$address/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set lo up # xrdp reaches its sesman over the namespace's own loopback
+  ip -n "$ns" route add default via "$GATEWAY"
+  printf 'NAME=%s\nNETNS=%s\nADDRESS=%s\n' "$name" "$ns" "$address" >"$d/host.env"
+
+  # `ip netns exec` gives each command a private mount namespace: the bind mount of the
+  # host's run directory on /run/xrdp stays the host's (pid-file-free with -n).
+  local what
+  for what in xrdp-sesman xrdp; do
+    local conf="$d/etc/sesman.ini"
+    [[ "$what" == xrdp ]] && conf="$d/etc/xrdp.ini"
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    setsid ip netns exec "$ns" sh -c 'mount --bind "$1" /run/xrdp && echo $$ >"$2" && exec "$3" -n -c "$4"' \
+      _ "$d/run" "$d/$what.pid" "$what" "$conf" </dev/null >>"$d/logs/$what.out" 2>&1 &
+  done
+  local n
+  for ((n = 0; n < 100; n++)); do
+    if ip netns exec "$ns" sh -c "ss -Hltn 'sport = :3389' | grep -q . && ss -Hltn 'sport = :3350' | grep -q ." 2>/dev/null; then
+      printf '%s %s %s\n' "$name" "$address" "$ns"
+      return 0
+    fi
+    sleep 0.1
+  done
+  die "host $name did not listen on 3389 and 3350 within 10 s; $(tail -n 5 "$d/logs/"*.out "$d/logs/"*.log 2>/dev/null)"
+}
+
+cmd_up() {
+  local reason
+  reason="$(why_not)"
+  [[ -z "$reason" ]] || die "$reason"
+  [[ -n "$BRIDGE" && -n "$HOSTS" ]] || usage
+  install_packages
+  GATEWAY="$(ip -4 -o addr show dev "$BRIDGE" 2>/dev/null | awk '{print $4}' | cut -d/ -f1 | head -n 1)"
+  [[ -n "$GATEWAY" ]] || die "bridge $BRIDGE not found or without an IPv4 address (start the control plane with HOSTPOOL_HOSTS_BRIDGE)"
+  NET="${GATEWAY%.*}"
+  mkdir -p "$DIR"
+  make_users
+  mkdir -p /run/xrdp
+  local i=0 name
+  for name in $HOSTS; do
+    [[ "$name" =~ ^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$ ]] || die "not a host name: $name"
+    if [[ -f "$DIR/$name/host.env" ]] && ip netns pids "$(netns_of "$name")" >/dev/null 2>&1 &&
+      [[ -n "$(ip netns pids "$(netns_of "$name")")" ]]; then
+      # shellcheck disable=SC1091
+      (source "$DIR/$name/host.env" && printf '%s %s %s\n' "$NAME" "$ADDRESS" "$NETNS")
+    else
+      start_host "$i" "$name"
+    fi
+    i=$((i + 1))
+  done
+}
+
+stop_netns() { # netns: every process in it, TERM then KILL; then the namespace
+  local ns="$1" n
+  ip netns pids "$ns" 2>/dev/null | xargs -r kill -TERM 2>/dev/null || true
+  for ((n = 0; n < 50; n++)); do
+    [[ -z "$(ip netns pids "$ns" 2>/dev/null)" ]] && break
+    sleep 0.1
+  done
+  ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+  for ((n = 0; n < 50; n++)); do
+    [[ -z "$(ip netns pids "$ns" 2>/dev/null)" ]] && break
+    sleep 0.1
+  done
+  ip netns del "$ns" 2>/dev/null || true
+}
+
+cmd_down() {
+  [[ -d "$DIR" ]] || return 0
+  local env
+  for env in "$DIR"/*/host.env; do
+    [[ -f "$env" ]] || continue
+    # shellcheck disable=SC1090
+    (source "$env" && stop_netns "$NETNS" && log "stopped host $NAME")
+    rm -f "$env"
+  done
+  # Sessions' processes that left the namespace's process list but not the machine (none
+  # expected; a user's processes are in the host's namespace from sesman on).
+  local user
+  if [[ -f "$DIR/users" ]]; then
+    while read -r user; do
+      [[ -n "$user" ]] || continue
+      pkill -KILL -u "$user" 2>/dev/null || true
+      if [[ "$(getent passwd "$user" | cut -d: -f5)" == "$USER_COMMENT" ]]; then
+        userdel -r "$user" 2>/dev/null || userdel "$user" 2>/dev/null || true
+      fi
+    done <"$DIR/users"
+    rm -f "$DIR/users"
+  fi
+  # X lock files and sockets whose server is gone (a killed Xorg leaves them).
+  local lock pid display
+  for lock in /tmp/.X*-lock; do
+    [[ -f "$lock" ]] || continue
+    pid="$(tr -d ' ' <"$lock" 2>/dev/null || true)"
+    if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+      display="${lock#/tmp/.X}"
+      display="${display%-lock}"
+      rm -f "$lock" "/tmp/.X11-unix/X$display"
+    fi
+  done
+}
+
+cmd_exec() {
+  local name="$1"
+  shift
+  [[ -f "$DIR/$name/host.env" ]] || die "no host $name in $DIR"
+  # shellcheck disable=SC1090
+  source "$DIR/$name/host.env"
+  exec ip netns exec "$NETNS" "$@"
+}
+
+[[ $# -ge 1 ]] || usage
+CMD="$1"
+shift
+if [[ "$CMD" == check ]]; then
+  reason="$(why_not)"
+  [[ -z "$reason" ]] || { echo "$reason"; exit 3; }
+  exit 0
+fi
+[[ $# -ge 1 ]] || usage
+mkdir -p "$1"
+DIR="$(cd "$1" && pwd)"
+shift
+BRIDGE="" HOSTS="" FIRST=11 USERS=""
+case "$CMD" in
+  up)
+    while [[ $# -gt 0 ]]; do
+      case "$1" in
+        --bridge) BRIDGE="$2"; shift 2 ;;
+        --hosts) HOSTS="$2"; shift 2 ;;
+        --first) FIRST="$2"; shift 2 ;;
+        --users) USERS="$2"; shift 2 ;;
+        *) usage ;;
+      esac
+    done
+    cmd_up
+    ;;
+  down) cmd_down ;;
+  exec) [[ $# -ge 2 ]] || usage; cmd_exec "$@" ;;
+  *) usage ;;
+esac
