@@ -17,6 +17,7 @@ report as a section named "kube-apiserver log".
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
@@ -26,6 +27,14 @@ from controlplane import ControlPlane, ensure_tools
 from kube import REPO_ROOT, Kube, crd_files, make_api_client, unique_name
 
 KUBECONFIG_ENV = "HOSTPOOL_TEST_KUBECONFIG"
+#: The suite's bridge for xrdp session hosts in network namespaces (tests/desktop); the API
+#: server serves on its address so the hosts' agents reach it. Its own /24, which nothing
+#: else here uses (the desktop demo's is 10.251.0.0/24).
+HOSTS_BRIDGE = "hptest0:10.251.1.1/24"
+
+
+def can_make_bridges() -> bool:
+    return os.geteuid() == 0 and shutil.which("ip") is not None
 
 #: Only tests under these directories may use the ``kube`` fixture.
 CLUSTER_TEST_DIRS = (REPO_ROOT / "tests" / "api", REPO_ROOT / "tests" / "e2e")
@@ -85,7 +94,11 @@ def kube(
             pytest.fail(f"{KUBECONFIG_ENV}={external}: no such file")
     else:
         bin_dir = ensure_tools(REPO_ROOT)
-        control_plane = ControlPlane(tmp_path_factory.mktemp("controlplane"), bin_dir=bin_dir)
+        control_plane = ControlPlane(
+            tmp_path_factory.mktemp("controlplane"),
+            bin_dir=bin_dir,
+            hosts_bridge=HOSTS_BRIDGE if can_make_bridges() else None,
+        )
         kubeconfig = control_plane.start()
     api_client = make_api_client(kubeconfig)
     kube = Kube(

@@ -118,8 +118,12 @@ class ControlPlane:
         timeout: float = 180.0,
         fake_nodes: int = DEFAULT_FAKE_NODES,
         apiserver_args: tuple[str, ...] = (),
+        hosts_bridge: str | None = None,
     ) -> None:
         self.directory = Path(directory).resolve()
+        #: NAME:ADDRESS/PREFIX: a bridge for session hosts in network namespaces, the API
+        #: served on ADDRESS (HOSTPOOL_HOSTS_BRIDGE of cluster.sh)
+        self.hosts_bridge = hosts_bridge
         self.apiserver_args = apiserver_args
         self.repo_root = Path(repo_root).resolve()
         self.bin_dir = bin_dir.resolve() if bin_dir is not None else None
@@ -128,7 +132,8 @@ class ControlPlane:
 
     @property
     def kubeconfig(self) -> Path:
-        """The admin kubeconfig (server on 127.0.0.1, CA data and a bearer token)."""
+        """The admin kubeconfig (server on 127.0.0.1, or the hosts' bridge address; CA data
+        and a bearer token)."""
         return self.directory / "kubeconfig"
 
     @property
@@ -146,6 +151,7 @@ class ControlPlane:
             env["HOSTPOOL_BIN_DIR"] = str(self.bin_dir)
         env["HOSTPOOL_FAKE_NODES"] = str(self.fake_nodes)
         env["HOSTPOOL_APISERVER_ARGS"] = " ".join(self.apiserver_args)
+        env["HOSTPOOL_HOSTS_BRIDGE"] = self.hosts_bridge or ""
         return env
 
     def _cluster(

@@ -36,6 +36,12 @@
 #      HOSTPOOL_STOP_SIGNAL      restart-apiserver/restart-etcd: TERM (default, a clean stop) or
 #                                KILL (a crash)
 #      HOSTPOOL_DOWN_SECONDS     restart-apiserver/restart-etcd: seconds to stay down (default 0)
+#      HOSTPOOL_HOSTS_BRIDGE     NAME:ADDRESS/PREFIX, e.g. hpdesk0:10.251.0.1/24 (needs root): a
+#                                bridge for session hosts in network namespaces (made when
+#                                missing, removed by `down` if made here); the API server then
+#                                serves on ADDRESS instead of 127.0.0.1 (in its certificate and
+#                                the kubeconfig), so agents inside those namespaces reach it
+#                                as a real machine's agent reaches a cluster
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -89,6 +95,7 @@ fail() { # step message [component-whose-log-to-show]
   if ((STARTING)); then
     # Leave nothing half-started behind; the logs stay.
     stop_all >/dev/null 2>&1 || true
+    if [[ "${HOSTS_BRIDGE_MADE:-0}" == 1 ]]; then ip link del "$HOSTS_BRIDGE" 2>/dev/null || true; fi
   fi
   exit 1
 }
@@ -108,7 +115,7 @@ apiserver_get() { # path -> body on HTTP 200, else fails
   # shellcheck disable=SC1090
   source "$STATE"
   curl -fsS --max-time 3 --cacert "$PKI/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" \
-    "https://127.0.0.1:$APISERVER_PORT$1" 2>/dev/null
+    "https://${APISERVER_ADDRESS:-127.0.0.1}:$APISERVER_PORT$1" 2>/dev/null
 }
 
 load_state() { # ports and fake node count of the running cluster; sets COMPONENTS
@@ -225,7 +232,7 @@ make_pki() {
       -keyout "$PKI/ca.key" -out "$PKI/ca.crt" -days 3650 -subj "/CN=hostpool-local-ca"
     openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
       -keyout "$PKI/apiserver.key" -out "$PKI/apiserver.csr" -subj "/CN=kube-apiserver"
-    printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1" \
+    printf '%s\n' "subjectAltName=IP:127.0.0.1,IP:$APISERVER_ADDRESS,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1" \
       "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" \
       >"$PKI/apiserver.ext"
     openssl x509 -req -in "$PKI/apiserver.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" \
@@ -247,7 +254,7 @@ kind: Config
 clusters:
 - name: hostpool-local
   cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
+    server: https://$APISERVER_ADDRESS:$APISERVER_PORT
     certificate-authority-data: $(base64 -w0 <"$PKI/ca.crt")
 users:
 - name: admin
@@ -375,11 +382,11 @@ start_etcd() { # same flags, ports and data dir at every start (`up` wipes the d
 }
 
 start_apiserver() { # same flags and ports at every start; waiting for /readyz is the caller's
-  log "starting kube-apiserver on https://127.0.0.1:$APISERVER_PORT"
+  log "starting kube-apiserver on https://$APISERVER_ADDRESS:$APISERVER_PORT"
   start kube-apiserver \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-    --bind-address=127.0.0.1 \
-    --advertise-address=127.0.0.1 \
+    --bind-address="$APISERVER_ADDRESS" \
+    --advertise-address="$APISERVER_ADDRESS" \
     --secure-port="$APISERVER_PORT" \
     --cert-dir="$PKI/apiserver-generated" \
     --tls-cert-file="$PKI/apiserver.crt" \
@@ -429,6 +436,10 @@ cmd_up() {
   local t0=$SECONDS
   STARTING=1
   rm -rf "$DIR/etcd" "$PKI" "$KUBECONFIG_PATH" "$STATE"
+  APISERVER_ADDRESS=127.0.0.1 HOSTS_BRIDGE="" HOSTS_BRIDGE_MADE=0
+  if [[ -n "${HOSTPOOL_HOSTS_BRIDGE:-}" ]]; then
+    make_hosts_bridge "$HOSTPOOL_HOSTS_BRIDGE"
+  fi
   mkdir -p "$LOGS" "$PIDS"
   mkdir -m 700 "$DIR/etcd"
   make_pki
@@ -445,6 +456,9 @@ APISERVER_PORT=$APISERVER_PORT
 ADMIN_TOKEN=$ADMIN_TOKEN
 FAKE_NODES=$FAKE_NODES
 APISERVER_ARGS="$APISERVER_ARGS"
+APISERVER_ADDRESS=$APISERVER_ADDRESS
+HOSTS_BRIDGE=$HOSTS_BRIDGE
+HOSTS_BRIDGE_MADE=$HOSTS_BRIDGE_MADE
 EOF
   chmod 600 "$STATE"
 
@@ -466,8 +480,32 @@ EOF
   echo "$KUBECONFIG_PATH"
 }
 
+make_hosts_bridge() { # NAME:ADDRESS/PREFIX -> sets HOSTS_BRIDGE, HOSTS_BRIDGE_MADE, APISERVER_ADDRESS
+  local name="${1%%:*}" cidr="${1#*:}"
+  [[ "$name" =~ ^[a-z][a-z0-9]{0,14}$ && "$cidr" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+/[0-9]+$ ]] ||
+    fail "HOSTPOOL_HOSTS_BRIDGE must be NAME:ADDRESS/PREFIX (e.g. hpdesk0:10.251.0.1/24), not $1"
+  [[ $(id -u) -eq 0 ]] || fail "HOSTPOOL_HOSTS_BRIDGE needs root (a bridge is made); uid is $(id -u)"
+  command -v ip >/dev/null || fail "HOSTPOOL_HOSTS_BRIDGE needs ip (iproute2)"
+  if ! ip link show "$name" >/dev/null 2>&1; then
+    ip link add "$name" type bridge || fail "could not make bridge $name"
+    HOSTS_BRIDGE_MADE=1
+  fi
+  ip -4 -o addr show dev "$name" | grep -q " ${cidr} " || ip addr add "$cidr" dev "$name" ||
+    fail "could not give bridge $name the address $cidr"
+  ip link set "$name" up
+  HOSTS_BRIDGE="$name"
+  APISERVER_ADDRESS="${cidr%/*}"
+  log "session hosts' bridge $name ($cidr); the API server serves on $APISERVER_ADDRESS"
+}
+
 cmd_down() {
   stop_all
+  if [[ -f "$STATE" ]]; then
+    load_state
+    if [[ "${HOSTS_BRIDGE_MADE:-0}" == 1 && -n "${HOSTS_BRIDGE:-}" ]]; then
+      ip link del "$HOSTS_BRIDGE" 2>/dev/null && log "removed bridge $HOSTS_BRIDGE"
+    fi
+  fi
   log "stopped (logs kept in $LOGS)"
 }
 

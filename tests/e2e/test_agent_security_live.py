@@ -17,7 +17,6 @@ binding are deleted at teardown.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -27,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 import builders
 from controlplane import ensure_tools
+from e2e.agent_objects import CLUSTER_SCOPED, apply_agent_objects, delete_objects, run_tool
 from kube import (
     REPO_ROOT,
     Kube,
@@ -43,8 +42,6 @@ from kube import (
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
-CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
-CLUSTER_SCOPED = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 AGENT_SA = "hostpool-agent"
 MERGE_PATCH = "application/merge-patch+json"
 WAIT_SECONDS = 45
@@ -59,17 +56,6 @@ Obj = dict[str, Any]
 
 # ---------------------------------------------------------------------------------------
 # tools
-
-
-def run_tool(argv: list[str], *, stdin: str | None = None) -> str:
-    proc = subprocess.run(
-        argv, input=stdin, capture_output=True, text=True, timeout=120, check=False
-    )
-    if proc.returncode != 0:
-        raise AssertionError(
-            f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}"
-        )
-    return proc.stdout
 
 
 @pytest.fixture(scope="module")
@@ -183,10 +169,6 @@ def request_status(namespace: str, name: str) -> str:
     return resource_path("SessionRequest", namespace, name) + "/status"
 
 
-def is_agent(doc: Obj) -> bool:
-    return bool(doc["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "agent")
-
-
 @pytest.fixture
 def install_agents(
     kube: Kube, bin_dir: Path, tmp_path: Path
@@ -198,21 +180,12 @@ def install_agents(
 
     def install(namespace: str, values: dict[str, Any]) -> Installed:
         release = unique_name("agents", max_length=20)
-        argv = [str(bin_dir / "helm"), "template", release, str(CHART_DIR), "-n", namespace]
-        for key, value in values.items():
-            argv += ["--set-json", f"{key}={json.dumps(value)}"]
-        docs = [d for d in yaml.safe_load_all(run_tool(argv)) if isinstance(d, dict)]
-        agents = [d for d in docs if is_agent(d)]
+        agents = apply_agent_objects(bin_dir, kube.kubeconfig, release, namespace, values)
         cluster_scoped.extend(d for d in agents if d["kind"] in CLUSTER_SCOPED)
-        run_tool([*kubectl, "apply", "-f", "-"], stdin=yaml.safe_dump_all(agents))
         return Installed(kube, namespace, agents, kubectl, tmp_path)
 
     yield install
-    if cluster_scoped:
-        run_tool(
-            [*kubectl, "delete", "--ignore-not-found", "--wait=false", "-f", "-"],
-            stdin=yaml.safe_dump_all(cluster_scoped),
-        )
+    delete_objects(bin_dir, kube.kubeconfig, cluster_scoped)
 
 
 # ---------------------------------------------------------------------------------------

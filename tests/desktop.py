@@ -1,0 +1,306 @@
+"""Real remote desktops for tests and the desktop demo: xrdp session hosts in network
+namespaces (``tests/desktop/xrdp-hosts.sh``), agents running inside them, and FreeRDP
+clients on a virtual X display whose screen can be photographed.
+
+    hosts = XrdpHosts(state_dir, bridge="hptest0")
+    hosts.up(["dt-1", "dt-2"], {"alice": "pw"})
+    with VirtualDisplay(99) as display:
+        client = RdpClient(display, rdp_file, password="pw", log=path)
+        client.start(); ...; display.screenshot(png); client.kill()
+    hosts.down()
+
+Every process started here writes a log file of its own, for a failing test to print.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+HOSTS_SCRIPT = REPO_ROOT / "tests" / "desktop" / "xrdp-hosts.sh"
+#: Debian packages of the client side (the hosts' are installed by the hosts script).
+CLIENT_PACKAGES = ("freerdp2-x11", "xvfb", "imagemagick")
+CLIENT_COMMANDS = ("xfreerdp", "Xvfb", "convert")
+
+
+class DesktopError(RuntimeError):
+    """A desktop part could not be set up; the message says why."""
+
+
+def why_not() -> str:
+    """Why real desktops cannot run here ('' when they can)."""
+    proc = subprocess.run(
+        [str(HOSTS_SCRIPT), "check"], capture_output=True, text=True, check=False, timeout=30
+    )
+    return proc.stdout.strip() if proc.returncode != 0 else ""
+
+
+def install_client() -> None:
+    """FreeRDP, Xvfb and ImageMagick with apt-get where missing."""
+    if all(shutil.which(c) for c in CLIENT_COMMANDS):
+        return
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        raise DesktopError(
+            f"{', '.join(CLIENT_COMMANDS)} missing and cannot be installed (needs apt-get and root)"
+        )
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *CLIENT_PACKAGES],
+    ):
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+        if proc.returncode != 0:
+            raise DesktopError(f"{' '.join(argv)} failed: {proc.stderr.strip()[-800:]}")
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    address: str
+    netns: str
+
+
+class XrdpHosts:
+    """A set of xrdp hosts on ``bridge`` with their state under ``directory``."""
+
+    def __init__(self, directory: Path, bridge: str, *, first: int = 11) -> None:
+        self.directory = directory
+        self.bridge = bridge
+        self.first = first
+        self.hosts: dict[str, Host] = {}
+
+    def _run(self, *args: str, timeout: float = 300) -> str:
+        proc = subprocess.run(
+            [str(HOSTS_SCRIPT), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise DesktopError(
+                f"xrdp-hosts.sh {args[0]} failed ({proc.returncode}): {proc.stderr.strip()}"
+            )
+        return proc.stdout
+
+    def up(self, names: Sequence[str], users: Mapping[str, str]) -> dict[str, Host]:
+        out = self._run(
+            "up",
+            str(self.directory),
+            "--bridge",
+            self.bridge,
+            "--hosts",
+            " ".join(names),
+            "--first",
+            str(self.first),
+            "--users",
+            " ".join(f"{u}:{p}" for u, p in users.items()),
+        )
+        for line in out.splitlines():
+            name, address, netns = line.split()
+            self.hosts[name] = Host(name, address, netns)
+        return self.hosts
+
+    def down(self) -> None:
+        self._run("down", str(self.directory), timeout=120)
+
+    def in_host(self, name: str) -> list[str]:
+        """The command prefix that runs a command in host ``name``'s network namespace."""
+        return ["ip", "netns", "exec", self.hosts[name].netns]
+
+    def logs(self, name: str) -> str:
+        """The last lines of the host's xrdp and sesman logs."""
+        parts = []
+        for path in sorted((self.directory / name / "logs").glob("*")):
+            with contextlib.suppress(OSError):
+                text = path.read_text(errors="replace").splitlines()[-30:]
+                parts.append(f"--- {path.name}\n" + "\n".join(text))
+        return "\n".join(parts)
+
+    def established(self, name: str) -> int:
+        """RDP connections the host has right now (clients attached)."""
+        proc = subprocess.run(
+            [*self.in_host(name), "ss", "-Htn", "state", "established", "sport", "= :3389"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return len([line for line in proc.stdout.splitlines() if line.strip()])
+
+
+class VirtualDisplay:
+    """An Xvfb display for RDP clients, and screenshots of it."""
+
+    def __init__(self, number: int, log: Path, size: str = "1024x768") -> None:
+        self.number = number
+        self.log = log
+        self.size = size
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def name(self) -> str:
+        return f":{self.number}"
+
+    def __enter__(self) -> VirtualDisplay:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                ["Xvfb", self.name, "-screen", "0", f"{self.size}x24", "-nolisten", "tcp"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 10
+        while not Path(f"/tmp/.X11-unix/X{self.number}").exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise DesktopError(f"Xvfb {self.name} did not start: {self.log.read_text()[-500:]}")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def screenshot(self, path: Path) -> Path:
+        subprocess.run(
+            ["import", "-display", self.name, "-window", "root", str(path)],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        return path
+
+
+def pixel(png: Path, x: int, y: int) -> str:
+    """The colour at (x, y) of a picture, as ``#rrggbb``."""
+    out = subprocess.run(
+        ["convert", str(png), "-format", f"%[hex:p{{{x},{y}}}]", "info:"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.strip()
+    return "#" + out[:6].lower()
+
+
+#: The desktop colour of the host at each position (as xrdp-hosts.sh sets it).
+HOST_COLOURS = ("#1f6feb", "#2da44e", "#bf3989", "#d4a72c", "#8250df", "#cf222e")
+
+
+class RdpClient:
+    """``xfreerdp`` opening an ``.rdp`` file on a virtual display (the password is given
+    on the command line: xrdp asks for it, as a real user would type it)."""
+
+    def __init__(
+        self, display: VirtualDisplay, rdp_file: Path, password: str, log: Path, home: Path
+    ) -> None:
+        self.display = display
+        self.rdp_file = rdp_file
+        self.password = password
+        self.log = log
+        self.home = home  # FreeRDP keeps its known hosts there
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "DISPLAY": self.display.name, "HOME": str(self.home)}
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    "xfreerdp",
+                    str(self.rdp_file),
+                    f"/p:{self.password}",
+                    "/cert:ignore",
+                    f"/size:{self.display.size}",
+                    "-grab-keyboard",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """The user's client dies (closed, crashed, network gone): the session stays."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def wait_exit(self, timeout: float) -> int | None:
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def log_text(self) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return re.sub(r"/p:\S+", "/p:***", text)
+
+
+def session_processes(user: str) -> list[tuple[int, str]]:
+    """(pid, command) of a user's processes on this machine."""
+    proc = subprocess.run(
+        ["ps", "-u", user, "-o", "pid=,args="], capture_output=True, text=True, check=False
+    )
+    found = []
+    for line in proc.stdout.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if pid.isdigit():
+            found.append((int(pid), args))
+    return found
+
+
+def xorg_displays(user: str) -> list[int]:
+    """The displays of a user's xrdp sessions (their Xorg servers)."""
+    displays = []
+    for _, args in session_processes(user):
+        match = re.search(r"Xorg :(\d+) .*xrdp/xorg\.conf", args)
+        if match:
+            displays.append(int(match.group(1)))
+    return sorted(displays)
+
+
+def end_window_manager(user: str) -> None:
+    """The user logs off from inside the desktop: their window manager ends."""
+    for pid, args in session_processes(user):
+        if args.split()[:1] == ["twm"]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return path
+
+
+def stop_all(procs: Iterable[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
