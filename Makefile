@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # The bench's compiled reference controller (Go, standard library only): formatted and vetted.
 GO_CHECK := cd tests/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
 
-.PHONY: help venv image test-image test test-faults test-unit lint crds bench-engine bench bench-hosts bench-scale tools tools-cluster cluster-up cluster-down demo demo-broker demo-down clean
+.PHONY: help venv image image-session-host test-image test test-faults test-unit lint crds bench-engine bench bench-hosts bench-scale tools tools-cluster cluster-up cluster-down demo demo-broker demo-down clean
 
 help:
 	@grep -E '^[a-z-]+:.*?## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -24,6 +24,9 @@ venv: $(STAMP) ## create .venv and install the project with its test extra
 # mmdebstrap are installed with apt-get where missing); cached, so a rebuild takes seconds.
 image: $(STAMP) ## build the operator image localhost/hostpool-operator:<version> with podman (docs/install.md)
 	HOSTPOOL_PYTHON=$(PY) tests/cluster/image.sh
+
+image-session-host: $(STAMP) ## build the xrdp session-host image localhost/hostpool-session-host:<version> (operator/session-host.Containerfile)
+	HOSTPOOL_PYTHON=$(PY) tests/cluster/image.sh --session-host
 
 # make test's: where podman cannot be had, says why and goes on (tests/e2e/test_image_live.py skips).
 test-image: $(STAMP)

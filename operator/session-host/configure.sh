@@ -43,6 +43,7 @@ grep -q '^\[Xorg\]' /etc/xrdp/xrdp.ini
 # The keys the packages' maintainer scripts made when the base was built would be the same in
 # every container of the image: removed here, made per container by the entrypoint (or taken
 # from a mounted certificate). xrdp.ini's empty certificate=/key_file= mean these two paths.
+find /etc/ssl/certs -lname '*ssl-cert-snakeoil.pem' -delete
 rm -f /etc/xrdp/rsakeys.ini /etc/xrdp/cert.pem /etc/xrdp/key.pem \
   /etc/ssl/certs/ssl-cert-snakeoil.pem /etc/ssl/private/ssl-cert-snakeoil.key
 

@@ -16,14 +16,24 @@
 #      context, installed offline. Skipped when an image of the same inputs exists.
 # Prints the image, its size and the build time. Nothing is written into the repository.
 #
+# With --session-host it builds the session-host image instead (operator/session-host.Containerfile:
+# xrdp + xorgxrdp desktops for pod-backed hosts, with hostpool-agent): the same steps, but the base
+# is a second mmdebstrap tarball, BASE_PACKAGES plus SESSION_HOST_PACKAGES (cached the same way,
+# as localhost/hostpool-session-host-base), and the build context is the wheels plus
+# operator/session-host/ (the entrypoint and its configuration).
+#
 # Usage: tests/cluster/image.sh                 build what is missing, print the image name
 #        tests/cluster/image.sh --optional      the same, but where podman cannot be had, say why
 #                                                and exit 0 (make test: the live test then skips)
 #        tests/cluster/image.sh --check         exit 0 if podman can be had here, else print why
 #                                                and exit 3 (the live test's skip reason)
+#        tests/cluster/image.sh --session-host  the session-host image (localhost/hostpool-session-host:
+#                                                <version>); combines with --optional
 # Exit status 3: podman, runc or mmdebstrap is missing and cannot be installed here.
 # Env:   HOSTPOOL_TOOLS_CACHE   cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hostpool-operator)
 #        HOSTPOOL_IMAGE         image name (default localhost/hostpool-operator:<version>)
+#        HOSTPOOL_SESSION_HOST_IMAGE  the session-host image's name (default
+#                               localhost/hostpool-session-host:<version>)
 #        HOSTPOOL_PYTHON        the Python whose pip builds the wheels (default <repo>/.venv/bin/python)
 set -euo pipefail
 
@@ -32,9 +42,25 @@ CACHE_ROOT="${HOSTPOOL_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hostpool-ope
 CACHE="$CACHE_ROOT/image"
 PY="${HOSTPOOL_PYTHON:-$REPO_ROOT/.venv/bin/python}"
 
+optional=0 check=0 target=operator
+for arg in "$@"; do
+  case "$arg" in
+    --optional) optional=1 ;;
+    --check) check=1 ;;
+    --session-host) target=session-host ;;
+    *) echo "usage: $0 [--optional | --check] [--session-host]" >&2; exit 2 ;;
+  esac
+done
+
 # The base image's inputs.
 SUITE=bookworm
 BASE_PACKAGES=python3,python3-venv,ca-certificates
+# The session-host base adds these (no recommends: mmdebstrap installs none). xorgxrdp pulls in
+# xserver-xorg-core; xauth is what sesman writes the session's cookie with, and xfonts-base the
+# `fixed` font Xorg and xterm cannot start without (both only recommended by the X packages).
+# twm and xterm make the default desktop; x11-xserver-utils has sessreg; openssl makes each
+# container's own TLS certificate at start; procps (pkill) ends the sessions at SIGTERM.
+SESSION_HOST_PACKAGES=xrdp,xorgxrdp,xauth,xfonts-base,twm,xterm,x11-xserver-utils,openssl,procps
 BASE_SOURCES=(
   "deb http://deb.debian.org/debian $SUITE main"
   "deb http://deb.debian.org/debian $SUITE-updates main"
@@ -65,7 +91,7 @@ why_not() {
   fi
 }
 
-if [[ "${1:-}" == "--check" ]]; then
+if [[ $check == 1 ]]; then
   reason="$(why_not)"
   [[ -z "$reason" ]] || { echo "$reason"; exit 3; }
   exit 0
@@ -75,7 +101,7 @@ start=$(date +%s)
 reason="$(why_not)"
 if [[ -n "$reason" ]]; then
   echo "image: $reason; no image built" >&2
-  [[ "${1:-}" == "--optional" ]] && exit 0
+  [[ $optional == 1 ]] && exit 0
   exit 3
 fi
 if ! have_tools; then
@@ -105,31 +131,43 @@ fi
 hash12() { sha256sum | cut -c1-12; }
 
 # ------------------------------------------------------------------------------ base image
-base_key="$(
-  printf '%s\n' "$SUITE" "$BASE_PACKAGES" "${BASE_SOURCES[@]}" "${BASE_DPKG_OPTS[@]}" \
-    "$SOURCE_DATE_EPOCH" "$(mmdebstrap --version)" | hash12
-)"
-BASE_IMAGE="localhost/hostpool-base:$SUITE-$base_key"
-if [[ "${HOSTPOOL_IMAGE_REFRESH_BASE:-0}" == 1 ]]; then
-  rm -f "$CACHE/base-$base_key.tar"
-  "${PODMAN[@]}" image rm -f "$BASE_IMAGE" >/dev/null 2>&1 || true
-fi
-if ! "${PODMAN[@]}" image exists "$BASE_IMAGE"; then
-  tar="$CACHE/base-$base_key.tar"
-  if [[ ! -s "$tar" ]]; then
-    t0=$(date +%s)
-    log "building the base image ($SUITE minbase + $BASE_PACKAGES) with mmdebstrap ..."
-    opts=()
-    for o in "${BASE_DPKG_OPTS[@]}"; do opts+=("--dpkgopt=$o"); done
-    mmdebstrap --quiet --format=tar --variant=minbase --include="$BASE_PACKAGES" "${opts[@]}" \
-      "$SUITE" "$tar.tmp" "${BASE_SOURCES[@]}" >&2 || { rm -f "$tar.tmp"; die "mmdebstrap failed"; }
-    mv -f "$tar.tmp" "$tar"
-    log "base tarball $(du -h "$tar" | cut -f1), sha256 $(sha256sum "$tar" | cut -c1-16), in $(($(date +%s) - t0))s"
+# make_base NAME TARBALL_PREFIX PACKAGES: the mmdebstrap base image of PACKAGES, imported as
+# localhost/NAME:<suite>-<key> (key: a hash of every input) and tagged localhost/NAME:<suite> (the
+# name the Containerfiles default to); its name on stdout. Cached as $CACHE/PREFIX-<key>.tar.
+make_base() {
+  local name=$1 prefix=$2 packages=$3 key image tar t0 o
+  key="$(
+    printf '%s\n' "$SUITE" "$packages" "${BASE_SOURCES[@]}" "${BASE_DPKG_OPTS[@]}" \
+      "$SOURCE_DATE_EPOCH" "$(mmdebstrap --version)" | hash12
+  )"
+  image="localhost/$name:$SUITE-$key"
+  tar="$CACHE/$prefix-$key.tar"
+  if [[ "${HOSTPOOL_IMAGE_REFRESH_BASE:-0}" == 1 ]]; then
+    rm -f "$tar"
+    "${PODMAN[@]}" image rm -f "$image" >/dev/null 2>&1 || true
   fi
-  "${PODMAN[@]}" import --quiet "$tar" "$BASE_IMAGE" >/dev/null
+  if ! "${PODMAN[@]}" image exists "$image"; then
+    if [[ ! -s "$tar" ]]; then
+      t0=$(date +%s)
+      log "building the base image $name ($SUITE minbase + $packages) with mmdebstrap ..."
+      local opts=()
+      for o in "${BASE_DPKG_OPTS[@]}"; do opts+=("--dpkgopt=$o"); done
+      mmdebstrap --quiet --format=tar --variant=minbase --include="$packages" "${opts[@]}" \
+        "$SUITE" "$tar.tmp" "${BASE_SOURCES[@]}" >&2 || { rm -f "$tar.tmp"; die "mmdebstrap failed"; }
+      mv -f "$tar.tmp" "$tar"
+      log "base tarball $(du -h "$tar" | cut -f1), sha256 $(sha256sum "$tar" | cut -c1-16), in $(($(date +%s) - t0))s"
+    fi
+    "${PODMAN[@]}" import --quiet "$tar" "$image" >/dev/null
+  fi
+  "${PODMAN[@]}" tag "$image" "localhost/$name:$SUITE"
+  echo "$image"
+}
+
+if [[ $target == session-host ]]; then
+  BASE_IMAGE="$(make_base hostpool-session-host-base session-host-base "$BASE_PACKAGES,$SESSION_HOST_PACKAGES")"
+else
+  BASE_IMAGE="$(make_base hostpool-base base "$BASE_PACKAGES")"
 fi
-# The name operator/Containerfile defaults to.
-"${PODMAN[@]}" tag "$BASE_IMAGE" "localhost/hostpool-base:$SUITE"
 
 # ------------------------------------------------------------------------------ wheels
 [[ -x "$PY" ]] || die "$PY not found: run make venv first (or set HOSTPOOL_PYTHON)"
@@ -167,18 +205,44 @@ find "$CACHE" -maxdepth 1 -name 'wheels-*' ! -name "wheels-$wheels_key" -exec rm
 
 # ------------------------------------------------------------------------------ the image
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO_ROOT/pyproject.toml" | head -1)"
-IMAGE="${HOSTPOOL_IMAGE:-localhost/hostpool-operator:$version}"
+if [[ $target == session-host ]]; then
+  IMAGE="${HOSTPOOL_SESSION_HOST_IMAGE:-localhost/hostpool-session-host:$version}"
+  CONTAINERFILE=operator/session-host.Containerfile
+  # The entrypoint and its configuration are inputs too.
+  extra_inputs="$(cd "$REPO_ROOT" && find operator/session-host -type f | sort | xargs sha256sum)"
+else
+  IMAGE="${HOSTPOOL_IMAGE:-localhost/hostpool-operator:$version}"
+  CONTAINERFILE=operator/Containerfile
+  extra_inputs=""
+fi
+# (Nothing extra for the operator image: its key stays what it was, no needless rebuild.)
 image_key="$(
-  { echo "$BASE_IMAGE $wheels_key $SOURCE_DATE_EPOCH"; cat "$REPO_ROOT/operator/Containerfile"; } | hash12
+  {
+    echo "$BASE_IMAGE $wheels_key $SOURCE_DATE_EPOCH"
+    cat "$REPO_ROOT/$CONTAINERFILE"
+    [[ -z "$extra_inputs" ]] || echo "$extra_inputs"
+  } | hash12
 )"
 current="$("${PODMAN[@]}" image inspect --format '{{index .Labels "io.hostpool.inputs"}}' "$IMAGE" 2>/dev/null || true)"
 if [[ "$current" != "$image_key" ]]; then
-  log "building $IMAGE from operator/Containerfile on $BASE_IMAGE ..."
+  log "building $IMAGE from $CONTAINERFILE on $BASE_IMAGE ..."
+  if [[ $target == session-host ]]; then
+    # Build context: wheels/ (hard links where the file system allows) and session-host/.
+    context="$CACHE/session-host-context"
+    rm -rf "$context"
+    mkdir -p "$context/wheels"
+    cp -l "$WHEELS"/*.whl "$context/wheels/" 2>/dev/null || cp "$WHEELS"/*.whl "$context/wheels/"
+    cp -r "$REPO_ROOT/operator/session-host" "$context/session-host"
+  else
+    context="$WHEELS"
+  fi
   old="$("${PODMAN[@]}" image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
   # --layers=false: no intermediate images left behind (an unchanged build is skipped above).
   "${PODMAN[@]}" build --quiet --layers=false --network=none --timestamp "$SOURCE_DATE_EPOCH" \
     --build-arg "BASE_IMAGE=$BASE_IMAGE" --label "io.hostpool.inputs=$image_key" \
-    -f "$REPO_ROOT/operator/Containerfile" -t "$IMAGE" "$WHEELS" >/dev/null
+    -f "$REPO_ROOT/$CONTAINERFILE" -t "$IMAGE" "$context" >/dev/null ||
+    { [[ $context == "$WHEELS" ]] || rm -rf "$context"; die "podman build failed"; }
+  [[ $context == "$WHEELS" ]] || rm -rf "$context"
   built=built
   # The image this one replaces, now untagged (kept if a container still uses it).
   [[ -z "$old" ]] || "${PODMAN[@]}" image rm "$old" >/dev/null 2>&1 || true

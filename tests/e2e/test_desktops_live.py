@@ -207,7 +207,7 @@ class NetnsAgent:
             return self.proc.wait(5)
 
     def cpu_and_memory(self) -> tuple[float, int, float]:
-        """(CPU seconds so far, RSS bytes, seconds running) of the agent (``ip netns exec`` execs it)."""
+        """(CPU seconds, RSS bytes, seconds running) of the agent (`ip netns exec` execs it)."""
         assert self.proc is not None
         process = psutil.Process(self.proc.pid)
         times = process.cpu_times()
