@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # The bench's compiled reference controller (Go, standard library only): formatted and vetted.
 GO_CHECK := cd tests/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
 
-.PHONY: help venv image image-session-host test-image test test-faults test-unit lint crds bench-engine bench bench-hosts bench-scale tools tools-cluster cluster-up cluster-down demo demo-broker demo-down clean
+.PHONY: help venv image image-session-host test-image test test-faults test-unit lint crds bench-engine bench bench-hosts bench-scale tools tools-cluster cluster-up cluster-down demo demo-broker demo-desktop demo-down clean
 
 help:
 	@grep -E '^[a-z-]+:.*?## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -105,7 +105,11 @@ demo: $(STAMP) tools-cluster ## the main job: control plane, operator, a depth-f
 demo-broker: $(STAMP) ## after make demo: Keycloak and hostpool-broker; users sign in and get an .rdp file
 	$(PY) tests/demo_broker.py
 
-demo-down: ## stop the demo's operator, agents, broker and Keycloak, and the local control plane
+demo-desktop: $(STAMP) ## after make demo (as root): xrdp hosts, agents, three users on real desktops via the broker and FreeRDP
+	$(PY) tests/demo_desktop.py
+
+demo-down: ## stop the demo's operator, agents, broker and Keycloak, desktops, and the local control plane
+	-test -x $(PY) && $(PY) tests/demo_desktop.py down
 	-for p in broker keycloak; do test -f .cluster/$$p.pid && kill -- -$$(cat .cluster/$$p.pid) 2>/dev/null; rm -f .cluster/$$p.pid; done
 	-test -f .cluster/operator.pid && kill $$(cat .cluster/operator.pid) 2>/dev/null; rm -f .cluster/operator.pid
 	-for f in .cluster/agents/*.pid; do test -f "$$f" && kill $$(cat "$$f") 2>/dev/null; rm -f "$$f"; done

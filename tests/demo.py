@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,9 @@ MAX_HOSTS = 6
 USERS = 40
 GROUP, VERSION = "hostpool.io", "v1alpha1"
 
+#: make demo-desktop's bridge for xrdp hosts (its own /24; the tests use 10.251.1.0/24).
+DEMO_HOSTS_BRIDGE = "hpdemo0:10.251.0.1/24"
+
 
 def say(message: str) -> None:
     print(f"demo: {message}", flush=True)
@@ -50,7 +54,14 @@ def kubeconfig() -> Path:
             say(f"using the cluster of {variable}={value}")
             return Path(value).expanduser()
     say("starting the local control plane (make cluster-up)")
-    subprocess.run([str(ROOT / "tests" / "cluster" / "cluster.sh"), "up", str(CLUSTER)], check=True)
+    env = dict(os.environ)
+    if os.geteuid() == 0 and shutil.which("ip"):
+        # Served on a bridge too, so that make demo-desktop's xrdp hosts (network namespaces
+        # on that bridge) and their agents reach it.
+        env.setdefault("HOSTPOOL_HOSTS_BRIDGE", DEMO_HOSTS_BRIDGE)
+    subprocess.run(
+        [str(ROOT / "tests" / "cluster" / "cluster.sh"), "up", str(CLUSTER)], check=True, env=env
+    )
     return CLUSTER / "kubeconfig"
 
 

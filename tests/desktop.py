@@ -20,10 +20,13 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HOSTS_SCRIPT = REPO_ROOT / "tests" / "desktop" / "xrdp-hosts.sh"
@@ -196,10 +199,6 @@ def pixel(png: Path, x: int, y: int) -> str:
     return "#" + out[:6].lower()
 
 
-#: The desktop colour of the host at each position (as xrdp-hosts.sh sets it).
-HOST_COLOURS = ("#1f6feb", "#2da44e", "#bf3989", "#d4a72c", "#8250df", "#cf222e")
-
-
 class RdpClient:
     """``xfreerdp`` opening an ``.rdp`` file on a virtual display (the password is given
     on the command line: xrdp asks for it, as a real user would type it)."""
@@ -254,6 +253,60 @@ class RdpClient:
     def log_text(self) -> str:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return re.sub(r"/p:\S+", "/p:***", text)
+
+
+class NetnsAgent:
+    """``hostpool-agent --sessions-from xrdp`` inside a host's network namespace."""
+
+    def __init__(
+        self,
+        hosts: XrdpHosts,
+        host: str,
+        namespace: str,
+        kubeconfig: Path,
+        log: Path,
+        interval: float,
+    ) -> None:
+        self.command = [
+            *hosts.in_host(host), sys.executable, "-m", "hostpool_operator.agent",
+            "--host", host, "--namespace", namespace, "--sessions-from", "xrdp",
+            "--interval", str(interval), "--verbose",
+        ]  # fmt: skip
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> int:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                start_new_session=True,
+            )  # fmt: skip
+        return self.proc.pid
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        self.proc.terminate()
+        try:
+            return self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(5)
+
+    def cpu_and_memory(self) -> tuple[float, int, float]:
+        """(CPU seconds, RSS bytes, seconds running) of the agent (`ip netns exec` execs it)."""
+        assert self.proc is not None
+        process = psutil.Process(self.proc.pid)
+        times = process.cpu_times()
+        return (
+            times.user + times.system,
+            process.memory_info().rss,
+            time.time() - process.create_time(),
+        )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
 def session_processes(user: str) -> list[tuple[int, str]]:

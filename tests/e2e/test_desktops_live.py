@@ -17,8 +17,6 @@ disappears except by a logoff, no host ever has more than its limit assigned.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-import psutil
 import pytest
 
 from desktop import (
     DesktopError,
     Host,
+    NetnsAgent,
     RdpClient,
     VirtualDisplay,
     XrdpHosts,
@@ -174,53 +172,6 @@ class RequestWatch(threading.Thread):
         return None
 
 
-class NetnsAgent:
-    """``hostpool-agent --sessions-from xrdp`` inside a host's network namespace."""
-
-    def __init__(
-        self, hosts: XrdpHosts, host: str, namespace: str, kubeconfig: Path, log: Path
-    ) -> None:
-        self.command = [
-            *hosts.in_host(host), sys.executable, "-m", "hostpool_operator.agent",
-            "--host", host, "--namespace", namespace, "--sessions-from", "xrdp",
-            "--interval", str(AGENT_INTERVAL), "--verbose",
-        ]  # fmt: skip
-        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                start_new_session=True,
-            )  # fmt: skip
-
-    def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        self.proc.terminate()
-        try:
-            return self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(5)
-
-    def cpu_and_memory(self) -> tuple[float, int, float]:
-        """(CPU seconds, RSS bytes, seconds running) of the agent (`ip netns exec` execs it)."""
-        assert self.proc is not None
-        process = psutil.Process(self.proc.pid)
-        times = process.cpu_times()
-        return (
-            times.user + times.system,
-            process.memory_info().rss,
-            time.time() - process.create_time(),
-        )
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-
 @pytest.fixture
 def desktops(
     kube: Kube, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
@@ -268,7 +219,9 @@ def agents(
                 retry_on=(AssertionError,),
             )
             config = token_kubeconfig(kube.kubeconfig, token, tmp_path / f"{host}.kubeconfig")
-            agent = NetnsAgent(hosts, host, namespace, config, tmp_path / f"agent-{host}.log")
+            agent = NetnsAgent(
+                hosts, host, namespace, config, tmp_path / f"agent-{host}.log", AGENT_INTERVAL
+            )
             made[host] = agent
             logs.append((f"agent {host} log", lambda a=agent: a.text()[-4000:]))
         yield made
