@@ -44,6 +44,7 @@ from e2e.agent_objects import apply_agent_objects, delete_objects, run_tool
 from e2e.broker_helpers import BrokerProcess, Reply
 from e2e.helpers import EXTRA_LOGS, Cluster, OperatorProcess
 from kube import GROUP, VERSION, Kube, token_kubeconfig, unique_name, wait_for
+from podman import build_image, podman
 
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop]
 
@@ -189,26 +190,23 @@ def desktops(
 
 
 @pytest.fixture
-def agents(
-    kube: Kube,
-    namespace: str,
-    desktops: tuple[XrdpHosts, dict[str, Host]],
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> Iterator[dict[str, NetnsAgent]]:
-    """Each host's agent, under the ServiceAccount hostpool-agent-<host> that the chart makes
-    for a machine outside the cluster (a token as docs/install.md shows)."""
-    hosts, _ = desktops
+def agent_credentials(
+    kube: Kube, namespace: str, tmp_path: Path
+) -> Iterator[Callable[[list[str]], dict[str, Path]]]:
+    """Kubeconfigs of the ServiceAccounts hostpool-agent-<host> that the chart makes for
+    machines outside the cluster (``agents.hosts``), each holding only that account's token
+    (made as docs/install.md shows); the chart's policy is deleted afterwards."""
     assert kube.bin_dir is not None
-    values = {"agents.hosts": list(HOSTS), "agents.namespaces": [namespace]}
-    docs = apply_agent_objects(
-        kube.bin_dir, kube.kubeconfig, unique_name("desk", max_length=20), namespace, values
-    )
-    kubectl = [str(kube.bin_dir / "kubectl"), "--kubeconfig", str(kube.kubeconfig)]
-    made: dict[str, NetnsAgent] = {}
-    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
-    try:
-        for host in HOSTS:
+    bin_dir = kube.bin_dir
+    kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(kube.kubeconfig)]
+    applied: list[Obj] = []
+
+    def make(hosts: list[str]) -> dict[str, Path]:
+        values = {"agents.hosts": hosts, "agents.namespaces": [namespace]}
+        release = unique_name("desk", max_length=20)
+        applied.extend(apply_agent_objects(bin_dir, kube.kubeconfig, release, namespace, values))
+        configs = {}
+        for host in hosts:
             account = f"hostpool-agent-{host}"
             token = wait_for(
                 lambda a=account: run_tool(  # type: ignore[misc]
@@ -218,20 +216,35 @@ def agents(
                 what=f"a token of {account}",
                 retry_on=(AssertionError,),
             )
-            config = token_kubeconfig(kube.kubeconfig, token, tmp_path / f"{host}.kubeconfig")
-            agent = NetnsAgent(
-                hosts, host, namespace, config, tmp_path / f"agent-{host}.log", AGENT_INTERVAL
-            )
-            made[host] = agent
-            logs.append((f"agent {host} log", lambda a=agent: a.text()[-4000:]))
-        yield made
-    finally:
-        codes = {host: agent.stop() for host, agent in made.items()}
-        delete_objects(
-            kube.bin_dir,
-            kube.kubeconfig,
-            [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")],
+            target = tmp_path / f"{host}.kubeconfig"
+            configs[host] = token_kubeconfig(kube.kubeconfig, token, target)
+        return configs
+
+    yield make
+    policies = [d for d in applied if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    delete_objects(bin_dir, kube.kubeconfig, policies)
+
+
+@pytest.fixture
+def agents(
+    namespace: str,
+    desktops: tuple[XrdpHosts, dict[str, Host]],
+    agent_credentials: Callable[[list[str]], dict[str, Path]],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[dict[str, NetnsAgent]]:
+    """Each host's agent in its network namespace, under the host's own credential."""
+    hosts, _ = desktops
+    made: dict[str, NetnsAgent] = {}
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+    for host, config in agent_credentials(list(HOSTS)).items():
+        agent = NetnsAgent(
+            hosts, host, namespace, config, tmp_path / f"agent-{host}.log", AGENT_INTERVAL
         )
+        made[host] = agent
+        logs.append((f"agent {host} log", lambda a=agent: a.text()[-4000:]))
+    yield made
+    codes = {host: agent.stop() for host, agent in made.items()}
     bad = {h: c for h, c in codes.items() if c not in (0, None)}
     assert not bad, f"agents exited uncleanly: {bad}"
 
@@ -423,3 +436,105 @@ def test_users_log_on_to_real_desktops_through_the_broker(
         for client in clients:
             client.kill()
         watch.stopping.set()
+
+
+# ---------------------------------------------------------------------------------------
+# a container host: the session-host image run by podman
+
+CONTAINER_HOST = "ct-1"
+#: The session-host image's desktop colour (operator/session-host/xsession).
+IMAGE_COLOUR = "#0a7d6c"
+
+
+def test_a_user_gets_the_desktop_of_a_session_host_container(
+    kube: Kube,
+    cluster: Cluster,
+    namespace: str,
+    operator_process: OperatorProcess,
+    agent_credentials: Callable[[list[str]], dict[str, Path]],
+    brokers: Callable[..., BrokerProcess],
+    tokens: Callable[[str], str],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """The session-host image (xrdp and hostpool-agent --sessions-from xrdp in one container,
+    on podman's bridge network) as a host: its agent reports the address, alice connects
+    through the broker and gets the container's desktop, her session is followed, and the
+    container stops cleanly with her on it."""
+    need_desktops(kube)
+    image = build_image("--session-host")
+    config = agent_credentials([CONTAINER_HOST])[CONTAINER_HOST]
+    users = tmp_path / "users"
+    users.write_text(f"alice:{DESKTOP_USERS['alice']}\n")
+    users.chmod(0o600)
+    cluster.setup_pool(
+        POOL, "DepthFirst", LIMIT, hosts=[CONTAINER_HOST], entitlements={"users": ["alice"]}
+    )
+    broker = brokers()
+    name = unique_name("desktop", max_length=30)
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+    logs.append((f"container {name} log", lambda: podman("logs", name, check=False)[-4000:]))
+    display = VirtualDisplay(80 + os.getpid() % 9, tmp_path / "xvfb.log")
+    client: RdpClient | None = None
+    started = time.monotonic()
+    podman(
+        "run", "-d", "--name", name,
+        "-v", f"{users}:/etc/hostpool/users:ro",
+        "-v", f"{config}:/etc/hostpool/kubeconfig:ro",
+        "-e", "KUBECONFIG=/etc/hostpool/kubeconfig",
+        "-e", f"HOSTPOOL_AGENT_HOST={CONTAINER_HOST}",
+        "-e", f"HOSTPOOL_AGENT_ARGS=--namespace {namespace} --interval {AGENT_INTERVAL}",
+        image,
+    )  # fmt: skip
+    try:
+        address = cluster.wait(
+            lambda: ((cluster.host(CONTAINER_HOST).get("status") or {}).get("agent") or {}).get(
+                "address"
+            ),
+            "the container's agent to report its address",
+            timeout=60,
+        )
+        reported = time.monotonic() - started
+        with display:
+            connect = time.monotonic()
+            answer = rdp_reply(broker.connect(namespace, POOL, tokens("alice")))
+            assert answer["host"] == CONTAINER_HOST
+            assert answer["address"] == address
+            rdp = tmp_path / "alice.rdp"
+            rdp.write_text(answer["rdpFile"], newline="")
+            client = RdpClient(
+                display, rdp, DESKTOP_USERS["alice"], tmp_path / "xfreerdp.log",
+                tmp_path / "client-home",
+            )  # fmt: skip
+            logs.append(("xfreerdp log", client.log_text))
+            client.start()
+            cluster.wait(
+                lambda: state_of(cluster, answer["request"]) == "Active",
+                "the container's agent to report alice Active",
+                timeout=45,
+            )
+            active = time.monotonic() - connect
+            shot = tmp_path / "container-desktop.png"
+            wait_for(
+                lambda: pixel(display.screenshot(shot), *BACKGROUND) == IMAGE_COLOUR,
+                15,
+                what="the client's screen to show the container's desktop",
+            )
+            client.kill()
+            cluster.wait(
+                lambda: state_of(cluster, answer["request"]) == "Disconnected",
+                "the container's agent to report alice Disconnected",
+            )
+        stopping = time.monotonic()
+        podman("stop", "--time", "20", name, timeout=60)
+        stopped = time.monotonic() - stopping
+        code = podman("inspect", "--format", "{{.State.ExitCode}}", name).strip()
+        assert code == "0", f"the container exited with {code}"
+        print(
+            f"container host: podman run -> agent reported {reported:.2f} s; "
+            f"connect -> Active {active:.2f} s; stop with a session on it {stopped:.2f} s"
+        )
+    finally:
+        if client is not None:
+            client.kill()
+        podman("rm", "--force", "--time", "5", name, check=False)

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -37,11 +35,11 @@ import builders
 from e2e import test_rbac_live as rbac
 from e2e.helpers import free_port, status
 from keycloak import CLIENT_ID, CLIENT_SECRET, CORP, Keycloak
-from kube import REPO_ROOT, Kube, unique_name, wait_for
+from kube import Kube, unique_name, wait_for
+from podman import PODMAN, build_image, podman, podman_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
-IMAGE_SCRIPT = REPO_ROOT / "tests" / "cluster" / "image.sh"
 #: Where the kubeconfig is mounted in the container.
 KUBECONFIG_IN_CONTAINER = "/var/run/hostpool/kubeconfig"
 UID = "65532"
@@ -51,70 +49,10 @@ bin_dir = rbac.bin_dir
 install_identity = rbac.install_identity
 
 
-def podman_unavailable() -> str:
-    """Why podman cannot be had here ('' when it can: present, or installable with apt-get)."""
-    proc = subprocess.run(
-        [str(IMAGE_SCRIPT), "--check"], capture_output=True, text=True, check=False, timeout=60
-    )
-    return proc.stdout.strip() or proc.stderr.strip() if proc.returncode != 0 else ""
-
-
-def cache_dir() -> Path:
-    """tests/cluster/image.sh's cache (the convention of tests/cluster/tools.sh)."""
-    root = os.environ.get("HOSTPOOL_TOOLS_CACHE")
-    if root:
-        return Path(root) / "image"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "hostpool-operator" / "image"
-
-
-def podman_env() -> dict[str, str]:
-    return {**os.environ, "CONTAINERS_CONF": str(cache_dir() / "containers.conf")}
-
-
-#: runc with cgroupfs: crun fails on these machines (docs/install.md).
-PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
-
-
-def podman(*args: str, timeout: float = 120, check: bool = True) -> str:
-    proc = subprocess.run(
-        [*PODMAN, *args],
-        capture_output=True,
-        text=True,
-        env=podman_env(),
-        timeout=timeout,
-        check=False,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(
-            f"podman {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}"
-        )
-    return proc.stdout + proc.stderr if not check else proc.stdout
-
-
 @pytest.fixture(scope="module")
 def image() -> str:
     """The operator image, built by tests/cluster/image.sh (a second or two when cached)."""
-    reason = podman_unavailable()
-    if reason and os.environ.get("CI") == "true" and shutil.which("apt-get"):
-        # CI machines have apt-get: the image test must run there, not skip quietly.
-        pytest.fail(f"CI=true and apt-get is here, but no podman: {reason}")
-    if reason:
-        pytest.skip(f"no podman here: {reason}")
-    started = time.monotonic()
-    proc = subprocess.run(
-        [str(IMAGE_SCRIPT)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HOSTPOOL_PYTHON": sys.executable},
-        timeout=1800,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise AssertionError(f"tests/cluster/image.sh failed ({proc.returncode}):\n{proc.stderr}")
-    name = proc.stdout.strip().splitlines()[-1]
-    sys.stderr.write(f"{proc.stderr.strip()} ({time.monotonic() - started:.1f}s)\n")
-    return name
+    return build_image()
 
 
 def self_contained(kubeconfig: Path, target: Path) -> Path:

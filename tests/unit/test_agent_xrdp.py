@@ -12,6 +12,8 @@ from hostpool_operator.agent.xrdp import (
     Process,
     XrdpSession,
     connected_displays,
+    listening_displays,
+    on_this_host,
     session_states,
     window_managers,
     xorg_display,
@@ -57,6 +59,26 @@ def test_connected_displays_from_a_real_socket_table() -> None:
     assert connected_displays(DETACHED) == set()
     assert connected_displays("") == set()
     assert connected_displays("Num RefCount\nbroken line\n") == set()
+
+
+def test_listening_displays_are_this_hosts_sessions() -> None:
+    assert listening_displays(ATTACHED) == {10}
+    assert listening_displays(DETACHED) == {10}  # the session stays when the client goes
+    assert listening_displays("Num RefCount\nzz: 1 0 nothex 0001 01 1 /x/xrdp_display_3\n") == set()
+
+
+@pytest.mark.parametrize(
+    ("netns", "own", "listening", "ours"),
+    [
+        (7, 7, set(), True),  # same namespace, whatever the sockets say
+        (8, 7, {10}, False),  # another namespace: another host, even with display 10 here
+        (None, 7, {10}, True),  # unreadable (a container without CAP_SYS_PTRACE): the socket
+        (None, 7, {11}, False),
+        (7, None, {10}, True),
+    ],
+)
+def test_on_this_host(netns: int | None, own: int | None, listening: set[int], ours: bool) -> None:
+    assert on_this_host(10, netns, own, listening) is ours
 
 
 def process(pid: int, parent: int, user: str, *cmdline: str) -> Process:

@@ -21,6 +21,8 @@ from .commands import CommandResult
 from .xrdp import (
     Process,
     connected_displays,
+    listening_displays,
+    on_this_host,
     session_states,
     window_managers,
     xorg_display,
@@ -51,19 +53,28 @@ class XrdpMachine:
             self.netns = netns_of("self")
 
     def processes(self) -> tuple[list[Process], bool]:
-        """The processes of this host's sessions (X servers in this network namespace and
-        every process whose parent may be a session leader), and whether sesman runs here."""
+        """The processes of this host's sessions (X servers on this host, and every process
+        whose parent may be a session leader), and whether sesman runs here."""
+        try:
+            with open(PROC_NET_UNIX, encoding="utf-8", errors="replace") as handle:
+                listening = listening_displays(handle.read())
+        except OSError:
+            listening = set()
         found: list[Process] = []
         sesman = False
         for proc in psutil.process_iter(["pid", "ppid", "username", "name", "cmdline"]):
             info = proc.info
             cmdline = tuple(info.get("cmdline") or ())
             name = str(info.get("name") or "")
-            is_sesman = name == SESMAN or (cmdline and cmdline[0].endswith("/" + SESMAN))
-            is_xorg = xorg_display(cmdline) is not None
-            if (is_sesman or is_xorg) and netns_of(info["pid"]) != self.netns:
+            is_sesman = name == SESMAN or (bool(cmdline) and cmdline[0].endswith("/" + SESMAN))
+            display = xorg_display(cmdline)
+            if display is not None and not on_this_host(
+                display, netns_of(info["pid"]), self.netns, listening
+            ):
                 continue  # another host's
-            sesman = sesman or bool(is_sesman)
+            if is_sesman and netns_of(info["pid"]) not in (self.netns, None):
+                continue
+            sesman = sesman or is_sesman
             found.append(
                 Process(
                     pid=int(info["pid"]),

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 from ..api.base import SessionState
 
-#: The unix socket state "connected" in /proc/net/unix (SS_CONNECTED).
+#: The unix socket state "connected" in /proc/net/unix (SS_CONNECTED), and the flag of a
+#: listening socket (__SO_ACCEPTCON).
 CONNECTED = "03"
+ACCEPTS_CONNECTIONS = 0x10000
 DISPLAY_SOCKET = "xrdp_display_"
 XORG_CONFIG = "xrdp/xorg.conf"
 CHANNEL_SERVER = "xrdp-chansrv"
@@ -69,16 +71,43 @@ def connected_displays(proc_net_unix: str) -> set[int]:
     """Displays whose ``xrdp_display_N`` socket has an established connection, from the text
     of /proc/net/unix (one network namespace's unix sockets; the listening socket itself is
     not connected)."""
+    return _display_sockets(proc_net_unix, listening=False)
+
+
+def listening_displays(proc_net_unix: str) -> set[int]:
+    """Displays whose X server listens on ``xrdp_display_N`` in this network namespace: the
+    sessions of this host, told without reading other processes' namespaces."""
+    return _display_sockets(proc_net_unix, listening=True)
+
+
+def _display_sockets(proc_net_unix: str, *, listening: bool) -> set[int]:
     displays: set[int] = set()
     for line in proc_net_unix.splitlines()[1:]:
         fields = line.split()
         # Num RefCount Protocol Flags Type St Inode Path
-        if len(fields) < 8 or fields[5] != CONNECTED:
+        if len(fields) < 8:
+            continue
+        try:
+            accepts = bool(int(fields[3], 16) & ACCEPTS_CONNECTIONS)
+        except ValueError:
+            continue
+        if listening != accepts or (not listening and fields[5] != CONNECTED):
             continue
         name = fields[7].rsplit("/", 1)[-1]
         if name.startswith(DISPLAY_SOCKET) and name[len(DISPLAY_SOCKET) :].isdigit():
             displays.add(int(name[len(DISPLAY_SOCKET) :]))
     return displays
+
+
+def on_this_host(
+    display: int, netns: int | None, own_netns: int | None, listening: set[int]
+) -> bool:
+    """Is an X server of this host? By its network namespace where that can be read; where
+    it cannot (a container's root lacks CAP_SYS_PTRACE for other users' processes), by its
+    display's socket listening in the agent's own namespace."""
+    if netns is not None and own_netns is not None:
+        return netns == own_netns
+    return display in listening
 
 
 def xrdp_sessions(processes: Iterable[Process]) -> list[XrdpSession]:
