@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # The bench's compiled reference controller (Go, standard library only): formatted and vetted.
 GO_CHECK := cd tests/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
 
-.PHONY: help venv image image-session-host test-image test test-faults test-unit lint crds bench-engine bench bench-hosts bench-scale tools tools-cluster cluster-up cluster-down demo demo-broker demo-desktop demo-down clean
+.PHONY: help venv image image-session-host test-image test test-faults test-unit lint crds bench-engine bench bench-hosts bench-scale tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-down clean
 
 help:
 	@grep -E '^[a-z-]+:.*?## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -93,7 +93,12 @@ tools: ## build kube-apiserver, etcd, kube-controller-manager, kube-scheduler, k
 tools-cluster: ## the same without promtool (what the demo, the benches and cluster-up need)
 	tests/cluster/tools.sh --control-plane
 
-cluster-up: tools-cluster ## start a local control plane with 3 fake nodes; kubeconfig in .cluster/kubeconfig
+# Real nodes (root): the kubelet and the pause image, built from the same Kubernetes module.
+tools-nodes: ## the control plane's tools plus the kubelet and the pause image, for real nodes (docs/cluster.md)
+	tests/cluster/tools.sh --control-plane --nodes
+
+# HOSTPOOL_REAL_NODES=1 make cluster-up adds a real kubelet node (tools.sh then builds it too).
+cluster-up: tools-cluster ## start a local control plane with 3 fake nodes (HOSTPOOL_REAL_NODES=N: N real nodes too); kubeconfig in .cluster/kubeconfig
 	tests/cluster/cluster.sh up .cluster
 
 cluster-down: ## stop the local control plane

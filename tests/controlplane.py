@@ -11,6 +11,8 @@ A thin, typed wrapper over the repository's shell scripts:
   kubeconfig is ``DIR/kubeconfig``, the logs are under ``DIR/logs``.
   ``restart-apiserver|restart-etcd DIR`` restart one of them with the same ports, flags and
   data (fault tests); ``fail-pod`` and ``remove-node`` break a pod or a node on purpose.
+  With ``real_nodes`` (root), also that many real kubelet nodes with containerd
+  (``tests/cluster/node/nodes.sh``); ``import-image`` puts an image into their containerd.
 
 Typical use (e.g. from a session-scoped pytest fixture)::
 
@@ -86,13 +88,17 @@ def _last_line(text: str) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def ensure_tools(repo_root: Path = REPO_ROOT, *, timeout: float | None = None) -> Path:
+def ensure_tools(
+    repo_root: Path = REPO_ROOT, *, timeout: float | None = None, nodes: bool = False
+) -> Path:
     """Build (first time only; 10-25 minutes cold) and link the tools; return the bin dir.
 
     Runs ``tests/cluster/tools.sh``, which takes a second or two when the cached binaries exist.
+    ``nodes``: also the kubelet and the pause image, for real nodes (``tools.sh --nodes``).
     """
     script = repo_root / "tests" / "cluster" / "tools.sh"
-    proc = _run([str(script)], timeout=timeout, what="tests/cluster/tools.sh")
+    argv = [str(script), *(["--nodes"] if nodes else [])]
+    proc = _run(argv, timeout=timeout, what="tests/cluster/tools.sh")
     bin_dir = Path(_last_line(proc.stdout))
     if not (bin_dir / "kube-apiserver").exists():
         raise ControlPlaneError(
@@ -119,8 +125,11 @@ class ControlPlane:
         fake_nodes: int = DEFAULT_FAKE_NODES,
         apiserver_args: tuple[str, ...] = (),
         hosts_bridge: str | None = None,
+        real_nodes: int = 0,
     ) -> None:
         self.directory = Path(directory).resolve()
+        #: real kubelet nodes real-node-1.. (HOSTPOOL_REAL_NODES of cluster.sh; root)
+        self.real_nodes = real_nodes
         #: NAME:ADDRESS/PREFIX: a bridge for session hosts in network namespaces, the API
         #: served on ADDRESS (HOSTPOOL_HOSTS_BRIDGE of cluster.sh)
         self.hosts_bridge = hosts_bridge
@@ -152,6 +161,7 @@ class ControlPlane:
         env["HOSTPOOL_FAKE_NODES"] = str(self.fake_nodes)
         env["HOSTPOOL_APISERVER_ARGS"] = " ".join(self.apiserver_args)
         env["HOSTPOOL_HOSTS_BRIDGE"] = self.hosts_bridge or ""
+        env["HOSTPOOL_REAL_NODES"] = str(self.real_nodes)
         return env
 
     def _cluster(
@@ -207,6 +217,11 @@ class ControlPlane:
     def remove_node(self, name: str) -> None:
         """Delete a node; kube-controller-manager's pod GC deletes its pods afterwards."""
         self._cluster("remove-node", name)
+
+    def import_image(self, image: str) -> None:
+        """Put an image (a podman image's name, or an image archive) into every real node's
+        containerd, for pods with ``imagePullPolicy: Never`` or ``IfNotPresent``."""
+        self._cluster("import-image", image)
 
     def _restart(self, action: str, *, crash: bool, down_seconds: float) -> None:
         if down_seconds < 0:

@@ -3,6 +3,8 @@
 # etcd -> kube-apiserver -> kube-controller-manager, all on 127.0.0.1 and free ports; and,
 # so that pods run, kube-scheduler and kwok with fake nodes (kwok plays their kubelet:
 # nodes become Ready, scheduled pods Running and Ready with an IP; no container runs).
+# With HOSTPOOL_REAL_NODES=N, also N real nodes: kubelets with containerd, whose pods run
+# (tests/cluster/node/nodes.sh; root).
 #
 # Usage: tests/cluster/cluster.sh up DIR       start (or, if already healthy, just report) the cluster
 #        tests/cluster/cluster.sh down DIR     stop it (fine when not running)
@@ -20,6 +22,11 @@
 #            mark a pod Failed and not Ready, as a kubelet would for a crashed pod
 #        tests/cluster/cluster.sh remove-node DIR NODE
 #            delete a fake node; kube-controller-manager's pod GC then deletes its pods
+#        tests/cluster/cluster.sh import-image DIR IMAGE|ARCHIVE
+#            put an image into every real node's containerd (`podman save` of IMAGE, or a
+#            docker/OCI archive), for pods with imagePullPolicy Never or IfNotPresent
+#        tests/cluster/cluster.sh check-nodes
+#            exit 0 when real nodes can run here, else print why and exit 3
 #
 # `up` prints the admin kubeconfig path (DIR/kubeconfig) on stdout; progress goes to stderr.
 # Layout of DIR: kubeconfig, pki/ (CA, serving cert, service-account keys, token file),
@@ -42,6 +49,15 @@
 #                                serves on ADDRESS instead of 127.0.0.1 (in its certificate and
 #                                the kubeconfig), so agents inside those namespaces reach it
 #                                as a real machine's agent reaches a cluster
+#      HOSTPOOL_REAL_NODES       real kubelet nodes real-node-1..N (default 0, at most 8; needs
+#                                root, and tools.sh --nodes): each with a containerd of its own,
+#                                on a bridge hpn<X> with 10.244.X.0/24; the API server then
+#                                serves on 10.244.X.1 (unless HOSTPOOL_HOSTS_BRIDGE), which pods
+#                                reach; kube-scheduler, node lifecycle and pod GC run even with
+#                                HOSTPOOL_FAKE_NODES=0. Labelled type=real, not tainted.
+#      HOSTPOOL_NODES_BRIDGE     NAME:10.244.X.1/24: the nodes' bridge and subnet (default: the
+#                                first free 10.244.X.0/24, bridge hpn<X>)
+#      HOSTPOOL_CNI_BIN_DIR      the CNI plugins (default /usr/lib/cni, Debian's)
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -61,10 +77,19 @@ log() { printf 'cluster: %s\n' "$*" >&2; }
 
 usage() {
   echo "usage: $0 {up|down|status|restart-controller-manager|restart-apiserver|restart-etcd} DIR" >&2
-  echo "       $0 fail-pod DIR NAMESPACE POD | remove-node DIR NODE" >&2
+  echo "       $0 fail-pod DIR NAMESPACE POD | remove-node DIR NODE | import-image DIR IMAGE" >&2
+  echo "       $0 check-nodes" >&2
   exit 2
 }
 
+# shellcheck source-path=SCRIPTDIR source=node/nodes.sh
+source "$REPO_ROOT/tests/cluster/node/nodes.sh"
+
+if [[ "${1:-}" == check-nodes ]]; then
+  why="$(nodes_why_not)"
+  [[ -z "$why" ]] || { echo "$why"; exit 3; }
+  exit 0
+fi
 [[ $# -ge 2 ]] || usage
 CMD="$1"
 mkdir -p "$2"
@@ -94,6 +119,8 @@ fail() { # step message [component-whose-log-to-show]
   printf '%s\n' "$msg" >&2
   if ((STARTING)); then
     # Leave nothing half-started behind; the logs stay.
+    STARTING=0
+    nodes_down >/dev/null 2>&1 || true
     stop_all >/dev/null 2>&1 || true
     if [[ "${HOSTS_BRIDGE_MADE:-0}" == 1 ]]; then ip link del "$HOSTS_BRIDGE" 2>/dev/null || true; fi
   fi
@@ -107,7 +134,7 @@ pid_of() { # name -> pid of the running component, or nothing
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
   kill -0 "$pid" 2>/dev/null || return 1
   # Guard against a reused pid: the process must be our binary.
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "/$1 " || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "/$(comp_bin "$1") " || return 1
   echo "$pid"
 }
 
@@ -126,7 +153,14 @@ load_state() { # ports and fake node count of the running cluster; sets COMPONEN
     COMPONENTS+=("${POD_COMPONENTS[@]}")
     [[ ",$KCM_CONTROLLERS," == *,node-lifecycle-controller,* ]] ||
       KCM_CONTROLLERS+=",$POD_CONTROLLERS"
+  elif ((${REAL_NODES:-0} > 0)); then
+    # Real nodes need the scheduler, node lifecycle and pod GC too, but no kwok.
+    COMPONENTS+=(kube-scheduler)
+    [[ ",$KCM_CONTROLLERS," == *,node-lifecycle-controller,* ]] ||
+      KCM_CONTROLLERS+=",$POD_CONTROLLERS"
   fi
+  # shellcheck disable=SC2207 # names without spaces
+  COMPONENTS+=($(node_components))
 }
 
 healthy() {
@@ -136,7 +170,7 @@ healthy() {
   for c in "${COMPONENTS[@]}"; do
     pid_of "$c" >/dev/null || return 1
   done
-  [[ "$(apiserver_get /readyz)" == "ok" ]]
+  [[ "$(apiserver_get /readyz)" == "ok" ]] && nodes_healthy
 }
 
 stop_all() {
@@ -191,7 +225,8 @@ start() { # name args... : start a component detached, logging to LOGS/name.log
   # The pid is written by the process itself just before it execs the binary, so it is right
   # even when setsid has to fork.
   # shellcheck disable=SC2016 # $$, $1 and $@ are for the inner bash
-  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PIDS/$name.pid" "$BIN_DIR/$name" "$@" \
+  # START_BIN: the binary when it is not BIN_DIR/name (the nodes' containerd and kubelet).
+  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PIDS/$name.pid" "${START_BIN:-$BIN_DIR/$name}" "$@" \
     </dev/null >"$LOGS/$name.log" 2>&1 &
   local i
   for ((i = 0; i < 50; i++)); do
@@ -383,6 +418,8 @@ start_etcd() { # same flags, ports and data dir at every start (`up` wipes the d
 
 start_apiserver() { # same flags and ports at every start; waiting for /readyz is the caller's
   log "starting kube-apiserver on https://$APISERVER_ADDRESS:$APISERVER_PORT"
+  local node_args=()
+  mapfile -t node_args < <(nodes_apiserver_args)
   start kube-apiserver \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --bind-address="$APISERVER_ADDRESS" \
@@ -392,13 +429,14 @@ start_apiserver() { # same flags and ports at every start; waiting for /readyz i
     --tls-cert-file="$PKI/apiserver.crt" \
     --tls-private-key-file="$PKI/apiserver.key" \
     --token-auth-file="$PKI/tokens.csv" \
-    --authorization-mode=RBAC \
+    --authorization-mode="$( ((${REAL_NODES:-0} > 0)) && echo Node,RBAC || echo RBAC)" \
     --service-cluster-ip-range=10.0.0.0/24 \
     --allow-privileged=true \
     --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
     --service-account-key-file="$PKI/sa.pub" \
     --service-account-signing-key-file="$PKI/sa.key" \
     --endpoint-reconciler-type=none \
+    "${node_args[@]}" \
     ${APISERVER_ARGS:-}
 }
 
@@ -409,13 +447,23 @@ cmd_up() {
     return 0
   fi
   # Leftovers of a partial or crashed run: stop what is left, start afresh.
+  if [[ -f "$STATE" ]]; then
+    (load_state && nodes_down) 2>/dev/null || true
+  fi
   stop_all 2>/dev/null
 
   FAKE_NODES="${HOSTPOOL_FAKE_NODES:-3}"
   [[ "$FAKE_NODES" =~ ^[0-9]+$ ]] || fail "HOSTPOOL_FAKE_NODES must be a whole number, not $FAKE_NODES"
+  REAL_NODES="${HOSTPOOL_REAL_NODES:-0}"
+  NODES_BRIDGE="" NODES_NET="" NODES_BRIDGE_MADE=0 PAUSE_IMAGE=""
   COMPONENTS=("${BASE_COMPONENTS[@]}")
   if ((FAKE_NODES > 0)); then
     COMPONENTS+=("${POD_COMPONENTS[@]}")
+    KCM_CONTROLLERS+=",$POD_CONTROLLERS"
+  fi
+  nodes_check_args
+  if ((REAL_NODES > 0 && FAKE_NODES == 0)); then
+    COMPONENTS+=(kube-scheduler)
     KCM_CONTROLLERS+=",$POD_CONTROLLERS"
   fi
   local c
@@ -442,7 +490,19 @@ cmd_up() {
   fi
   mkdir -p "$LOGS" "$PIDS"
   mkdir -m 700 "$DIR/etcd"
+  if ((REAL_NODES > 0)); then
+    nodes_install
+    PAUSE_IMAGE="$(tar -xOf "$BIN_DIR/pause.tar" manifest.json |
+      python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["RepoTags"][0])')" ||
+      fail "no image name in $BIN_DIR/pause.tar"
+    rm -rf "$DIR/nodes"
+    mkdir -p "$DIR/nodes"
+    nodes_make_bridge
+    # Pods reach the API server only on an address that is not loopback.
+    [[ -n "$HOSTS_BRIDGE" ]] || APISERVER_ADDRESS="$NODES_NET.1"
+  fi
   make_pki
+  nodes_pki
 
   local ports
   mapfile -t ports < <(free_ports 3)
@@ -459,6 +519,11 @@ APISERVER_ARGS="$APISERVER_ARGS"
 APISERVER_ADDRESS=$APISERVER_ADDRESS
 HOSTS_BRIDGE=$HOSTS_BRIDGE
 HOSTS_BRIDGE_MADE=$HOSTS_BRIDGE_MADE
+REAL_NODES=$REAL_NODES
+NODES_BRIDGE=$NODES_BRIDGE
+NODES_NET=$NODES_NET
+NODES_BRIDGE_MADE=$NODES_BRIDGE_MADE
+PAUSE_IMAGE=$PAUSE_IMAGE
 EOF
   chmod 600 "$STATE"
 
@@ -473,7 +538,10 @@ EOF
     start_scheduler
     start_kwok
     start_fake_nodes
+  elif ((REAL_NODES > 0)); then
+    start_scheduler
   fi
+  nodes_start
 
   STARTING=0
   log "ready in $((SECONDS - t0))s; kubeconfig: $KUBECONFIG_PATH"
@@ -499,6 +567,10 @@ make_hosts_bridge() { # NAME:ADDRESS/PREFIX -> sets HOSTS_BRIDGE, HOSTS_BRIDGE_M
 }
 
 cmd_down() {
+  if [[ -f "$STATE" ]]; then
+    load_state
+    nodes_down
+  fi
   stop_all
   if [[ -f "$STATE" ]]; then
     load_state
@@ -595,6 +667,12 @@ cmd_remove_node() { # node
   log "node ${ARGS[0]} removed"
 }
 
+cmd_import_image() { # image or archive
+  [[ ${#ARGS[@]} -eq 1 ]] || usage
+  healthy || fail "no running, ready cluster in $DIR; run: $0 up $DIR"
+  nodes_import_image "${ARGS[0]}"
+}
+
 case "$CMD" in
   up) cmd_up ;;
   down) cmd_down ;;
@@ -604,5 +682,6 @@ case "$CMD" in
   restart-etcd) cmd_restart_component etcd ;;
   fail-pod) cmd_fail_pod ;;
   remove-node) cmd_remove_node ;;
+  import-image) cmd_import_image ;;
   *) usage ;;
 esac

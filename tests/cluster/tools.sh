@@ -8,23 +8,38 @@
 #   kwok, and kwok-stages.yaml from the same module   (sigs.k8s.io/kwok, tests/cluster/kwok)
 #   promtool (alert-rule tests)                       (github.com/prometheus/prometheus,
 #                                                      tests/cluster/promtool)
+#   with --nodes (real nodes, cluster.sh HOSTPOOL_REAL_NODES):
+#   kubelet                                           (k8s.io/kubernetes, tests/cluster/kubelet;
+#                                                      the same version as tests/cluster/k8s)
+#   pause.tar, the pod sandbox image localhost/pause:<tag> as a docker archive: the module's
+#   own build/pause/linux/pause.c compiled static with gcc, no registry
 # The module versions are pinned by the committed go.mod/go.sum files under tests/cluster/.
 # The cache key covers those files, the Go version and this script, so any change rebuilds.
-# promtool has a cache key of its own: adding or upgrading it rebuilds none of the others.
+# promtool, the kubelet and the pause image have cache keys of their own: adding or upgrading
+# them rebuilds none of the others (and without --nodes they are not built at all).
 #
 # Usage: tests/cluster/tools.sh            build what is missing, link, print the bin dir
 #        tests/cluster/tools.sh --control-plane   the same without promtool (only the alert
 #                                                 tests need it; a demo should not wait for it)
+#        tests/cluster/tools.sh --nodes    also the kubelet and the pause image (combines with
+#                                          --control-plane); needs gcc and libc6-dev (installed
+#                                          with apt-get where missing, as root)
 # Env:   HOSTPOOL_TOOLS_CACHE     cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hostpool-operator)
 #        HOSTPOOL_BIN_DIR         where to link the binaries (default <repo>/.cluster/bin)
+#        HOSTPOOL_REAL_NODES      a number > 0 implies --nodes (so `HOSTPOOL_REAL_NODES=1 make
+#                                 cluster-up` builds what its nodes need)
 set -euo pipefail
 
 WITH_PROMTOOL=1
-case "${1:-}" in
-  "") ;;
-  --control-plane) WITH_PROMTOOL=0 ;;
-  *) printf 'tools: unknown argument %s (usage: tools.sh [--control-plane])\n' "$1" >&2; exit 2 ;;
-esac
+WITH_NODES=0
+[[ "${HOSTPOOL_REAL_NODES:-0}" =~ ^[1-9][0-9]*$ ]] && WITH_NODES=1
+for arg in "$@"; do
+  case "$arg" in
+    --control-plane) WITH_PROMTOOL=0 ;;
+    --nodes) WITH_NODES=1 ;;
+    *) printf 'tools: unknown argument %s (usage: tools.sh [--control-plane] [--nodes])\n' "$arg" >&2; exit 2 ;;
+  esac
+done
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MODS="$REPO_ROOT/tests/cluster"
@@ -87,6 +102,19 @@ prom_digest="$(
 )"
 PROM_KEY="promtool-${PROMTOOL_VERSION}_${go_version}_${prom_digest}"
 PROM_BIN="$CACHE_ROOT/$PROM_KEY/bin"
+# The kubelet: the control plane's link flags, its own module (same k8s.io/kubernetes).
+kubelet_digest="$(
+  {
+    echo "$go_version $(go env GOOS GOARCH | tr '\n' ' ') CGO_ENABLED=0"
+    echo "${GO_BUILD_FLAGS[*]}|$K8S_LDFLAGS"
+    cat "$MODS/kubelet/go.mod" "$MODS/kubelet/go.sum"
+  } | sha256sum | cut -c1-12
+)"
+KUBELET_KEY="kubelet-${K8S_VERSION}_${go_version}_${kubelet_digest}"
+KUBELET_BIN="$CACHE_ROOT/$KUBELET_KEY/bin"
+# The pause image: keyed by its source's module version, gcc's version and this recipe's version.
+PAUSE_RECIPE=1
+PAUSE_CFLAGS=(-Os -Wall -Werror -static)
 
 link_all() {
   mkdir -p "$BIN_DIR"
@@ -96,6 +124,12 @@ link_all() {
   done
   if [[ -x "$PROM_BIN/promtool" ]]; then
     ln -sfn "$PROM_BIN/promtool" "$BIN_DIR/promtool"
+  fi
+  if [[ -x "$KUBELET_BIN/kubelet" ]]; then
+    ln -sfn "$KUBELET_BIN/kubelet" "$BIN_DIR/kubelet"
+  fi
+  if [[ -n "${PAUSE_BIN:-}" && -s "$PAUSE_BIN/pause.tar" ]]; then
+    ln -sfn "$PAUSE_BIN/pause.tar" "$BIN_DIR/pause.tar"
   fi
   echo "$BIN_DIR"
 }
@@ -159,6 +193,84 @@ if [[ "$WITH_PROMTOOL" == 1 && ! -x "$PROM_BIN/promtool" ]]; then
       github.com/prometheus/prometheus/cmd/promtool
   fi
   exec 8>&-
+fi
+
+# The kubelet and the pause image (--nodes): each under its own key and lock.
+if [[ "$WITH_NODES" == 1 ]]; then
+  # The kubelet must come from the Kubernetes the control plane is built from.
+  for m in k8s kubelet; do
+    grep -qx "require k8s.io/kubernetes $K8S_VERSION" "$MODS/$m/go.mod" ||
+      die "tests/cluster/$m/go.mod does not require k8s.io/kubernetes $K8S_VERSION (K8S_VERSION here)"
+  done
+  if [[ ! -x "$KUBELET_BIN/kubelet" ]]; then
+    mkdir -p "$KUBELET_BIN"
+    exec 8>"$CACHE_ROOT/$KUBELET_KEY/.lock"
+    if ! flock -n 8; then
+      log "another tests/cluster/tools.sh is building $KUBELET_KEY; waiting for it"
+      flock 8
+    fi
+    if [[ ! -x "$KUBELET_BIN/kubelet" ]]; then
+      DEST_BIN="$KUBELET_BIN" build kubelet "$MODS/kubelet" "$K8S_LDFLAGS" k8s.io/kubernetes/cmd/kubelet
+    fi
+    exec 8>&-
+  fi
+
+  static_libc() { local f; f="$(gcc -print-file-name=libc.a 2>/dev/null)" && [[ "$f" == /* && -e "$f" ]]; }
+  if ! command -v gcc >/dev/null || ! static_libc; then
+    if command -v apt-get >/dev/null && [[ $(id -u) -eq 0 ]]; then
+      log "installing gcc and libc6-dev with apt-get (the pause image is compiled from C) ..."
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >&2 ||
+        die "apt-get install gcc libc6-dev failed"
+    else
+      die "the pause image needs gcc and a static libc (Debian: apt-get install gcc libc6-dev)"
+    fi
+  fi
+  k8s_dir="$(cd "$MODS/kubelet" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)"
+  PAUSE_SRC="$k8s_dir/build/pause/linux/pause.c"
+  [[ -f "$PAUSE_SRC" ]] || die "pause.c not found in $k8s_dir/build/pause/linux"
+  # The tag the module's own build/pause/Makefile gives the image.
+  PAUSE_TAG="$(sed -n 's/^TAG ?= *//p' "$k8s_dir/build/pause/Makefile")"
+  [[ "$PAUSE_TAG" =~ ^[0-9][0-9.]*$ ]] || die "no pause TAG found in $k8s_dir/build/pause/Makefile"
+  pause_digest="$(
+    {
+      echo "$PAUSE_RECIPE ${PAUSE_CFLAGS[*]} $(gcc -dumpfullversion 2>/dev/null) $(go env GOARCH)"
+      cat "$PAUSE_SRC"
+    } | sha256sum | cut -c1-12
+  )"
+  PAUSE_KEY="pause-${PAUSE_TAG}_${K8S_VERSION}_${pause_digest}"
+  PAUSE_BIN="$CACHE_ROOT/$PAUSE_KEY"
+  if [[ ! -s "$PAUSE_BIN/pause.tar" ]]; then
+    mkdir -p "$PAUSE_BIN"
+    exec 8>"$PAUSE_BIN/.lock"
+    flock 8
+    if [[ ! -s "$PAUSE_BIN/pause.tar" ]]; then
+      log "building the pause image localhost/pause:$PAUSE_TAG from $PAUSE_SRC ..."
+      tmp="$(mktemp -d "$PAUSE_BIN/build.XXXXXX")"
+      mkdir -p "$tmp/rootfs" "$tmp/image"
+      gcc "${PAUSE_CFLAGS[@]}" -DVERSION="v$PAUSE_TAG" -o "$tmp/rootfs/pause" "$PAUSE_SRC" >&2 ||
+        die "gcc could not compile $PAUSE_SRC"
+      strip "$tmp/rootfs/pause" 2>/dev/null || true
+      # A docker archive by hand (ctr images import reads it; podman load too): one layer
+      # holding /pause, a config with the entrypoint and user of the upstream image.
+      tar_flags=(--sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=ustar)
+      tar -C "$tmp/rootfs" "${tar_flags[@]}" -cf "$tmp/layer.tar" pause
+      layer_sha="$(sha256sum <"$tmp/layer.tar" | cut -d' ' -f1)"
+      mkdir -p "$tmp/image/$layer_sha"
+      mv "$tmp/layer.tar" "$tmp/image/$layer_sha/layer.tar"
+      printf '{"architecture":"%s","os":"linux","created":"1970-01-01T00:00:00Z","config":{"Entrypoint":["/pause"],"User":"65535:65535","WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+        "$(go env GOARCH)" "$layer_sha" >"$tmp/config.json"
+      config_sha="$(sha256sum <"$tmp/config.json" | cut -d' ' -f1)"
+      mv "$tmp/config.json" "$tmp/image/$config_sha.json"
+      printf '[{"Config":"%s.json","RepoTags":["localhost/pause:%s"],"Layers":["%s/layer.tar"]}]' \
+        "$config_sha" "$PAUSE_TAG" "$layer_sha" >"$tmp/image/manifest.json"
+      tar -C "$tmp/image" "${tar_flags[@]}" -cf "$tmp/pause.tar" \
+        manifest.json "$config_sha.json" "$layer_sha/layer.tar"
+      mv -f "$tmp/pause.tar" "$PAUSE_BIN/pause.tar"
+      rm -rf "$tmp"
+      log "built the pause image ($(stat -c %s "$PAUSE_BIN/pause.tar") bytes)"
+    fi
+    exec 8>&-
+  fi
 fi
 
 # Warm path: nothing to build.

@@ -1,0 +1,526 @@
+"""Real nodes (``tests/cluster/cluster.sh`` with ``HOSTPOOL_REAL_NODES``): a kubelet with
+containerd runs the project's image.
+
+The module starts a control plane of its own, in a temporary directory, with one real node
+(``real-node-1``) and no fake nodes: the kubelet built from the same Kubernetes module as the
+control plane (``tests/cluster/tools.sh --nodes``), Debian's containerd, runc and bridge CNI.
+The operator image (``make image``) is imported into the node's containerd. A pod running it
+serves HTTP and becomes Ready by its readiness probe; the host reaches it at its pod IP;
+``kubectl logs`` and ``kubectl exec`` work; the pod calls the API server in-cluster, with its
+mounted ServiceAccount token, at ``$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``; the
+kubelet answers anonymous calls with 401 and the API server's client certificate with 200.
+After the control plane stops, nothing of the node is left (processes, mounts, cgroups, the
+bridge, iptables chains, files in fixed paths).
+
+Figures printed (run with ``-s``): the kubelet's build (or cache) time, node start -> Ready,
+image import, pod create -> Ready, the kubelet's and containerd's RSS and CPU.
+
+Where real nodes cannot run (not root, no apt-get for containerd) or podman cannot be had, the
+tests skip, saying why; with ``CI=true`` on a machine with apt-get they fail instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane import REPO_ROOT, ControlPlane, ControlPlaneError
+from kube import Kube, make_api_client, unique_name, wait_default_service_account, wait_for
+from podman import build_image
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+
+CLUSTER_SCRIPT = REPO_ROOT / "tests" / "cluster" / "cluster.sh"
+TOOLS_SCRIPT = REPO_ROOT / "tests" / "cluster" / "tools.sh"
+NODE = "real-node-1"
+PORT = 8080
+#: The pod: the image's python3 serving HTTP (and leaving at once on SIGTERM: as PID 1 it
+#: would otherwise ignore it until the grace period ends).
+SERVE = (
+    "import http.server, signal, sys\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "print('serving on', sys.argv[1], flush=True)\n"
+    "http.server.HTTPServer(('', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler)"
+    ".serve_forever()\n"
+)
+#: In the pod: the API server through the in-cluster address and the mounted token and CA
+#: (what the kubernetes client's and kopf's in-cluster login read).
+IN_CLUSTER = """
+import json, os, ssl, urllib.request
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+env = os.environ
+base = "https://%s:%s" % (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"])
+ctx = ssl.create_default_context(cafile=sa + "/ca.crt")
+token = open(sa + "/token").read()
+headers = {"Authorization": "Bearer " + token, "Content-Type": "application/json"}
+def call(path, body=None):
+    data = json.dumps(body).encode() if body else None
+    req = urllib.request.Request(base + path, data=data, headers=headers)
+    return json.load(urllib.request.urlopen(req, context=ctx, timeout=10))
+api = call("/api")
+review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+me = call("/apis/authentication.k8s.io/v1/selfsubjectreviews", review)
+user = me["status"]["userInfo"]["username"]
+print(json.dumps({"base": base, "versions": api["versions"], "user": user}))
+"""
+
+
+def nodes_unavailable() -> str:
+    """Why real nodes cannot run here ('' when they can)."""
+    proc = subprocess.run(
+        [str(CLUSTER_SCRIPT), "check-nodes"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    return (proc.stdout.strip() or proc.stderr.strip()) if proc.returncode != 0 else ""
+
+
+KLOG_LINE = re.compile(r"^[IWEF]\d{4} (\d\d):(\d\d):(\d\d\.\d+)")
+
+
+def klog_time(line: str) -> float:
+    """The time of a klog line (``I1201 17:23:46.975187 ...``) as seconds since midnight."""
+    match = KLOG_LINE.match(line)
+    if not match:
+        raise ValueError(f"not a klog line: {line[:80]!r}")
+    return int(match[1]) * 3600 + int(match[2]) * 60 + float(match[3])
+
+
+@dataclass
+class Usage:
+    """CPU time and RSS of one process, sampled at the start and at the end of the tests."""
+
+    name: str
+    pid: int
+    cpu0: float = 0.0
+    wall0: float = 0.0
+
+    def cpu(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def status(self, key: str) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])  # kB
+        return 0
+
+    def start(self) -> None:
+        self.cpu0, self.wall0 = self.cpu(), time.monotonic()
+
+    def report(self) -> str:
+        share = 100 * (self.cpu() - self.cpu0) / max(time.monotonic() - self.wall0, 1e-6)
+        rss, peak = self.status("VmRSS") / 1024, self.status("VmHWM") / 1024
+        return f"{share:.1f} % of a core during the tests, RSS {rss:.0f} MiB (peak {peak:.0f} MiB)"
+
+
+@dataclass
+class RealCluster:
+    cp: ControlPlane
+    kube: Kube
+    kubectl: Path
+    image: str
+    namespace: str
+    timings: dict[str, str] = field(default_factory=dict)
+    usage: list[Usage] = field(default_factory=list)
+
+    @property
+    def node_dir(self) -> Path:
+        return self.cp.directory / "nodes" / NODE
+
+    def state(self) -> dict[str, str]:
+        pairs = (
+            line.split("=", 1)
+            for line in (self.cp.directory / "state.env").read_text().splitlines()
+        )
+        return {k: v.strip('"') for k, v in pairs}
+
+    def run_kubectl(self, *args: str, timeout: float = 60) -> str:
+        proc = subprocess.run(
+            [str(self.kubectl), "--kubeconfig", str(self.cp.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}"
+            )
+        return proc.stdout
+
+    def pod(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.kube.call(
+            "GET", f"/api/v1/namespaces/{self.namespace}/pods/{name}"
+        )
+        return result
+
+    def node(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.kube.call("GET", f"/api/v1/nodes/{NODE}")
+        return result
+
+
+def pid_of(directory: Path, name: str) -> int:
+    return int((directory / "pids" / f"{name}.pid").read_text().strip())
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    reason = nodes_unavailable()
+    if reason and os.environ.get("CI") == "true" and shutil.which("apt-get"):
+        pytest.fail(f"CI=true and apt-get is here, but real nodes cannot run: {reason}")
+    if reason:
+        pytest.skip(f"no real nodes here: {reason}")
+    image = build_image()
+    timings: dict[str, str] = {}
+
+    started = time.monotonic()
+    tools = subprocess.run(
+        [str(TOOLS_SCRIPT), "--control-plane", "--nodes"],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
+    if tools.returncode != 0:
+        raise AssertionError(f"tests/cluster/tools.sh --nodes failed:\n{tools.stderr}")
+    built = re.search(r"built kubelet in (\d+)s", tools.stderr)
+    timings["kubelet build"] = (
+        f"{built[1]} s (built now)"
+        if built
+        else f"cached; tools.sh --nodes took {time.monotonic() - started:.1f} s"
+    )
+    bin_dir = Path(tools.stdout.strip().splitlines()[-1])
+
+    directory = tmp_path_factory.mktemp("real-nodes") / "cp"
+    # Up to minutes the first time: containerd is installed with apt-get where missing.
+    cp = ControlPlane(directory, bin_dir=bin_dir, fake_nodes=0, real_nodes=1, timeout=900)
+    started = time.monotonic()
+    try:
+        cp.start()
+    except ControlPlaneError:
+        cp.stop()
+        raise
+    try:
+        timings["cluster.sh up (control plane + node)"] = f"{time.monotonic() - started:.1f} s"
+        # Node start -> Ready: from the kubelet's first log line to its "became ready" one.
+        log = [
+            line
+            for line in (directory / "logs" / f"kubelet-{NODE}.log").read_text().splitlines()
+            if KLOG_LINE.match(line)
+        ]
+        ready = [line for line in log if "just became ready" in line]
+        if log and ready:
+            timings["kubelet start -> node Ready"] = (
+                f"{klog_time(ready[0]) - klog_time(log[0]):.2f} s"
+            )
+        started = time.monotonic()
+        cp.import_image(image)
+        timings["import-image (podman save + ctr import)"] = f"{time.monotonic() - started:.1f} s"
+
+        kube = Kube(kubeconfig=cp.kubeconfig, api_client=make_api_client(cp.kubeconfig))
+        namespace = unique_name("real-nodes")
+        kube.create_namespace(namespace)
+        wait_default_service_account(kube, namespace)
+        usage = [
+            Usage("kubelet", pid_of(directory, f"kubelet-{NODE}")),
+            Usage("containerd", pid_of(directory, f"containerd-{NODE}")),
+        ]
+        for u in usage:
+            u.start()
+        yield RealCluster(
+            cp, kube, bin_dir / "kubectl", image, namespace, timings=timings, usage=usage
+        )
+    finally:
+        cp.stop()
+
+
+def serving_pod(name: str, image: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {
+                    "name": "web",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["python3", "-c", SERVE, str(PORT)],
+                    "workingDir": "/tmp",
+                    "ports": [{"containerPort": PORT}],
+                    "readinessProbe": {
+                        "httpGet": {"path": "/", "port": PORT},
+                        "periodSeconds": 1,
+                    },
+                }
+            ],
+        },
+    }
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+@pytest.fixture(scope="module")
+def web(cluster: RealCluster) -> dict[str, Any]:
+    """The serving pod, Ready (module scope: the later tests use it)."""
+    created = time.monotonic()
+    cluster.kube.call(
+        "POST",
+        f"/api/v1/namespaces/{cluster.namespace}/pods",
+        body=serving_pod("web", cluster.image),
+    )
+
+    def ready() -> dict[str, Any] | None:
+        pod = cluster.pod("web")
+        return pod if pod_ready(pod) else None
+
+    pod = wait_for(
+        ready,
+        60,
+        what="the pod to become Ready on the real node",
+        interval=0.05,
+        show=lambda: json.dumps(cluster.pod("web").get("status"), indent=1)[:3000],
+    )
+    cluster.timings["pod create -> Ready (readiness probe every 1 s)"] = (
+        f"{time.monotonic() - created:.2f} s"
+    )
+    return pod
+
+
+def test_node_is_ready(cluster: RealCluster) -> None:
+    node = cluster.node()
+    ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready, node["status"]["conditions"]
+    assert ready[0]["status"] == "True", node["status"]["conditions"]
+    info = node["status"]["nodeInfo"]
+    version = cluster.kube.call("GET", "/version")
+    # The kubelet is built from the control plane's own Kubernetes module.
+    assert info["kubeletVersion"] == version["gitVersion"]
+    assert info["containerRuntimeVersion"].startswith("containerd://")
+    addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
+    assert addresses["InternalIP"] == cluster.state()["NODES_NET"] + ".1"
+    assert not [t for t in node["spec"].get("taints", []) if "not-ready" in t["key"]]
+
+
+def test_pod_serves_and_is_reached_from_the_host(cluster: RealCluster, web: dict[str, Any]) -> None:
+    assert web["spec"]["nodeName"] == NODE
+    ip = web["status"]["podIP"]
+    assert ip.startswith(cluster.state()["NODES_NET"] + "."), ip
+    with urllib.request.urlopen(f"http://{ip}:{PORT}/", timeout=10) as response:
+        assert response.status == 200
+
+
+def test_logs_and_exec(cluster: RealCluster, web: dict[str, Any]) -> None:
+    del web
+    logs = cluster.run_kubectl("-n", cluster.namespace, "logs", "web")
+    assert f"serving on {PORT}" in logs
+    assert '"GET / HTTP/1.1" 200' in logs  # the readiness probe's requests
+    out = cluster.run_kubectl(
+        "-n",
+        cluster.namespace,
+        "exec",
+        "web",
+        "--",
+        "python3",
+        "-c",
+        "import os; print(os.getuid(), 6 * 7)",
+    )
+    assert out.split()[-1] == "42", out
+
+
+def test_pod_calls_the_api_server_in_cluster(cluster: RealCluster, web: dict[str, Any]) -> None:
+    del web
+    env = cluster.run_kubectl("-n", cluster.namespace, "exec", "web", "--", "env")
+    assert "KUBERNETES_SERVICE_HOST=10.0.0.1" in env.splitlines()
+    out = cluster.run_kubectl(
+        "-n", cluster.namespace, "exec", "web", "--", "python3", "-c", IN_CLUSTER
+    )
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["versions"] == ["v1"]
+    assert result["user"] == f"system:serviceaccount:{cluster.namespace}:default"
+
+
+def test_kubelet_refuses_anonymous_calls(cluster: RealCluster, web: dict[str, Any]) -> None:
+    del web
+    url = f"https://{cluster.state()['NODES_NET']}.1:10250/pods"
+    anonymous = ssl.create_default_context(cafile=str(cluster.cp.directory / "pki" / "ca.crt"))
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, context=anonymous, timeout=10)
+    assert refused.value.code == 401
+    # The API server's own client certificate (system:masters) is let in.
+    pki = cluster.cp.directory / "pki"
+    client = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    client.load_cert_chain(
+        pki / "apiserver-kubelet-client.crt", pki / "apiserver-kubelet-client.key"
+    )
+    with urllib.request.urlopen(url, context=client, timeout=10) as response:
+        pods = json.load(response)
+    assert "web" in [p["metadata"]["name"] for p in pods["items"]]
+
+
+def other_kubelets(directory: Path) -> bool:
+    """A kubelet not of this module's cluster runs on the machine (it shares fixed paths)."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if proc.joinpath("comm").read_text().strip() != "kubelet":
+                continue
+            if str(directory) not in proc.joinpath("cmdline").read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def iptables_rules(binary: str) -> str:
+    proc = subprocess.run(
+        [f"{binary}-save"], capture_output=True, text=True, check=False, timeout=30
+    )
+    return proc.stdout
+
+
+@dataclass
+class NodeTraces:
+    """What identifies the node's things outside the cluster directory."""
+
+    directory: Path
+    bridge: str
+    net: str
+    sock: str
+    ids: list[str]
+    pids: list[int]
+
+    @property
+    def shim_sockets(self) -> list[Path]:
+        # containerd's shim socket: sha256(<containerd address>/<namespace>/<id>).
+        return [
+            Path("/run/containerd/s")
+            / hashlib.sha256(f"{self.sock}/k8s.io/{i}".encode()).hexdigest()
+            for i in self.ids
+        ]
+
+
+def leftovers(node: NodeTraces) -> list[str]:
+    """Everything of the node still there: processes, mounts, cgroups, network, files."""
+    left = [f"process {p}" for p in node.pids if Path(f"/proc/{p}").exists()]
+    shims = subprocess.run(
+        ["pgrep", "-f", "--", f"-address {node.sock}"], capture_output=True, text=True, check=False
+    )
+    left += [f"shim {p}" for p in shims.stdout.split()]
+    mounts = [
+        line.split(" - ")[0].split() + line.split(" - ")[1].split()
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+    ]
+    left += [f"mount {m[4]}" for m in mounts if m[4].startswith(str(node.directory))]
+    cgroups = [Path(m[4]) for m in mounts if m[-3] in ("cgroup", "cgroup2")]
+    left += [
+        f"cgroup {p}"
+        for c in cgroups
+        for p in (c / f"hostpool-{node.bridge}-{NODE}", c / "kubepods")
+        if p.exists()
+    ]
+    net = Path("/sys/class/net")
+    if (net / node.bridge).exists():
+        left.append(f"bridge {node.bridge}")
+    left += [
+        f"veth {p.name}"
+        for p in net.iterdir()
+        if (p / "master").exists() and (p / "master").resolve().name == node.bridge
+    ]
+    others = other_kubelets(node.directory)
+    for binary in ("iptables", "ip6tables"):
+        rules = iptables_rules(binary).splitlines()
+        ours = (f"HOSTPOOL-APISVC-{node.bridge}", f"{node.net}.", f"hostpool-{node.bridge}")
+        left += [f"{binary}: {r}" for r in rules if any(o in r for o in ours)]
+        if not others:  # the machine-wide chains go with the last kubelet
+            shared = (
+                "CNI-HOSTPORT-",
+                "CNI-DN-",
+                "KUBE-FIREWALL",
+                "KUBE-KUBELET-CANARY",
+                "KUBE-IPTABLES-HINT",
+            )
+            left += [
+                f"{binary}: {r}" for r in rules if r.startswith(":") and r[1:].startswith(shared)
+            ]
+    left += [str(s) for s in node.shim_sockets if s.exists()]
+    logs = Path("/var/log/containers")
+    if logs.is_dir():
+        left += [
+            str(p)
+            for p in logs.iterdir()
+            if p.is_symlink() and str(node.directory) in os.readlink(p)
+        ]
+    results = Path("/var/lib/cni/results")
+    if results.is_dir():
+        left += [
+            str(p)
+            for p in results.iterdir()
+            if any(i in p.name for i in node.ids) or p.name.startswith(f"hostpool-{node.bridge}-")
+        ]
+    if not others:
+        fixed = ("/var/lib/kubelet/device-plugins", "/var/log/containers")
+        left += [p for p in fixed if Path(p).exists()]
+    return left
+
+
+def test_stop_leaves_nothing(cluster: RealCluster, web: dict[str, Any]) -> None:
+    """Last: stops the control plane and checks that nothing of the node is left."""
+    del web
+    for u in cluster.usage:
+        cluster.timings[u.name] = u.report()
+    state = cluster.state()
+    sock = str(cluster.node_dir / "containerd.sock")
+    ids = subprocess.run(
+        ["ctr", "--address", sock, "--namespace", "k8s.io", "containers", "ls", "-q"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.split()
+    assert ids, "no containers in the node's containerd"
+    node = NodeTraces(
+        cluster.cp.directory,
+        state["NODES_BRIDGE"],
+        state["NODES_NET"],
+        sock,
+        ids,
+        [u.pid for u in cluster.usage],
+    )
+    running = leftovers(node)
+    # The checks see the node's things while it runs (so they would see them left).
+    assert f"bridge {node.bridge}" in running
+    assert any(s.startswith("mount ") for s in running)
+    assert any(s.startswith("cgroup ") for s in running)
+    assert any(s.startswith("/run/containerd/s/") for s in running), running
+
+    stopped = time.monotonic()
+    cluster.cp.stop()
+    cluster.timings["cluster.sh down"] = f"{time.monotonic() - stopped:.1f} s"
+    left = leftovers(node)
+    assert not left, "left behind after cluster.sh down:\n  " + "\n  ".join(left)
+    assert not cluster.cp.is_running()
+
+    print("\nreal node figures:\n" + "\n".join(f"  {k}: {v}" for k, v in cluster.timings.items()))
+    sys.stdout.flush()
