@@ -71,6 +71,8 @@ COMPONENTS=("${BASE_COMPONENTS[@]}")
 # the not-ready taint off a node once kwok reports it Ready) and pod GC (the pods of a
 # removed node are deleted).
 POD_CONTROLLERS="node-lifecycle-controller,pod-garbage-collector-controller"
+# Real nodes run real Deployments (the chart's operator and broker): their controllers too.
+WORKLOAD_CONTROLLERS="replicaset-controller,deployment-controller"
 STARTING=0 # set while `up` starts processes: a failure then stops them again
 
 log() { printf 'cluster: %s\n' "$*" >&2; }
@@ -158,6 +160,9 @@ load_state() { # ports and fake node count of the running cluster; sets COMPONEN
     COMPONENTS+=(kube-scheduler)
     [[ ",$KCM_CONTROLLERS," == *,node-lifecycle-controller,* ]] ||
       KCM_CONTROLLERS+=",$POD_CONTROLLERS"
+  fi
+  if ((${REAL_NODES:-0} > 0)) && [[ ",$KCM_CONTROLLERS," != *,deployment-controller,* ]]; then
+    KCM_CONTROLLERS+=",$WORKLOAD_CONTROLLERS"
   fi
   # shellcheck disable=SC2207 # names without spaces
   COMPONENTS+=($(node_components))
@@ -465,6 +470,9 @@ cmd_up() {
   if ((REAL_NODES > 0 && FAKE_NODES == 0)); then
     COMPONENTS+=(kube-scheduler)
     KCM_CONTROLLERS+=",$POD_CONTROLLERS"
+  fi
+  if ((REAL_NODES > 0)) && [[ ",$KCM_CONTROLLERS," != *,deployment-controller,* ]]; then
+    KCM_CONTROLLERS+=",$WORKLOAD_CONTROLLERS"
   fi
   local c
   for c in "${COMPONENTS[@]}" kubectl; do
