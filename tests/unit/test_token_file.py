@@ -106,3 +106,23 @@ def test_kopf_relogin_with_an_unchanged_file_is_a_new_item_and_waits_for_a_chang
     assert same is not None
     assert same.token == "rotated"
     assert same != again
+
+
+@pytest.mark.parametrize(
+    ("environ", "server"),
+    [
+        ({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"},
+         "https://10.0.0.1:443"),
+        ({"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443"},
+         "https://[fd00::1]:6443"),
+        ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, None),
+        ({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "https"}, None),
+        ({}, None),
+    ],
+)  # fmt: skip
+def test_in_cluster_server_is_the_kubelets_service_address(
+    environ: dict[str, str], server: str | None
+) -> None:
+    """A pod reaches the API server at the address the kubelet gives it, without cluster
+    DNS (kopf's own service-account login names kubernetes.default.svc)."""
+    assert k8s_auth.in_cluster_server(environ) == server

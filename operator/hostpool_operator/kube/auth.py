@@ -12,6 +12,7 @@ import os
 import ssl
 import tempfile
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -87,6 +88,23 @@ def _kubeconfig_user() -> dict[str, Any]:
     return user if isinstance(user, dict) else {}
 
 
+#: The server kopf's service-account login names: a DNS name, which needs cluster DNS.
+KOPF_IN_CLUSTER_SERVER = "https://kubernetes.default.svc"
+
+
+def in_cluster_server(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The API server as the kubelet tells a pod (``KUBERNETES_SERVICE_HOST`` and ``_PORT``,
+    the ``kubernetes`` Service), as client-go's in-cluster config reads it: no cluster DNS
+    is needed to reach it. None outside a pod."""
+    host = environ.get("KUBERNETES_SERVICE_HOST", "").strip()
+    port = environ.get("KUBERNETES_SERVICE_PORT", "").strip()
+    if not host or not port.isdigit():
+        return None
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 address
+    return f"https://{host}:{port}"
+
+
 def token_file() -> str | None:
     """The file the operator's bearer token is (re-)read from: in-cluster the service
     account's, else the kubeconfig user's ``tokenFile`` (None: the token does not come
@@ -119,6 +137,8 @@ def login(settings: kopf.OperatorSettings | None = None) -> kopf.ConnectionInfo:
     )
     if info is None:
         raise kopf.LoginError("no in-cluster service account and no usable kubeconfig found")
+    if info.server == KOPF_IN_CLUSTER_SERVER and (server := in_cluster_server()):
+        info = dataclasses.replace(info, server=server)
     path = token_file()
     if path is not None and not info.token and (token := read_token(path)):
         info = dataclasses.replace(info, token=token)
