@@ -14,6 +14,7 @@ from hostpool_operator.agent.xrdp import (
     connected_displays,
     listening_displays,
     on_this_host,
+    parse_passwd,
     session_states,
     window_managers,
     xorg_display,
@@ -132,3 +133,9 @@ def test_every_user_with_a_session_is_reported_once(spec: dict[int, tuple[str, b
     for user, state in states.items():
         attached = any(u == user and a for u, a in spec.values())
         assert state == ("Active" if attached else "Disconnected")
+
+
+def test_parse_passwd() -> None:
+    text = "root:x:0:0:root:/root:/bin/bash\nalice:x:1000:1000::/home/alice:/bin/bash\n"
+    text += "broken line\n:x:5:5::/:/bin/sh\nbob:x:notanumber:1::/:/bin/sh\nalice2:x:1000:1::/:/\n"
+    assert parse_passwd(text) == {0: "root", 1000: "alice"}

@@ -10,6 +10,7 @@ another user's ``/proc/PID/ns/net`` needs root, as xrdp does.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import time
@@ -23,6 +24,7 @@ from .xrdp import (
     connected_displays,
     listening_displays,
     on_this_host,
+    parse_passwd,
     session_states,
     window_managers,
     xorg_display,
@@ -61,8 +63,9 @@ class XrdpMachine:
         except OSError:
             listening = set()
         found: list[Process] = []
-        sesman = False
-        for proc in psutil.process_iter(["pid", "ppid", "username", "name", "cmdline"]):
+        sesmen: list[int] = []
+        uids: dict[int, int] = {}
+        for proc in psutil.process_iter(["pid", "ppid", "username", "uids", "name", "cmdline"]):
             info = proc.info
             cmdline = tuple(info.get("cmdline") or ())
             name = str(info.get("name") or "")
@@ -72,9 +75,12 @@ class XrdpMachine:
                 display, netns_of(info["pid"]), self.netns, listening
             ):
                 continue  # another host's
-            if is_sesman and netns_of(info["pid"]) not in (self.netns, None):
-                continue
-            sesman = sesman or is_sesman
+            if is_sesman:
+                if netns_of(info["pid"]) not in (self.netns, None):
+                    continue
+                sesmen.append(int(info["pid"]))
+            if info.get("uids") is not None:
+                uids[int(info["pid"])] = int(info["uids"].real)
             found.append(
                 Process(
                     pid=int(info["pid"]),
@@ -84,7 +90,14 @@ class XrdpMachine:
                     cmdline=cmdline,
                 )
             )
-        return found, sesman
+        names = users_beside(sesmen)
+        found = [
+            dataclasses.replace(p, user=names[uids[p.pid]])
+            if p.pid in uids and uids[p.pid] in names
+            else p
+            for p in found
+        ]
+        return found, bool(sesmen)
 
     def sessions(self) -> tuple[dict[str, str] | None, str]:
         """Sessions by user (Active / Disconnected), or None and why it could not be told
@@ -117,6 +130,17 @@ class XrdpMachine:
             return CommandResult(True, "")
         displays = ", ".join(f":{s.display}" for s in sessions)
         return CommandResult(False, "", f"the sessions of {user} ({displays}) did not end")
+
+
+def users_beside(sesmen: list[int]) -> dict[int, str]:
+    """User names by uid as sesman's own file system has them: an agent in a sidecar (a
+    pod's shared process namespace) has another /etc/passwd than the desktop container
+    whose users log on; sesman's root (/proc/PID/root) is readable, being root's."""
+    for pid in sesmen:
+        path = f"/proc/{pid}/root/etc/passwd"
+        with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as f:
+            return parse_passwd(f.read())
+    return {}
 
 
 def signal_all(pids: list[int], signum: signal.Signals) -> None:

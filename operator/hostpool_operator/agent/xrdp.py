@@ -143,3 +143,13 @@ def window_managers(session: XrdpSession, processes: Iterable[Process]) -> list[
         and p.name != CHANNEL_SERVER
         and not (p.cmdline and p.cmdline[0].rsplit("/", 1)[-1] == CHANNEL_SERVER)
     )
+
+
+def parse_passwd(text: str) -> dict[int, str]:
+    """User names by uid from an /etc/passwd (malformed lines skipped)."""
+    names: dict[int, str] = {}
+    for line in text.splitlines():
+        fields = line.split(":")
+        if len(fields) >= 3 and fields[0] and fields[2].isdigit():
+            names.setdefault(int(fields[2]), fields[0])
+    return names

@@ -1,0 +1,221 @@
+"""A local control plane with a real kubelet node (``tests/cluster/cluster.sh`` with
+``HOSTPOOL_REAL_NODES``), for the tests whose pods must really run: the kubelet built by
+``tests/cluster/tools.sh --nodes``, the project's images imported into its containerd, and
+the kubelet's and containerd's CPU and memory sampled over the tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane import REPO_ROOT, ControlPlane, ControlPlaneError
+from kube import Kube, make_api_client, unique_name, wait_default_service_account
+from podman import build_image
+
+CLUSTER_SCRIPT = REPO_ROOT / "tests" / "cluster" / "cluster.sh"
+TOOLS_SCRIPT = REPO_ROOT / "tests" / "cluster" / "tools.sh"
+NODE = "real-node-1"
+
+
+def nodes_unavailable() -> str:
+    """Why real nodes cannot run here ('' when they can)."""
+    proc = subprocess.run(
+        [str(CLUSTER_SCRIPT), "check-nodes"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    return (proc.stdout.strip() or proc.stderr.strip()) if proc.returncode != 0 else ""
+
+
+KLOG_LINE = re.compile(r"^[IWEF]\d{4} (\d\d):(\d\d):(\d\d\.\d+)")
+
+
+def klog_time(line: str) -> float:
+    """The time of a klog line (``I1201 17:23:46.975187 ...``) as seconds since midnight."""
+    match = KLOG_LINE.match(line)
+    if not match:
+        raise ValueError(f"not a klog line: {line[:80]!r}")
+    return int(match[1]) * 3600 + int(match[2]) * 60 + float(match[3])
+
+
+@dataclass
+class Usage:
+    """CPU time and RSS of one process, sampled at the start and at the end of the tests."""
+
+    name: str
+    pid: int
+    cpu0: float = 0.0
+    wall0: float = 0.0
+
+    def cpu(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def status(self, key: str) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])  # kB
+        return 0
+
+    def start(self) -> None:
+        self.cpu0, self.wall0 = self.cpu(), time.monotonic()
+
+    def report(self) -> str:
+        share = 100 * (self.cpu() - self.cpu0) / max(time.monotonic() - self.wall0, 1e-6)
+        rss, peak = self.status("VmRSS") / 1024, self.status("VmHWM") / 1024
+        return f"{share:.1f} % of a core during the tests, RSS {rss:.0f} MiB (peak {peak:.0f} MiB)"
+
+
+@dataclass
+class RealCluster:
+    cp: ControlPlane
+    kube: Kube
+    bin_dir: Path
+    image: str
+    namespace: str
+    timings: dict[str, str] = field(default_factory=dict)
+    usage: list[Usage] = field(default_factory=list)
+    #: the other images imported, by their image.sh argument
+    images: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def kubectl(self) -> Path:
+        return self.bin_dir / "kubectl"
+
+    @property
+    def node_dir(self) -> Path:
+        return self.cp.directory / "nodes" / NODE
+
+    def state(self) -> dict[str, str]:
+        pairs = (
+            line.split("=", 1)
+            for line in (self.cp.directory / "state.env").read_text().splitlines()
+        )
+        return {k: v.strip('"') for k, v in pairs}
+
+    def run_kubectl(self, *args: str, timeout: float = 60) -> str:
+        proc = subprocess.run(
+            [str(self.kubectl), "--kubeconfig", str(self.cp.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}"
+            )
+        return proc.stdout
+
+    def pod(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.kube.call(
+            "GET", f"/api/v1/namespaces/{self.namespace}/pods/{name}"
+        )
+        return result
+
+    def node(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.kube.call("GET", f"/api/v1/nodes/{NODE}")
+        return result
+
+
+def pid_of(directory: Path, name: str) -> int:
+    return int((directory / "pids" / f"{name}.pid").read_text().strip())
+
+
+@contextlib.contextmanager
+def real_node_cluster(
+    tmp_path_factory: pytest.TempPathFactory, *extra_images: str
+) -> Iterator[RealCluster]:
+    """A control plane of its own with one real node (no fake nodes), the operator image and
+    ``extra_images`` (image.sh arguments, e.g. ``--session-host``) imported; a namespace with
+    its default ServiceAccount. Skips (or under CI=true where apt-get is, fails) saying why
+    when real nodes cannot run here. Stopped on leaving, unless the caller stopped it."""
+    reason = nodes_unavailable()
+    if reason and os.environ.get("CI") == "true" and shutil.which("apt-get"):
+        pytest.fail(f"CI=true and apt-get is here, but real nodes cannot run: {reason}")
+    if reason:
+        pytest.skip(f"no real nodes here: {reason}")
+    image = build_image()
+    timings: dict[str, str] = {}
+
+    started = time.monotonic()
+    tools = subprocess.run(
+        [str(TOOLS_SCRIPT), "--control-plane", "--nodes"],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
+    if tools.returncode != 0:
+        raise AssertionError(f"tests/cluster/tools.sh --nodes failed:\n{tools.stderr}")
+    built = re.search(r"built kubelet in (\d+)s", tools.stderr)
+    timings["kubelet build"] = (
+        f"{built[1]} s (built now)"
+        if built
+        else f"cached; tools.sh --nodes took {time.monotonic() - started:.1f} s"
+    )
+    bin_dir = Path(tools.stdout.strip().splitlines()[-1])
+
+    directory = tmp_path_factory.mktemp("real-nodes") / "cp"
+    # Up to minutes the first time: containerd is installed with apt-get where missing.
+    cp = ControlPlane(directory, bin_dir=bin_dir, fake_nodes=0, real_nodes=1, timeout=900)
+    started = time.monotonic()
+    try:
+        cp.start()
+    except ControlPlaneError:
+        cp.stop()
+        raise
+    try:
+        timings["cluster.sh up (control plane + node)"] = f"{time.monotonic() - started:.1f} s"
+        # Node start -> Ready: from the kubelet's first log line to its "became ready" one.
+        log = [
+            line
+            for line in (directory / "logs" / f"kubelet-{NODE}.log").read_text().splitlines()
+            if KLOG_LINE.match(line)
+        ]
+        ready = [line for line in log if "just became ready" in line]
+        if log and ready:
+            timings["kubelet start -> node Ready"] = (
+                f"{klog_time(ready[0]) - klog_time(log[0]):.2f} s"
+            )
+        started = time.monotonic()
+        cp.import_image(image)
+        timings["import-image (podman save + ctr import)"] = f"{time.monotonic() - started:.1f} s"
+        others = [build_image(arg) for arg in extra_images]
+        for other in others:
+            cp.import_image(other)
+
+        kube = Kube(kubeconfig=cp.kubeconfig, api_client=make_api_client(cp.kubeconfig))
+        namespace = unique_name("real-nodes")
+        kube.create_namespace(namespace)
+        wait_default_service_account(kube, namespace)
+        usage = [
+            Usage("kubelet", pid_of(directory, f"kubelet-{NODE}")),
+            Usage("containerd", pid_of(directory, f"containerd-{NODE}")),
+        ]
+        for u in usage:
+            u.start()
+        yield RealCluster(
+            cp,
+            kube,
+            bin_dir,
+            image,
+            namespace,
+            timings=timings,
+            usage=usage,
+            images=dict(zip(extra_images, others, strict=True)),
+        )
+    finally:
+        cp.stop()

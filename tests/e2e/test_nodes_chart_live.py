@@ -1,0 +1,413 @@
+"""The chart installed for real, and pod-backed desktops that really run, on a real kubelet
+node (``tests/e2e/real_nodes.py``: a control plane of the module's own with one real node).
+
+1. ``helm install`` of the chart with the built image: the operator runs as the Deployment's
+   Pod under the chart's ServiceAccount (its token mounted by the kubelet), becomes Ready by
+   its probes and places a request; liveness and metrics answer through
+   ``kubectl port-forward``; its container killed with SIGKILL, the kubelet restarts it, it
+   takes its Lease back and places again.
+2. A pool whose ``hostTemplate.workload`` is ``crds/examples/session-host-pool.yaml``'s pod
+   (the session-host image; the agent as a sidecar under the pod-bound token): scale-up makes
+   a Pod that really starts, the host takes sessions only once xrdp listens (readiness), alice
+   signs in through the broker and FreeRDP shows the pod's desktop, the sidecar reports her
+   session; the desktop container killed → HostLost and a new Pod; scale-down deletes the Pod
+   and its processes end.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from desktop import RdpClient, VirtualDisplay, install_client, pixel
+from e2e.agent_objects import run_tool
+from e2e.broker_helpers import CLIENT, REALM, BrokerProcess, keycloak_token
+from e2e.helpers import EXTRA_LOGS, Cluster, condition, status
+from e2e.real_nodes import NODE, RealCluster, real_node_cluster
+from keycloak import Keycloak
+from kube import REPO_ROOT, ApiError, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.desktop]
+
+CHART = REPO_ROOT / "charts" / "hostpool-operator"
+EXAMPLE = REPO_ROOT / "crds" / "examples" / "session-host-pool.yaml"
+RELEASE = "hp"
+LIVENESS_PORT, METRICS_PORT = 8080, 9090
+DESKTOP_PASSWORD = "alice-desk-pw"
+#: The session-host image's desktop colour (operator/session-host/xsession).
+IMAGE_COLOUR = "#0a7d6c"
+BACKGROUND = (1000, 740)
+OPERATOR_PODS = f"app.kubernetes.io/name=hostpool-operator,app.kubernetes.io/instance={RELEASE}"
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    with real_node_cluster(tmp_path_factory, "--session-host") as real:
+        yield real
+        for line in (f"  {k}: {v}" for k, v in real.timings.items()):
+            print(line)
+        for usage in real.usage:
+            print(f"  {usage.name}: {usage.report()}")
+
+
+def kubectl(nodes: RealCluster, *args: str, timeout: float = 120) -> str:
+    return nodes.run_kubectl(*args, timeout=timeout)
+
+
+def pods(nodes: RealCluster, selector: str) -> list[Obj]:
+    listing = nodes.kube.call(
+        "GET", f"/api/v1/namespaces/{nodes.namespace}/pods", query={"labelSelector": selector}
+    )
+    return list(listing["items"])
+
+
+def ready(pod: Obj) -> bool:
+    return any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in (pod.get("status") or {}).get("conditions", [])
+    )
+
+
+def container_pid(nodes: RealCluster, pod: Obj, container: str) -> int:
+    """The host pid of a container's main process, from the node's containerd."""
+    (state,) = [c for c in pod["status"]["containerStatuses"] if c["name"] == container]
+    container_id = state["containerID"].split("://", 1)[1]
+    sock = nodes.cp.directory / "nodes" / NODE / "containerd.sock"
+    out = subprocess.run(
+        ["ctr", "--address", str(sock), "--namespace", "k8s.io", "tasks", "ls"],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+    for line in out.splitlines()[1:]:
+        fields = line.split()
+        if fields and fields[0] == container_id:
+            return int(fields[1])
+    raise AssertionError(f"no task of container {container_id} in:\n{out}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PortForward:
+    """``kubectl port-forward pod/NAME LOCAL:REMOTE`` in the background."""
+
+    def __init__(self, nodes: RealCluster, pod: str, remote: int) -> None:
+        self.local = free_port()
+        self.proc = subprocess.Popen(
+            [str(nodes.kubectl), "--kubeconfig", str(nodes.cp.kubeconfig), "-n", nodes.namespace,
+             "port-forward", f"pod/{pod}", f"{self.local}:{remote}"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+
+    def get(self, path: str) -> tuple[int, str]:
+        def answer() -> tuple[int, str] | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.local}{path}", timeout=5) as r:
+                    return r.status, r.read().decode()
+            except OSError:
+                return None
+
+        return wait_for(answer, 30, what=f"port-forward {path}")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def operator_pod(nodes: RealCluster) -> Obj:
+    """The chart installed (helm install) with the built image; its operator Pod, Ready."""
+    repository, tag = nodes.image.rsplit(":", 1)
+    started = time.monotonic()
+    run_tool(
+        [str(nodes.bin_dir / "helm"), "--kubeconfig", str(nodes.cp.kubeconfig), "install", RELEASE,
+         str(CHART), "-n", nodes.namespace, "--set", f"image.repository={repository}",
+         "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
+         "--set", f"watchNamespace={nodes.namespace}", "--set", "operator.logFormat=text"]
+    )  # fmt: skip
+    # The chart's CRDs: once served, a pool, two hosts and a request that waits for the
+    # operator; its placement is the operator's first.
+    wait_for(
+        lambda: nodes.kube.create(nodes.namespace, pool_body("plain")),
+        60,
+        what="the chart's CRDs to be served",
+        retry_on=(ApiError,),
+    )
+    for i in range(2):
+        nodes.kube.create(nodes.namespace, host_body(f"plain-{i}", "plain", f"10.9.0.{i + 1}"))
+    nodes.kube.create(nodes.namespace, request_body("first", "plain", "user-1"))
+    pod = wait_for(
+        lambda: next((p for p in pods(nodes, OPERATOR_PODS) if ready(p)), None),
+        120,
+        what="the operator's Pod to become Ready",
+        show=lambda: (
+            kubectl(nodes, "-n", nodes.namespace, "get", "pods", "-o", "wide")
+            + kubectl(nodes, "-n", nodes.namespace, "logs", "--tail", "40", "-l", OPERATOR_PODS)
+        ),
+    )
+    nodes.timings["helm install -> operator Pod Ready"] = f"{time.monotonic() - started:.2f} s"
+    wait_for(
+        lambda: (
+            status(nodes.kube.get("SessionRequest", nodes.namespace, "first")).get("phase")
+            == "Assigned"
+        ),
+        60,
+        what="the operator in its Pod to place the waiting request",
+    )
+    nodes.timings["helm install -> first placement"] = f"{time.monotonic() - started:.2f} s"
+    return pod
+
+
+def pool_body(name: str, **spec: Any) -> Obj:
+    return {
+        "apiVersion": "hostpool.io/v1alpha1",
+        "kind": "HostPool",
+        "metadata": {"name": name},
+        "spec": {"loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 2}, **spec},
+    }
+
+
+def host_body(name: str, pool: str, address: str) -> Obj:
+    return {
+        "apiVersion": "hostpool.io/v1alpha1",
+        "kind": "SessionHost",
+        "metadata": {"name": name},
+        "spec": {"poolRef": {"name": pool}, "address": address},
+    }
+
+
+def request_body(name: str, pool: str, user: str) -> Obj:
+    return {
+        "apiVersion": "hostpool.io/v1alpha1",
+        "kind": "SessionRequest",
+        "metadata": {"name": name},
+        "spec": {"poolRef": {"name": pool}, "user": user},
+    }
+
+
+def test_the_chart_runs_the_operator_in_a_pod(nodes: RealCluster, operator_pod: Obj) -> None:
+    spec = operator_pod["spec"]
+    assert spec["nodeName"] == NODE
+    assert spec["serviceAccountName"] == f"{RELEASE}-hostpool-operator"
+    # The kubelet mounted the ServiceAccount's projected token, and the operator used it.
+    mounts = [m["mountPath"] for c in spec["containers"] for m in c.get("volumeMounts", [])]
+    assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
+    name = operator_pod["metadata"]["name"]
+    health = PortForward(nodes, name, LIVENESS_PORT)
+    metrics = PortForward(nodes, name, METRICS_PORT)
+    try:
+        assert health.get("/healthz")[0] == 200
+        code, text = metrics.get("/metrics")
+        assert code == 200
+        assert "hostpool_" in text
+    finally:
+        health.close()
+        metrics.close()
+
+    # SIGKILL the operator's process: the kubelet restarts the container, it takes its Lease
+    # back and places again.
+    lease_path = (
+        f"/apis/coordination.k8s.io/v1/namespaces/{nodes.namespace}/leases/hostpool-operator"
+    )
+    before = nodes.kube.call("GET", lease_path)["spec"]
+    killed = time.monotonic()
+    os.kill(container_pid(nodes, operator_pod, "operator"), signal.SIGKILL)
+
+    def restarted() -> Obj | None:
+        pod = nodes.pod(name)
+        restarts = sum(c["restartCount"] for c in pod["status"]["containerStatuses"])
+        return pod if restarts >= 1 and ready(pod) else None
+
+    wait_for(restarted, 120, what="the kubelet to restart the operator's container")
+    nodes.kube.create(nodes.namespace, request_body("second", "plain", "user-2"))
+    wait_for(
+        lambda: (
+            status(nodes.kube.get("SessionRequest", nodes.namespace, "second")).get("phase")
+            == "Assigned"
+        ),
+        90,
+        what="the restarted operator to place a new request",
+    )
+    nodes.timings["operator container SIGKILL -> placing again"] = (
+        f"{time.monotonic() - killed:.2f} s"
+    )
+    after = nodes.kube.call("GET", lease_path)["spec"]
+    assert after["renewTime"] != before["renewTime"]
+    assert after.get("leaseTransitions", 0) >= before.get("leaseTransitions", 0)
+
+
+def desktop_pool(nodes: RealCluster) -> Obj:
+    """The example pool, with the images built here (imported, never pulled), a 1 s agent
+    interval and probe, small resource requests (a two-core node) and a short scale-down."""
+    pool = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
+    pool["metadata"]["name"] = "pods"
+    spec = pool["spec"]
+    spec["loadBalancer"]["maxSessionLimit"] = 2
+    spec["entitlements"] = {"users": ["alice"]}
+    scaling = spec["scaling"]
+    scaling.update(minHosts=1, maxHosts=2, bufferSessions=0, scaleDownDelaySeconds=1)
+    pod = scaling["hostTemplate"]["workload"]["spec"]
+    image = nodes.images["--session-host"]
+    for container in pod["containers"]:
+        container["image"] = image
+        container["imagePullPolicy"] = "Never"
+        container["resources"] = {"requests": {"cpu": "50m", "memory": "64Mi"}}
+        if container["name"] == "agent":
+            command = container["command"]
+            command[command.index("--interval") + 1] = "1"
+            command += ["--verbose"]
+        else:
+            container["readinessProbe"]["periodSeconds"] = 1
+    pod["terminationGracePeriodSeconds"] = 10
+    pool_obj: Obj = pool
+    return pool_obj
+
+
+def desktop_pods(nodes: RealCluster) -> list[Obj]:
+    return [
+        p
+        for p in nodes.kube.call("GET", f"/api/v1/namespaces/{nodes.namespace}/pods")["items"]
+        if p["metadata"]["name"].startswith("pods-")
+    ]
+
+
+def host_ready(cluster: Cluster, name: str) -> bool:
+    """The host takes new sessions (its Available condition)."""
+    available = condition(cluster.host(name), "Available")
+    return bool(available and available["status"] == "True")
+
+
+def test_pod_backed_desktops_run_on_the_real_node(
+    nodes: RealCluster,
+    operator_pod: Obj,
+    keycloak: Keycloak,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    del operator_pod  # the chart's operator places these too
+    install_client()
+    ns = nodes.namespace
+    cluster = Cluster(nodes.kube, ns)
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+    nodes.kube.call(
+        "POST",
+        f"/api/v1/namespaces/{ns}/secrets",
+        body={
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "desktop-users"},
+            "stringData": {"users": f"alice:{DESKTOP_PASSWORD}\n"},
+        },
+    )
+    nodes.kube.create(ns, desktop_pool(nodes))
+
+    # Scale-up (minHosts 1): a Pod that really starts; the host takes sessions once xrdp
+    # listens (the readiness probe), not before.
+    first = wait_for(lambda: desktop_pods(nodes)[:1], 60, what="the operator to create a Pod")[0]
+    created = time.monotonic()
+    host = first["metadata"]["name"]
+    agent_log = ["-n", ns, "logs", host, "-c", "agent", "--tail", "40"]
+    logs.append((f"pod {host} agent log", lambda: kubectl(nodes, *agent_log)))
+    while not ready(nodes.pod(host)):
+        assert not host_ready(cluster, host), "the host took sessions before its pod was Ready"
+        assert time.monotonic() - created < 120, "the desktop pod did not become Ready"
+        time.sleep(0.05)
+    pod_ready_after = time.monotonic() - created
+    cluster.wait(lambda: host_ready(cluster, host), f"host {host} to take sessions", timeout=30)
+    nodes.timings["desktop pod create -> Ready (xrdp listening)"] = f"{pod_ready_after:.2f} s"
+    nodes.timings["desktop pod create -> host taking sessions"] = (
+        f"{time.monotonic() - created:.2f} s"
+    )
+
+    broker = BrokerProcess(
+        nodes.cp.kubeconfig, keycloak.issuer(REALM), CLIENT, [ns], tmp_path / "broker.log"
+    )
+    logs.append(("broker log", lambda: broker.log_tail(60)))
+    broker.start()
+    display = VirtualDisplay(70 + os.getpid() % 9, tmp_path / "xvfb.log")
+    client: RdpClient | None = None
+    try:
+        with display:
+            reply = broker.connect(ns, "pods", keycloak_token(keycloak, "alice"))
+            assert reply.status == 200, reply.text
+            answer = reply.body
+            pod = nodes.pod(host)
+            assert answer["host"] == host
+            assert answer["address"] == pod["status"]["podIP"]
+            rdp = tmp_path / "alice.rdp"
+            rdp.write_text(answer["rdpFile"], newline="")
+            client = RdpClient(
+                display, rdp, DESKTOP_PASSWORD, tmp_path / "xfreerdp.log", tmp_path / "home"
+            )
+            logs.append(("xfreerdp log", client.log_text))
+            connect = time.monotonic()
+            client.start()
+            cluster.wait(
+                lambda: status(cluster.request(answer["request"])).get("sessionState") == "Active",
+                "the agent sidecar to report alice Active",
+                timeout=45,
+            )
+            nodes.timings["connect -> Active (pod-backed host)"] = (
+                f"{time.monotonic() - connect:.2f} s"
+            )
+            shot = tmp_path / "pod-desktop.png"
+            wait_for(
+                lambda: pixel(display.screenshot(shot), *BACKGROUND) == IMAGE_COLOUR,
+                15,
+                what="the client's screen to show the pod's desktop",
+            )
+
+            # The desktop container dies: the pod ends, alice's request is HostLost, and
+            # the operator makes a new pod for the host.
+            old_uid = pod["metadata"]["uid"]
+            os.kill(container_pid(nodes, pod, "desktop"), signal.SIGKILL)
+            cluster.wait(
+                lambda: status(cluster.request(answer["request"])).get("reason") == "HostLost",
+                "alice's request to fail with HostLost",
+                timeout=60,
+            )
+            assert status(cluster.request(answer["request"]))["phase"] == "Failed"
+            new = cluster.wait(
+                lambda: next(
+                    (p for p in desktop_pods(nodes) if p["metadata"]["uid"] != old_uid),
+                    None,
+                ),
+                "a new Pod for the host",
+                timeout=120,
+            )
+            assert new["metadata"]["name"] == host
+            new = cluster.wait(
+                lambda: (lambda p: p if ready(p) else None)(nodes.pod(host)),
+                "the new Pod to become Ready",
+                timeout=120,
+            )
+            assert new["metadata"]["uid"] != old_uid
+            client.kill()
+    finally:
+        if client is not None:
+            client.kill()
+        broker.stop()
+
+    # Scale-down: no sessions and minHosts 0 -> the host and its Pod go, its processes end.
+    pids = [container_pid(nodes, new, c) for c in ("desktop", "agent")]
+    cluster.patch("HostPool", "pods", {"spec": {"scaling": {"minHosts": 0}}})
+    cluster.wait(lambda: not desktop_pods(nodes), "scale-down to delete the Pod", timeout=120)
+    wait_for(
+        lambda: not any(Path(f"/proc/{p}").exists() for p in pids),
+        30,
+        what="the desktop pod's processes to end",
+    )
