@@ -82,7 +82,10 @@ def ready(pod: Obj) -> bool:
 
 def container_pid(nodes: RealCluster, pod: Obj, container: str) -> int:
     """The host pid of a container's main process, from the node's containerd."""
-    (state,) = [c for c in pod["status"]["containerStatuses"] if c["name"] == container]
+    statuses = pod["status"].get("containerStatuses", []) + pod["status"].get(
+        "initContainerStatuses", []
+    )
+    (state,) = [c for c in statuses if c["name"] == container]
     container_id = state["containerID"].split("://", 1)[1]
     sock = nodes.cp.directory / "nodes" / NODE / "containerd.sock"
     out = subprocess.run(
@@ -262,7 +265,7 @@ def desktop_pool(nodes: RealCluster) -> Obj:
     scaling.update(minHosts=1, maxHosts=2, bufferSessions=0, scaleDownDelaySeconds=1)
     pod = scaling["hostTemplate"]["workload"]["spec"]
     image = nodes.images["--session-host"]
-    for container in pod["containers"]:
+    for container in pod["containers"] + pod["initContainers"]:
         container["image"] = image
         container["imagePullPolicy"] = "Never"
         container["resources"] = {"requests": {"cpu": "50m", "memory": "64Mi"}}
@@ -374,6 +377,7 @@ def test_pod_backed_desktops_run_on_the_real_node(
             # The desktop container dies: the pod ends, alice's request is HostLost, and
             # the operator makes a new pod for the host.
             old_uid = pod["metadata"]["uid"]
+            killed = time.monotonic()
             os.kill(container_pid(nodes, pod, "desktop"), signal.SIGKILL)
             cluster.wait(
                 lambda: status(cluster.request(answer["request"])).get("reason") == "HostLost",
@@ -381,6 +385,9 @@ def test_pod_backed_desktops_run_on_the_real_node(
                 timeout=60,
             )
             assert status(cluster.request(answer["request"]))["phase"] == "Failed"
+            nodes.timings["desktop container SIGKILL -> request HostLost"] = (
+                f"{time.monotonic() - killed:.2f} s"
+            )
             new = cluster.wait(
                 lambda: next(
                     (p for p in desktop_pods(nodes) if p["metadata"]["uid"] != old_uid),
@@ -396,6 +403,9 @@ def test_pod_backed_desktops_run_on_the_real_node(
                 timeout=120,
             )
             assert new["metadata"]["uid"] != old_uid
+            nodes.timings["desktop container SIGKILL -> new Pod Ready"] = (
+                f"{time.monotonic() - killed:.2f} s"
+            )
             client.kill()
     finally:
         if client is not None:
@@ -404,10 +414,14 @@ def test_pod_backed_desktops_run_on_the_real_node(
 
     # Scale-down: no sessions and minHosts 0 -> the host and its Pod go, its processes end.
     pids = [container_pid(nodes, new, c) for c in ("desktop", "agent")]
+    scaled = time.monotonic()
     cluster.patch("HostPool", "pods", {"spec": {"scaling": {"minHosts": 0}}})
     cluster.wait(lambda: not desktop_pods(nodes), "scale-down to delete the Pod", timeout=120)
     wait_for(
         lambda: not any(Path(f"/proc/{p}").exists() for p in pids),
         30,
         what="the desktop pod's processes to end",
+    )
+    nodes.timings["minHosts 0 -> Pod deleted, its processes ended"] = (
+        f"{time.monotonic() - scaled:.2f} s"
     )
