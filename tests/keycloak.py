@@ -335,14 +335,19 @@ def _error_text(body: bytes) -> str:
 
 
 class Keycloak:
-    """One Keycloak server on 127.0.0.1, run from the cached tree ``home``.
+    """One Keycloak server on 127.0.0.1 (or ``host``), run from the cached tree ``home``.
 
     ``workdir`` holds everything of this server: ``keycloak.log`` (its stdout and stderr),
     ``import/`` (the realm files) and ``transaction-logs/``. ``heap`` replaces kc.sh's JVM
     heap options (``-Xms64m -Xmx512m``), e.g. ``"-Xms64m -Xmx384m"``.
     """
 
-    def __init__(self, home: Path, workdir: Path, *, heap: str | None = None) -> None:
+    def __init__(
+        self, home: Path, workdir: Path, *, heap: str | None = None, host: str = "127.0.0.1"
+    ) -> None:
+        #: the address it listens on and names in its issuer (e.g. a bridge address that
+        #: pods reach, instead of loopback)
+        self.host = host
         self.home = home
         self.workdir = workdir
         self.heap = heap
@@ -359,7 +364,7 @@ class Keycloak:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -431,7 +436,7 @@ class Keycloak:
             str(self.home / "bin" / "kc.sh"),
             "start-dev",
             "--db=dev-mem",
-            "--http-host=127.0.0.1",
+            f"--http-host={self.host}",
             f"--http-port={self.port}",
             f"--hostname={self.base_url}",
             "--import-realm",

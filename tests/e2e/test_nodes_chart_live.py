@@ -17,11 +17,13 @@ node (``tests/e2e/real_nodes.py``: a control plane of the module's own with one 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +37,7 @@ from e2e.agent_objects import run_tool
 from e2e.broker_helpers import CLIENT, REALM, BrokerProcess, keycloak_token
 from e2e.helpers import EXTRA_LOGS, Cluster, condition, status
 from e2e.real_nodes import NODE, RealCluster, real_node_cluster
-from keycloak import Keycloak
+from keycloak import CLIENT_SECRET, Keycloak, KeycloakError, keycloak_home, suite_realms
 from kube import REPO_ROOT, ApiError, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.desktop]
@@ -78,6 +80,20 @@ def ready(pod: Obj) -> bool:
         c["type"] == "Ready" and c["status"] == "True"
         for c in (pod.get("status") or {}).get("conditions", [])
     )
+
+
+def ready_pod(nodes: RealCluster, selector: str, what: str) -> Obj:
+    """The first Ready pod of ``selector`` (on a timeout: the pods and their logs)."""
+    found: Obj = wait_for(
+        lambda: next((p for p in pods(nodes, selector) if ready(p)), None),
+        120,
+        what=f"{what} to become Ready",
+        show=lambda: (
+            kubectl(nodes, "-n", nodes.namespace, "get", "pods", "-o", "wide")
+            + kubectl(nodes, "-n", nodes.namespace, "logs", "--tail", "40", "-l", selector)
+        ),
+    )
+    return found
 
 
 def container_pid(nodes: RealCluster, pod: Obj, container: str) -> int:
@@ -153,15 +169,7 @@ def operator_pod(nodes: RealCluster) -> Obj:
     for i in range(2):
         nodes.kube.create(nodes.namespace, host_body(f"plain-{i}", "plain", f"10.9.0.{i + 1}"))
     nodes.kube.create(nodes.namespace, request_body("first", "plain", "user-1"))
-    pod = wait_for(
-        lambda: next((p for p in pods(nodes, OPERATOR_PODS) if ready(p)), None),
-        120,
-        what="the operator's Pod to become Ready",
-        show=lambda: (
-            kubectl(nodes, "-n", nodes.namespace, "get", "pods", "-o", "wide")
-            + kubectl(nodes, "-n", nodes.namespace, "logs", "--tail", "40", "-l", OPERATOR_PODS)
-        ),
-    )
+    pod = ready_pod(nodes, OPERATOR_PODS, "the operator's Pod")
     nodes.timings["helm install -> operator Pod Ready"] = f"{time.monotonic() - started:.2f} s"
     wait_for(
         lambda: (
@@ -425,3 +433,63 @@ def test_pod_backed_desktops_run_on_the_real_node(
     nodes.timings["minHosts 0 -> Pod deleted, its processes ended"] = (
         f"{time.monotonic() - scaled:.2f} s"
     )
+
+
+@pytest.fixture(scope="module")
+def pod_keycloak(
+    nodes: RealCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Keycloak]:
+    """A Keycloak the node's pods reach: listening on, and naming in its issuer, the pods'
+    gateway (the suite's Keycloak is on loopback, which a pod cannot reach)."""
+    gateway = nodes.state()["NODES_NET"] + ".1"
+    server = Keycloak(keycloak_home(), tmp_path_factory.mktemp("pod-keycloak"), host=gateway)
+    try:
+        server.start(suite_realms())
+    except KeycloakError as error:
+        pytest.fail(f"Keycloak for the node's pods is not available: {error}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_the_chart_runs_the_broker_in_a_pod(
+    nodes: RealCluster, operator_pod: Obj, pod_keycloak: Keycloak
+) -> None:
+    """broker.enabled: the broker's Deployment Pod, under its own ServiceAccount, becomes
+    Ready (its watches listed, the issuer's keys fetched from Keycloak) and answers a signed-in
+    user through port-forward; the operator keeps running beside it."""
+    del operator_pod
+    started = time.monotonic()
+    run_tool(
+        [str(nodes.bin_dir / "helm"), "--kubeconfig", str(nodes.cp.kubeconfig), "upgrade", RELEASE,
+         str(CHART), "-n", nodes.namespace, "--reuse-values",
+         "--set", "broker.enabled=true", "--set", "broker.replicas=1",
+         "--set", f"broker.oidc.issuer={pod_keycloak.issuer(REALM)}",
+         "--set", f"broker.oidc.audience={CLIENT}"]
+    )  # fmt: skip
+    selector = (
+        f"app.kubernetes.io/name=hostpool-operator-broker,app.kubernetes.io/instance={RELEASE}"
+    )
+    broker = ready_pod(nodes, selector, "the broker's Pod")
+    nodes.timings["helm upgrade broker.enabled -> broker Pod Ready"] = (
+        f"{time.monotonic() - started:.2f} s"
+    )
+    assert broker["spec"]["serviceAccountName"] == f"{RELEASE}-hostpool-operator-broker"
+    forward = PortForward(nodes, broker["metadata"]["name"], 8443)
+    try:
+        token = pod_keycloak.token(REALM, CLIENT, CLIENT_SECRET, "alice", "alice-pw")
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{forward.local}/v1/pools",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        forward.get("/healthz")
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            body = json.loads(answer.read())
+        assert "pods" in [p["name"] for p in body["pools"]], body
+        refused = urllib.request.Request(f"http://127.0.0.1:{forward.local}/v1/pools")
+        with pytest.raises(urllib.error.HTTPError) as error:
+            urllib.request.urlopen(refused, timeout=10)
+        assert error.value.code == 401
+    finally:
+        forward.close()
