@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .controller.settings import ControllerSettings
@@ -87,6 +88,136 @@ def _simulate_timeline(args: argparse.Namespace) -> int:
         timeline_report.plot_timeline(result, Path(args.plot), title=Path(args.timeline).name)
         print(f"plot written to {args.plot}", file=sys.stderr)
     return 0
+
+
+def _read_pool(path: str) -> tuple[str, str | None, object]:
+    """(name, namespace, spec) of the HostPool manifest in ``path``; ValueError naming the
+    problem."""
+    from pydantic import ValidationError
+
+    from .api import HostPoolSpec, describe_validation_error
+
+    document, problem = _read_document(path)
+    if problem is not None:
+        raise ValueError(" ".join(problem.split()))  # one line: YAML's errors have several
+    if not isinstance(document, dict) or document.get("kind") != "HostPool":
+        raise ValueError(f"{path}: not a HostPool manifest (kind: HostPool)")
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{path}: metadata.name: the pool needs a name (the plan names it)")
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    try:
+        spec = HostPoolSpec.model_validate(document.get("spec"))
+    except ValidationError as error:
+        raise ValueError(f"{path}: {describe_validation_error(error, under='spec')}") from None
+    return name, namespace if isinstance(namespace, str) else None, spec
+
+
+def _cmd_recommend_plan(args: argparse.Namespace) -> int:
+    import json
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
+    from .api import HostPoolSpec
+    from .api.plan import zone_of
+    from .simulate import recommend as recommender
+    from .simulate.history import HistoryError, parse_history
+    from .simulate.replay import ReplayInput, ReplayResult, replay
+
+    began = time.perf_counter()
+    try:
+        name, namespace, spec = _read_pool(args.pool)
+    except ValueError as error:
+        return _fail(str(error))
+    assert isinstance(spec, HostPoolSpec)
+    try:
+        zone = zone_of(args.time_zone)
+    except ValueError as error:
+        return _fail(f"--time-zone: {error}")
+    if args.max_wait_minutes < 0 or args.host_start_minutes < 0:
+        return _fail("--max-wait-minutes and --host-start-minutes must not be negative")
+    try:
+        with open(args.history, encoding="utf-8") as history:
+            sessions = parse_history(history, zone)
+    except OSError as error:
+        return _fail(f"{args.history}: cannot read: {error.strerror or error}")
+    except UnicodeDecodeError:
+        return _fail(f"{args.history}: not UTF-8 text")
+    except HistoryError as error:
+        return _fail(f"{args.history}: {error}")
+    options = recommender.Options(
+        max_wait_minutes=args.max_wait_minutes,
+        host_start_minutes=args.host_start_minutes,
+        time_zone=args.time_zone,
+    )
+    # Replays are independent and each takes seconds: two processes run them.
+    with ProcessPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as workers:
+
+        def run(jobs: Sequence[ReplayInput]) -> Callable[[], list[ReplayResult]]:
+            futures = [workers.submit(replay, job) for job in jobs]
+            return lambda: [future.result() for future in futures]
+
+        try:
+            found = recommender.recommend(name, spec, sessions, options, run=run)
+        except recommender.RecommendError as error:
+            return _fail(f"{args.pool}: {error}")
+    if args.output == "json":
+        print(json.dumps(found.to_json()))
+    else:
+        comments = "".join(f"# {reason}\n" for reason in found.reasons)
+        print(comments + _dump_manifest(found.manifest(namespace)), end="")
+    if args.plot:
+        _plot_recommendation(found, Path(args.plot), name)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    print(
+        f"recommended {found.evaluation.host_hours:g} host-hours (no plan "
+        f"{found.no_plan.host_hours:g}, always on {found.always_on.host_hours:g}); "
+        f"worst wait {found.evaluation.waits['max']:g} min; took "
+        f"{time.perf_counter() - began:.1f} s",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _dump_manifest(manifest: dict[str, object]) -> str:
+    """YAML with the phases' "HH:MM" start times quoted, as the docs ask (a YAML 1.1
+    reader takes some unquoted ones for numbers)."""
+    import re
+
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+        style = '"' if re.fullmatch(r"[0-9]{2}:[0-9]{2}", value) else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    dumped: str = yaml.dump(manifest, Dumper=Dumper, sort_keys=False)
+    return dumped
+
+
+def _plot_recommendation(found: object, out: Path, pool: str) -> None:
+    from .simulate.recommend import Recommendation
+    from .simulate.recommend_report import plot_recommendation
+
+    assert isinstance(found, Recommendation)
+    limit = found.limit
+    plot_recommendation(
+        out,
+        title=(
+            f"{pool}: recommended {found.evaluation.host_hours:g} host-hours, no plan "
+            f"{found.no_plan.host_hours:g}, always on {found.always_on.host_hours:g}"
+        ),
+        demand=[[v / limit for v in day] for day in found.demand],
+        series=[
+            ("recommended plan", found.evaluation.weekly_hosts),
+            ("no plan (the pool's own scaling)", found.no_plan.weekly_hosts),
+            (f"always on ({found.always_on_hosts} hosts)", found.always_on.weekly_hosts),
+        ],
+    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -218,6 +349,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="also draw sessions per host (a timeline: hosts, sessions, pending, capacity)",
     )
     sim.set_defaults(func=_cmd_simulate)
+
+    rec = sub.add_parser(
+        "recommend-plan",
+        help="propose the ScalingPlan with the fewest host-hours that keeps every logon of a "
+        "pool's history within a wait",
+    )
+    rec.add_argument("--pool", required=True, metavar="POOL.yaml", help="the HostPool manifest")
+    rec.add_argument(
+        "--history",
+        required=True,
+        metavar="FILE",
+        help='past sessions, one JSON object a line: {"user", "start", "end"} (RFC 3339), '
+        "sorted by start, at least seven days",
+    )
+    rec.add_argument(
+        "--max-wait-minutes",
+        type=float,
+        default=5.0,
+        help="the longest a logon may wait for a host (default %(default)g)",
+    )
+    rec.add_argument(
+        "--host-start-minutes",
+        type=float,
+        default=0.0,
+        help="how long an added host takes to start taking sessions (default %(default)g)",
+    )
+    rec.add_argument(
+        "--time-zone",
+        default="UTC",
+        help="the plan's time zone, in which the history's days are read (default UTC)",
+    )
+    rec.add_argument("--output", choices=("yaml", "json"), default="yaml")
+    rec.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        help="also draw the demand and the hosts of the plan and both baselines over a week",
+    )
+    rec.set_defaults(func=_cmd_recommend_plan)
     return parser
 
 

@@ -66,7 +66,17 @@ def day(**changes: Any) -> dict[str, Any]:
 
 def test_result_has_the_contract_shape() -> None:
     result = run_timeline(day())
-    assert set(result) == {"steps", "hostHours", "placed", "peakPending"}
+    # The contract's four keys, and the waits added with recorded histories.
+    assert set(result) == {
+        "steps",
+        "hostHours",
+        "placed",
+        "peakPending",
+        "waitMinutes",
+        "waitedOverMaxPercent",
+    }
+    assert set(result["waitMinutes"]) == {"p50", "p90", "p95", "p99", "max"}
+    assert result["waitedOverMaxPercent"] is None  # no maxWaitMinutes given
     assert len(result["steps"]) == 24 * 60 // 5
     for step in result["steps"]:
         assert set(step) == STEP_KEYS
@@ -270,7 +280,17 @@ def test_shipped_timelines_run_as_json(path: Path) -> None:
     done = cli("simulate", "--timeline", str(path), "--output", "json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert set(result) == {"steps", "hostHours", "placed", "peakPending"}
+    # The contract's four keys, and the waits added with recorded histories.
+    assert set(result) == {
+        "steps",
+        "hostHours",
+        "placed",
+        "peakPending",
+        "waitMinutes",
+        "waitedOverMaxPercent",
+    }
+    assert set(result["waitMinutes"]) == {"p50", "p90", "p95", "p99", "max"}
+    assert result["waitedOverMaxPercent"] is None  # no maxWaitMinutes given
     assert all(set(step) == STEP_KEYS for step in result["steps"])
     assert result["placed"] > 0
 

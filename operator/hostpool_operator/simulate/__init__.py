@@ -1,6 +1,7 @@
 """The simulators, pure: a scenario (``run_scenario``: requests placed one after another)
-and a timeline (``run_timeline``: a day or a week of logons with scaling and plans), and the
-timeline's report (table and plot)."""
+and a timeline (``run_timeline``: a day or a week of logons, or a recorded history, with
+scaling and plans), the timeline's report (table and plot), and the plan recommender
+(``recommend``: the cheapest plan that keeps every logon of a history within a wait)."""
 
 from __future__ import annotations
 

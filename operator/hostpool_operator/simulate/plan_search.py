@@ -1,0 +1,343 @@
+"""The plan recommender's search: the cheapest plan shape for a week of demand, judged by
+the counting model (``plan_model``); the replay of the history then checks the finalists
+(``recommend``).
+
+The plan's shape: one ramp-down minimum and threshold for the whole plan (they also apply
+through the nights and the unscheduled days, which makes the schedules independent),
+and per schedule its days, ramp-up start (by the day's first logons), ramp-down start
+(after the demand reached its high unless earlier is cheaper), the ramp-up minimum (the
+smallest floor that keeps every logon of the ramp within the wait, given the threshold's
+hosts) and threshold. Days with (almost) no demand may get no schedule: the previous
+day's off-peak then runs through them. Peak and off-peak starts change only the
+algorithm, which the replay chooses. Pure.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .demand_curve import MINUTES_A_DAY, SLOT_MINUTES
+from .plan_model import FALL_SHARE as FALL_SHARE
+from .plan_model import RISE_SHARE as RISE_SHARE
+from .plan_model import TOP_SHARE as TOP_SHARE
+from .plan_model import Demand as Demand
+from .plan_model import Model
+from .plan_model import lead_minutes as lead_minutes
+from .plan_model import percent_for as percent_for
+
+#: The capacity thresholds tried, in ramp-up and peak and in ramp-down and off-peak.
+UP_THRESHOLDS = (100, 90, 80, 70, 60, 50, 40)
+DOWN_THRESHOLDS = (100, 90, 80, 70, 60, 50)
+#: Ramp-down minimums tried: this many of the smallest a percent of maxHosts can give.
+DOWN_FLOORS = 8
+#: How much earlier than the latest possible start ramp-up starts are tried.
+EARLIER_STARTS = 2
+#: The last start of ramp-down: room for off-peak after it.
+LAST_RAMP_DOWN = MINUTES_A_DAY - 2 * SLOT_MINUTES
+#: A grouping with fewer schedules wins unless another is cheaper by more than this.
+SIMPLER_BY = 0.01
+#: Ramp-down starts after the demand's high unless an earlier start is cheaper by more.
+CONVENTIONAL_BY = 0.01
+
+MONDAY_TO_FRIDAY = (0, 1, 2, 3, 4)
+WEEKEND = (5, 6)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleShape:
+    """One schedule of a plan shape: its days and phase starts (minutes after local
+    midnight) and ramp-up's minimum (hosts) and threshold."""
+
+    days: tuple[int, ...]
+    ramp_up: int
+    peak: int
+    ramp_down: int
+    off_peak: int
+    up_hosts: int
+    up_threshold: int
+    #: The host-minutes this schedule's days cost in the model.
+    cost: float = 0.0
+    #: Where the minimum comes from: the weekday and minute of the logon that needs it.
+    floor_for: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlanShape:
+    """A plan in the search's terms: schedules, the days left without one, and the
+    ramp-down minimum (hosts) and threshold shared by every schedule."""
+
+    schedules: tuple[ScheduleShape, ...]
+    unscheduled: tuple[int, ...]
+    down_hosts: int
+    down_threshold: int
+    #: Host-minutes of a typical week in the model.
+    cost: float
+    #: The groupings tried and their costs (for the reasons), cheapest first.
+    alternatives: tuple[tuple[str, float], ...] = field(default=())
+
+
+_DAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+
+def days_name(days: Sequence[int]) -> str:
+    """A schedule's name from its days: weekdays, weekend, every-day, a day's name, a run
+    of days (tuesday-to-friday) or the days joined (monday-wednesday)."""
+    ordered = tuple(sorted(days))
+    names = [_DAY_NAMES[d] for d in ordered]
+    if ordered == MONDAY_TO_FRIDAY:
+        return "weekdays"
+    if ordered == WEEKEND:
+        return "weekend"
+    if len(ordered) == 7:
+        return "every-day"
+    if len(ordered) == 1:
+        return names[0]
+    if ordered == tuple(range(ordered[0], ordered[-1] + 1)):
+        return f"{names[0]}-to-{names[-1]}"
+    return "-".join(names)
+
+
+def grouping_name(groups: Sequence[Sequence[int]], left: Sequence[int]) -> str:
+    """How a grouping reads: its schedules, and the days left without one."""
+    text = " + ".join(days_name(g) for g in sorted(groups, key=min))
+    if left:
+        text += f" ({days_name(left)} without a schedule)"
+    return text
+
+
+class Search(Model):
+    """The search over one week of demand (see the module's docstring)."""
+
+    def __init__(self, demand: Demand) -> None:
+        super().__init__(demand)
+        self._schedules: dict[tuple[tuple[int, ...], int, int], ScheduleShape | None] = {}
+
+    # -------------------------------------------------------------- one schedule
+
+    def schedule(
+        self, weekdays: Sequence[int], down_threshold: int, down_floor: int
+    ) -> ScheduleShape | None:
+        """The cheapest schedule for these weekdays under the given ramp-down settings;
+        None when none keeps their logons within the wait."""
+        key = (tuple(weekdays), down_threshold, down_floor)
+        if key not in self._schedules:
+            self._schedules[key] = self._schedule(weekdays, down_threshold, down_floor)
+        return self._schedules[key]
+
+    def _schedule(
+        self, weekdays: Sequence[int], down_threshold: int, down_floor: int
+    ) -> ScheduleShape | None:
+        d = self.demand
+        downs = self.down(down_threshold, down_floor)
+        lead = max(d.lead, 0)
+        latest = min(min(self.days[w].rise for w in weekdays), MINUTES_A_DAY - 4 * SLOT_MINUTES)
+        earliest_down = 0
+        # Ramp-down after the demand's high reads as a plan is expected to; it is kept
+        # unless starting earlier saves more than CONVENTIONAL_BY.
+        after_high = max(self.days[w].top for w in weekdays)
+        for w in weekdays:
+            first, last = downs[w].first_bad, downs[w].last_bad
+            if first is not None:
+                latest = min(latest, first - lead)
+            if last is not None:
+                # Ramp-down drains at once: from its start the logons rely on its hosts.
+                earliest_down = max(earliest_down, last + 1)
+        latest = latest // SLOT_MINUTES * SLOT_MINUTES
+        if latest < 0:
+            return None
+        best: ScheduleShape | None = None
+        conventional: ScheduleShape | None = None
+        starts = [latest - k * SLOT_MINUTES for k in range(EARLIER_STARTS + 1)]
+        # Ramp-down's hosts summed over the days: the minutes before ramp-up and from
+        # ramp-down on cost the same whatever ramp-up does.
+        # Starts are on the 15-minute grid: the sums are kept there only.
+        down_sum = {
+            t: sum(downs[w].prefix[t] for w in weekdays)
+            for t in range(0, MINUTES_A_DAY + 1, SLOT_MINUTES)
+        }
+        for threshold in UP_THRESHOLDS:
+            for start in starts:
+                if start < 0:
+                    continue
+                ups = [self.up(w, threshold, start) for w in weekdays]
+                floors, up_sums = self.group_up(tuple(weekdays), threshold, start)
+                carry = [downs[w].hosts[start] for w in weekdays]
+                first_down = max(start + 2 * SLOT_MINUTES, earliest_down)
+                first_down = -(-first_down // SLOT_MINUTES) * SLOT_MINUTES
+                last_floor = -1
+                # Per floor, for each day: where the threshold's hosts reach it (idx) and
+                # what it adds below that (own x idx - prefix[idx]).
+                own: list[int] = []
+                reached: list[int] = []
+                extra_after = 0
+                for ramp_down in range(first_down, LAST_RAMP_DOWN + 1, SLOT_MINUTES):
+                    span = ramp_down - start
+                    # The floor is for the logons before ramp-down (from it on they are
+                    # ramp-down's: its drains come at once).
+                    upto = max(0, span - lead)
+                    wanted = floors[upto]
+                    floor = self.reach(wanted) if wanted > 0 else 0
+                    if floor > d.max_hosts:
+                        continue
+                    if floor != last_floor:
+                        last_floor = floor
+                        own = [max(floor, c) for c in carry]
+                        reached = [
+                            bisect.bisect_left(u.hosts, o) for u, o in zip(ups, own, strict=True)
+                        ]
+                        extra_after = sum(
+                            o * j - u.prefix[j] for u, o, j in zip(ups, own, reached, strict=True)
+                        )
+                    # Up: sum over [start, ramp_down) of max(own, threshold's hosts).
+                    cost = float(
+                        up_sums[span]
+                        + down_sum[start]
+                        + down_sum[MINUTES_A_DAY]
+                        - down_sum[ramp_down]
+                    )
+                    if span >= max(reached):
+                        cost += extra_after
+                    else:
+                        for u, o, j in zip(ups, own, reached, strict=True):
+                            k = min(j, span)
+                            cost += o * k - u.prefix[k]
+                    usual = ramp_down >= after_high
+                    if (
+                        best is None
+                        or cost < best.cost
+                        or (usual and (conventional is None or cost < conventional.cost))
+                    ):
+                        floor_for = None
+                        if wanted > 0:
+                            i = max(range(len(ups)), key=lambda k: ups[k].floor[upto])
+                            floor_for = (weekdays[i], ups[i].floor_at(upto, lead))
+                        shape = ScheduleShape(
+                            days=tuple(weekdays),
+                            ramp_up=start,
+                            peak=start,  # set by _anchored
+                            ramp_down=ramp_down,
+                            off_peak=ramp_down,
+                            up_hosts=floor,
+                            up_threshold=threshold,
+                            cost=cost,
+                            floor_for=floor_for,
+                        )
+                        if best is None or cost < best.cost:
+                            best = shape
+                        if usual and (conventional is None or cost < conventional.cost):
+                            conventional = shape
+        if (
+            conventional is not None
+            and best is not None
+            and conventional.cost <= best.cost * (1 + CONVENTIONAL_BY)
+        ):
+            best = conventional
+        return None if best is None else self._anchored(best)
+
+    def _anchored(self, shape: ScheduleShape) -> ScheduleShape:
+        """Peak from when the demand is at its high, off-peak from when it is quiet again
+        (both only change the algorithm), kept inside the schedule's order."""
+        top = min(self.days[w].top for w in shape.days)
+        fall = max(self.days[w].fall for w in shape.days)
+        peak = -(-top // SLOT_MINUTES) * SLOT_MINUTES
+        peak = min(max(peak, shape.ramp_up + SLOT_MINUTES), shape.ramp_down - SLOT_MINUTES)
+        off = -(-fall // SLOT_MINUTES) * SLOT_MINUTES
+        off = min(max(off, shape.ramp_down + SLOT_MINUTES), MINUTES_A_DAY - SLOT_MINUTES)
+        return ScheduleShape(
+            days=shape.days,
+            ramp_up=shape.ramp_up,
+            peak=peak,
+            ramp_down=shape.ramp_down,
+            off_peak=off,
+            up_hosts=shape.up_hosts,
+            up_threshold=shape.up_threshold,
+            cost=shape.cost,
+            floor_for=shape.floor_for,
+        )
+
+    # -------------------------------------------------------------- the plan
+
+    def groupings(self) -> list[tuple[str, list[tuple[int, ...]], tuple[int, ...]]]:
+        """(name, groups of weekdays with a schedule, weekdays without one) to try."""
+        busy = [w for w in range(7) if w not in self.quiet]
+        quiet = list(self.quiet)
+        if not busy:
+            busy, quiet = quiet, []
+
+        def split(*parts: Sequence[int]) -> list[tuple[int, ...]]:
+            rest = [w for w in busy if not any(w in p for p in parts)]
+            groups = [tuple(w for w in p if w in busy) for p in parts]
+            return [g for g in [*groups, tuple(rest)] if g]
+
+        shapes: list[list[tuple[int, ...]]] = [
+            split(),
+            split(MONDAY_TO_FRIDAY),
+            split((0,), (1, 2, 3, 4)),
+            [(w,) for w in busy],
+        ]
+        out: list[tuple[str, list[tuple[int, ...]], tuple[int, ...]]] = []
+        seen: set[tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]] = set()
+        for groups in shapes:
+            variants: list[tuple[list[tuple[int, ...]], tuple[int, ...]]] = [(groups, tuple(quiet))]
+            if quiet:
+                variants.append(([*groups, tuple(quiet)], ()))
+            for g, left in variants:
+                key = (tuple(sorted(g)), left)
+                if key not in seen:
+                    seen.add(key)
+                    out.append((grouping_name(g, left), g, left))
+        return out
+
+    def plan(self) -> PlanShape | None:
+        """The cheapest plan shape, preferring fewer schedules within ``SIMPLER_BY``;
+        None when no shape keeps the logons within the wait."""
+        tried: list[tuple[float, int, str, PlanShape]] = []
+        for name, groups, left in self.groupings():
+            best: PlanShape | None = None
+            for down_threshold in DOWN_THRESHOLDS:
+                for floor in self.reachable[:DOWN_FLOORS]:
+                    if best is not None and floor * 7 * MINUTES_A_DAY >= best.cost:
+                        break  # the minimum alone, all week, costs more
+                    shape = self._plan_for(groups, left, down_threshold, floor)
+                    if shape is not None and (best is None or shape.cost < best.cost):
+                        best = shape
+            if best is not None:
+                tried.append((best.cost, len(best.schedules), name, best))
+        if not tried:
+            return None
+        cheapest = min(cost for cost, _, _, _ in tried)
+        within = [t for t in tried if t[0] <= cheapest * (1 + SIMPLER_BY)]
+        _, _, _, chosen = min(within, key=lambda t: (t[1], t[0]))
+        alternatives = tuple((name, cost) for cost, _, name, _ in sorted(tried, key=lambda t: t[0]))
+        return PlanShape(
+            chosen.schedules,
+            chosen.unscheduled,
+            chosen.down_hosts,
+            chosen.down_threshold,
+            chosen.cost,
+            alternatives,
+        )
+
+    def _plan_for(
+        self,
+        groups: list[tuple[int, ...]],
+        left: tuple[int, ...],
+        down_threshold: int,
+        down_floor: int,
+    ) -> PlanShape | None:
+        downs = self.down(down_threshold, down_floor)
+        cost = 0.0
+        for w in left:
+            if downs[w].first_bad is not None:
+                return None
+            cost += downs[w].prefix[MINUTES_A_DAY]
+        schedules: list[ScheduleShape] = []
+        for group in groups:
+            shape = self.schedule(group, down_threshold, down_floor)
+            if shape is None:
+                return None
+            schedules.append(shape)
+            cost += shape.cost
+        return PlanShape(tuple(schedules), left, down_floor, down_threshold, cost)

@@ -1,0 +1,324 @@
+"""The state of a replay (``replay``): its input and result, the hosts, the sessions, the
+waiting requests and the event queue, and the bookkeeping that keeps them and the counters
+in step (sessions, hosts taking sessions, starting hosts, the plan's drained hosts). The
+passes that decide (the plan's rules, the pool's own scaling) are ``replay``'s. Pure.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, tzinfo
+from typing import Any
+
+from ..api import HostPoolSpec, LoadBalancerType
+from ..api.plan import PlanRules
+from ..engine.balancing import HostView, PoolBalancer
+from ..engine.demand import Demand
+from ..scaling.plans import PhaseInForce
+from ..scaling.rules import ScaleHost
+
+# Event kinds; the order breaks ties at one instant (slots free up before logons).
+END = 0
+LOGOFF = 1
+CONNECTED = 2
+READY = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Logon:
+    """One logon: when (seconds after the origin), how long its session lasts once placed,
+    and whose it is (for reports; the engine knows each logon by its index)."""
+
+    at: float
+    seconds: float
+    user: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayInput:
+    """What a run needs: the pool, an optional plan, the time frame (``origin`` is the
+    UTC instant of the start, ``zone`` the plan's time zone or UTC), the hosts at the start
+    (ready), the logons in time order, and how long an added host takes to start."""
+
+    pool: HostPoolSpec
+    plan: PlanRules | None
+    zone: tzinfo
+    origin: datetime
+    total_seconds: float
+    step_seconds: float
+    logons: Sequence[Logon]
+    hosts: int = 0
+    seed: int | None = None
+    host_start_seconds: float = 0.0
+    #: False: no step objects, only the hosts at each step's end (weeks of minutes).
+    record_steps: bool = True
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    """The steps (the contract's step objects), host-seconds, logons placed, the most
+    requests waiting at once, and each logon's wait in seconds (in the input's order; a
+    logon still waiting at the end waited until the end)."""
+
+    steps: list[dict[str, Any]]
+    host_seconds: float
+    placed: int
+    peak_pending: int
+    waits: list[float]
+    #: Hosts (all, starting ones included) at the end of each step.
+    hosts: list[int] = field(default_factory=list)
+
+
+def _key(index: int) -> str:
+    """The engine's name for the logon of this index (also the request a plan logs off)."""
+    return f"u{index + 1:07d}"
+
+
+@dataclass(slots=True)
+class Host:
+    """What the simulation keeps of one host beyond the engine's view."""
+
+    name: str
+    empty_since: datetime | None
+    #: Drained by the plan's rule 5, and when.
+    drained_by_plan: bool = False
+    drained_at: datetime | None = None
+    #: Added and not yet taking sessions (hostStartMinutes): not in the engine until ready.
+    starting: bool = False
+
+
+class State:
+    """One run's state: the engine, the hosts, the waiting requests and the event queue,
+    with counters kept as the run goes (sessions, hosts taking sessions, starting hosts,
+    the plan's drained hosts, empty hosts) for the passes to read."""
+
+    def __init__(self, given: ReplayInput) -> None:
+        self.given = given
+        self.zone = given.zone
+        self.pool = given.pool
+        self.plan = given.plan
+        self.phase: PhaseInForce | None = None
+        #: The phase stays in force until the next phase start (offset), found once.
+        self.phase_until = -math.inf
+        self.origin = given.origin
+        self.balancer = PoolBalancer(self.pool, seed=given.seed)
+        #: Every host in query order: ready ones (the engine's order), then starting ones.
+        self.hosts: dict[str, Host] = {}
+        self.starting = 0
+        #: Ready hosts not draining ("taking"), all sessions, and the hosts the plan drained.
+        self.taking_count = 0
+        self.sessions_total = 0
+        self.drained: set[str] = set()
+        self.sessions_drained = 0
+        #: Ready hosts without a session (the pool's own scaling removes such hosts).
+        self.empty: set[str] = set()
+        self.created = 0
+        self.waiting: deque[int] = deque()
+        self.connecting: set[str] = set()
+        #: Forced logoffs ordered by the plan (rule 6): request -> deadline.
+        self.logoffs: dict[str, float] = {}
+        self.events: list[tuple[float, int, int, str]] = []
+        self.sequence = 0
+        self.placed = 0
+        self.peak_pending = 0
+        self.logons = given.logons
+        self.placed_at: list[float] = [math.nan] * len(given.logons)
+        self.connecting_seconds = float(self.pool.connecting_timeout_seconds)
+        # Only Horizon's logon-storm thresholds look at connecting sessions (a plan's
+        # phases are never Horizon): other pools skip their bookkeeping.
+        self.track_connecting = self.pool.load_balancer.type is LoadBalancerType.HORIZON
+        self.start_seconds = given.host_start_seconds
+
+    # -------------------------------------------------------------- time
+
+    def instant(self, offset: float) -> datetime:
+        return self.origin + timedelta(seconds=offset)
+
+    def local(self, offset: float) -> str:
+        at = self.instant(offset).astimezone(self.zone).replace(tzinfo=None)
+        return at.isoformat(timespec="seconds")
+
+    # -------------------------------------------------------------- hosts
+
+    def add_host(self, now: float, *, ready: bool = False) -> None:
+        self.created += 1
+        name = f"host-{self.created:04d}"
+        if ready or self.start_seconds <= 0:
+            self.balancer.upsert_host(HostView(name=name))
+            self.hosts[name] = Host(name, empty_since=self.instant(now))
+            self.taking_count += 1
+            self.empty.add(name)
+            return
+        self.hosts[name] = Host(name, empty_since=None, starting=True)
+        self.starting += 1
+        self.push(now + self.start_seconds, READY, name)
+
+    def host_ready(self, name: str, now: float) -> None:
+        host = self.hosts.get(name)
+        if host is None or not host.starting:
+            return
+        host.starting = False
+        host.empty_since = self.instant(now)
+        self.starting -= 1
+        self.balancer.upsert_host(HostView(name=name))
+        self.taking_count += 1
+        self.empty.add(name)
+        self.place_waiting(now)
+
+    def remove_host(self, name: str, now: float) -> None:
+        host = self.hosts.pop(name)
+        if host.starting:
+            self.starting -= 1  # never in practice: only empty, ready hosts are removed
+            return
+        for user in sorted(self.balancer.ledger.users_on(name)):
+            self.end(user, now)  # none in practice: only empty hosts are removed
+        view = self.balancer.host(name)
+        if view is not None and not view.drain_mode:
+            self.taking_count -= 1
+        if name in self.drained and view is not None:
+            self.sessions_drained -= view.sessions
+        self.drained.discard(name)
+        self.empty.discard(name)
+        self.balancer.remove_host(name)
+
+    def set_drain(self, name: str, drain: bool, now: float) -> None:
+        """The plan drains a host (rule 5) or undrains one it drained (rule 4)."""
+        view = self.balancer.host(name)
+        if view is None:
+            return
+        if drain != view.drain_mode:
+            self.taking_count += -1 if drain else 1
+            self.sessions_drained += view.sessions if drain else -view.sessions
+        if drain:
+            self.drained.add(name)
+        else:
+            self.drained.discard(name)
+        self.balancer.upsert_host(
+            HostView(
+                name=name,
+                drain_mode=drain,
+                sessions=view.sessions,
+                connecting=view.connecting,
+                order=view.order,
+            )
+        )
+        host = self.hosts[name]
+        host.drained_by_plan = drain
+        host.drained_at = self.instant(now) if drain else None
+
+    def starting_hosts(self) -> list[Host]:
+        if not self.starting:
+            return []
+        return [h for h in self.hosts.values() if h.starting]
+
+    def scale_hosts(self) -> list[ScaleHost]:
+        """The hosts as scaling sees them; starting ones have free slots (so the same
+        demand never adds twice) and are never empty long enough to go."""
+        ready = [
+            ScaleHost(
+                name=view.name,
+                sessions=view.sessions,
+                drain_mode=view.drain_mode,
+                managed=True,
+                empty_since=self.hosts[view.name].empty_since if view.sessions == 0 else None,
+            )
+            for view in self.balancer.hosts()
+        ]
+        return ready + [ScaleHost(name=h.name, managed=True) for h in self.starting_hosts()]
+
+    # -------------------------------------------------------------- sessions
+
+    def push(self, at: float, kind: int, name: str) -> None:
+        self.sequence += 1
+        heapq.heappush(self.events, (at, kind, self.sequence, name))
+
+    def has_room(self) -> bool:
+        """Some host taking sessions is below the limit (else no placement can succeed,
+        and the engine need not be asked)."""
+        busy = self.sessions_total - self.sessions_drained
+        return self.taking_count * self.balancer.limit > busy
+
+    def try_place(self, index: int, now: float) -> bool:
+        if not self.has_room():
+            return False
+        user = _key(index)
+        demand = Demand(user)
+        placement = self.balancer.place(demand)
+        if placement.host is None:
+            return False
+        self.balancer.commit(demand, placement)
+        self.hosts[placement.host].empty_since = None
+        self.empty.discard(placement.host)
+        self.sessions_total += 1
+        self.placed += 1
+        self.placed_at[index] = now
+        seconds = self.logons[index].seconds
+        self.push(now + seconds, END, user)
+        if self.track_connecting:
+            self.connecting.add(user)
+            if self.connecting_seconds < seconds:
+                self.push(now + self.connecting_seconds, CONNECTED, user)
+        return True
+
+    def place_waiting(self, now: float) -> None:
+        while self.waiting and self.try_place(self.waiting[0], now):
+            self.waiting.popleft()
+
+    def arrive(self, index: int, now: float) -> None:
+        if self.waiting or not self.try_place(index, now):
+            self.waiting.append(index)
+            self.peak_pending = max(self.peak_pending, len(self.waiting))
+
+    def end(self, user: str, now: float) -> None:
+        host = self.balancer.end_session(user, was_connecting=user in self.connecting)
+        self.connecting.discard(user)
+        self.logoffs.pop(user, None)
+        if host is None:
+            return
+        self.sessions_total -= 1
+        if host in self.drained:
+            self.sessions_drained -= 1
+        view = self.balancer.host(host)
+        if view is not None and view.sessions == 0 and host in self.hosts:
+            self.hosts[host].empty_since = self.instant(now)
+            self.empty.add(host)
+        self.place_waiting(now)
+
+    def forced_logoff(self, user: str, now: float) -> None:
+        if self.logoffs.get(user) == now:
+            self.end(user, now)
+
+    def connected(self, user: str) -> None:
+        if user not in self.connecting:
+            return
+        self.connecting.discard(user)
+        host = self.balancer.session_host(user)
+        if host is not None:
+            self.balancer.adjust_connecting(host, -1)
+
+    # -------------------------------------------------------------- figures
+
+    def used_capacity_percent(self) -> int:
+        """100 x sessions / (taking x maxSessionLimit), rounded up; taking = hosts ready
+        and not draining; 100 with sessions and no such host."""
+        sessions = self.sessions_total
+        taking = self.taking_count
+        if taking == 0:
+            return 100 if sessions else 0
+        return -(-100 * sessions // (taking * self.balancer.limit))
+
+    def step(self, now: float) -> dict[str, Any]:
+        algorithm: LoadBalancerType = self.balancer.algorithm
+        return {
+            "at": self.local(now),
+            "phase": None if self.phase is None else self.phase.phase.value,
+            "loadBalancerType": algorithm.value,
+            "hosts": len(self.hosts),
+            "sessions": self.sessions_total,
+            "pending": len(self.waiting),
+            "usedCapacityPercent": self.used_capacity_percent(),
+        }
