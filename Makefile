@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # The bench's compiled reference controller (Go, standard library only): formatted and vetted.
 GO_CHECK := cd tests/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
 
-.PHONY: help venv image image-session-host test-image test test-faults test-unit lint crds bench-engine bench bench-hosts bench-scale tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-down clean
+.PHONY: help venv image image-session-host test-image test test-faults test-unit lint crds bench-engine bench-recommend bench bench-hosts bench-scale tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-down clean
 
 help:
 	@grep -E '^[a-z-]+:.*?## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -53,6 +53,9 @@ lint: $(STAMP) ## ruff, mypy, import-linter's layers (and gofmt/go vet for the b
 
 crds: $(STAMP) ## regenerate crds/ from the pydantic models
 	$(PY) -m hostpool_operator.cli crds --output-dir crds
+
+bench-recommend: $(STAMP) ## recommend-plan over four weeks of 5,000 sessions a day: run time and the plan's figures
+	$(PY) tests/bench/recommend.py
 
 bench-engine: $(STAMP) ## placement decisions per second for 10..10,000 hosts
 	$(PY) tests/bench/engine.py
