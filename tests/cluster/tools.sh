@@ -8,6 +8,8 @@
 #   kwok, and kwok-stages.yaml from the same module   (sigs.k8s.io/kwok, tests/cluster/kwok)
 #   promtool (alert-rule tests)                       (github.com/prometheus/prometheus,
 #                                                      tests/cluster/promtool)
+#   prometheus (recommend-plan --prometheus tests)    (the same module as promtool, its
+#                                                      server without the web UI's assets)
 #   with --nodes (real nodes, cluster.sh HOSTPOOL_REAL_NODES):
 #   kubelet                                           (k8s.io/kubernetes, tests/cluster/kubelet;
 #                                                      the same version as tests/cluster/k8s)
@@ -15,12 +17,13 @@
 #   own build/pause/linux/pause.c compiled static with gcc, no registry
 # The module versions are pinned by the committed go.mod/go.sum files under tests/cluster/.
 # The cache key covers those files, the Go version and this script, so any change rebuilds.
-# promtool, the kubelet and the pause image have cache keys of their own: adding or upgrading
-# them rebuilds none of the others (and without --nodes they are not built at all).
+# promtool, prometheus, the kubelet and the pause image have cache keys of their own: adding or
+# upgrading them rebuilds none of the others (and without --nodes they are not built at all).
 #
 # Usage: tests/cluster/tools.sh            build what is missing, link, print the bin dir
-#        tests/cluster/tools.sh --control-plane   the same without promtool (only the alert
-#                                                 tests need it; a demo should not wait for it)
+#        tests/cluster/tools.sh --control-plane   the same without promtool and prometheus (only
+#                                                 the alert and recommend-plan --prometheus
+#                                                 tests need them; a demo should not wait)
 #        tests/cluster/tools.sh --nodes    also the kubelet and the pause image (combines with
 #                                          --control-plane); needs gcc and libc6-dev (installed
 #                                          with apt-get where missing, as root)
@@ -79,6 +82,9 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 # promtool --version reports the module's version.
 PROMTOOL_LDFLAGS="-s -w -X github.com/prometheus/common/version.Version=${PROMTOOL_VERSION#v}"
+# prometheus --version too; the server is built from the same module (web UI assets not
+# embedded: the tests use its HTTP API only).
+PROMETHEUS_LDFLAGS="$PROMTOOL_LDFLAGS"
 
 # Cache key: readable versions plus a hash of everything that shapes the binaries
 # (Go version and platform, build flags, the pinned module graphs).
@@ -102,6 +108,15 @@ prom_digest="$(
 )"
 PROM_KEY="promtool-${PROMTOOL_VERSION}_${go_version}_${prom_digest}"
 PROM_BIN="$CACHE_ROOT/$PROM_KEY/bin"
+prometheus_digest="$(
+  {
+    echo "$go_version $(go env GOOS GOARCH | tr '\n' ' ') CGO_ENABLED=0"
+    echo "${GO_BUILD_FLAGS[*]}|$PROMETHEUS_LDFLAGS"
+    cat "$MODS/promtool/go.mod" "$MODS/promtool/go.sum"
+  } | sha256sum | cut -c1-12
+)"
+PROMETHEUS_KEY="prometheus-${PROMTOOL_VERSION}_${go_version}_${prometheus_digest}"
+PROMETHEUS_BIN="$CACHE_ROOT/$PROMETHEUS_KEY/bin"
 # The kubelet: the control plane's link flags, its own module (same k8s.io/kubernetes).
 kubelet_digest="$(
   {
@@ -124,6 +139,9 @@ link_all() {
   done
   if [[ -x "$PROM_BIN/promtool" ]]; then
     ln -sfn "$PROM_BIN/promtool" "$BIN_DIR/promtool"
+  fi
+  if [[ -x "$PROMETHEUS_BIN/prometheus" ]]; then
+    ln -sfn "$PROMETHEUS_BIN/prometheus" "$BIN_DIR/prometheus"
   fi
   if [[ -x "$KUBELET_BIN/kubelet" ]]; then
     ln -sfn "$KUBELET_BIN/kubelet" "$BIN_DIR/kubelet"
@@ -191,6 +209,21 @@ if [[ "$WITH_PROMTOOL" == 1 && ! -x "$PROM_BIN/promtool" ]]; then
   if [[ ! -x "$PROM_BIN/promtool" ]]; then
     DEST_BIN="$PROM_BIN" build promtool "$MODS/promtool" "$PROMTOOL_LDFLAGS" \
       github.com/prometheus/prometheus/cmd/promtool
+  fi
+  exec 8>&-
+fi
+
+# prometheus: the same, under its own key and lock.
+if [[ "$WITH_PROMTOOL" == 1 && ! -x "$PROMETHEUS_BIN/prometheus" ]]; then
+  mkdir -p "$PROMETHEUS_BIN"
+  exec 8>"$CACHE_ROOT/$PROMETHEUS_KEY/.lock"
+  if ! flock -n 8; then
+    log "another tests/cluster/tools.sh is building $PROMETHEUS_KEY; waiting for it"
+    flock 8
+  fi
+  if [[ ! -x "$PROMETHEUS_BIN/prometheus" ]]; then
+    DEST_BIN="$PROMETHEUS_BIN" build prometheus "$MODS/promtool" "$PROMETHEUS_LDFLAGS" \
+      github.com/prometheus/prometheus/cmd/prometheus
   fi
   exec 8>&-
 fi
