@@ -6,9 +6,14 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from datetime import tzinfo
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .controller.settings import ControllerSettings
+
+if TYPE_CHECKING:
+    from .simulate.history import PastSession
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
@@ -137,15 +142,26 @@ def _cmd_recommend_plan(args: argparse.Namespace) -> int:
         return _fail(f"--time-zone: {error}")
     if args.max_wait_minutes < 0 or args.host_start_minutes < 0:
         return _fail("--max-wait-minutes and --host-start-minutes must not be negative")
-    try:
-        with open(args.history, encoding="utf-8") as history:
-            sessions = parse_history(history, zone)
-    except OSError as error:
-        return _fail(f"{args.history}: cannot read: {error.strerror or error}")
-    except UnicodeDecodeError:
-        return _fail(f"{args.history}: not UTF-8 text")
-    except HistoryError as error:
-        return _fail(f"{args.history}: {error}")
+    if args.prometheus is not None:
+        if not args.namespace:
+            return _fail("--prometheus needs --namespace NS (the pool's namespace)")
+        namespace = args.namespace  # the plan goes where the pool is
+        read = _history_from_prometheus(args, name, zone)
+        if isinstance(read, str):
+            return _fail(read)
+        sessions = read
+    else:
+        if args.since is not None or args.until is not None or args.days is not None:
+            return _fail("--since, --until and --days go with --prometheus")
+        try:
+            with open(args.history, encoding="utf-8") as history:
+                sessions = parse_history(history, zone)
+        except OSError as error:
+            return _fail(f"{args.history}: cannot read: {error.strerror or error}")
+        except UnicodeDecodeError:
+            return _fail(f"{args.history}: not UTF-8 text")
+        except HistoryError as error:
+            return _fail(f"{args.history}: {error}")
     options = recommender.Options(
         max_wait_minutes=args.max_wait_minutes,
         host_start_minutes=args.host_start_minutes,
@@ -178,6 +194,41 @@ def _cmd_recommend_plan(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _history_from_prometheus(
+    args: argparse.Namespace, pool: str, zone: tzinfo
+) -> list[PastSession] | str:
+    """The pool's history read from Prometheus (``--prometheus``), or why it cannot be."""
+    from datetime import UTC, datetime
+
+    from . import prometheus_history as source
+    from .simulate.history import HistoryError
+
+    try:
+        since, until = source.history_range(args.since, args.until, args.days, datetime.now(UTC))
+    except ValueError as error:
+        return str(error)
+    if not args.prometheus_timeout > 0:
+        return "--prometheus-timeout must be positive"
+    client = source.Client(args.prometheus, timeout=args.prometheus_timeout)
+    where = f"Prometheus at {args.prometheus}, pool {args.namespace}/{pool}"
+    try:
+        sessions = source.read_history(client, args.namespace, pool, since, until, zone)
+    except source.PrometheusError as error:
+        return str(error)
+    except HistoryError as error:
+        return f"{where}: {error}"
+    finally:
+        for warning in client.warnings:
+            print(f"Prometheus warned: {warning}", file=sys.stderr)
+    print(
+        f"{where}: {len(sessions)} sessions from {since:%Y-%m-%dT%H:%MZ} to "
+        f"{until:%Y-%m-%dT%H:%MZ} (user names are not in the metrics: each session has a "
+        "name of its own)",
+        file=sys.stderr,
+    )
+    return sessions
 
 
 def _dump_manifest(manifest: dict[str, object]) -> str:
@@ -356,12 +407,39 @@ def build_parser() -> argparse.ArgumentParser:
         "pool's history within a wait",
     )
     rec.add_argument("--pool", required=True, metavar="POOL.yaml", help="the HostPool manifest")
-    rec.add_argument(
+    source = rec.add_mutually_exclusive_group(required=True)
+    source.add_argument(
         "--history",
-        required=True,
         metavar="FILE",
         help='past sessions, one JSON object a line: {"user", "start", "end"} (RFC 3339), '
         "sorted by start, at least seven days",
+    )
+    source.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="read the history from the operator's own metrics in the Prometheus server at "
+        "URL (needs --namespace; docs/scaling-plans.md)",
+    )
+    rec.add_argument("--namespace", metavar="NS", help="with --prometheus: the pool's namespace")
+    rec.add_argument(
+        "--since",
+        metavar="RFC3339",
+        help="with --prometheus: the history's start (default: --days before --until)",
+    )
+    rec.add_argument(
+        "--until", metavar="RFC3339", help="with --prometheus: the history's end (default: now)"
+    )
+    rec.add_argument(
+        "--days",
+        type=float,
+        help="with --prometheus: the history's length in days (default 28)",
+    )
+    rec.add_argument(
+        "--prometheus-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="with --prometheus: how long to wait for each answer (default %(default)g)",
     )
     rec.add_argument(
         "--max-wait-minutes",

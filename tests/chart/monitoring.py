@@ -141,6 +141,7 @@ def busy_samples() -> list[tuple[Sample, str]]:
     metrics.pool_state("vdi", "finance", status)
     for seconds in (0.02, 0.3, 4.0):
         metrics.observe_assignment("vdi", "finance", "NewSession", seconds, queued=seconds / 10)
+    metrics.sessions_ended("vdi", "finance", 2)
     metrics.scaled("vdi", "finance", "up", 2)
     metrics.scaled("vdi", "finance", "down", 1)
     metrics.host_started("vdi", "finance", 12.0)

@@ -78,6 +78,15 @@ class PrometheusMetrics(MetricsSink):
             (*labels, "reason"),
             registry=self.registry,
         )
+        self.session_ends = Counter(
+            "hostpool_session_ends",
+            "Assigned sessions that ended: the last SessionRequest holding the session was "
+            "deleted or failed, or its host or workload is gone. With "
+            'hostpool_assignments_total{reason="NewSession"} (the sessions that started) it '
+            "makes the pool's session history recoverable (recommend-plan --prometheus).",
+            labels,
+            registry=self.registry,
+        )
         self.latency = Histogram(
             "hostpool_assignment_latency_seconds",
             "From the operator first seeing a request to its Assigned status being written.",
@@ -168,6 +177,9 @@ class PrometheusMetrics(MetricsSink):
         self.latency.labels(namespace, pool).observe(seconds)
         self.queued.labels(namespace, pool).observe(queued)
 
+    def sessions_ended(self, namespace: str, pool: str, count: int) -> None:
+        self.session_ends.labels(namespace, pool).inc(count)
+
     def leading(self, leader: bool) -> None:
         self.leader.set(leader)
 
@@ -230,6 +242,7 @@ class PrometheusMetrics(MetricsSink):
                 self.agent_silent,
                 self.saturated,
                 self.scaling_limited,
+                self.session_ends,
             )
         ]
         series += [(self.assignments, (reason,)) for reason in ("NewSession", "Reconnected")]

@@ -25,6 +25,10 @@ class Session:
     #: Until when the session counts as connecting (None: it no longer does).
     connecting_until: datetime | None = None
     assigned_at: datetime | None = None
+    #: The session is in the API: its assignment was written, or seen Assigned (False while
+    #: it is only a reservation whose write is on its way). Only such a session's end counts
+    #: as a session that ended (hostpool_session_ends_total).
+    started: bool = False
 
     @property
     def connecting(self) -> bool:

@@ -57,6 +57,9 @@ class PoolState:
     workloads: dict[str, WorkloadRecord | None] = field(default_factory=dict)
     #: Capacity may have appeared since the last pass: the waiting requests are tried again.
     capacity_changed: bool = False
+    #: Sessions that were in the API (``Session.started``) and ended since the controller
+    #: last took the count (``take_sessions_ended``): logoffs, and sessions on lost hosts.
+    sessions_ended: int = 0
     #: The algorithm a scaling plan's phase places with (None: the pool's own).
     algorithm: LoadBalancerType | None = None
     #: Hosts a scaling plan decided to drain in this pass: closed to new sessions at once, as
@@ -291,12 +294,19 @@ class PoolState:
 
     def _end_sessions_on(self, name: str) -> list[tuple[RequestRecord, str]]:
         """Every session on the host ends; the requests that held them, with the host."""
+        ended = self.ledger.end_on(name)
+        self.sessions_ended += sum(1 for session in ended if session.started)
         return [
             (request, name)
-            for session in self.ledger.end_on(name)
+            for session in ended
             for holder in sorted(session.holders)
             if (request := self.requests.get(holder)) is not None
         ]
+
+    def take_sessions_ended(self) -> int:
+        """The sessions that ended since the last call (for the metrics)."""
+        ended, self.sessions_ended = self.sessions_ended, 0
+        return ended
 
     def put_request(
         self, record: RequestRecord, now: datetime, *, seq: Callable[[], int], seen: float
@@ -395,6 +405,7 @@ class PoolState:
                 session.host,
             )
         session.add_holder(name)
+        session.started = True
         # An agent reporting Active/Disconnected ends the connecting phase.
         if record.session_state in (SessionState.ACTIVE.value, SessionState.DISCONNECTED.value):
             settled = self.ledger.settle(user)
@@ -419,6 +430,19 @@ class PoolState:
         self.ledger.hold(user, record.meta.name)
         self.inflight.add(record.meta.name)
 
+    def assignment_written(self, record: RequestRecord, *, new_session: bool) -> None:
+        """The assignment write of a new session applied: the reservation is a session in
+        the API now (its end will count). Ended already (the request was deleted or replaced
+        while the write was on its way): it counts as ended at once, as it was counted as
+        assigned."""
+        if not new_session or record.demand is None:
+            return
+        session = self.ledger.session_of(record.demand.user)
+        if session is not None and record.meta.name in session.holders:
+            session.started = True
+        else:
+            self.sessions_ended += 1
+
     def release(self, record: RequestRecord) -> None:
         """This request no longer holds its user's session; the last holder ends it."""
         if record.demand is None:
@@ -426,6 +450,8 @@ class PoolState:
         ended = self.ledger.release(record.demand.user, record.meta.name)
         if ended is None:
             return
+        if ended.started:
+            self.sessions_ended += 1
         if self.balancer is not None:
             self.balancer.session_ended(ended.host, was_connecting=ended.connecting)
         self.capacity_changed = True

@@ -19,6 +19,10 @@ class MetricsSink:
         """A request was assigned: ``seconds`` from first sight to the written status,
         ``queued`` from first sight to the write being sent."""
 
+    def sessions_ended(self, namespace: str, pool: str, count: int) -> None:
+        """``count`` sessions that had been assigned ended (the last request holding each
+        was deleted or failed, or its host or workload is gone)."""
+
     def leading(self, leader: bool) -> None:
         """This instance holds the leader Lease (or runs without election), or no longer."""
 

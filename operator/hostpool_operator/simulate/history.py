@@ -109,6 +109,14 @@ def parse_history(
             raise HistoryError(f"line {number}: at most {MAX_SESSIONS} sessions in a history")
         sessions.append(session)
         previous_line = number
+    require_days(sessions, zone, min_days=min_days)
+    return sessions
+
+
+def require_days(sessions: list[PastSession], zone: tzinfo, *, min_days: int = MIN_DAYS) -> None:
+    """Refuse an empty history, or one of fewer than ``min_days`` local days (in ``zone``)
+    from the first start to the last end (``sessions`` in start order), whatever it was
+    read from."""
     if not sessions:
         raise HistoryError("the history is empty: no session in it")
     days = covered_days(sessions, zone)
@@ -119,4 +127,3 @@ def parse_history(
             f"the history covers {days} day{'s' if days != 1 else ''} ({first} to {last} "
             f"local time); at least {min_days} are needed (every weekday once)"
         )
-    return sessions

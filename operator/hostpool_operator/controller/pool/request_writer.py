@@ -112,6 +112,7 @@ class RequestWriter:
             await self.settle_unknown_write(record, placement, error)
             return
         state.inflight.discard(name)
+        state.assignment_written(record, new_session=placement.reason is Reason.NEW_SESSION)
         fresh = RequestRecord.of(obj)
         fresh.seq, fresh.seen = record.seq, record.seen
         current = state.requests.get(name)

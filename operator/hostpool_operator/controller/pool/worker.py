@@ -245,6 +245,9 @@ class PoolWorker:
         self.scaler.scale(now, plan)
         self.plans.apply(plan, now)
         self._report_not_ready(now)
+        ended = state.take_sessions_ended()
+        if ended:
+            self.deps.metrics.sessions_ended(state.namespace, state.name, ended)
         self.flusher.maybe_flush()
 
     def _report_not_ready(self, now: datetime) -> None:
