@@ -113,7 +113,7 @@ demo: $(STAMP) tools-cluster ## the main job: control plane, operator, a depth-f
 demo-broker: $(STAMP) ## after make demo: Keycloak and hostpool-broker; users sign in and get an .rdp file
 	$(PY) tests/demo_broker.py
 
-demo-desktop: $(STAMP) ## after make demo (as root): xrdp hosts, agents, three users on real desktops via the broker and FreeRDP
+demo-desktop: $(STAMP) ## after make demo (as root): an xrdp host, a desktop Pod on a real node, three users on real desktops via the broker and FreeRDP
 	$(PY) tests/demo_desktop.py
 
 demo-down: ## stop the demo's operator, agents, broker and Keycloak, desktops, and the local control plane

@@ -1,19 +1,25 @@
 """`make demo-desktop` (after `make demo`): real users on real remote desktops.
 
-Two xrdp session hosts as network namespaces on the demo cluster's bridge, each with its
-agent (``--sessions-from xrdp``, under the host's own ServiceAccount token from the chart);
-a depth-first pool ``xrdp-desks`` of them, two sessions a host, entitled to alice, bob and
-carol; Keycloak and the broker (started as ``make demo-broker`` does, if not running). Each
-user signs in, asks the broker to connect, and opens the ``.rdp`` file it hands back with
-FreeRDP on a virtual display of their own; the agents report the sessions. The screenshots
-go to ``.cluster/demo-desktop/`` and a table shows who is on which host. Everything keeps
-running for a look around; ``make demo-down`` (or ``tests/demo_desktop.py down``) stops it.
-Needs root (network namespaces, local users).
+Two session hosts on the demo cluster: ``xrdp-1``, an xrdp host in a network namespace on
+the demo's bridge with its agent (``--sessions-from xrdp``, under the host's own
+ServiceAccount token from the chart), and a pod-backed host: a real kubelet node joins the
+cluster (``cluster.sh add-nodes``; the kubelet is built by ``tools.sh --nodes`` when
+missing), the session-host image is built and imported into it, and the pool's
+``hostTemplate`` makes a Pod of it (xrdp plus the agent as a sidecar, under its pod-bound
+token) that takes sessions once its readiness probe passes. The pool ``xrdp-desks`` is
+depth-first, two sessions a host, entitled to alice, bob and carol; Keycloak and the broker
+are started as ``make demo-broker`` does, if not running. Each user signs in, asks the
+broker to connect, and opens the ``.rdp`` file it hands back with FreeRDP on a virtual
+display of their own; the agents report the sessions. The screenshots go to
+``.cluster/demo-desktop/`` and a table shows who is on which host. Everything keeps running
+for a look around; ``make demo-down`` (or ``tests/demo_desktop.py down``, then
+``cluster.sh down``) stops it. Needs root (network namespaces, local users, a kubelet).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import signal
@@ -23,9 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+import demo
 import demo_broker
 from desktop import (
     DesktopError,
@@ -45,7 +53,13 @@ CLUSTER = ROOT / ".cluster"
 WORK = CLUSTER / "demo-desktop"
 NAMESPACE = demo_broker.NAMESPACE
 POOL = "xrdp-desks"
-HOSTS = ("xrdp-1", "xrdp-2")
+#: The hosts in network namespaces; the pool's other host is a Pod on the real node.
+HOSTS = ("xrdp-1",)
+EXAMPLE = ROOT / "crds" / "examples" / "session-host-pool.yaml"
+NODE = "real-node-1"
+#: Only the desktop Pod goes to the real node: the demo's other pools' pods (which tolerate
+#: kwok's taint and run nothing) stay on the fake nodes.
+NODE_TAINT = {"key": "hostpool.io/demo-desktops", "value": "true", "effect": "NoSchedule"}
 #: Desktop passwords (the sign-in passwords are Keycloak's, in demo_broker.USERS).
 USERS = {"alice": "alice-desk", "bob": "bob-desk", "carol": "carol-desk"}
 GROUP, VERSION = demo_broker.GROUP, demo_broker.VERSION
@@ -64,18 +78,69 @@ def running(pid_file: Path) -> bool:
     return True
 
 
-def bridge_of_cluster() -> str:
+def cluster_state() -> dict[str, str]:
     state = CLUSTER / "state.env"
     if not state.exists() or not (CLUSTER / "operator.pid").exists():
         raise SystemExit("demo-desktop: run `make demo` first (it starts the cluster and operator)")
-    values = dict(line.split("=", 1) for line in state.read_text().splitlines() if "=" in line)
-    bridge = values.get("HOSTS_BRIDGE", "").strip('"')
+    pairs = (line.split("=", 1) for line in state.read_text().splitlines() if "=" in line)
+    return {key: value.strip('"') for key, value in pairs}
+
+
+def bridge_of_cluster() -> str:
+    bridge = cluster_state().get("HOSTS_BRIDGE", "")
     if not bridge:
         raise SystemExit(
             "demo-desktop: the demo's control plane serves on no hosts' bridge (it was started "
             "without root, or before this demo existed): `make demo-down && make demo` as root"
         )
     return bridge
+
+
+def script(name: str, *args: str, what: str) -> str:
+    """Run one of the project's scripts; its progress goes to the terminal, its last line of
+    output is returned."""
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(ROOT / "tests" / "cluster" / name), *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HOSTPOOL_PYTHON": sys.executable},
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"demo-desktop: {what} failed (tests/cluster/{name}, see above)")
+    say(f"{what}: {time.monotonic() - started:.1f} s")
+    lines = proc.stdout.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def ensure_real_node(kubeconfig: Path) -> str:
+    """A real kubelet node in the demo cluster (added when it has none) with the session-host
+    image imported; returns the image's name."""
+    if cluster_state().get("REAL_NODES", "0") == "0":
+        problem = subprocess.run(
+            [str(ROOT / "tests" / "cluster" / "cluster.sh"), "check-nodes"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if problem.returncode != 0:
+            raise SystemExit(f"demo-desktop: no real node here: {problem.stdout.strip()}")
+        script("tools.sh", "--control-plane", "--nodes", what="the kubelet and pause image")
+        script("cluster.sh", "add-nodes", str(CLUSTER), "1", what=f"real node {NODE} added")
+        kubectl = [str(CLUSTER / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig)]
+        taint = f"{NODE_TAINT['key']}={NODE_TAINT['value']}:{NODE_TAINT['effect']}"
+        run_tool([*kubectl, "taint", "node", NODE, taint, "--overwrite"])
+        if not running(CLUSTER / "operator.pid"):
+            # It gives up its Lease when the API server is away longer than its renewal
+            # deadline, and exits (a Deployment would restart it; here we do).
+            say("the operator exited while the API server restarted; starting it again")
+            demo.start_operator(kubeconfig)
+    else:
+        say(f"real node {NODE} is there")
+    image = script("image.sh", "--session-host", what="the session-host image")
+    script("cluster.sh", "import-image", str(CLUSTER), image, what=f"{image} imported")
+    return image
 
 
 def ensure_broker(kubeconfig: Path) -> None:
@@ -94,7 +159,37 @@ def apply(objects: Any, plural: str, body: dict[str, Any]) -> None:
             raise
 
 
-def make_pool(objects: Any) -> None:
+def desktop_workload(image: str) -> dict[str, Any]:
+    """The example pool's Pod (crds/examples/session-host-pool.yaml) for the demo: the image
+    built here (imported, never pulled), small requests (a two-core machine), a 2 s agent
+    interval, and only on the real node."""
+    example = yaml.safe_load(EXAMPLE.read_text())
+    workload: dict[str, Any] = copy.deepcopy(example["spec"]["scaling"]["hostTemplate"])
+    pod = workload["workload"]["spec"]
+    for container in pod["containers"] + pod["initContainers"]:
+        container["image"] = image
+        container["imagePullPolicy"] = "Never"
+        container["resources"] = {"requests": {"cpu": "50m", "memory": "64Mi"}}
+        if container["name"] == "agent":
+            command = container["command"]
+            command[command.index("--interval") + 1] = "2"
+        else:
+            container["readinessProbe"]["periodSeconds"] = 1
+    pod["nodeSelector"] = {"type": "real"}
+    pod["tolerations"] = [{**NODE_TAINT, "operator": "Equal"}]
+    pod["terminationGracePeriodSeconds"] = 10
+    return workload
+
+
+def make_pool(objects: Any, core: Any) -> None:
+    users = "".join(f"{user}:{password}\n" for user, password in USERS.items())
+    secret = client.V1Secret(metadata=client.V1ObjectMeta(name="desktop-users"))
+    secret.string_data = {"users": users}
+    try:
+        core.create_namespaced_secret(NAMESPACE, secret)
+    except ApiException as error:
+        if error.status != 409:
+            raise
     apply(
         objects,
         "hostpools",
@@ -117,7 +212,23 @@ def make_pool(objects: Any) -> None:
             "spec": {"poolRef": {"name": POOL}},
         }
         apply(objects, "sessionhosts", body)
-    say(f"pool {POOL}: depth-first, hosts {', '.join(HOSTS)} x 2 sessions, for {', '.join(USERS)}")
+    say(f"pool {POOL}: depth-first, 2 sessions a host, {', '.join(HOSTS)}, for {', '.join(USERS)}")
+
+
+def let_pool_scale(objects: Any, image: str) -> None:
+    """Scaling with the session-host Pod as the template, once the hosts of the pool take
+    sessions (so that they count): a host more only when the pool is full."""
+    scaling = {
+        "minHosts": len(HOSTS),
+        "maxHosts": len(HOSTS) + 1,
+        "bufferSessions": 0,
+        "hostReadyTimeoutSeconds": 300,
+        "hostTemplate": desktop_workload(image),
+    }
+    objects.patch_namespaced_custom_object(
+        GROUP, VERSION, NAMESPACE, "hostpools", POOL, {"spec": {"scaling": scaling}}
+    )
+    say(f"pool {POOL} scales: one more host, a Pod on {NODE}, when its hosts are full")
 
 
 def start_agents(kubeconfig: Path, hosts: XrdpHosts) -> None:
@@ -160,24 +271,47 @@ def wait_for(what: str, probe: Any, timeout: float = 60.0) -> Any:
     raise SystemExit(f"demo-desktop: timed out waiting for {what}")
 
 
-def addresses(objects: Any) -> dict[str, str]:
+def pool_hosts(objects: Any) -> list[dict[str, Any]]:
+    found = objects.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "sessionhosts")
+    return [h for h in found["items"] if h["spec"]["poolRef"]["name"] == POOL]
+
+
+def available(host: dict[str, Any]) -> bool:
+    conditions = (host.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
+
+
+def hosts_taking_sessions(objects: Any) -> dict[str, str]:
+    """The hosts of the pool with their addresses, once all of them take sessions (a Pod's
+    after its readiness probe passed, the netns host's once its agent reported)."""
+    hosts = pool_hosts(objects)
     found = {}
-    for host in HOSTS:
-        obj = objects.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "sessionhosts", host)
-        address = ((obj.get("status") or {}).get("agent") or {}).get("address")
-        if address:
-            found[host] = address
-    return found if len(found) == len(HOSTS) else {}
+    for host in hosts:
+        status = host.get("status") or {}
+        address = status.get("address") or (status.get("agent") or {}).get("address")
+        if address and available(host):
+            found[host["metadata"]["name"]] = address
+    return found if len(found) == len(hosts) else {}
 
 
 def log_on(objects: Any, user: str, index: int) -> dict[str, Any]:
     password = next(p for name, p, _ in demo_broker.USERS if name == user)
     bearer = demo_broker.token(user, password)
     connect = f"/v1/namespaces/{NAMESPACE}/pools/{POOL}/connect"
+    asked = time.monotonic()
     status, text = demo_broker.call("POST", connect, bearer)
+    if status == 202:
+        # No free slot: the request waits (the pool adds a host); asking again is safe, the
+        # broker answers with the same request until it is placed.
+        say(f"{user} waits: HTTP 202 {json.loads(text).get('reason', '')}")
+        deadline = asked + 240
+        while status == 202 and time.monotonic() < deadline:
+            time.sleep(1.0)
+            status, text = demo_broker.call("POST", connect, bearer)
     if status != 200:
         raise SystemExit(f"demo-desktop: connect for {user}: HTTP {status} {text}")
     answer: dict[str, Any] = json.loads(text)
+    answer["waited"] = time.monotonic() - asked
     rdp = WORK / f"{user}.rdp"
     rdp.write_text(answer["rdpFile"], newline="")
     display = VirtualDisplay(FIRST_DISPLAY + index, WORK / f"xvfb-{user}.log").__enter__()
@@ -220,33 +354,45 @@ def up() -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     config.load_kube_config(str(kubeconfig))  # type: ignore[no-untyped-call]
     objects = client.CustomObjectsApi(client.ApiClient())
+    core = client.CoreV1Api(client.ApiClient())
     ensure_broker(kubeconfig)
+    image = ensure_real_node(kubeconfig)
     hosts = XrdpHosts(WORK / "hosts", bridge)
     made = hosts.up(HOSTS, USERS)
     for host in made.values():
         say(f"xrdp host {host.name} at {host.address} (network namespace {host.netns})")
-    make_pool(objects)
+    make_pool(objects, core)
     start_agents(kubeconfig, hosts)
-    wait_for("the agents to report their addresses", lambda: addresses(objects))
+    wait_for(f"{', '.join(HOSTS)} to take sessions", lambda: hosts_taking_sessions(objects))
+    let_pool_scale(objects, image)
     rows = []
     for index, user in enumerate(USERS):
         say(f"{user} signs in with Keycloak, connects through the broker, opens the .rdp file")
         answer = log_on(objects, user, index)
         rows.append((user, answer))
+    kinds = dict.fromkeys(HOSTS, "network namespace")
+    for _, answer in rows:
+        name = answer["host"]
+        if name not in kinds:
+            pod = core.read_namespaced_pod(name, NAMESPACE)
+            kinds[name] = f"Pod on {pod.spec.node_name if pod.spec else '?'}"
     print()
+    width = max(len(name) for name in kinds)
     print(
-        f"  {'user':<7} {'host':<8} {'address':<13} {'reason':<11} {'Active after':<13} screenshot"
+        f"  {'user':<7} {'host':<{width}} {'runs as':<19} {'address':<12} {'reason':<11} "
+        f"{'waited':>7} {'Active after':>13}  screenshot"
     )
     for user, answer in rows:
         shot = os.path.relpath(answer["screenshot"], Path.cwd())
         print(
-            f"  {user:<7} {answer['host']:<8} {answer['address']:<13} {answer['reason']:<11} "
-            f"{answer['activeAfter']:>5.1f} s       {shot}"
+            f"  {user:<7} {answer['host']:<{width}} {kinds[answer['host']]:<19} "
+            f"{answer['address']:<12} {answer['reason']:<11} {answer['waited']:>5.1f} s "
+            f"{answer['activeAfter']:>11.1f} s  {shot}"
         )
     print(
         "\nThe sessions as the cluster sees them:\n"
         f"  .cluster/bin/kubectl --kubeconfig .cluster/kubeconfig -n {NAMESPACE} "
-        "get sr,sh -o wide\n"
+        "get sr,sh,pods -o wide\n"
         "Connect yourself (needs an X display): xfreerdp .cluster/demo-desktop/alice.rdp "
         f"/p:{USERS['alice']} /cert:ignore\n"
         "Log alice off by force: the broker's DELETE .../session (see make demo-broker)\n"

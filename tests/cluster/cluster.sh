@@ -55,6 +55,10 @@
 #                                serves on 10.244.X.1 (unless HOSTPOOL_HOSTS_BRIDGE), which pods
 #                                reach; kube-scheduler, node lifecycle and pod GC run even with
 #                                HOSTPOOL_FAKE_NODES=0. Labelled type=real, not tainted.
+#                                `add-nodes DIR N` adds them to a running cluster that has none
+#                                and serves on a hosts' bridge (it restarts the API server with
+#                                the Node authorizer and kube-controller-manager; what runs on
+#                                the cluster keeps running, clients reconnect)
 #      HOSTPOOL_NODES_BRIDGE     NAME:10.244.X.1/24: the nodes' bridge and subnet (default: the
 #                                first free 10.244.X.0/24, bridge hpn<X>)
 #      HOSTPOOL_CNI_BIN_DIR      the CNI plugins (default /usr/lib/cni, Debian's)
@@ -74,13 +78,14 @@ POD_CONTROLLERS="node-lifecycle-controller,pod-garbage-collector-controller"
 # Real nodes run real Deployments (the chart's operator and broker): their controllers too.
 WORKLOAD_CONTROLLERS="replicaset-controller,deployment-controller"
 STARTING=0 # set while `up` starts processes: a failure then stops them again
+ADDING=0   # set while `add-nodes` adds nodes: a failure then removes them (the rest stays)
 
 log() { printf 'cluster: %s\n' "$*" >&2; }
 
 usage() {
   echo "usage: $0 {up|down|status|restart-controller-manager|restart-apiserver|restart-etcd} DIR" >&2
   echo "       $0 fail-pod DIR NAMESPACE POD | remove-node DIR NODE | import-image DIR IMAGE" >&2
-  echo "       $0 check-nodes" >&2
+  echo "       $0 add-nodes DIR N | check-nodes" >&2
   exit 2
 }
 
@@ -125,6 +130,11 @@ fail() { # step message [component-whose-log-to-show]
     nodes_down >/dev/null 2>&1 || true
     stop_all >/dev/null 2>&1 || true
     if [[ "${HOSTS_BRIDGE_MADE:-0}" == 1 ]]; then ip link del "$HOSTS_BRIDGE" 2>/dev/null || true; fi
+  fi
+  if ((ADDING)); then
+    ADDING=0
+    nodes_down >/dev/null 2>&1 || true
+    [[ -f "$STATE.before-add" ]] && mv -f "$STATE.before-add" "$STATE"
   fi
   exit 1
 }
@@ -675,6 +685,51 @@ cmd_remove_node() { # node
   log "node ${ARGS[0]} removed"
 }
 
+cmd_add_nodes() { # N : real nodes for a running cluster without any (e.g. `make demo-desktop`)
+  [[ ${#ARGS[@]} -eq 1 && "${ARGS[0]}" =~ ^[1-9][0-9]*$ ]] || usage
+  healthy || fail "no running, ready cluster in $DIR; run: $0 up $DIR"
+  load_state
+  ((${REAL_NODES:-0} == 0)) || fail "the cluster in $DIR has $REAL_NODES real node(s) already"
+  # Pods reach the API server on an address that is not loopback, and it cannot move now:
+  # every client's kubeconfig names it.
+  [[ "$APISERVER_ADDRESS" != 127.0.0.1 ]] ||
+    fail "add-nodes needs a cluster serving on a hosts' bridge (HOSTPOOL_HOSTS_BRIDGE at up); this one serves on 127.0.0.1 only"
+  REAL_NODES="${ARGS[0]}"
+  nodes_check_args
+  local t0=$SECONDS
+  cp -f "$STATE" "$STATE.before-add"
+  ADDING=1
+  nodes_install
+  PAUSE_IMAGE="$(tar -xOf "$BIN_DIR/pause.tar" manifest.json |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["RepoTags"][0])')" ||
+    fail "no image name in $BIN_DIR/pause.tar"
+  rm -rf "$DIR/nodes"
+  mkdir -p "$DIR/nodes"
+  nodes_make_bridge
+  nodes_pki
+  local key
+  for key in REAL_NODES NODES_BRIDGE NODES_NET NODES_BRIDGE_MADE PAUSE_IMAGE; do
+    sed -i "s|^$key=.*|$key=${!key}|" "$STATE"
+  done
+  # The node tokens and the Node authorizer are read at the API server's start. SIGKILL: the
+  # state is in etcd, and a SIGTERM waits out every open watch (>10 s), long enough for a
+  # leader-elected client (the operator) to lose its Lease.
+  stop_one kube-apiserver KILL
+  mv -f "$LOGS/kube-apiserver.log" "$LOGS/kube-apiserver.previous.log" 2>/dev/null || true
+  start_apiserver
+  wait_for kube-apiserver "/readyz on port $APISERVER_PORT" apiserver_ready
+  # kube-controller-manager gains the controllers real nodes need (load_state adds them).
+  stop_one kube-controller-manager TERM
+  mv -f "$LOGS/kube-controller-manager.log" "$LOGS/kube-controller-manager.previous.log" 2>/dev/null || true
+  load_state
+  start_controller_manager
+  pid_of kube-scheduler >/dev/null || start_scheduler
+  nodes_start
+  ADDING=0
+  rm -f "$STATE.before-add"
+  log "added $REAL_NODES real node(s) in $((SECONDS - t0))s"
+}
+
 cmd_import_image() { # image or archive
   [[ ${#ARGS[@]} -eq 1 ]] || usage
   healthy || fail "no running, ready cluster in $DIR; run: $0 up $DIR"
@@ -691,5 +746,6 @@ case "$CMD" in
   fail-pod) cmd_fail_pod ;;
   remove-node) cmd_remove_node ;;
   import-image) cmd_import_image ;;
+  add-nodes) cmd_add_nodes ;;
   *) usage ;;
 esac

@@ -6,6 +6,7 @@ the kubelet's and containerd's CPU and memory sampled over the tests."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -37,6 +38,37 @@ def nodes_unavailable() -> str:
         timeout=30,
     )
     return (proc.stdout.strip() or proc.stderr.strip()) if proc.returncode != 0 else ""
+
+
+def require_nodes() -> None:
+    """Skip (or under CI=true where apt-get is, fail) saying why real nodes cannot run here."""
+    reason = nodes_unavailable()
+    if reason and os.environ.get("CI") == "true" and shutil.which("apt-get"):
+        pytest.fail(f"CI=true and apt-get is here, but real nodes cannot run: {reason}")
+    if reason:
+        pytest.skip(f"no real nodes here: {reason}")
+
+
+def node_tools(timings: dict[str, str]) -> Path:
+    """The control plane's binaries with the kubelet and the pause image (built when missing);
+    returns their directory and notes the kubelet's build (or cache) time in ``timings``."""
+    started = time.monotonic()
+    tools = subprocess.run(
+        [str(TOOLS_SCRIPT), "--control-plane", "--nodes"],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
+    if tools.returncode != 0:
+        raise AssertionError(f"tests/cluster/tools.sh --nodes failed:\n{tools.stderr}")
+    built = re.search(r"built kubelet in (\d+)s", tools.stderr)
+    timings["kubelet build"] = (
+        f"{built[1]} s (built now)"
+        if built
+        else f"cached; tools.sh --nodes took {time.monotonic() - started:.1f} s"
+    )
+    return Path(tools.stdout.strip().splitlines()[-1])
 
 
 KLOG_LINE = re.compile(r"^[IWEF]\d{4} (\d\d):(\d\d):(\d\d\.\d+)")
@@ -142,31 +174,10 @@ def real_node_cluster(
     ``extra_images`` (image.sh arguments, e.g. ``--session-host``) imported; a namespace with
     its default ServiceAccount. Skips (or under CI=true where apt-get is, fails) saying why
     when real nodes cannot run here. Stopped on leaving, unless the caller stopped it."""
-    reason = nodes_unavailable()
-    if reason and os.environ.get("CI") == "true" and shutil.which("apt-get"):
-        pytest.fail(f"CI=true and apt-get is here, but real nodes cannot run: {reason}")
-    if reason:
-        pytest.skip(f"no real nodes here: {reason}")
+    require_nodes()
     image = build_image()
     timings: dict[str, str] = {}
-
-    started = time.monotonic()
-    tools = subprocess.run(
-        [str(TOOLS_SCRIPT), "--control-plane", "--nodes"],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=False,
-    )
-    if tools.returncode != 0:
-        raise AssertionError(f"tests/cluster/tools.sh --nodes failed:\n{tools.stderr}")
-    built = re.search(r"built kubelet in (\d+)s", tools.stderr)
-    timings["kubelet build"] = (
-        f"{built[1]} s (built now)"
-        if built
-        else f"cached; tools.sh --nodes took {time.monotonic() - started:.1f} s"
-    )
-    bin_dir = Path(tools.stdout.strip().splitlines()[-1])
+    bin_dir = node_tools(timings)
 
     directory = tmp_path_factory.mktemp("real-nodes") / "cp"
     # Up to minutes the first time: containerd is installed with apt-get where missing.
@@ -219,3 +230,108 @@ def real_node_cluster(
         )
     finally:
         cp.stop()
+
+
+def other_kubelets(directory: Path) -> bool:
+    """A kubelet not of this module's cluster runs on the machine (it shares fixed paths)."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if proc.joinpath("comm").read_text().strip() != "kubelet":
+                continue
+            if str(directory) not in proc.joinpath("cmdline").read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def iptables_rules(binary: str) -> str:
+    proc = subprocess.run(
+        [f"{binary}-save"], capture_output=True, text=True, check=False, timeout=30
+    )
+    return proc.stdout
+
+
+@dataclass
+class NodeTraces:
+    """What identifies the node's things outside the cluster directory."""
+
+    directory: Path
+    bridge: str
+    net: str
+    sock: str
+    ids: list[str]
+    pids: list[int]
+
+    @property
+    def shim_sockets(self) -> list[Path]:
+        # containerd's shim socket: sha256(<containerd address>/<namespace>/<id>).
+        return [
+            Path("/run/containerd/s")
+            / hashlib.sha256(f"{self.sock}/k8s.io/{i}".encode()).hexdigest()
+            for i in self.ids
+        ]
+
+
+def leftovers(node: NodeTraces) -> list[str]:
+    """Everything of the node still there: processes, mounts, cgroups, network, files."""
+    left = [f"process {p}" for p in node.pids if Path(f"/proc/{p}").exists()]
+    shims = subprocess.run(
+        ["pgrep", "-f", "--", f"-address {node.sock}"], capture_output=True, text=True, check=False
+    )
+    left += [f"shim {p}" for p in shims.stdout.split()]
+    mounts = [
+        line.split(" - ")[0].split() + line.split(" - ")[1].split()
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+    ]
+    left += [f"mount {m[4]}" for m in mounts if m[4].startswith(str(node.directory))]
+    cgroups = [Path(m[4]) for m in mounts if m[-3] in ("cgroup", "cgroup2")]
+    left += [
+        f"cgroup {p}"
+        for c in cgroups
+        for p in (c / f"hostpool-{node.bridge}-{NODE}", c / "kubepods")
+        if p.exists()
+    ]
+    net = Path("/sys/class/net")
+    if (net / node.bridge).exists():
+        left.append(f"bridge {node.bridge}")
+    left += [
+        f"veth {p.name}"
+        for p in net.iterdir()
+        if (p / "master").exists() and (p / "master").resolve().name == node.bridge
+    ]
+    others = other_kubelets(node.directory)
+    for binary in ("iptables", "ip6tables"):
+        rules = iptables_rules(binary).splitlines()
+        ours = (f"HOSTPOOL-APISVC-{node.bridge}", f"{node.net}.", f"hostpool-{node.bridge}")
+        left += [f"{binary}: {r}" for r in rules if any(o in r for o in ours)]
+        if not others:  # the machine-wide chains go with the last kubelet
+            shared = (
+                "CNI-HOSTPORT-",
+                "CNI-DN-",
+                "KUBE-FIREWALL",
+                "KUBE-KUBELET-CANARY",
+                "KUBE-IPTABLES-HINT",
+            )
+            left += [
+                f"{binary}: {r}" for r in rules if r.startswith(":") and r[1:].startswith(shared)
+            ]
+    left += [str(s) for s in node.shim_sockets if s.exists()]
+    logs = Path("/var/log/containers")
+    if logs.is_dir():
+        left += [
+            str(p)
+            for p in logs.iterdir()
+            if p.is_symlink() and str(node.directory) in os.readlink(p)
+        ]
+    results = Path("/var/lib/cni/results")
+    if results.is_dir():
+        left += [
+            str(p)
+            for p in results.iterdir()
+            if any(i in p.name for i in node.ids) or p.name.startswith(f"hostpool-{node.bridge}-")
+        ]
+    if not others:
+        fixed = ("/var/lib/kubelet/device-plugins", "/var/log/containers")
+        left += [p for p in fixed if Path(p).exists()]
+    return left

@@ -21,9 +21,7 @@ tests skip, saying why; with ``CI=true`` on a machine with apt-get they fail ins
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import ssl
 import subprocess
 import sys
@@ -31,13 +29,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from e2e.real_nodes import NODE, RealCluster, real_node_cluster
+from e2e.real_nodes import NODE, NodeTraces, RealCluster, leftovers, real_node_cluster
 from kube import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
@@ -206,111 +202,6 @@ def test_kubelet_refuses_anonymous_calls(cluster: RealCluster, web: dict[str, An
     with urllib.request.urlopen(url, context=client, timeout=10) as response:
         pods = json.load(response)
     assert "web" in [p["metadata"]["name"] for p in pods["items"]]
-
-
-def other_kubelets(directory: Path) -> bool:
-    """A kubelet not of this module's cluster runs on the machine (it shares fixed paths)."""
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if proc.joinpath("comm").read_text().strip() != "kubelet":
-                continue
-            if str(directory) not in proc.joinpath("cmdline").read_text(errors="replace"):
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def iptables_rules(binary: str) -> str:
-    proc = subprocess.run(
-        [f"{binary}-save"], capture_output=True, text=True, check=False, timeout=30
-    )
-    return proc.stdout
-
-
-@dataclass
-class NodeTraces:
-    """What identifies the node's things outside the cluster directory."""
-
-    directory: Path
-    bridge: str
-    net: str
-    sock: str
-    ids: list[str]
-    pids: list[int]
-
-    @property
-    def shim_sockets(self) -> list[Path]:
-        # containerd's shim socket: sha256(<containerd address>/<namespace>/<id>).
-        return [
-            Path("/run/containerd/s")
-            / hashlib.sha256(f"{self.sock}/k8s.io/{i}".encode()).hexdigest()
-            for i in self.ids
-        ]
-
-
-def leftovers(node: NodeTraces) -> list[str]:
-    """Everything of the node still there: processes, mounts, cgroups, network, files."""
-    left = [f"process {p}" for p in node.pids if Path(f"/proc/{p}").exists()]
-    shims = subprocess.run(
-        ["pgrep", "-f", "--", f"-address {node.sock}"], capture_output=True, text=True, check=False
-    )
-    left += [f"shim {p}" for p in shims.stdout.split()]
-    mounts = [
-        line.split(" - ")[0].split() + line.split(" - ")[1].split()
-        for line in Path("/proc/self/mountinfo").read_text().splitlines()
-    ]
-    left += [f"mount {m[4]}" for m in mounts if m[4].startswith(str(node.directory))]
-    cgroups = [Path(m[4]) for m in mounts if m[-3] in ("cgroup", "cgroup2")]
-    left += [
-        f"cgroup {p}"
-        for c in cgroups
-        for p in (c / f"hostpool-{node.bridge}-{NODE}", c / "kubepods")
-        if p.exists()
-    ]
-    net = Path("/sys/class/net")
-    if (net / node.bridge).exists():
-        left.append(f"bridge {node.bridge}")
-    left += [
-        f"veth {p.name}"
-        for p in net.iterdir()
-        if (p / "master").exists() and (p / "master").resolve().name == node.bridge
-    ]
-    others = other_kubelets(node.directory)
-    for binary in ("iptables", "ip6tables"):
-        rules = iptables_rules(binary).splitlines()
-        ours = (f"HOSTPOOL-APISVC-{node.bridge}", f"{node.net}.", f"hostpool-{node.bridge}")
-        left += [f"{binary}: {r}" for r in rules if any(o in r for o in ours)]
-        if not others:  # the machine-wide chains go with the last kubelet
-            shared = (
-                "CNI-HOSTPORT-",
-                "CNI-DN-",
-                "KUBE-FIREWALL",
-                "KUBE-KUBELET-CANARY",
-                "KUBE-IPTABLES-HINT",
-            )
-            left += [
-                f"{binary}: {r}" for r in rules if r.startswith(":") and r[1:].startswith(shared)
-            ]
-    left += [str(s) for s in node.shim_sockets if s.exists()]
-    logs = Path("/var/log/containers")
-    if logs.is_dir():
-        left += [
-            str(p)
-            for p in logs.iterdir()
-            if p.is_symlink() and str(node.directory) in os.readlink(p)
-        ]
-    results = Path("/var/lib/cni/results")
-    if results.is_dir():
-        left += [
-            str(p)
-            for p in results.iterdir()
-            if any(i in p.name for i in node.ids) or p.name.startswith(f"hostpool-{node.bridge}-")
-        ]
-    if not others:
-        fixed = ("/var/lib/kubelet/device-plugins", "/var/log/containers")
-        left += [p for p in fixed if Path(p).exists()]
-    return left
 
 
 def test_stop_leaves_nothing(cluster: RealCluster, web: dict[str, Any]) -> None:

@@ -1,0 +1,261 @@
+"""``cluster.sh add-nodes DIR N``: a real kubelet node joins a control plane that is already
+running (what ``make demo-desktop`` does to the demo's cluster).
+
+The module starts a control plane of its own with one fake node, serving on a hosts' bridge
+(pods reach the API server only on an address that is not loopback), and a client watching
+it. ``add-nodes`` restarts the API server with the Node authorizer and the node's token, and
+kube-controller-manager with the controllers real nodes need; the node becomes Ready beside
+the fake one, a pod runs on it, the watch goes on after the restart, a second ``add-nodes`` is
+refused and the cluster stays up; ``cluster.sh down`` then leaves nothing of the node. A
+cluster serving on 127.0.0.1 only is refused before anything changes.
+
+Root, like the other real-node tests: they skip saying why elsewhere (fail under CI=true where
+apt-get is).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane import ControlPlane, ControlPlaneError
+from e2e.real_nodes import (
+    CLUSTER_SCRIPT,
+    NODE,
+    NodeTraces,
+    leftovers,
+    node_tools,
+    pid_of,
+    require_nodes,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+
+#: Its own bridge and subnet: the suite's (hptest0) and the demo's (hpdemo0) stay untouched.
+BRIDGE = "hptest8:10.251.8.1/24"
+
+
+def cluster_sh(
+    cp: ControlPlane, *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(CLUSTER_SCRIPT), args[0], str(cp.directory), *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, "HOSTPOOL_BIN_DIR": str(cp.bin_dir)},
+    )
+
+
+def kubectl(cp: ControlPlane, *args: str) -> str:
+    assert cp.bin_dir is not None
+    proc = subprocess.run(
+        [str(cp.bin_dir / "kubectl"), "--kubeconfig", str(cp.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
+    return proc.stdout
+
+
+def state(cp: ControlPlane) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in (cp.directory / "state.env").read_text().splitlines())
+    return {key: value.strip('"') for key, value in pairs}
+
+
+def wait_until(what: str, probe: Any, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Watch(threading.Thread):
+    """``kubectl get --watch`` on ConfigMaps, restarted when the API server drops it (as any
+    client would): the names it has seen."""
+
+    def __init__(self, cp: ControlPlane, namespace: str) -> None:
+        super().__init__(daemon=True)
+        self.cp, self.namespace = cp, namespace
+        self.seen: set[str] = set()
+        self.stopping = False
+        self.proc: subprocess.Popen[str] | None = None
+
+    def run(self) -> None:
+        assert self.cp.bin_dir is not None
+        while not self.stopping:
+            self.proc = subprocess.Popen(
+                [
+                    str(self.cp.bin_dir / "kubectl"),
+                    "--kubeconfig",
+                    str(self.cp.kubeconfig),
+                    "-n",
+                    self.namespace,
+                    "get",
+                    "configmaps",
+                    "--watch",
+                    "-o",
+                    "name",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.seen.add(line.strip().removeprefix("configmap/"))
+            self.proc.wait()
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.stopping = True
+        if self.proc is not None:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def bin_dir() -> Path:
+    require_nodes()
+    return node_tools({})
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory, bin_dir: Path) -> Iterator[ControlPlane]:
+    cp = ControlPlane(
+        tmp_path_factory.mktemp("add-nodes") / "cp",
+        bin_dir=bin_dir,
+        fake_nodes=1,
+        hosts_bridge=BRIDGE,
+        timeout=300,
+    )
+    try:
+        cp.start()
+    except ControlPlaneError:
+        cp.stop()
+        raise
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+def test_a_node_joins_the_running_cluster_and_leaves_nothing(running: ControlPlane) -> None:
+    cp = running
+    kubectl(cp, "create", "namespace", "joined")
+    watch = Watch(cp, "joined")
+    watch.start()
+    kubectl(cp, "-n", "joined", "create", "configmap", "before")
+    wait_until("the watch to see the first ConfigMap", lambda: "before" in watch.seen)
+
+    started = time.monotonic()
+    added = cluster_sh(cp, "add-nodes", "1")
+    took = time.monotonic() - started
+    assert added.returncode == 0, added.stderr
+    assert state(cp)["REAL_NODES"] == "1"
+    nodes = json.loads(kubectl(cp, "get", "nodes", "-o", "json"))["items"]
+    ready = {
+        n["metadata"]["name"]: next(
+            c["status"] for c in n["status"]["conditions"] if c["type"] == "Ready"
+        )
+        for n in nodes
+    }
+    assert ready == {"kwok-node-1": "True", NODE: "True"}, ready
+
+    # A pod runs on it: the pause image the node imported at its start, never pulled.
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "sleeper", "namespace": "joined"},
+        "spec": {
+            "nodeSelector": {"type": "real"},
+            "containers": [
+                {"name": "pause", "image": state(cp)["PAUSE_IMAGE"], "imagePullPolicy": "Never"}
+            ],
+        },
+    }
+    assert cp.bin_dir is not None
+    subprocess.run(
+        [str(cp.bin_dir / "kubectl"), "--kubeconfig", str(cp.kubeconfig), "apply", "-f", "-"],
+        input=json.dumps(pod),
+        text=True,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+    def pod_running() -> dict[str, Any] | None:
+        got: dict[str, Any] = json.loads(
+            kubectl(cp, "-n", "joined", "get", "pod", "sleeper", "-o", "json")
+        )
+        return got if got["status"].get("phase") == "Running" else None
+
+    got = wait_until("the pod to run on the real node", pod_running, 120)
+    assert got["spec"]["nodeName"] == NODE
+    assert got["status"]["podIP"].startswith(state(cp)["NODES_NET"] + ".")
+
+    # The client's watch goes on across the API server's restart.
+    kubectl(cp, "-n", "joined", "create", "configmap", "after")
+    wait_until("the watch to see a ConfigMap made after the restart", lambda: "after" in watch.seen)
+    watch.stop()
+
+    again = cluster_sh(cp, "add-nodes", "1")
+    assert again.returncode != 0
+    assert "has 1 real node(s) already" in again.stderr, again.stderr
+    assert cluster_sh(cp, "status").returncode == 0
+
+    # Everything of the node goes with the cluster.
+    values = state(cp)
+    sock = str(cp.directory / "nodes" / NODE / "containerd.sock")
+    ids = subprocess.run(
+        ["ctr", "--address", sock, "--namespace", "k8s.io", "containers", "ls", "-q"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.split()
+    assert ids, "no containers in the node's containerd"
+    traces = NodeTraces(
+        cp.directory,
+        values["NODES_BRIDGE"],
+        values["NODES_NET"],
+        sock,
+        ids,
+        [pid_of(cp.directory, f"kubelet-{NODE}"), pid_of(cp.directory, f"containerd-{NODE}")],
+    )
+    assert f"bridge {traces.bridge}" in leftovers(traces)
+    cp.stop()
+    left = leftovers(traces)
+    assert not left, "left behind after cluster.sh down:\n  " + "\n  ".join(left)
+    assert not Path("/sys/class/net", BRIDGE.split(":")[0]).exists()
+    print(f"\nadd-nodes 1 on a running cluster: {took:.1f} s")
+
+
+def test_a_cluster_on_loopback_only_is_refused(
+    tmp_path_factory: pytest.TempPathFactory, bin_dir: Path
+) -> None:
+    cp = ControlPlane(tmp_path_factory.mktemp("add-nodes-lo") / "cp", bin_dir=bin_dir, fake_nodes=0)
+    try:
+        cp.start()
+        before = (cp.directory / "state.env").read_text()
+        refused = cluster_sh(cp, "add-nodes", "1")
+        assert refused.returncode != 0
+        assert "serves on 127.0.0.1 only" in refused.stderr, refused.stderr
+        assert (cp.directory / "state.env").read_text() == before
+        assert not (cp.directory / "nodes").exists()
+        assert cluster_sh(cp, "status").returncode == 0
+    finally:
+        cp.stop()
