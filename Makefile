@@ -89,11 +89,11 @@ bench-scale: $(STAMP) tools-cluster ## 100,000 assigned sessions over 1,000 pool
 	if [ -n "$$dir" ] && [ -z "$(BENCH_KEEP)$(SCALE_PREFILL_ONLY)$(SCALE_REUSE)" ]; then tests/cluster/cluster.sh down "$$dir" >/dev/null 2>&1; fi; \
 	exit $$rc
 
-tools: ## build kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kubectl, helm, kwok, promtool into the cache
+tools: ## build kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kubectl, helm, kwok, promtool, prometheus into the cache
 	tests/cluster/tools.sh
 
 # The control plane alone: promtool is for the alert-rule tests (make test), not for a demo.
-tools-cluster: ## the same without promtool (what the demo, the benches and cluster-up need)
+tools-cluster: ## the same without promtool and prometheus (what the demo, the benches and cluster-up need)
 	tests/cluster/tools.sh --control-plane
 
 # Real nodes (root): the kubelet and the pause image, built from the same Kubernetes module.

@@ -36,6 +36,7 @@ HOSTS_BRIDGE = "hptest0:10.251.1.1/24"
 def can_make_bridges() -> bool:
     return os.geteuid() == 0 and shutil.which("ip") is not None
 
+
 #: Only tests under these directories may use the ``kube`` fixture.
 CLUSTER_TEST_DIRS = (REPO_ROOT / "tests" / "api", REPO_ROOT / "tests" / "e2e")
 

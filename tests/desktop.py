@@ -20,13 +20,14 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from agent_process import AgentProcess
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HOSTS_SCRIPT = REPO_ROOT / "tests" / "desktop" / "xrdp-hosts.sh"
@@ -255,7 +256,7 @@ class RdpClient:
         return re.sub(r"/p:\S+", "/p:***", text)
 
 
-class NetnsAgent:
+class NetnsAgent(AgentProcess):
     """``hostpool-agent --sessions-from xrdp`` inside a host's network namespace."""
 
     def __init__(
@@ -267,32 +268,11 @@ class NetnsAgent:
         log: Path,
         interval: float,
     ) -> None:
-        self.command = [
-            *hosts.in_host(host), sys.executable, "-m", "hostpool_operator.agent",
-            "--host", host, "--namespace", namespace, "--sessions-from", "xrdp",
-            "--interval", str(interval), "--verbose",
-        ]  # fmt: skip
-        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(kubeconfig, namespace, host, log, prefix=hosts.in_host(host))
+        self.interval = interval
 
-    def start(self) -> int:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                start_new_session=True,
-            )  # fmt: skip
-        return self.proc.pid
-
-    def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        self.proc.terminate()
-        try:
-            return self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(5)
+    def start(self, *args: str, interval: float | None = None) -> int:
+        return super().start("--sessions-from", "xrdp", *args, interval=interval or self.interval)
 
     def cpu_and_memory(self) -> tuple[float, int, float]:
         """(CPU seconds, RSS bytes, seconds running) of the agent (`ip netns exec` execs it)."""
@@ -306,7 +286,7 @@ class NetnsAgent:
         )
 
     def text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
+        return self.log()
 
 
 def session_processes(user: str) -> list[tuple[int, str]]:

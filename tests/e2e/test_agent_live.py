@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from agent_process import AgentProcess
 from e2e.helpers import (
     EXTRA_LOGS,
     Cluster,
@@ -41,54 +42,6 @@ POOL = "hz"
 Obj = dict[str, Any]
 
 
-class AgentProcess:
-    """``python -m hostpool_operator.agent`` for one host, logging to a file."""
-
-    def __init__(self, kube: KubeLike, namespace: str, host: str, log_path: Path) -> None:
-        self.kube = kube
-        self.namespace = namespace
-        self.host = host
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, *args: str, interval: float = 1.0) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "hostpool_operator.agent",
-            "--host",
-            self.host,
-            "--namespace",
-            self.namespace,
-            "--interval",
-            str(interval),
-            "--verbose",
-            *args,
-        ]
-        env = {**os.environ, "KUBECONFIG": str(self.kube.kubeconfig), "PYTHONUNBUFFERED": "1"}
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        self.proc.terminate()
-        try:
-            return self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(5)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
 @pytest.fixture
 def agents(
     kube: KubeLike, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
@@ -100,7 +53,7 @@ def agents(
 
     class Agents(dict[str, AgentProcess]):
         def __missing__(self, host: str) -> AgentProcess:
-            agent = AgentProcess(kube, namespace, host, tmp_path / f"agent-{host}.log")
+            agent = AgentProcess(kube.kubeconfig, namespace, host, tmp_path / f"agent-{host}.log")
             made[host] = agent
             logs.append((f"agent {host} log", lambda: agent.log()[-4000:]))
             self[host] = agent

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from agent_process import AgentProcess
 from e2e import test_workloads_live as workloads
 from e2e.broker_helpers import (
     BROKER_LABEL,
@@ -32,7 +33,6 @@ from e2e.broker_helpers import (
     host_sessions,
 )
 from e2e.helpers import Cluster, KubeLike, OperatorProcess, phase
-from e2e.test_agent_live import AgentProcess
 from e2e.test_workloads_live import node_label  # noqa: F401  (a fixture)
 from hostpool_operator.access.names import request_name
 
@@ -310,7 +310,7 @@ def test_ending_a_session_with_an_agent_is_a_logoff_by_the_agent(
     del operator_process
     entitled_pool(cluster, ["h1"], users=["alice"])
     logoffs = tmp_path / "logged-off.txt"
-    agent = AgentProcess(kube, cluster.namespace, "h1", tmp_path / "agent.log")
+    agent = AgentProcess(kube.kubeconfig, cluster.namespace, "h1", tmp_path / "agent.log")
     agent.start("--logoff-command", f'echo "$HOSTPOOL_USER" >> {logoffs}', interval=0.5)
     try:
         cluster.wait(lambda: "agent" in (cluster.host("h1").get("status") or {}) or None, "agent")
