@@ -198,34 +198,30 @@ need() {
   return 1
 }
 
-# promtool: built once per its own key, under its own lock.
-if [[ "$WITH_PROMTOOL" == 1 && ! -x "$PROM_BIN/promtool" ]]; then
-  mkdir -p "$PROM_BIN"
-  exec 8>"$CACHE_ROOT/$PROM_KEY/.lock"
+# build_locked KEY NAME MODULE-DIR LDFLAGS PACKAGE: NAME into CACHE_ROOT/KEY/bin once, under
+# that key's own lock (a second tools.sh waits for the first and reuses its result).
+build_locked() {
+  local key="$1" name="$2" dir="$3" ldflags="$4" package="$5"
+  local dest="$CACHE_ROOT/$key/bin"
+  [[ -x "$dest/$name" ]] && return 0
+  mkdir -p "$dest"
+  exec 8>"$CACHE_ROOT/$key/.lock"
   if ! flock -n 8; then
-    log "another tests/cluster/tools.sh is building $PROM_KEY; waiting for it"
+    log "another tests/cluster/tools.sh is building $key; waiting for it"
     flock 8
   fi
-  if [[ ! -x "$PROM_BIN/promtool" ]]; then
-    DEST_BIN="$PROM_BIN" build promtool "$MODS/promtool" "$PROMTOOL_LDFLAGS" \
-      github.com/prometheus/prometheus/cmd/promtool
+  if [[ ! -x "$dest/$name" ]]; then
+    DEST_BIN="$dest" build "$name" "$dir" "$ldflags" "$package"
   fi
   exec 8>&-
-fi
+}
 
-# prometheus: the same, under its own key and lock.
-if [[ "$WITH_PROMTOOL" == 1 && ! -x "$PROMETHEUS_BIN/prometheus" ]]; then
-  mkdir -p "$PROMETHEUS_BIN"
-  exec 8>"$CACHE_ROOT/$PROMETHEUS_KEY/.lock"
-  if ! flock -n 8; then
-    log "another tests/cluster/tools.sh is building $PROMETHEUS_KEY; waiting for it"
-    flock 8
-  fi
-  if [[ ! -x "$PROMETHEUS_BIN/prometheus" ]]; then
-    DEST_BIN="$PROMETHEUS_BIN" build prometheus "$MODS/promtool" "$PROMETHEUS_LDFLAGS" \
-      github.com/prometheus/prometheus/cmd/prometheus
-  fi
-  exec 8>&-
+# promtool and the prometheus server: each under its own key and lock.
+if [[ "$WITH_PROMTOOL" == 1 ]]; then
+  build_locked "$PROM_KEY" promtool "$MODS/promtool" "$PROMTOOL_LDFLAGS" \
+    github.com/prometheus/prometheus/cmd/promtool
+  build_locked "$PROMETHEUS_KEY" prometheus "$MODS/promtool" "$PROMETHEUS_LDFLAGS" \
+    github.com/prometheus/prometheus/cmd/prometheus
 fi
 
 # The kubelet and the pause image (--nodes): each under its own key and lock.
@@ -235,18 +231,7 @@ if [[ "$WITH_NODES" == 1 ]]; then
     grep -qx "require k8s.io/kubernetes $K8S_VERSION" "$MODS/$m/go.mod" ||
       die "tests/cluster/$m/go.mod does not require k8s.io/kubernetes $K8S_VERSION (K8S_VERSION here)"
   done
-  if [[ ! -x "$KUBELET_BIN/kubelet" ]]; then
-    mkdir -p "$KUBELET_BIN"
-    exec 8>"$CACHE_ROOT/$KUBELET_KEY/.lock"
-    if ! flock -n 8; then
-      log "another tests/cluster/tools.sh is building $KUBELET_KEY; waiting for it"
-      flock 8
-    fi
-    if [[ ! -x "$KUBELET_BIN/kubelet" ]]; then
-      DEST_BIN="$KUBELET_BIN" build kubelet "$MODS/kubelet" "$K8S_LDFLAGS" k8s.io/kubernetes/cmd/kubelet
-    fi
-    exec 8>&-
-  fi
+  build_locked "$KUBELET_KEY" kubelet "$MODS/kubelet" "$K8S_LDFLAGS" k8s.io/kubernetes/cmd/kubelet
 
   static_libc() { local f; f="$(gcc -print-file-name=libc.a 2>/dev/null)" && [[ "$f" == /* && -e "$f" ]]; }
   if ! command -v gcc >/dev/null || ! static_libc; then
