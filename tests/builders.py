@@ -16,7 +16,11 @@ simplest valid objects of ``tests/api/test_crds_live.py``.
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from kube import API_VERSION
 
@@ -141,3 +145,27 @@ def desktop_pod() -> dict[str, Any]:
             ],
         },
     }
+
+
+SESSION_HOST_EXAMPLE = Path(__file__).resolve().parents[1] / "crds/examples/session-host-pool.yaml"
+
+
+def session_host_pool(image: str, agent_interval: float) -> dict[str, Any]:
+    """The example pool of pod-backed xrdp hosts (crds/examples/session-host-pool.yaml) for a
+    real node here: ``image`` (built and imported, never pulled) in both containers, small
+    requests (a two-core machine), the agent every ``agent_interval`` s and verbose, the
+    readiness probe every second, a 10 s grace period."""
+    pool: dict[str, Any] = copy.deepcopy(yaml.safe_load(SESSION_HOST_EXAMPLE.read_text()))
+    pod = pool["spec"]["scaling"]["hostTemplate"]["workload"]["spec"]
+    for container in pod["containers"] + pod["initContainers"]:
+        container["image"] = image
+        container["imagePullPolicy"] = "Never"
+        container["resources"] = {"requests": {"cpu": "50m", "memory": "64Mi"}}
+        if container["name"] == "agent":
+            command = container["command"]
+            command[command.index("--interval") + 1] = f"{agent_interval:g}"
+            command += ["--verbose"]
+        else:
+            container["readinessProbe"]["periodSeconds"] = 1
+    pod["terminationGracePeriodSeconds"] = 10
+    return pool

@@ -19,7 +19,6 @@ for a look around; ``make demo-down`` (or ``tests/demo_desktop.py down``, then
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 import signal
@@ -29,12 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 import demo
 import demo_broker
+from builders import session_host_pool
 from desktop import (
     DesktopError,
     NetnsAgent,
@@ -55,7 +54,6 @@ NAMESPACE = demo_broker.NAMESPACE
 POOL = "xrdp-desks"
 #: The hosts in network namespaces; the pool's other host is a Pod on the real node.
 HOSTS = ("xrdp-1",)
-EXAMPLE = ROOT / "crds" / "examples" / "session-host-pool.yaml"
 NODE = "real-node-1"
 #: Only the desktop Pod goes to the real node: the demo's other pools' pods (which tolerate
 #: kwok's taint and run nothing) stay on the fake nodes.
@@ -160,25 +158,15 @@ def apply(objects: Any, plural: str, body: dict[str, Any]) -> None:
 
 
 def desktop_workload(image: str) -> dict[str, Any]:
-    """The example pool's Pod (crds/examples/session-host-pool.yaml) for the demo: the image
-    built here (imported, never pulled), small requests (a two-core machine), a 2 s agent
-    interval, and only on the real node."""
-    example = yaml.safe_load(EXAMPLE.read_text())
-    workload: dict[str, Any] = copy.deepcopy(example["spec"]["scaling"]["hostTemplate"])
-    pod = workload["workload"]["spec"]
-    for container in pod["containers"] + pod["initContainers"]:
-        container["image"] = image
-        container["imagePullPolicy"] = "Never"
-        container["resources"] = {"requests": {"cpu": "50m", "memory": "64Mi"}}
-        if container["name"] == "agent":
-            command = container["command"]
-            command[command.index("--interval") + 1] = "2"
-        else:
-            container["readinessProbe"]["periodSeconds"] = 1
+    """The example pool's Pod (tests/builders.py: the image built here, small requests), the
+    agent every 2 s, and only on the real node."""
+    template: dict[str, Any] = session_host_pool(image, agent_interval=2)["spec"]["scaling"][
+        "hostTemplate"
+    ]
+    pod = template["workload"]["spec"]
     pod["nodeSelector"] = {"type": "real"}
     pod["tolerations"] = [{**NODE_TAINT, "operator": "Equal"}]
-    pod["terminationGracePeriodSeconds"] = 10
-    return workload
+    return template
 
 
 def make_pool(objects: Any, core: Any) -> None:

@@ -509,13 +509,7 @@ cmd_up() {
   mkdir -p "$LOGS" "$PIDS"
   mkdir -m 700 "$DIR/etcd"
   if ((REAL_NODES > 0)); then
-    nodes_install
-    PAUSE_IMAGE="$(tar -xOf "$BIN_DIR/pause.tar" manifest.json |
-      python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["RepoTags"][0])')" ||
-      fail "no image name in $BIN_DIR/pause.tar"
-    rm -rf "$DIR/nodes"
-    mkdir -p "$DIR/nodes"
-    nodes_make_bridge
+    nodes_prepare
     # Pods reach the API server only on an address that is not loopback.
     [[ -n "$HOSTS_BRIDGE" ]] || APISERVER_ADDRESS="$NODES_NET.1"
   fi
@@ -699,13 +693,7 @@ cmd_add_nodes() { # N : real nodes for a running cluster without any (e.g. `make
   local t0=$SECONDS
   cp -f "$STATE" "$STATE.before-add"
   ADDING=1
-  nodes_install
-  PAUSE_IMAGE="$(tar -xOf "$BIN_DIR/pause.tar" manifest.json |
-    python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["RepoTags"][0])')" ||
-    fail "no image name in $BIN_DIR/pause.tar"
-  rm -rf "$DIR/nodes"
-  mkdir -p "$DIR/nodes"
-  nodes_make_bridge
+  nodes_prepare
   nodes_pki
   local key
   for key in REAL_NODES NODES_BRIDGE NODES_NET NODES_BRIDGE_MADE PAUSE_IMAGE; do

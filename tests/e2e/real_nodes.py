@@ -273,6 +273,22 @@ class NodeTraces:
         ]
 
 
+def node_traces(directory: Path, state: dict[str, str], pids: list[int]) -> NodeTraces:
+    """The traces of the running node real-node-1 of the cluster in ``directory`` (whose
+    state.env is ``state``; ``pids``: its kubelet's and containerd's), its containers listed
+    from its containerd (there must be some)."""
+    sock = str(directory / "nodes" / NODE / "containerd.sock")
+    ids = subprocess.run(
+        ["ctr", "--address", sock, "--namespace", "k8s.io", "containers", "ls", "-q"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.split()
+    assert ids, "no containers in the node's containerd"
+    return NodeTraces(directory, state["NODES_BRIDGE"], state["NODES_NET"], sock, ids, pids)
+
+
 def leftovers(node: NodeTraces) -> list[str]:
     """Everything of the node still there: processes, mounts, cgroups, network, files."""
     left = [f"process {p}" for p in node.pids if Path(f"/proc/{p}").exists()]

@@ -30,12 +30,13 @@ from controlplane import ControlPlane, ControlPlaneError
 from e2e.real_nodes import (
     CLUSTER_SCRIPT,
     NODE,
-    NodeTraces,
     leftovers,
     node_tools,
+    node_traces,
     pid_of,
     require_nodes,
 )
+from kube import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -72,16 +73,6 @@ def kubectl(cp: ControlPlane, *args: str) -> str:
 def state(cp: ControlPlane) -> dict[str, str]:
     pairs = (line.split("=", 1) for line in (cp.directory / "state.env").read_text().splitlines())
     return {key: value.strip('"') for key, value in pairs}
-
-
-def wait_until(what: str, probe: Any, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Watch(threading.Thread):
@@ -159,7 +150,7 @@ def test_a_node_joins_the_running_cluster_and_leaves_nothing(running: ControlPla
     watch = Watch(cp, "joined")
     watch.start()
     kubectl(cp, "-n", "joined", "create", "configmap", "before")
-    wait_until("the watch to see the first ConfigMap", lambda: "before" in watch.seen)
+    wait_for(lambda: "before" in watch.seen, 60, what="the watch to see the first ConfigMap")
 
     started = time.monotonic()
     added = cluster_sh(cp, "add-nodes", "1")
@@ -203,13 +194,17 @@ def test_a_node_joins_the_running_cluster_and_leaves_nothing(running: ControlPla
         )
         return got if got["status"].get("phase") == "Running" else None
 
-    got = wait_until("the pod to run on the real node", pod_running, 120)
+    got = wait_for(pod_running, 120, what="the pod to run on the real node")
     assert got["spec"]["nodeName"] == NODE
     assert got["status"]["podIP"].startswith(state(cp)["NODES_NET"] + ".")
 
     # The client's watch goes on across the API server's restart.
     kubectl(cp, "-n", "joined", "create", "configmap", "after")
-    wait_until("the watch to see a ConfigMap made after the restart", lambda: "after" in watch.seen)
+    wait_for(
+        lambda: "after" in watch.seen,
+        60,
+        what="the watch to see a ConfigMap made after the restart",
+    )
     watch.stop()
 
     again = cluster_sh(cp, "add-nodes", "1")
@@ -218,24 +213,8 @@ def test_a_node_joins_the_running_cluster_and_leaves_nothing(running: ControlPla
     assert cluster_sh(cp, "status").returncode == 0
 
     # Everything of the node goes with the cluster.
-    values = state(cp)
-    sock = str(cp.directory / "nodes" / NODE / "containerd.sock")
-    ids = subprocess.run(
-        ["ctr", "--address", sock, "--namespace", "k8s.io", "containers", "ls", "-q"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    ).stdout.split()
-    assert ids, "no containers in the node's containerd"
-    traces = NodeTraces(
-        cp.directory,
-        values["NODES_BRIDGE"],
-        values["NODES_NET"],
-        sock,
-        ids,
-        [pid_of(cp.directory, f"kubelet-{NODE}"), pid_of(cp.directory, f"containerd-{NODE}")],
-    )
+    pids = [pid_of(cp.directory, f"{c}-{NODE}") for c in ("kubelet", "containerd")]
+    traces = node_traces(cp.directory, state(cp), pids)
     assert f"bridge {traces.bridge}" in leftovers(traces)
     cp.stop()
     left = leftovers(traces)

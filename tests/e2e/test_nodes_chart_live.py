@@ -16,7 +16,6 @@ node (``tests/e2e/real_nodes.py``: a control plane of the module's own with one 
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import signal
@@ -30,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from builders import session_host_pool
 from desktop import RdpClient, VirtualDisplay, install_client, pixel
 from e2e.agent_objects import run_tool
 from e2e.broker_helpers import CLIENT, REALM, BrokerProcess, keycloak_token
@@ -43,7 +42,6 @@ from kube import REPO_ROOT, ApiError, wait_for
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.desktop]
 
 CHART = REPO_ROOT / "charts" / "hostpool-operator"
-EXAMPLE = REPO_ROOT / "crds" / "examples" / "session-host-pool.yaml"
 RELEASE = "hp"
 LIVENESS_PORT, METRICS_PORT = 8080, 9090
 DESKTOP_PASSWORD = "alice-desk-pw"
@@ -262,30 +260,15 @@ def test_the_chart_runs_the_operator_in_a_pod(nodes: RealCluster, operator_pod: 
 
 
 def desktop_pool(nodes: RealCluster) -> Obj:
-    """The example pool, with the images built here (imported, never pulled), a 1 s agent
-    interval and probe, small resource requests (a two-core node) and a short scale-down."""
-    pool = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
+    """The example pool (tests/builders.py), with a 1 s agent interval and a short
+    scale-down."""
+    pool = session_host_pool(nodes.images["--session-host"], agent_interval=1)
     pool["metadata"]["name"] = "pods"
     spec = pool["spec"]
     spec["loadBalancer"]["maxSessionLimit"] = 2
     spec["entitlements"] = {"users": ["alice"]}
-    scaling = spec["scaling"]
-    scaling.update(minHosts=1, maxHosts=2, bufferSessions=0, scaleDownDelaySeconds=1)
-    pod = scaling["hostTemplate"]["workload"]["spec"]
-    image = nodes.images["--session-host"]
-    for container in pod["containers"] + pod["initContainers"]:
-        container["image"] = image
-        container["imagePullPolicy"] = "Never"
-        container["resources"] = {"requests": {"cpu": "50m", "memory": "64Mi"}}
-        if container["name"] == "agent":
-            command = container["command"]
-            command[command.index("--interval") + 1] = "1"
-            command += ["--verbose"]
-        else:
-            container["readinessProbe"]["periodSeconds"] = 1
-    pod["terminationGracePeriodSeconds"] = 10
-    pool_obj: Obj = pool
-    return pool_obj
+    spec["scaling"].update(minHosts=1, maxHosts=2, bufferSessions=0, scaleDownDelaySeconds=1)
+    return pool
 
 
 def desktop_pods(nodes: RealCluster) -> list[Obj]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import subprocess
 import sys
 import time
 import urllib.error
@@ -33,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from e2e.real_nodes import NODE, NodeTraces, RealCluster, leftovers, real_node_cluster
+from e2e.real_nodes import NODE, RealCluster, leftovers, node_traces, real_node_cluster
 from kube import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
@@ -209,24 +208,7 @@ def test_stop_leaves_nothing(cluster: RealCluster, web: dict[str, Any]) -> None:
     del web
     for u in cluster.usage:
         cluster.timings[u.name] = u.report()
-    state = cluster.state()
-    sock = str(cluster.node_dir / "containerd.sock")
-    ids = subprocess.run(
-        ["ctr", "--address", sock, "--namespace", "k8s.io", "containers", "ls", "-q"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    ).stdout.split()
-    assert ids, "no containers in the node's containerd"
-    node = NodeTraces(
-        cluster.cp.directory,
-        state["NODES_BRIDGE"],
-        state["NODES_NET"],
-        sock,
-        ids,
-        [u.pid for u in cluster.usage],
-    )
+    node = node_traces(cluster.cp.directory, cluster.state(), [u.pid for u in cluster.usage])
     running = leftovers(node)
     # The checks see the node's things while it runs (so they would see them left).
     assert f"bridge {node.bridge}" in running

@@ -166,6 +166,16 @@ nodes_check_args() { # validates HOSTPOOL_REAL_NODES (in REAL_NODES) and the mac
   ((${#deepest} < 104)) || fail "DIR is too long for real nodes' unix sockets ($deepest)"
 }
 
+nodes_prepare() { # containerd & co. installed, PAUSE_IMAGE, an empty DIR/nodes, the bridge
+  nodes_install
+  PAUSE_IMAGE="$(tar -xOf "$BIN_DIR/pause.tar" manifest.json |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["RepoTags"][0])')" ||
+    fail "no image name in $BIN_DIR/pause.tar"
+  rm -rf "$DIR/nodes"
+  mkdir -p "$DIR/nodes"
+  nodes_make_bridge
+}
+
 nodes_pki() { # node tokens, the API server's kubelet client certificate, kubelets' serving certs
   ((${REAL_NODES:-0} > 0)) || return 0
   local o="$PKI/openssl.log" k name ip
