@@ -99,23 +99,24 @@ digest="$(
 )"
 KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}_kwok-${KWOK_VERSION}_${go_version}_${digest}"
 CACHE_BIN="$CACHE_ROOT/$KEY/bin"
-prom_digest="$(
-  {
-    echo "$go_version $(go env GOOS GOARCH | tr '\n' ' ') CGO_ENABLED=0"
-    echo "${GO_BUILD_FLAGS[*]}|$PROMTOOL_LDFLAGS"
-    cat "$MODS/promtool/go.mod" "$MODS/promtool/go.sum"
-  } | sha256sum | cut -c1-12
-)"
-PROM_KEY="promtool-${PROMTOOL_VERSION}_${go_version}_${prom_digest}"
+# promtool and the server need no service discovery but the built-in static targets (the
+# tests backfill a TSDB and run rules): remove_all_sd leaves out every discovery plugin but
+# file and http, and with them the cloud SDKs that took most of a cold build.
+PROM_TAGS=remove_all_sd
+prom_key() { # NAME LDFLAGS -> the cache key of NAME built from tests/cluster/promtool
+  local digest
+  digest="$(
+    {
+      echo "$go_version $(go env GOOS GOARCH | tr '\n' ' ') CGO_ENABLED=0"
+      echo "${GO_BUILD_FLAGS[*]}|$2|tags=$PROM_TAGS"
+      cat "$MODS/promtool/go.mod" "$MODS/promtool/go.sum"
+    } | sha256sum | cut -c1-12
+  )"
+  echo "$1-${PROMTOOL_VERSION}_${go_version}_${digest}"
+}
+PROM_KEY="$(prom_key promtool "$PROMTOOL_LDFLAGS")"
 PROM_BIN="$CACHE_ROOT/$PROM_KEY/bin"
-prometheus_digest="$(
-  {
-    echo "$go_version $(go env GOOS GOARCH | tr '\n' ' ') CGO_ENABLED=0"
-    echo "${GO_BUILD_FLAGS[*]}|$PROMETHEUS_LDFLAGS"
-    cat "$MODS/promtool/go.mod" "$MODS/promtool/go.sum"
-  } | sha256sum | cut -c1-12
-)"
-PROMETHEUS_KEY="prometheus-${PROMTOOL_VERSION}_${go_version}_${prometheus_digest}"
+PROMETHEUS_KEY="$(prom_key prometheus "$PROMETHEUS_LDFLAGS")"
 PROMETHEUS_BIN="$CACHE_ROOT/$PROMETHEUS_KEY/bin"
 # The kubelet: the control plane's link flags, its own module (same k8s.io/kubernetes).
 kubelet_digest="$(
@@ -176,7 +177,9 @@ build() {
   log "building $names (in tests/cluster/$(basename "$dir")) ..."
   local out="$tmp/"
   [[ $# -eq 1 ]] && out="$tmp/$names" # a single package is named after us, not its path
-  if ! (cd "$dir" && go build "${GO_BUILD_FLAGS[@]}" -ldflags "$ldflags" -o "$out" "$@"); then
+  local tags=()
+  [[ -z "${BUILD_TAGS:-}" ]] || tags=(-tags "$BUILD_TAGS")
+  if ! (cd "$dir" && go build "${GO_BUILD_FLAGS[@]}" "${tags[@]}" -ldflags "$ldflags" -o "$out" "$@"); then
     rm -rf "$tmp"
     die "go build of $names failed (module tests/cluster/$(basename "$dir"))"
   fi
@@ -218,10 +221,10 @@ build_locked() {
 
 # promtool and the prometheus server: each under its own key and lock.
 if [[ "$WITH_PROMTOOL" == 1 ]]; then
-  build_locked "$PROM_KEY" promtool "$MODS/promtool" "$PROMTOOL_LDFLAGS" \
+  BUILD_TAGS="$PROM_TAGS" build_locked "$PROM_KEY" promtool "$MODS/promtool" "$PROMTOOL_LDFLAGS" \
     github.com/prometheus/prometheus/cmd/promtool
-  build_locked "$PROMETHEUS_KEY" prometheus "$MODS/promtool" "$PROMETHEUS_LDFLAGS" \
-    github.com/prometheus/prometheus/cmd/prometheus
+  BUILD_TAGS="$PROM_TAGS" build_locked "$PROMETHEUS_KEY" prometheus "$MODS/promtool" \
+    "$PROMETHEUS_LDFLAGS" github.com/prometheus/prometheus/cmd/prometheus
 fi
 
 # The kubelet and the pause image (--nodes): each under its own key and lock.
