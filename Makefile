@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The bench's compiled reference controller (Go, standard library only): formatted and vetted.
-GO_CHECK := cd tests/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
+GO_CHECK := cd hack/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
 
 .PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-prepare test test-faults test-unit lint crds bench-engine bench-recommend bench bench-hosts bench-scale tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-down clean
 
@@ -23,22 +23,22 @@ venv: $(STAMP) ## create .venv and install the project with its test extra
 # The image is built with podman from Debian's packages, no registry needed (podman, runc and
 # mmdebstrap are installed with apt-get where missing); cached, so a rebuild takes seconds.
 image: $(STAMP) ## build the operator image localhost/hostpool-operator:<version> with podman (docs/install.md)
-	HOSTPOOL_PYTHON=$(PY) tests/cluster/image.sh
+	HOSTPOOL_PYTHON=$(PY) hack/cluster/image.sh
 
 image-session-host: $(STAMP) ## build the xrdp session-host image localhost/hostpool-session-host:<version> (operator/session-host.Containerfile)
-	HOSTPOOL_PYTHON=$(PY) tests/cluster/image.sh --session-host
+	HOSTPOOL_PYTHON=$(PY) hack/cluster/image.sh --session-host
 
 # make test's: where podman cannot be had, says why and goes on (tests/e2e/test_image_live.py skips).
 test-image: $(STAMP)
-	@HOSTPOOL_PYTHON=$(PY) tests/cluster/image.sh --optional >/dev/null
+	@HOSTPOOL_PYTHON=$(PY) hack/cluster/image.sh --optional >/dev/null
 
 # As root the desktop tests run too: their image is built here, beside the operator's.
 test-image-session-host: $(STAMP)
-	@if [ "$$(id -u)" = 0 ]; then HOSTPOOL_PYTHON=$(PY) tests/cluster/image.sh --optional --session-host >/dev/null; fi
+	@if [ "$$(id -u)" = 0 ]; then HOSTPOOL_PYTHON=$(PY) hack/cluster/image.sh --optional --session-host >/dev/null; fi
 
 # Keycloak from Maven Central for the sign-in tests; where it cannot be had they say why.
 test-keycloak:
-	@tests/idp/keycloak.sh >/dev/null || echo "make: tests/idp/keycloak.sh failed; the Keycloak tests will say why" >&2
+	@hack/cluster/keycloak.sh >/dev/null || echo "make: hack/cluster/keycloak.sh failed; the Keycloak tests will say why" >&2
 
 # make test's set-up. Cold, the Go tools take most of it and keep both cores busy, while
 # the images (mmdebstrap, pip wheels) and Keycloak are mostly downloads: all at once.
@@ -47,7 +47,7 @@ test-prepare: $(STAMP)
 	@$(MAKE) --no-print-directory -j4 tools test-image test-image-session-host test-keycloak
 
 test: $(STAMP) test-prepare ## everything: lint, types, layers, unit, property, CRD, end-to-end and image tests
-	$(PY) -m ruff check operator tests
+	$(PY) -m ruff check operator tests hack
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	$(GO_CHECK)
@@ -60,7 +60,7 @@ test-unit: $(STAMP) ## pure tests only (no control plane needed)
 	$(PY) -m pytest tests/unit
 
 lint: $(STAMP) ## ruff, mypy, import-linter's layers (and gofmt/go vet for the bench's Go controller)
-	$(PY) -m ruff check operator tests
+	$(PY) -m ruff check operator tests hack
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	$(GO_CHECK)
@@ -69,10 +69,10 @@ crds: $(STAMP) ## regenerate crds/ from the pydantic models
 	$(PY) -m hostpool_operator.cli crds --output-dir crds
 
 bench-recommend: $(STAMP) ## recommend-plan over four weeks of 5,000 sessions a day: run time and the plan's figures
-	$(PY) tests/bench/recommend.py
+	$(PY) hack/bench/recommend.py
 
 bench-engine: $(STAMP) ## placement decisions per second for 10..10,000 hosts
-	$(PY) tests/bench/engine.py
+	$(PY) hack/bench/engine.py
 
 BENCH_KUBECONFIG ?= $(KUBECONFIG)
 # The storm needs no pods: its control plane runs no kube-scheduler, kwok or fake nodes, as in
@@ -82,60 +82,60 @@ BENCH_KUBECONFIG ?= $(KUBECONFIG)
 # kube-apiserver goes on deleting the bench's namespaces, busy for minutes after the figures.
 bench: $(STAMP) tools-cluster ## logon storm against the API server: operator vs. the write ceiling
 	@if [ -n "$(BENCH_KUBECONFIG)" ]; then kc="$(BENCH_KUBECONFIG)"; started=""; \
-	else HOSTPOOL_FAKE_NODES=0 tests/cluster/cluster.sh up .cluster/bench >/dev/null && kc=.cluster/bench/kubeconfig; started=.cluster/bench; fi; \
+	else HOSTPOOL_FAKE_NODES=0 hack/cluster/cluster.sh up .cluster/bench >/dev/null && kc=.cluster/bench/kubeconfig; started=.cluster/bench; fi; \
 	.cluster/bin/kubectl --kubeconfig "$$kc" apply -f crds/ >/dev/null && \
 	.cluster/bin/kubectl --kubeconfig "$$kc" wait --for=condition=Established crd --all --timeout=60s >/dev/null && \
-	KUBECONFIG="$$kc" $(PY) tests/bench/storm.py --plot .cluster/bench-storm.png; rc=$$?; \
-	if [ -n "$$started" ] && [ -z "$(BENCH_KEEP)" ]; then tests/cluster/cluster.sh down "$$started" >/dev/null 2>&1; fi; \
+	KUBECONFIG="$$kc" $(PY) hack/bench/storm.py --plot .cluster/bench-storm.png; rc=$$?; \
+	if [ -n "$$started" ] && [ -z "$(BENCH_KEEP)" ]; then hack/cluster/cluster.sh down "$$started" >/dev/null 2>&1; fi; \
 	exit $$rc
 
 bench-hosts: $(STAMP) tools-cluster ## 50 pod-backed hosts started on demand by a logon storm: hosts created vs. needed
-	@$(PY) tests/bench/hosts.py
+	@$(PY) hack/bench/hosts.py
 
 bench-scale: $(STAMP) tools-cluster ## 100,000 assigned sessions over 1,000 pools: operator start, storm, kill -9 (SCALE_* to scale down)
 	@if [ -n "$(BENCH_KUBECONFIG)" ]; then kc="$(BENCH_KUBECONFIG)"; dir=""; \
 	elif [ -n "$(SCALE_REUSE)" ]; then kc=.cluster/bench-scale/kubeconfig; dir=.cluster/bench-scale; \
-	else tests/cluster/cluster.sh down .cluster/bench-scale >/dev/null 2>&1; \
-	  HOSTPOOL_FAKE_NODES=0 tests/cluster/cluster.sh up .cluster/bench-scale >/dev/null && kc=.cluster/bench-scale/kubeconfig; dir=.cluster/bench-scale; fi; \
+	else hack/cluster/cluster.sh down .cluster/bench-scale >/dev/null 2>&1; \
+	  HOSTPOOL_FAKE_NODES=0 hack/cluster/cluster.sh up .cluster/bench-scale >/dev/null && kc=.cluster/bench-scale/kubeconfig; dir=.cluster/bench-scale; fi; \
 	.cluster/bin/kubectl --kubeconfig "$$kc" apply -f crds/ >/dev/null && \
 	.cluster/bin/kubectl --kubeconfig "$$kc" wait --for=condition=Established crd --all --timeout=60s >/dev/null && \
-	KUBECONFIG="$$kc" SCALE_CLUSTER_DIR="$$dir" $(PY) tests/bench/scale.py; rc=$$?; \
-	if [ -n "$$dir" ] && [ -z "$(BENCH_KEEP)$(SCALE_PREFILL_ONLY)$(SCALE_REUSE)" ]; then tests/cluster/cluster.sh down "$$dir" >/dev/null 2>&1; fi; \
+	KUBECONFIG="$$kc" SCALE_CLUSTER_DIR="$$dir" $(PY) hack/bench/scale.py; rc=$$?; \
+	if [ -n "$$dir" ] && [ -z "$(BENCH_KEEP)$(SCALE_PREFILL_ONLY)$(SCALE_REUSE)" ]; then hack/cluster/cluster.sh down "$$dir" >/dev/null 2>&1; fi; \
 	exit $$rc
 
 tools: ## build kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kubectl, helm, kwok, promtool, prometheus into the cache
-	tests/cluster/tools.sh
+	hack/cluster/tools.sh
 
 # The control plane alone: promtool is for the alert-rule tests (make test), not for a demo.
 tools-cluster: ## the same without promtool and prometheus (what the demo, the benches and cluster-up need)
-	tests/cluster/tools.sh --control-plane
+	hack/cluster/tools.sh --control-plane
 
 # Real nodes (root): the kubelet and the pause image, built from the same Kubernetes module.
 tools-nodes: ## the control plane's tools plus the kubelet and the pause image, for real nodes (docs/cluster.md)
-	tests/cluster/tools.sh --control-plane --nodes
+	hack/cluster/tools.sh --control-plane --nodes
 
 # HOSTPOOL_REAL_NODES=1 make cluster-up adds a real kubelet node (tools.sh then builds it too).
 cluster-up: tools-cluster ## start a local control plane with 3 fake nodes (HOSTPOOL_REAL_NODES=N: N real nodes too); kubeconfig in .cluster/kubeconfig
-	tests/cluster/cluster.sh up .cluster
+	hack/cluster/cluster.sh up .cluster
 
 cluster-down: ## stop the local control plane
-	tests/cluster/cluster.sh down .cluster
+	hack/cluster/cluster.sh down .cluster
 
 demo: $(STAMP) tools-cluster ## the main job: control plane, operator, a depth-first pool and a logon burst
-	$(PY) tests/demo.py
+	$(PY) hack/demo/pool.py
 
 demo-broker: $(STAMP) ## after make demo: Keycloak and hostpool-broker; users sign in and get an .rdp file
-	$(PY) tests/demo_broker.py
+	$(PY) hack/demo/broker.py
 
 demo-desktop: $(STAMP) ## after make demo (as root): an xrdp host, a desktop Pod on a real node, three users on real desktops via the broker and FreeRDP
-	$(PY) tests/demo_desktop.py
+	$(PY) hack/demo/desktop.py
 
 demo-down: ## stop the demo's operator, agents, broker and Keycloak, desktops, and the local control plane
-	-test -x $(PY) && $(PY) tests/demo_desktop.py down
+	-test -x $(PY) && $(PY) hack/demo/desktop.py down
 	-for p in broker keycloak; do test -f .cluster/$$p.pid && kill -- -$$(cat .cluster/$$p.pid) 2>/dev/null; rm -f .cluster/$$p.pid; done
 	-test -f .cluster/operator.pid && kill $$(cat .cluster/operator.pid) 2>/dev/null; rm -f .cluster/operator.pid
 	-for f in .cluster/agents/*.pid; do test -f "$$f" && kill $$(cat "$$f") 2>/dev/null; rm -f "$$f"; done
-	tests/cluster/cluster.sh down .cluster
+	hack/cluster/cluster.sh down .cluster
 
 clean:
 	rm -rf $(VENV) .cluster .pytest_cache .mypy_cache .ruff_cache

@@ -3,7 +3,7 @@
 ``kube`` (session scope) is lazy: only a test that asks for it (directly or through
 ``namespace``) starts anything. It uses the cluster of ``HOSTPOOL_TEST_KUBECONFIG`` when
 that is set (kind, or any cluster you may install CRDs into), otherwise it builds the tools
-(``tests/cluster/tools.sh``; minutes the first time, cached afterwards) and starts the repository's
+(``hack/cluster/tools.sh``; minutes the first time, cached afterwards) and starts the repository's
 own control plane (etcd + kube-apiserver + kube-controller-manager) in a temporary
 directory, and stops it at the end of the session. Either way the CRDs from ``crds/`` are
 created or replaced and waited for (Established) before the first test runs; with its own
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import ControlPlane, ensure_tools
-from kube import REPO_ROOT, Kube, crd_files, make_api_client, unique_name
+from support.controlplane import ControlPlane, ensure_tools
+from support.kube import REPO_ROOT, Kube, crd_files, make_api_client, unique_name
 
 KUBECONFIG_ENV = "HOSTPOOL_TEST_KUBECONFIG"
 #: The suite's bridge for xrdp session hosts in network namespaces (tests/desktop); the API

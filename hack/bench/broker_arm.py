@@ -35,7 +35,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from keycloak import Keycloak, keycloak_session, numbered_users, realm  # noqa: E402
+from support.keycloak import Keycloak, keycloak_session, numbered_users, realm
 
 REALM, CLIENT, GROUP = "bench", "hostpool-desktops", "bench"
 

@@ -1,6 +1,6 @@
 """Engine speed: placement decisions per second for pools of 10 to 10,000 hosts.
 
-``make bench-engine`` (or ``python tests/bench/engine.py``). A decision is one
+``make bench-engine`` (or ``python hack/bench/engine.py``). A decision is one
 ``assign``: choose a host for a new user and record the session, as the operator does for
 each request of a logon storm. Hosts start with random session counts; each configuration
 runs for a fixed time budget and reports the median of several rounds.

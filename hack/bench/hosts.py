@@ -38,7 +38,7 @@ from kubernetes.client.exceptions import ApiException
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import builders  # noqa: E402  (the tests' manifests: the same desktop Pod as the demo)
+from support import builders
 
 CLUSTER = ROOT / ".cluster" / "bench-hosts"
 GROUP, VERSION = "hostpool.io", "v1alpha1"
@@ -57,7 +57,7 @@ def kubeconfig() -> tuple[Path, bool]:
         log(f"using the cluster of KUBECONFIG={value}")
         return Path(value), False
     log("starting the local control plane with 3 fake nodes")
-    script = ROOT / "tests" / "cluster" / "cluster.sh"
+    script = ROOT / "hack" / "cluster" / "cluster.sh"
     subprocess.run([str(script), "up", str(CLUSTER)], check=True, stdout=subprocess.DEVNULL)
     return CLUSTER / "kubeconfig", True
 
@@ -123,7 +123,7 @@ def main() -> int:
         return run(path)
     finally:
         if ours:
-            script = ROOT / "tests" / "cluster" / "cluster.sh"
+            script = ROOT / "hack" / "cluster" / "cluster.sh"
             subprocess.run([str(script), "down", str(CLUSTER)], check=False)
 
 

@@ -9,7 +9,7 @@ one page at a time like ``Informer.list_once``. Prints the RSS and the tracemall
 per request record, and the seconds of decode and rebuild; ``--profile`` prints the top of a
 cProfile of the rebuild instead.
 
-    .venv/bin/python tests/bench/rebuild_memory.py --requests 100000
+    .venv/bin/python hack/bench/rebuild_memory.py --requests 100000
 """
 
 from __future__ import annotations

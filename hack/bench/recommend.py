@@ -128,7 +128,7 @@ def pool_manifest(kind: str) -> dict[str, Any]:
 
 
 def result_peak(past: Any) -> int:
-    from hostpool_operator.simulate.demand_curve import peak_concurrency
+    from hostpool_operator.recommend.demand_curve import peak_concurrency
 
     return int(peak_concurrency(past))
 
@@ -201,8 +201,8 @@ def main() -> int:
     # The figures the JSON does not carry (worst wait), from the same replays in-process.
     from hostpool_operator.api import HostPoolSpec
     from hostpool_operator.api.plan import PlanRules
-    from hostpool_operator.simulate.history import parse_history
-    from hostpool_operator.simulate.recommend import Options, evaluate_plan
+    from hostpool_operator.recommend.history import parse_history
+    from hostpool_operator.recommend.recommender import Options, evaluate_plan
 
     spec = HostPoolSpec.model_validate(manifest["spec"])
     past = parse_history(history_path.read_text().splitlines(), ZoneInfo(ZONE))

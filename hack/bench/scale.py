@@ -944,7 +944,7 @@ async def bench_filled(
             except (ApiError, ApiTransportError) as error:
                 log(f"namespace {ns} not deleted: {error}")
     if args.cluster_dir:
-        log(f"the control plane runs on: tests/cluster/cluster.sh down {args.cluster_dir}")
+        log(f"the control plane runs on: hack/cluster/cluster.sh down {args.cluster_dir}")
     await client.close()
     bad = invariants["lost"] or invariants["duplicates"] or invariants["overLimit"]
     return 1 if bad else 0

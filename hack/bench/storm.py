@@ -54,11 +54,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "operator"))
 
 sys.path.insert(0, str(ROOT / "tests"))
-from bench import broker_arm  # noqa: E402
-from hostpool_operator.api import conditions as cond  # noqa: E402
-from hostpool_operator.api.timestamps import rfc3339  # noqa: E402
-from hostpool_operator.kube.client import KubeClient  # noqa: E402
-from hostpool_operator.kube.errors import ApiError, ApiTransportError  # noqa: E402
+from bench import broker_arm
+from hostpool_operator.api import conditions as cond
+from hostpool_operator.api.timestamps import rfc3339
+from hostpool_operator.kube.client import KubeClient
+from hostpool_operator.kube.errors import ApiError, ApiTransportError
 
 GROUP_VERSION = "hostpool.io/v1alpha1"
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}

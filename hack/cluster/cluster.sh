@@ -4,28 +4,28 @@
 # so that pods run, kube-scheduler and kwok with fake nodes (kwok plays their kubelet:
 # nodes become Ready, scheduled pods Running and Ready with an IP; no container runs).
 # With HOSTPOOL_REAL_NODES=N, also N real nodes: kubelets with containerd, whose pods run
-# (tests/cluster/node/nodes.sh; root).
+# (hack/cluster/node/nodes.sh; root).
 #
-# Usage: tests/cluster/cluster.sh up DIR       start (or, if already healthy, just report) the cluster
-#        tests/cluster/cluster.sh down DIR     stop it (fine when not running)
-#        tests/cluster/cluster.sh status DIR   exit 0 when running and ready
-#        tests/cluster/cluster.sh restart-controller-manager DIR
+# Usage: hack/cluster/cluster.sh up DIR       start (or, if already healthy, just report) the cluster
+#        hack/cluster/cluster.sh down DIR     stop it (fine when not running)
+#        hack/cluster/cluster.sh status DIR   exit 0 when running and ready
+#        hack/cluster/cluster.sh restart-controller-manager DIR
 #            restart kube-controller-manager only: its garbage collector rediscovers resource
 #            types every 30 s (fixed upstream), so after installing CRDs a restart makes
 #            ownerReferences on custom resources cascade at once instead of up to 30 s later
-#        tests/cluster/cluster.sh restart-apiserver DIR
-#        tests/cluster/cluster.sh restart-etcd DIR
+#        hack/cluster/cluster.sh restart-apiserver DIR
+#        hack/cluster/cluster.sh restart-etcd DIR
 #            stop that one process and start it again with the same ports, flags and data
 #            (a fault for tests: clients see their connections and watches drop); wait until
 #            it is healthy again and the API server reports /readyz ok
-#        tests/cluster/cluster.sh fail-pod DIR NAMESPACE POD
+#        hack/cluster/cluster.sh fail-pod DIR NAMESPACE POD
 #            mark a pod Failed and not Ready, as a kubelet would for a crashed pod
-#        tests/cluster/cluster.sh remove-node DIR NODE
+#        hack/cluster/cluster.sh remove-node DIR NODE
 #            delete a fake node; kube-controller-manager's pod GC then deletes its pods
-#        tests/cluster/cluster.sh import-image DIR IMAGE|ARCHIVE
+#        hack/cluster/cluster.sh import-image DIR IMAGE|ARCHIVE
 #            put an image into every real node's containerd (`podman save` of IMAGE, or a
 #            docker/OCI archive), for pods with imagePullPolicy Never or IfNotPresent
-#        tests/cluster/cluster.sh check-nodes
+#        hack/cluster/cluster.sh check-nodes
 #            exit 0 when real nodes can run here, else print why and exit 3
 #
 # `up` prints the admin kubeconfig path (DIR/kubeconfig) on stdout; progress goes to stderr.
@@ -33,7 +33,7 @@
 # etcd/ (data, wiped at each fresh start), logs/<component>.log, pids/<name>.pid, state.env
 # (ports, fake node count, extra kube-apiserver flags).
 #
-# Env: HOSTPOOL_BIN_DIR          binaries (default <repo>/.cluster/bin, filled by tests/cluster/tools.sh)
+# Env: HOSTPOOL_BIN_DIR          binaries (default <repo>/.cluster/bin, filled by hack/cluster/tools.sh)
 #      HOSTPOOL_FAKE_NODES       fake nodes to create (default 3); 0: no kube-scheduler, no kwok
 #      HOSTPOOL_KCM_CONTROLLERS  kube-controller-manager --controllers value (with fake nodes, the
 #                                node lifecycle and pod GC controllers are added to it)
@@ -90,7 +90,7 @@ usage() {
 }
 
 # shellcheck source-path=SCRIPTDIR source=node/nodes.sh
-source "$REPO_ROOT/tests/cluster/node/nodes.sh"
+source "$REPO_ROOT/hack/cluster/node/nodes.sh"
 
 if [[ "${1:-}" == check-nodes ]]; then
   why="$(nodes_why_not)"
@@ -435,6 +435,8 @@ start_apiserver() { # same flags and ports at every start; waiting for /readyz i
   log "starting kube-apiserver on https://$APISERVER_ADDRESS:$APISERVER_PORT"
   local node_args=()
   mapfile -t node_args < <(nodes_apiserver_args)
+  local extra_args=() # APISERVER_ARGS: extra flags, split on spaces
+  read -r -a extra_args <<<"${APISERVER_ARGS:-}"
   start kube-apiserver \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --bind-address="$APISERVER_ADDRESS" \
@@ -452,7 +454,7 @@ start_apiserver() { # same flags and ports at every start; waiting for /readyz i
     --service-account-signing-key-file="$PKI/sa.key" \
     --endpoint-reconciler-type=none \
     "${node_args[@]}" \
-    ${APISERVER_ARGS:-}
+    "${extra_args[@]}"
 }
 
 cmd_up() {
@@ -487,10 +489,10 @@ cmd_up() {
   local c
   for c in "${COMPONENTS[@]}" kubectl; do
     [[ -x "$BIN_DIR/$c" ]] ||
-      fail "binary $BIN_DIR/$c not found; run tests/cluster/tools.sh (make tools) first or set HOSTPOOL_BIN_DIR"
+      fail "binary $BIN_DIR/$c not found; run hack/cluster/tools.sh (make tools) first or set HOSTPOOL_BIN_DIR"
   done
   if ((FAKE_NODES > 0)) && [[ ! -s "$BIN_DIR/kwok-stages.yaml" ]]; then
-    fail "$BIN_DIR/kwok-stages.yaml not found; run tests/cluster/tools.sh (make tools) first"
+    fail "$BIN_DIR/kwok-stages.yaml not found; run hack/cluster/tools.sh (make tools) first"
   fi
   for c in openssl curl python3 setsid base64; do
     command -v "$c" >/dev/null || fail "required command '$c' not found on PATH"

@@ -22,12 +22,12 @@
 # as localhost/hostpool-session-host-base), and the build context is the wheels plus
 # operator/session-host/ (the entrypoint and its configuration).
 #
-# Usage: tests/cluster/image.sh                 build what is missing, print the image name
-#        tests/cluster/image.sh --optional      the same, but where podman cannot be had, say why
+# Usage: hack/cluster/image.sh                 build what is missing, print the image name
+#        hack/cluster/image.sh --optional      the same, but where podman cannot be had, say why
 #                                                and exit 0 (make test: the live test then skips)
-#        tests/cluster/image.sh --check         exit 0 if podman can be had here, else print why
+#        hack/cluster/image.sh --check         exit 0 if podman can be had here, else print why
 #                                                and exit 3 (the live test's skip reason)
-#        tests/cluster/image.sh --session-host  the session-host image (localhost/hostpool-session-host:
+#        hack/cluster/image.sh --session-host  the session-host image (localhost/hostpool-session-host:
 #                                                <version>); combines with --optional
 # Exit status 3: podman, runc or mmdebstrap is missing and cannot be installed here.
 # Env:   HOSTPOOL_TOOLS_CACHE   cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hostpool-operator)
@@ -106,9 +106,7 @@ if [[ -n "$reason" ]]; then
 fi
 if ! have_tools; then
   log "installing podman, runc and mmdebstrap with apt-get ..."
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq podman runc mmdebstrap >&2
+  "$REPO_ROOT/hack/cluster/apt-install.sh" podman runc mmdebstrap >&2
 fi
 
 mkdir -p "$CACHE"
@@ -124,7 +122,7 @@ PODMAN=(podman --runtime runc --cgroup-manager cgroupfs)
 # One build at a time (parallel test runs may all call this).
 exec 9>"$CACHE/.lock"
 if ! flock -n 9; then
-  log "another tests/cluster/image.sh is building; waiting for it"
+  log "another hack/cluster/image.sh is building; waiting for it"
   flock 9
 fi
 

@@ -15,7 +15,7 @@
 # per tree and kept, and it keeps everything else a server writes (the transaction log,
 # which would go to data/) in the session's own directory.
 #
-# Usage: tests/idp/keycloak.sh
+# Usage: hack/cluster/keycloak.sh
 # Needs: java (17 or later, to run it), mvn (to fetch it), unzip, sha256sum.
 # Env:   HOSTPOOL_TOOLS_CACHE   cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hostpool-operator)
 set -euo pipefail

@@ -2,29 +2,29 @@
 # Build the local control-plane tools from Go modules, once, into a cache outside the repo,
 # and link them into .cluster/bin/:
 #   kube-apiserver, kube-controller-manager,
-#   kube-scheduler, kubectl                           (k8s.io/kubernetes, tests/cluster/k8s)
-#   etcd                                              (go.etcd.io/etcd/server/v3, tests/cluster/etcd)
-#   helm                                              (helm.sh/helm/v3, tests/cluster/helm)
-#   kwok, and kwok-stages.yaml from the same module   (sigs.k8s.io/kwok, tests/cluster/kwok)
+#   kube-scheduler, kubectl                           (k8s.io/kubernetes, hack/cluster/k8s)
+#   etcd                                              (go.etcd.io/etcd/server/v3, hack/cluster/etcd)
+#   helm                                              (helm.sh/helm/v3, hack/cluster/helm)
+#   kwok, and kwok-stages.yaml from the same module   (sigs.k8s.io/kwok, hack/cluster/kwok)
 #   promtool (alert-rule tests)                       (github.com/prometheus/prometheus,
-#                                                      tests/cluster/promtool)
+#                                                      hack/cluster/promtool)
 #   prometheus (recommend-plan --prometheus tests)    (the same module as promtool, its
 #                                                      server without the web UI's assets)
 #   with --nodes (real nodes, cluster.sh HOSTPOOL_REAL_NODES):
-#   kubelet                                           (k8s.io/kubernetes, tests/cluster/kubelet;
-#                                                      the same version as tests/cluster/k8s)
+#   kubelet                                           (k8s.io/kubernetes, hack/cluster/kubelet;
+#                                                      the same version as hack/cluster/k8s)
 #   pause.tar, the pod sandbox image localhost/pause:<tag> as a docker archive: the module's
 #   own build/pause/linux/pause.c compiled static with gcc, no registry
-# The module versions are pinned by the committed go.mod/go.sum files under tests/cluster/.
+# The module versions are pinned by the committed go.mod/go.sum files under hack/cluster/.
 # The cache key covers those files, the Go version and this script, so any change rebuilds.
 # promtool, prometheus, the kubelet and the pause image have cache keys of their own: adding or
 # upgrading them rebuilds none of the others (and without --nodes they are not built at all).
 #
-# Usage: tests/cluster/tools.sh            build what is missing, link, print the bin dir
-#        tests/cluster/tools.sh --control-plane   the same without promtool and prometheus (only
+# Usage: hack/cluster/tools.sh            build what is missing, link, print the bin dir
+#        hack/cluster/tools.sh --control-plane   the same without promtool and prometheus (only
 #                                                 the alert and recommend-plan --prometheus
 #                                                 tests need them; a demo should not wait)
-#        tests/cluster/tools.sh --nodes    also the kubelet and the pause image (combines with
+#        hack/cluster/tools.sh --nodes    also the kubelet and the pause image (combines with
 #                                          --control-plane); needs gcc and libc6-dev (installed
 #                                          with apt-get where missing, as root)
 # Env:   HOSTPOOL_TOOLS_CACHE     cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hostpool-operator)
@@ -45,7 +45,7 @@ for arg in "$@"; do
 done
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-MODS="$REPO_ROOT/tests/cluster"
+MODS="$REPO_ROOT/hack/cluster"
 
 K8S_VERSION=v1.37.2
 K8S_MINOR=37
@@ -103,7 +103,7 @@ CACHE_BIN="$CACHE_ROOT/$KEY/bin"
 # tests backfill a TSDB and run rules): remove_all_sd leaves out every discovery plugin but
 # file and http, and with them the cloud SDKs that took most of a cold build.
 PROM_TAGS=remove_all_sd
-prom_key() { # NAME LDFLAGS -> the cache key of NAME built from tests/cluster/promtool
+prom_key() { # NAME LDFLAGS -> the cache key of NAME built from hack/cluster/promtool
   local digest
   digest="$(
     {
@@ -174,14 +174,14 @@ build() {
   local tmp start end
   tmp="$(mktemp -d "$(dirname "$dest")/build.XXXXXX")"
   start=$(date +%s)
-  log "building $names (in tests/cluster/$(basename "$dir")) ..."
+  log "building $names (in hack/cluster/$(basename "$dir")) ..."
   local out="$tmp/"
   [[ $# -eq 1 ]] && out="$tmp/$names" # a single package is named after us, not its path
   local tags=()
   [[ -z "${BUILD_TAGS:-}" ]] || tags=(-tags "$BUILD_TAGS")
   if ! (cd "$dir" && go build "${GO_BUILD_FLAGS[@]}" "${tags[@]}" -ldflags "$ldflags" -o "$out" "$@"); then
     rm -rf "$tmp"
-    die "go build of $names failed (module tests/cluster/$(basename "$dir"))"
+    die "go build of $names failed (module hack/cluster/$(basename "$dir"))"
   fi
   local n
   for n in $names; do
@@ -210,7 +210,7 @@ build_locked() {
   mkdir -p "$dest"
   exec 8>"$CACHE_ROOT/$key/.lock"
   if ! flock -n 8; then
-    log "another tests/cluster/tools.sh is building $key; waiting for it"
+    log "another hack/cluster/tools.sh is building $key; waiting for it"
     flock 8
   fi
   if [[ ! -x "$dest/$name" ]]; then
@@ -232,7 +232,7 @@ if [[ "$WITH_NODES" == 1 ]]; then
   # The kubelet must come from the Kubernetes the control plane is built from.
   for m in k8s kubelet; do
     grep -qx "require k8s.io/kubernetes $K8S_VERSION" "$MODS/$m/go.mod" ||
-      die "tests/cluster/$m/go.mod does not require k8s.io/kubernetes $K8S_VERSION (K8S_VERSION here)"
+      die "hack/cluster/$m/go.mod does not require k8s.io/kubernetes $K8S_VERSION (K8S_VERSION here)"
   done
   build_locked "$KUBELET_KEY" kubelet "$MODS/kubelet" "$K8S_LDFLAGS" k8s.io/kubernetes/cmd/kubelet
 
@@ -240,7 +240,7 @@ if [[ "$WITH_NODES" == 1 ]]; then
   if ! command -v gcc >/dev/null || ! static_libc; then
     if command -v apt-get >/dev/null && [[ $(id -u) -eq 0 ]]; then
       log "installing gcc and libc6-dev with apt-get (the pause image is compiled from C) ..."
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >&2 ||
+      "$REPO_ROOT/hack/cluster/apt-install.sh" gcc libc6-dev >&2 ||
         die "apt-get install gcc libc6-dev failed"
     else
       die "the pause image needs gcc and a static libc (Debian: apt-get install gcc libc6-dev)"
@@ -304,7 +304,7 @@ mkdir -p "$CACHE_BIN"
 # One builder at a time per cache key (parallel test runs may all call this).
 exec 9>"$CACHE_ROOT/$KEY/.lock"
 if ! flock -n 9; then
-  log "another tests/cluster/tools.sh is building $KEY; waiting for it"
+  log "another hack/cluster/tools.sh is building $KEY; waiting for it"
   flock 9
 fi
 if all_cached; then

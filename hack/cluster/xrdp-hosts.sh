@@ -4,15 +4,15 @@
 # every logon is a real Xorg session with twm and an xterm), reached by any RDP client at the
 # host's address on port 3389.
 #
-# Usage: tests/desktop/xrdp-hosts.sh up DIR --bridge BR --hosts "NAME ..." [--first N]
+# Usage: hack/cluster/xrdp-hosts.sh up DIR --bridge BR --hosts "NAME ..." [--first N]
 #                                           [--users "USER:PASSWORD ..."]
 #            start the hosts (and create the users) when not already up; prints one line per
 #            host: NAME ADDRESS NETNS
-#        tests/desktop/xrdp-hosts.sh down DIR     stop every process of the hosts, remove their
+#        hack/cluster/xrdp-hosts.sh down DIR     stop every process of the hosts, remove their
 #            namespaces, the users this script created and what Xorg left in /tmp
-#        tests/desktop/xrdp-hosts.sh exec DIR NAME COMMAND...
+#        hack/cluster/xrdp-hosts.sh exec DIR NAME COMMAND...
 #            run COMMAND in host NAME's network namespace (as that host's agent runs)
-#        tests/desktop/xrdp-hosts.sh check       exit 0 when this machine can run hosts, else
+#        hack/cluster/xrdp-hosts.sh check       exit 0 when this machine can run hosts, else
 #            print why and exit 3
 #
 # The bridge BR must exist with an IPv4 address (the local control plane makes it with
@@ -63,9 +63,7 @@ install_packages() {
   done
   ((${#missing[@]} == 0)) && return 0
   log "installing ${missing[*]} with apt-get ..."
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  "$(dirname "$0")/apt-install.sh" --no-install-recommends "${missing[@]}" >&2
 }
 
 # A short, stable interface name for a host (interface names have at most 15 characters).
@@ -180,7 +178,8 @@ cmd_up() {
     [[ "$name" =~ ^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$ ]] || die "not a host name: $name"
     if [[ -f "$DIR/$name/host.env" ]] && ip netns pids "$(netns_of "$name")" >/dev/null 2>&1 &&
       [[ -n "$(ip netns pids "$(netns_of "$name")")" ]]; then
-      # shellcheck disable=SC1091
+      # host.env is written by start_host: NAME, ADDRESS, NETNS.
+      # shellcheck disable=SC1090,SC2153
       (source "$DIR/$name/host.env" && printf '%s %s %s\n' "$NAME" "$ADDRESS" "$NETNS")
     else
       start_host "$i" "$name"

@@ -22,12 +22,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+# The tests' support package (control plane, Keycloak, desktops) does the set-up here too.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from keycloak import Keycloak, keycloak_home, realm
+from support.keycloak import Keycloak, keycloak_home, realm
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / ".cluster"
 NAMESPACE = "hostpool-demo"
 POOL = "desktops"

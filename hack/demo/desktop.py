@@ -12,7 +12,7 @@ are started as ``make demo-broker`` does, if not running. Each user signs in, as
 broker to connect, and opens the ``.rdp`` file it hands back with FreeRDP on a virtual
 display of their own; the agents report the sessions. The screenshots go to
 ``.cluster/demo-desktop/`` and a table shows who is on which host. Everything keeps running
-for a look around; ``make demo-down`` (or ``tests/demo_desktop.py down``, then
+for a look around; ``make demo-down`` (or ``hack/demo/desktop.py down``, then
 ``cluster.sh down``) stops it. Needs root (network namespaces, local users, a kubelet).
 """
 
@@ -28,13 +28,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+# The tests' support package (control plane, Keycloak, desktops) does the set-up here too.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hack/: the other demos
+
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-import demo
-import demo_broker
-from builders import session_host_pool
-from desktop import (
+from demo import broker as demo_broker
+from demo import pool as demo
+from support.agent_objects import apply_agent_objects, run_tool
+from support.builders import session_host_pool
+from support.desktop import (
     DesktopError,
     NetnsAgent,
     RdpClient,
@@ -44,10 +49,9 @@ from desktop import (
     pixel,
     why_not,
 )
-from e2e.agent_objects import apply_agent_objects, run_tool
-from kube import token_kubeconfig
+from support.kube import token_kubeconfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / ".cluster"
 WORK = CLUSTER / "demo-desktop"
 NAMESPACE = demo_broker.NAMESPACE
@@ -99,14 +103,14 @@ def script(name: str, *args: str, what: str) -> str:
     output is returned."""
     started = time.monotonic()
     proc = subprocess.run(
-        [str(ROOT / "tests" / "cluster" / name), *args],
+        [str(ROOT / "hack" / "cluster" / name), *args],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "HOSTPOOL_PYTHON": sys.executable},
         check=False,
     )
     if proc.returncode != 0:
-        raise SystemExit(f"demo-desktop: {what} failed (tests/cluster/{name}, see above)")
+        raise SystemExit(f"demo-desktop: {what} failed (hack/cluster/{name}, see above)")
     say(f"{what}: {time.monotonic() - started:.1f} s")
     lines = proc.stdout.strip().splitlines()
     return lines[-1] if lines else ""
@@ -117,7 +121,7 @@ def ensure_real_node(kubeconfig: Path) -> str:
     image imported; returns the image's name."""
     if cluster_state().get("REAL_NODES", "0") == "0":
         problem = subprocess.run(
-            [str(ROOT / "tests" / "cluster" / "cluster.sh"), "check-nodes"],
+            [str(ROOT / "hack" / "cluster" / "cluster.sh"), "check-nodes"],
             capture_output=True,
             text=True,
             check=False,
@@ -404,7 +408,7 @@ def down() -> int:
             pid_file.unlink(missing_ok=True)
     if (WORK / "hosts").exists():
         subprocess.run(
-            [str(ROOT / "tests" / "desktop" / "xrdp-hosts.sh"), "down", str(WORK / "hosts")],
+            [str(ROOT / "hack" / "cluster" / "xrdp-hosts.sh"), "down", str(WORK / "hosts")],
             check=False,
         )
     return 0

@@ -24,13 +24,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+# The tests' support package (control plane, Keycloak, desktops) does the set-up here too.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-import builders
+from support import builders
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / ".cluster"
 NAMESPACE = "hostpool-demo"
 POOL = "finance"
@@ -60,7 +63,7 @@ def kubeconfig() -> Path:
         # on that bridge) and their agents reach it.
         env.setdefault("HOSTPOOL_HOSTS_BRIDGE", DEMO_HOSTS_BRIDGE)
     subprocess.run(
-        [str(ROOT / "tests" / "cluster" / "cluster.sh"), "up", str(CLUSTER)], check=True, env=env
+        [str(ROOT / "hack" / "cluster" / "cluster.sh"), "up", str(CLUSTER)], check=True, env=env
     )
     return CLUSTER / "kubeconfig"
 

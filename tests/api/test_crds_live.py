@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from builders import host, pool, request
 from hostpool_operator import api
-from kube import (
+from support.builders import host, pool, request
+from support.kube import (
     PLURALS,
     ApiError,
     Kube,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from controlplane import DEFAULT_FAKE_NODES, ControlPlane
-from kube import ApiError, Kube, need_control_plane, unique_name, wait_for
+from support.controlplane import DEFAULT_FAKE_NODES, ControlPlane
+from support.kube import ApiError, Kube, need_control_plane, unique_name, wait_for
 
 Obj = dict[str, Any]
 

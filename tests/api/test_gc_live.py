@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-import builders
-from kube import API_VERSION, ApiError, Kube, wait_for
+from support import builders
+from support.kube import API_VERSION, ApiError, Kube, wait_for
 
 pytestmark = pytest.mark.cluster
 

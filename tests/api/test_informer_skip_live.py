@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-import builders
-from client_helpers import operator_client
 from hostpool_operator.controller.manager import Controller
 from hostpool_operator.kube.informer import Informer
-from kube import Kube
+from support import builders
+from support.client_helpers import operator_client
+from support.kube import Kube
 
 pytestmark = pytest.mark.cluster
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-import builders
-from client_helpers import fill_requests, operator_client, use_kubeconfig
 from hostpool_operator.kube.auth import login
 from hostpool_operator.kube.client import KubeClient
 from hostpool_operator.kube.informer import Informer
-from kube import Kube, need_control_plane
+from support import builders
+from support.client_helpers import fill_requests, operator_client, use_kubeconfig
+from support.kube import Kube, need_control_plane
 
 pytestmark = pytest.mark.cluster
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-import builders
-from client_helpers import operator_client
 from hostpool_operator.kube.client import KubeClient
 from hostpool_operator.kube.errors import ApiError
-from kube import Kube
+from support import builders
+from support.client_helpers import operator_client
+from support.kube import Kube
 
 pytestmark = pytest.mark.cluster
 

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from builders import WEEKDAYS, manifest, plan_schedule, plan_spec, pool
 from hostpool_operator import api
 from hostpool_operator.api.plan import ScalingPlanSpec
-from kube import ApiError, Kube, resource_path
+from support.builders import WEEKDAYS, manifest, plan_schedule, plan_spec, pool
+from support.kube import ApiError, Kube, resource_path
 
 pytestmark = pytest.mark.cluster
 

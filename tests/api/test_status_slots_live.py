@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-import builders
-from client_helpers import use_kubeconfig
 from hostpool_operator.controller.manager import Controller
 from hostpool_operator.controller.settings import ControllerSettings
 from hostpool_operator.kube.auth import login
 from hostpool_operator.kube.client import JSON, KubeClient
-from kube import Kube, resource_path
+from support import builders
+from support.client_helpers import use_kubeconfig
+from support.kube import Kube, resource_path
 
 pytestmark = pytest.mark.cluster
 

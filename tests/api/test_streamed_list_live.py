@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-import builders
-from client_helpers import fill_requests, operator_client
-from controlplane import ControlPlane
 from hostpool_operator.kube.errors import ApiError, ApiTransportError
 from hostpool_operator.kube.informer import Informer
-from kube import Kube, crd_files, make_api_client, need_control_plane
+from support import builders
+from support.client_helpers import fill_requests, operator_client
+from support.controlplane import ControlPlane
+from support.kube import Kube, crd_files, make_api_client, need_control_plane
 
 pytestmark = pytest.mark.cluster
 

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-import builders
-from client_helpers import operator_client
 from hostpool_operator.controller.manager import Controller
 from hostpool_operator.controller.metrics import PrometheusMetrics
 from hostpool_operator.controller.settings import ControllerSettings
-from kube import Kube
+from support import builders
+from support.client_helpers import operator_client
+from support.kube import Kube
 
 pytestmark = pytest.mark.cluster
 

@@ -21,10 +21,10 @@ import kopf
 import pytest
 import yaml
 
-import builders
 from hostpool_operator.kube.client import KubeClient
 from hostpool_operator.kube.errors import ApiError
-from kube import API_VERSION, Kube, unique_name, wait_for
+from support import builders
+from support.kube import API_VERSION, Kube, unique_name, wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -21,7 +21,7 @@ from prometheus_client import generate_latest
 from hostpool_operator.controller.metrics import PrometheusMetrics
 from hostpool_operator.kube.client import KubeClient
 from hostpool_operator.kube.errors import ApiError, ApiTransportError
-from kube import Kube
+from support.kube import Kube
 
 pytestmark = pytest.mark.cluster
 

@@ -16,10 +16,10 @@ import asyncio
 
 import pytest
 
-import builders
-from client_helpers import operator_client
 from hostpool_operator.controller.manager import Controller
-from kube import Kube
+from support import builders
+from support.client_helpers import operator_client
+from support.kube import Kube
 
 pytestmark = pytest.mark.cluster
 

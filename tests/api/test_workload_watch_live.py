@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-import builders
-from client_helpers import operator_client
 from hostpool_operator.api.vocabulary import HOST_LABEL, MANAGED_LABEL, MANAGER, POOL_LABEL
 from hostpool_operator.controller.manager import Controller
-from kube import Kube, wait_default_service_account
+from support import builders
+from support.client_helpers import operator_client
+from support.kube import Kube, wait_default_service_account
 
 pytestmark = pytest.mark.cluster
 

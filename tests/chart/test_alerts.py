@@ -3,8 +3,8 @@
 The PrometheusRule is rendered by the project's helm; its ``spec.groups`` become a plain rules
 file, which ``promtool check rules`` validates and ``promtool test rules`` runs against the
 tests in ``tests/chart/alerts/<Alert>.yaml``: one file per alert, each with input series that
-fire the alert and series that do not. promtool is built by ``tests/cluster/tools.sh`` (from
-github.com/prometheus/prometheus, tests/cluster/promtool); without it these tests skip, or
+fire the alert and series that do not. promtool is built by ``hack/cluster/tools.sh`` (from
+github.com/prometheus/prometheus, hack/cluster/promtool); without it these tests skip, or
 fail under CI.
 """
 
@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from chart.monitoring import (
+from support.controlplane import ensure_tools
+from support.monitoring import (
     REPO_ROOT,
     Obj,
     busy_samples,
@@ -29,7 +30,6 @@ from chart.monitoring import (
     render_chart,
     require_promtool,
 )
-from controlplane import ensure_tools
 
 ALERT_TESTS = Path(__file__).resolve().parent / "alerts"
 RUNBOOKS = REPO_ROOT / "docs" / "runbooks.md"

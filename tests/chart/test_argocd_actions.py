@@ -5,7 +5,7 @@ shows the actions of the table it returns (an action whose ``disabled`` is true 
 out); running an action runs ``actions/<name>/action.lua`` the same way and patches the
 object to the table it returns. Here both run with lupa's Lua 5.1 (Argo CD's gopher-lua speaks
 5.1) on the SessionHosts the operator wrote during a live run
-(``tests/e2e/fixtures/argocd/``). ``actions/action_test.yaml`` and ``actions/testdata/`` are
+(``tests/support/fixtures/argocd/``). ``actions/action_test.yaml`` and ``actions/testdata/`` are
 the same cases in the form Argo CD's own test runner reads; they are checked against the
 scripts too.
 """
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from chart.argocd_health import HEALTH_DIR, health, load_fixture
+from support.argocd_health import HEALTH_DIR, health, load_fixture
 
 Obj = dict[str, Any]
 

@@ -1,7 +1,7 @@
 """The Argo CD health checks (charts/hostpool-operator/argocd/hostpool.io/<Kind>/health.lua).
 
 Run with Lua 5.1 (Argo CD's gopher-lua speaks 5.1) against objects taken from a live run of
-the operator (``tests/e2e/fixtures/argocd/``, written by ``tests/e2e/test_rbac_live.py``
+the operator (``tests/support/fixtures/argocd/``, written by ``tests/e2e/test_rbac_live.py``
 with ``HOSTPOOL_UPDATE_ARGOCD_FIXTURES=1``), and against variants of those objects for the
 states a short run does not reach (a newer generation, Ready False for other reasons,
 Unknown conditions).
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from chart.argocd_health import FIXTURE_DIR, HEALTH_DIR, argo_testdata_path, health, load_fixture
+from support.argocd_health import FIXTURE_DIR, HEALTH_DIR, argo_testdata_path, health, load_fixture
 
 Obj = dict[str, Any]
 

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from controlplane import ensure_tools
 from hostpool_operator.broker.program import parse_args as parse_broker_args
-from hostpool_operator.cli import build_parser
+from hostpool_operator.cli.main import build_parser
+from support.controlplane import ensure_tools
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from chart.monitoring import (
+from support.controlplane import ensure_tools
+from support.monitoring import (
     CHART_DIR,
     REPO_ROOT,
     Obj,
@@ -32,7 +33,6 @@ from chart.monitoring import (
     render_chart,
     require_promtool,
 )
-from controlplane import ensure_tools
 
 DASHBOARD = CHART_DIR / "files" / "dashboards" / "hostpool.json"
 #: What the issue asks the dashboard to show, as metrics some panel must read.

@@ -27,8 +27,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from e2e.broker_helpers import CLIENT, REALM, BrokerProcess, Obj, b64int, keycloak_token
-from e2e.helpers import (
+from support.broker_helpers import CLIENT, REALM, BrokerProcess, Obj, b64int, keycloak_token
+from support.helpers import (
     EXTRA_LOGS,
     Cluster,
     KubeLike,
@@ -36,7 +36,7 @@ from e2e.helpers import (
     free_port,
     join_reapers,
 )
-from keycloak import Keycloak, KeycloakError, keycloak_home, suite_realms
+from support.keycloak import Keycloak, KeycloakError, keycloak_home, suite_realms
 
 OPERATOR_LOG_LINES = 80
 
@@ -117,7 +117,7 @@ def keycloak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keycloak]:
     """One Keycloak for the session (lazy: only a test that asks for it starts it), on a
     free 127.0.0.1 port, with realms ``corp`` and ``other`` of ``keycloak.suite_realms()``:
     client ``keycloak.CLIENT_ID`` (secret ``keycloak.CLIENT_SECRET``), users
-    ``keycloak.CORP_USERS`` and ``keycloak.OTHER_USERS``. Fetched by tests/idp/keycloak.sh
+    ``keycloak.CORP_USERS`` and ``keycloak.OTHER_USERS``. Fetched by hack/cluster/keycloak.sh
     on first use; 15-60 s to start (in-memory database, realms imported at each start).
     Its log is under the session's temporary directory; a start that fails says why with
     the log's last lines."""

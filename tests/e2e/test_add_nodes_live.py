@@ -26,8 +26,9 @@ from typing import Any
 
 import pytest
 
-from controlplane import ControlPlane, ControlPlaneError
-from e2e.real_nodes import (
+from support.controlplane import ControlPlane, ControlPlaneError
+from support.kube import wait_for
+from support.real_nodes import (
     CLUSTER_SCRIPT,
     NODE,
     leftovers,
@@ -36,7 +37,6 @@ from e2e.real_nodes import (
     pid_of,
     require_nodes,
 )
-from kube import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 

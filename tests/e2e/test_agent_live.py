@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from agent_process import AgentProcess
-from e2e.helpers import (
+from support.agent_process import AgentProcess
+from support.helpers import (
     EXTRA_LOGS,
     Cluster,
     KubeLike,
@@ -34,7 +34,7 @@ from e2e.helpers import (
     phase,
     status,
 )
-from kube import Kube, need_control_plane
+from support.kube import Kube, need_control_plane
 
 pytestmark = pytest.mark.e2e
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import pytest
 
-import builders
-from controlplane import ensure_tools
-from e2e.agent_objects import CLUSTER_SCOPED, apply_agent_objects, delete_objects, run_tool
-from kube import (
+from support import builders
+from support.agent_objects import CLUSTER_SCOPED, apply_agent_objects, delete_objects, run_tool
+from support.controlplane import ensure_tools
+from support.kube import (
     REPO_ROOT,
     Kube,
     make_api_client,

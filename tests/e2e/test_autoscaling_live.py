@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from e2e.helpers import Cluster, OperatorProcess, cond_is, host_of, phase, status
+from support.helpers import Cluster, OperatorProcess, cond_is, host_of, phase, status
 
 pytestmark = pytest.mark.e2e
 

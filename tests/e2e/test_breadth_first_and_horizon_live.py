@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from e2e.helpers import (
+from support.helpers import (
     Cluster,
     OperatorProcess,
     cond_is,

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from e2e.broker_helpers import (
+from support.broker_helpers import (
     POOL,
     REALM,
     BrokerProcess,
@@ -37,8 +37,8 @@ from e2e.broker_helpers import (
     entitled_pool,
     keycloak_token,
 )
-from e2e.helpers import Cluster, OperatorProcess
-from keycloak import Keycloak
+from support.helpers import Cluster, OperatorProcess
+from support.keycloak import Keycloak
 
 pytestmark = [pytest.mark.e2e]
 

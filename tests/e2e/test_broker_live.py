@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 
-from agent_process import AgentProcess
 from e2e import test_workloads_live as workloads
-from e2e.broker_helpers import (
+from e2e.test_workloads_live import node_label  # noqa: F401  (a fixture)
+from hostpool_operator.access.names import request_name
+from support.agent_process import AgentProcess
+from support.broker_helpers import (
     BROKER_LABEL,
     POOL,
     BrokerProcess,
@@ -32,9 +34,7 @@ from e2e.broker_helpers import (
     entitled_pool,
     host_sessions,
 )
-from e2e.helpers import Cluster, KubeLike, OperatorProcess, phase
-from e2e.test_workloads_live import node_label  # noqa: F401  (a fixture)
-from hostpool_operator.access.names import request_name
+from support.helpers import Cluster, KubeLike, OperatorProcess, phase
 
 pytestmark = [pytest.mark.e2e]
 

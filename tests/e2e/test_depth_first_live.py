@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from e2e.helpers import Cluster, OperatorProcess, cond_is, condition, host_of, status
+from support.helpers import Cluster, OperatorProcess, cond_is, condition, host_of, status
 
 pytestmark = pytest.mark.e2e
 

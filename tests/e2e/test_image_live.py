@@ -1,6 +1,6 @@
-"""The operator image (``make image``, ``tests/cluster/image.sh``) run as the chart runs it.
+"""The operator image (``make image``, ``hack/cluster/image.sh``) run as the chart runs it.
 
-The image is built (or found up to date in its cache) by ``tests/cluster/image.sh``, which
+The image is built (or found up to date in its cache) by ``hack/cluster/image.sh``, which
 sets podman up with apt-get where it is missing. The test renders the chart, applies its
 ServiceAccount and RBAC, gets the ServiceAccount's token (TokenRequest) and runs the image
 with podman under that token only: exactly the container arguments of the chart's
@@ -31,12 +31,12 @@ from typing import Any
 import pytest
 import yaml
 
-import builders
 from e2e import test_rbac_live as rbac
-from e2e.helpers import free_port, status
-from keycloak import CLIENT_ID, CLIENT_SECRET, CORP, Keycloak
-from kube import Kube, unique_name, wait_for
-from podman import PODMAN, build_image, podman, podman_env
+from support import builders
+from support.helpers import free_port, status
+from support.keycloak import CLIENT_ID, CLIENT_SECRET, CORP, Keycloak
+from support.kube import Kube, unique_name, wait_for
+from support.podman import PODMAN, build_image, podman, podman_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -51,7 +51,7 @@ install_identity = rbac.install_identity
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    """The operator image, built by tests/cluster/image.sh (a second or two when cached)."""
+    """The operator image, built by hack/cluster/image.sh (a second or two when cached)."""
     return build_image()
 
 

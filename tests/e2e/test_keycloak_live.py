@@ -15,7 +15,7 @@ from typing import Any
 import jwt
 import pytest
 
-from keycloak import (
+from support.keycloak import (
     CLIENT_ID,
     CLIENT_SECRET,
     CORP,

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from e2e import test_workloads_live as workloads
-from e2e.helpers import (
+from support.helpers import (
     Cluster,
     OperatorProcess,
     RequestRecorder,
@@ -33,7 +33,7 @@ from e2e.helpers import (
     phase,
     status,
 )
-from kube import Kube
+from support.kube import Kube
 
 pytestmark = pytest.mark.e2e
 

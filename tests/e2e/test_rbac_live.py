@@ -16,7 +16,7 @@ resource gets the same five calls, and an empty list grants none.
 
 The namespaced test also takes the objects the Argo CD health checks are tested against
 (``tests/chart/test_argocd_health.py``): it runs the Lua checks on the live objects, and
-with ``HOSTPOOL_UPDATE_ARGOCD_FIXTURES=1`` writes them to ``tests/e2e/fixtures/argocd/``.
+with ``HOSTPOOL_UPDATE_ARGOCD_FIXTURES=1`` writes them to ``tests/support/fixtures/argocd/``.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from typing import Any
 import pytest
 import yaml
 
-import builders
-from chart.argocd_health import health, write_fixture
-from controlplane import ensure_tools
 from e2e import test_plans_live as plans
-from e2e.helpers import free_port
-from kube import (
+from support import builders
+from support.argocd_health import health, write_fixture
+from support.controlplane import ensure_tools
+from support.helpers import free_port
+from support.kube import (
     REPO_ROOT,
     Kube,
     make_api_client,

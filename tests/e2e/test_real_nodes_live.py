@@ -1,9 +1,9 @@
-"""Real nodes (``tests/cluster/cluster.sh`` with ``HOSTPOOL_REAL_NODES``): a kubelet with
+"""Real nodes (``hack/cluster/cluster.sh`` with ``HOSTPOOL_REAL_NODES``): a kubelet with
 containerd runs the project's image.
 
 The module starts a control plane of its own, in a temporary directory, with one real node
 (``real-node-1``) and no fake nodes: the kubelet built from the same Kubernetes module as the
-control plane (``tests/cluster/tools.sh --nodes``), Debian's containerd, runc and bridge CNI.
+control plane (``hack/cluster/tools.sh --nodes``), Debian's containerd, runc and bridge CNI.
 The operator image (``make image``) is imported into the node's containerd. A pod running it
 serves HTTP and becomes Ready by its readiness probe; the host reaches it at its pod IP;
 ``kubectl logs`` and ``kubectl exec`` work; the pod calls the API server in-cluster, with its
@@ -32,8 +32,8 @@ from typing import Any
 
 import pytest
 
-from e2e.real_nodes import NODE, RealCluster, leftovers, node_traces, real_node_cluster
-from kube import wait_for
+from support.kube import wait_for
+from support.real_nodes import NODE, RealCluster, leftovers, node_traces, real_node_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 

@@ -7,7 +7,7 @@ state}``, as a Prometheus scraping it every minute would have stored them: with 
 ``instance`` labels, an operator restart that resets the counters, a leader change to
 another instance, a scrape gap, and reconnects (which start no session). That OpenMetrics
 text is backfilled with ``promtool tsdb create-blocks-from openmetrics``, a ``prometheus``
-process (built by tests/cluster/tools.sh from the same module as promtool) serves the
+process (built by hack/cluster/tools.sh from the same module as promtool) serves the
 TSDB, and ``hostpool-operator recommend-plan --prometheus`` must recommend exactly what
 ``--history`` does for the same sessions written as JSON lines. The history's times are
 whole minutes (the metrics' resolution), so the recovered sessions are the history's to the
@@ -30,20 +30,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chart.monitoring import exported_sample_names, require_promtool
-from controlplane import ensure_tools
-from e2e.helpers import EXTRA_LOGS, free_port
-from e2e.prometheus_server import PrometheusServer, backfill, require_binary
 from hostpool_operator.controller.metrics import PrometheusMetrics
-from hostpool_operator.prometheus_history import (
+from hostpool_operator.recommend.demand_curve import concurrency, frame_of
+from hostpool_operator.recommend.history import PastSession
+from hostpool_operator.recommend.sources.prometheus import (
     Client,
     PrometheusError,
     read_history,
     read_series,
 )
-from hostpool_operator.simulate.demand_curve import concurrency, frame_of
-from hostpool_operator.simulate.history import PastSession
-from kube import REPO_ROOT
+from support.controlplane import ensure_tools
+from support.helpers import EXTRA_LOGS, free_port
+from support.kube import REPO_ROOT
+from support.monitoring import exported_sample_names, require_promtool
+from support.prometheus_server import PrometheusServer, backfill, require_binary
 
 pytestmark = pytest.mark.e2e
 

@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.helpers import Cluster, OperatorProcess
 from e2e.test_rbac_live import (
     WAIT_SECONDS,
     Identity,
@@ -36,7 +35,15 @@ from e2e.test_rbac_live import (
     run_tool,
     watch_events,
 )
-from kube import Kube, make_api_client, resource_path, token_kubeconfig, unique_name, wait_for
+from support.helpers import Cluster, OperatorProcess
+from support.kube import (
+    Kube,
+    make_api_client,
+    resource_path,
+    token_kubeconfig,
+    unique_name,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 

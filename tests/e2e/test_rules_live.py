@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from e2e.helpers import (
+from support.helpers import (
     Cluster,
     KubeLike,
     OperatorProcess,
@@ -16,7 +16,7 @@ from e2e.helpers import (
     sessions_total,
     status,
 )
-from kube import make_api_client
+from support.kube import make_api_client
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from e2e.helpers import (
+from support.helpers import (
     Cluster,
     KubeLike,
     OperatorProcess,
@@ -24,7 +24,7 @@ from e2e.helpers import (
     sessions_total,
     status,
 )
-from kube import make_api_client
+from support.kube import make_api_client
 
 pytestmark = pytest.mark.e2e
 

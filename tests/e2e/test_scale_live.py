@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from controlplane import ensure_tools
-from e2e.helpers import Cluster, OperatorProcess, status
-from kube import REPO_ROOT, Kube
+from support.controlplane import ensure_tools
+from support.helpers import Cluster, OperatorProcess, status
+from support.kube import REPO_ROOT, Kube
 
 pytestmark = pytest.mark.e2e
 

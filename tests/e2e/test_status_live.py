@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from e2e.helpers import (
+from support.helpers import (
     Cluster,
     OperatorProcess,
     condition,
     parse_time,
     status,
 )
-from kube import wait_for
+from support.kube import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 import yaml
 
-import builders
-from e2e.faults import install_identity, leaked_secrets, remove_identity
-from e2e.helpers import OperatorProcess, free_port
-from kube import Kube, make_api_client, resource_path, wait_for
+from support import builders
+from support.faults import install_identity, leaked_secrets, remove_identity
+from support.helpers import OperatorProcess, free_port
+from support.kube import Kube, make_api_client, resource_path, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 

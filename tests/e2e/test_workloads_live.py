@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from e2e.helpers import (
+from support.helpers import (
     MERGE_PATCH,
     Cluster,
     OperatorProcess,
@@ -31,7 +31,14 @@ from e2e.helpers import (
     phase,
     status,
 )
-from kube import ApiError, Kube, load_yaml_documents, need_control_plane, unique_name, wait_for
+from support.kube import (
+    ApiError,
+    Kube,
+    load_yaml_documents,
+    need_control_plane,
+    unique_name,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -47,7 +54,7 @@ TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSc
 #: A node label the test puts on the nodes to let the template's pods be scheduled.
 READY_LABEL = "hostpool-e2e/ready"
 
-CRD_FILE = Path(__file__).parent / "fixtures" / "workloads" / "desktop-crd.yaml"
+CRD_FILE = Path(__file__).resolve().parents[1] / "support" / "fixtures" / "workloads" / "desktop-crd.yaml"
 CRD_BASE = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 DESKTOP_GROUP = "e2e.hostpool.test"
 DESKTOP_API_VERSION = f"{DESKTOP_GROUP}/v1"

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from kube import REPO_ROOT
+from support.kube import REPO_ROOT
 
 CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
 CLUSTER_SCOPED = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")

@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
 HEALTH_DIR = CHART_DIR / "argocd" / "hostpool.io"
-FIXTURE_DIR = REPO_ROOT / "tests" / "e2e" / "fixtures" / "argocd"
+FIXTURE_DIR = REPO_ROOT / "tests" / "support" / "fixtures" / "argocd"
 
 #: The statuses Argo CD knows (health.HealthStatusCode).
 ARGO_STATUSES = ("Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown")

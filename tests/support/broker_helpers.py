@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from e2e.helpers import Cluster, free_port
-from keycloak import CLIENT_SECRET, CORP_USERS, OTHER_USERS, Keycloak
+from support.helpers import Cluster, free_port
+from support.keycloak import CLIENT_SECRET, CORP_USERS, OTHER_USERS, Keycloak
 
 #: The realm, client and pool the broker tests use, and the label on the broker's requests.
 REALM = "corp"

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from kube import API_VERSION
+from support.kube import API_VERSION
 
 Obj = dict[str, Any]
 
@@ -147,7 +147,7 @@ def desktop_pod() -> dict[str, Any]:
     }
 
 
-SESSION_HOST_EXAMPLE = Path(__file__).resolve().parents[1] / "crds/examples/session-host-pool.yaml"
+SESSION_HOST_EXAMPLE = Path(__file__).resolve().parents[2] / "crds/examples/session-host-pool.yaml"
 
 
 def session_host_pool(image: str, agent_interval: float) -> dict[str, Any]:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import builders
 from hostpool_operator.kube.auth import login
 from hostpool_operator.kube.client import KubeClient
-from kube import Kube
+from support import builders
+from support.kube import Kube
 
 
 def use_kubeconfig(kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:

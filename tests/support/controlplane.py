@@ -2,17 +2,17 @@
 
 A thin, typed wrapper over the repository's shell scripts:
 
-* ``tests/cluster/tools.sh`` builds etcd, kube-apiserver, kube-controller-manager,
+* ``hack/cluster/tools.sh`` builds etcd, kube-apiserver, kube-controller-manager,
   kube-scheduler, kubectl, helm and kwok from Go modules once (cached outside the repository)
   and links them into ``.cluster/bin``;
-* ``tests/cluster/cluster.sh up|down DIR`` starts or stops etcd, kube-apiserver and
+* ``hack/cluster/cluster.sh up|down DIR`` starts or stops etcd, kube-apiserver and
   kube-controller-manager on 127.0.0.1, and (unless ``fake_nodes`` is 0) kube-scheduler and
   kwok with that many fake nodes, so that pods are scheduled and become Ready; the admin
   kubeconfig is ``DIR/kubeconfig``, the logs are under ``DIR/logs``.
   ``restart-apiserver|restart-etcd DIR`` restart one of them with the same ports, flags and
   data (fault tests); ``fail-pod`` and ``remove-node`` break a pod or a node on purpose.
   With ``real_nodes`` (root), also that many real kubelet nodes with containerd
-  (``tests/cluster/node/nodes.sh``); ``import-image`` puts an image into their containerd.
+  (``hack/cluster/node/nodes.sh``); ``import-image`` puts an image into their containerd.
 
 Typical use (e.g. from a session-scoped pytest fixture)::
 
@@ -39,11 +39,11 @@ __all__ = [
     "ensure_tools",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 """The repository this file belongs to."""
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-"""The processes that ``tests/cluster/cluster.sh`` runs (the last two with fake nodes); each
+"""The processes that ``hack/cluster/cluster.sh`` runs (the last two with fake nodes); each
 logs to ``<log_dir>/<name>.log``."""
 
 #: Fake nodes a control plane gets by default (named kwok-node-1, -2, ...).
@@ -93,22 +93,22 @@ def ensure_tools(
 ) -> Path:
     """Build (first time only; 10-25 minutes cold) and link the tools; return the bin dir.
 
-    Runs ``tests/cluster/tools.sh``, which takes a second or two when the cached binaries exist.
+    Runs ``hack/cluster/tools.sh``, which takes a second or two when the cached binaries exist.
     ``nodes``: also the kubelet and the pause image, for real nodes (``tools.sh --nodes``).
     """
-    script = repo_root / "tests" / "cluster" / "tools.sh"
+    script = repo_root / "hack" / "cluster" / "tools.sh"
     argv = [str(script), *(["--nodes"] if nodes else [])]
-    proc = _run(argv, timeout=timeout, what="tests/cluster/tools.sh")
+    proc = _run(argv, timeout=timeout, what="hack/cluster/tools.sh")
     bin_dir = Path(_last_line(proc.stdout))
     if not (bin_dir / "kube-apiserver").exists():
         raise ControlPlaneError(
-            f"tests/cluster/tools.sh succeeded but printed no usable bin dir: {proc.stdout!r}"
+            f"hack/cluster/tools.sh succeeded but printed no usable bin dir: {proc.stdout!r}"
         )
     return bin_dir
 
 
 class ControlPlane:
-    """etcd + kube-apiserver + kube-controller-manager, managed by ``tests/cluster/cluster.sh``.
+    """etcd + kube-apiserver + kube-controller-manager, managed by ``hack/cluster/cluster.sh``.
 
     ``directory`` holds the kubeconfig, keys, etcd data, pid files and logs. The cluster is
     started by :meth:`start` (or on entering the context manager) and stopped by :meth:`stop`
@@ -152,7 +152,7 @@ class ControlPlane:
 
     @property
     def script(self) -> Path:
-        return self.repo_root / "tests" / "cluster" / "cluster.sh"
+        return self.repo_root / "hack" / "cluster" / "cluster.sh"
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -171,7 +171,7 @@ class ControlPlane:
             [str(self.script), action, str(self.directory), *args],
             env={**self._env(), **(env or {})},
             timeout=self.timeout,
-            what=f"tests/cluster/cluster.sh {action}",
+            what=f"hack/cluster/cluster.sh {action}",
         )
 
     def start(self) -> Path:

@@ -1,5 +1,5 @@
 """Real remote desktops for tests and the desktop demo: xrdp session hosts in network
-namespaces (``tests/desktop/xrdp-hosts.sh``), agents running inside them, and FreeRDP
+namespaces (``hack/cluster/xrdp-hosts.sh``), agents running inside them, and FreeRDP
 clients on a virtual X display whose screen can be photographed.
 
     hosts = XrdpHosts(state_dir, bridge="hptest0")
@@ -27,10 +27,12 @@ from pathlib import Path
 
 import psutil
 
-from agent_process import AgentProcess
+from support.agent_process import AgentProcess
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-HOSTS_SCRIPT = REPO_ROOT / "tests" / "desktop" / "xrdp-hosts.sh"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HOSTS_SCRIPT = REPO_ROOT / "hack" / "cluster" / "xrdp-hosts.sh"
+#: Installs Debian packages one apt-get at a time (the images and tools may install at once).
+APT_INSTALL = REPO_ROOT / "hack" / "cluster" / "apt-install.sh"
 #: Debian packages of the client side (the hosts' are installed by the hosts script).
 CLIENT_PACKAGES = ("freerdp2-x11", "xvfb", "imagemagick")
 CLIENT_COMMANDS = ("xfreerdp", "Xvfb", "convert")
@@ -56,14 +58,10 @@ def install_client() -> None:
         raise DesktopError(
             f"{', '.join(CLIENT_COMMANDS)} missing and cannot be installed (needs apt-get and root)"
         )
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (
-        ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *CLIENT_PACKAGES],
-    ):
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
-        if proc.returncode != 0:
-            raise DesktopError(f"{' '.join(argv)} failed: {proc.stderr.strip()[-800:]}")
+    argv = [str(APT_INSTALL), "--no-install-recommends", *CLIENT_PACKAGES]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise DesktopError(f"{' '.join(argv)} failed: {proc.stderr.strip()[-800:]}")
 
 
 @dataclass(frozen=True)

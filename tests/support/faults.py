@@ -40,8 +40,8 @@ import urllib3
 import yaml
 from kubernetes import client as k8s
 
-from controlplane import ensure_tools
-from e2e.helpers import (
+from support.controlplane import ensure_tools
+from support.helpers import (
     STARTED_LINE,
     Obj,
     OperatorProcess,
@@ -50,7 +50,16 @@ from e2e.helpers import (
     per_host_users,
     status,
 )
-from kube import GROUP, PLURALS, REPO_ROOT, VERSION, Kube, make_api_client, unique_name, wait_for
+from support.kube import (
+    GROUP,
+    PLURALS,
+    REPO_ROOT,
+    VERSION,
+    Kube,
+    make_api_client,
+    unique_name,
+    wait_for,
+)
 
 T = TypeVar("T")
 

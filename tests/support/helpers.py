@@ -30,8 +30,8 @@ from typing import Any, Protocol, TypeVar, cast
 import pytest
 from kubernetes import client as k8s
 
-import builders
-from kube import GROUP, PLURALS, VERSION, make_api_client, wait_for
+from support import builders
+from support.kube import GROUP, PLURALS, VERSION, make_api_client, wait_for
 
 MERGE_PATCH = "application/merge-patch+json"
 

@@ -1,6 +1,6 @@
 """Keycloak as a real OIDC identity provider for the tests and the benchmarks.
 
-``tests/idp/keycloak.sh`` fetches the server (pinned version, from Maven Central through
+``hack/cluster/keycloak.sh`` fetches the server (pinned version, from Maven Central through
 mvn) and unpacks it once into the tools cache; :func:`keycloak_home` runs it. A
 :class:`Keycloak` runs that cached tree in development mode on 127.0.0.1, with an in-memory
 database (``--db=dev-mem``): every start begins from nothing and imports the realms it is
@@ -59,8 +59,8 @@ from typing import Any, cast
 import aiohttp
 import psutil
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-FETCH_SCRIPT = REPO_ROOT / "tests" / "idp" / "keycloak.sh"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FETCH_SCRIPT = REPO_ROOT / "hack" / "cluster" / "keycloak.sh"
 
 ADMIN_USERNAME = "admin"
 KEY_PROVIDER = "org.keycloak.keys.KeyProvider"
@@ -240,7 +240,7 @@ def suite_realms() -> list[dict[str, Any]]:
 
 
 def keycloak_home(script: Path = FETCH_SCRIPT) -> Path:
-    """The unpacked Keycloak tree, fetched and unpacked by ``tests/idp/keycloak.sh`` if the
+    """The unpacked Keycloak tree, fetched and unpacked by ``hack/cluster/keycloak.sh`` if the
     cache does not hold it yet (about 10 s with mvn's copy in ~/.m2, otherwise the download
     of 160 MiB first)."""
     try:
@@ -779,7 +779,7 @@ def keycloak_session(
     """Fetch (if needed), start, yield and stop one Keycloak with these realms.
 
     ``workdir`` keeps the log and the realm files (a temporary directory, removed at the end,
-    if not given); ``home`` skips ``tests/idp/keycloak.sh``.
+    if not given); ``home`` skips ``hack/cluster/keycloak.sh``.
     """
     tree = home or keycloak_home()
     with contextlib.ExitStack() as stack:

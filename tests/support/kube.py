@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 if TYPE_CHECKING:
-    from controlplane import ControlPlane
+    from support.controlplane import ControlPlane
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO_ROOT / "crds"
 EXAMPLES_DIR = CRD_DIR / "examples"
 

@@ -16,7 +16,7 @@ from prometheus_client.samples import Sample
 
 from hostpool_operator.controller.metrics import PrometheusMetrics
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
 
 Obj = dict[str, Any]
@@ -86,7 +86,7 @@ def one(docs: list[Obj], kind: str) -> Obj:
 
 
 def require_promtool(bin_dir: Path) -> Path:
-    """promtool next to the other tools (tests/cluster/tools.sh builds it).
+    """promtool next to the other tools (hack/cluster/tools.sh builds it).
 
     Missing: the test skips, saying how to get it; under CI (CI=true) it fails instead, since
     `make test` builds it there.
@@ -94,7 +94,7 @@ def require_promtool(bin_dir: Path) -> Path:
     promtool = bin_dir / "promtool"
     if promtool.exists():
         return promtool
-    message = f"promtool not found at {promtool}: run `make tools` (tests/cluster/tools.sh)"
+    message = f"promtool not found at {promtool}: run `make tools` (hack/cluster/tools.sh)"
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(message)
     pytest.skip(message)

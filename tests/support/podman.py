@@ -1,4 +1,4 @@
-"""podman for the tests: the project's images (``tests/cluster/image.sh``) and containers.
+"""podman for the tests: the project's images (``hack/cluster/image.sh``) and containers.
 
 runc with cgroupfs, and image.sh's containers.conf (lowered default ulimits, which the
 sandbox cannot raise): crun fails on these machines (docs/install.md).
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-IMAGE_SCRIPT = REPO_ROOT / "tests" / "cluster" / "image.sh"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+IMAGE_SCRIPT = REPO_ROOT / "hack" / "cluster" / "image.sh"
 PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
 
 
@@ -29,7 +29,7 @@ def podman_unavailable() -> str:
 
 
 def cache_dir() -> Path:
-    """tests/cluster/image.sh's cache (the convention of tests/cluster/tools.sh)."""
+    """hack/cluster/image.sh's cache (the convention of hack/cluster/tools.sh)."""
     root = os.environ.get("HOSTPOOL_TOOLS_CACHE")
     if root:
         return Path(root) / "image"
@@ -76,7 +76,7 @@ def build_image(*args: str) -> str:
         check=False,
     )
     if proc.returncode != 0:
-        raise AssertionError(f"tests/cluster/image.sh failed ({proc.returncode}):\n{proc.stderr}")
+        raise AssertionError(f"hack/cluster/image.sh failed ({proc.returncode}):\n{proc.stderr}")
     name = proc.stdout.strip().splitlines()[-1]
     sys.stderr.write(f"{proc.stderr.strip()} ({time.monotonic() - started:.1f}s)\n")
     return name

@@ -1,7 +1,7 @@
 """A real Prometheus server for the tests, its TSDB backfilled from OpenMetrics text.
 
-``tests/cluster/tools.sh`` builds ``prometheus`` and ``promtool`` from the same module
-(github.com/prometheus/prometheus, tests/cluster/promtool). ``backfill`` writes blocks with
+``hack/cluster/tools.sh`` builds ``prometheus`` and ``promtool`` from the same module
+(github.com/prometheus/prometheus, hack/cluster/promtool). ``backfill`` writes blocks with
 ``promtool tsdb create-blocks-from openmetrics``; ``PrometheusServer`` runs
 ``prometheus --storage.tsdb.path=DIR`` on a free local port as a process of its own, waits
 for ``/-/ready`` and stops it (SIGTERM, then SIGKILL).
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.helpers import free_port
+from support.helpers import free_port
 
 #: A retention far beyond any test's data: nothing backfilled is deleted at start-up.
 RETENTION = "3650d"
@@ -27,14 +27,14 @@ CONFIG = "global:\n  scrape_interval: 1m\n  evaluation_interval: 1m\n"
 
 
 def require_binary(bin_dir: Path, name: str) -> Path:
-    """``name`` next to the other tools (tests/cluster/tools.sh builds it).
+    """``name`` next to the other tools (hack/cluster/tools.sh builds it).
 
     Missing: the test skips, saying how to get it; under CI (CI=true) it fails instead, since
     `make test` builds it there (as ``chart.monitoring.require_promtool``)."""
     path = bin_dir / name
     if path.exists():
         return path
-    message = f"{name} not found at {path}: run `make tools` (tests/cluster/tools.sh)"
+    message = f"{name} not found at {path}: run `make tools` (hack/cluster/tools.sh)"
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(message)
     pytest.skip(message)

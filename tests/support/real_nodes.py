@@ -1,6 +1,6 @@
-"""A local control plane with a real kubelet node (``tests/cluster/cluster.sh`` with
+"""A local control plane with a real kubelet node (``hack/cluster/cluster.sh`` with
 ``HOSTPOOL_REAL_NODES``), for the tests whose pods must really run: the kubelet built by
-``tests/cluster/tools.sh --nodes``, the project's images imported into its containerd, and
+``hack/cluster/tools.sh --nodes``, the project's images imported into its containerd, and
 the kubelet's and containerd's CPU and memory sampled over the tests."""
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from controlplane import REPO_ROOT, ControlPlane, ControlPlaneError
-from kube import Kube, make_api_client, unique_name, wait_default_service_account
-from podman import build_image
+from support.controlplane import REPO_ROOT, ControlPlane, ControlPlaneError
+from support.kube import Kube, make_api_client, unique_name, wait_default_service_account
+from support.podman import build_image
 
-CLUSTER_SCRIPT = REPO_ROOT / "tests" / "cluster" / "cluster.sh"
-TOOLS_SCRIPT = REPO_ROOT / "tests" / "cluster" / "tools.sh"
+CLUSTER_SCRIPT = REPO_ROOT / "hack" / "cluster" / "cluster.sh"
+TOOLS_SCRIPT = REPO_ROOT / "hack" / "cluster" / "tools.sh"
 NODE = "real-node-1"
 
 
@@ -61,7 +61,7 @@ def node_tools(timings: dict[str, str]) -> Path:
         check=False,
     )
     if tools.returncode != 0:
-        raise AssertionError(f"tests/cluster/tools.sh --nodes failed:\n{tools.stderr}")
+        raise AssertionError(f"hack/cluster/tools.sh --nodes failed:\n{tools.stderr}")
     built = re.search(r"built kubelet in (\d+)s", tools.stderr)
     timings["kubelet build"] = (
         f"{built[1]} s (built now)"

@@ -1,6 +1,6 @@
 //go:build tools
 
-// Package tools pins the commands that tests/cluster/tools.sh builds from this module.
+// Package tools pins the commands that hack/cluster/tools.sh builds from this module.
 package tools
 
 import (

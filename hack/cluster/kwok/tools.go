@@ -1,6 +1,6 @@
 //go:build tools
 
-// Package tools pins the command that tests/cluster/tools.sh builds from this module.
+// Package tools pins the command that hack/cluster/tools.sh builds from this module.
 package tools
 
 import (

@@ -1,9 +1,9 @@
 # shellcheck shell=bash disable=SC2153 # DIR, PIDS, LOGS...: cluster.sh's
-# Real kubelet nodes for tests/cluster/cluster.sh (HOSTPOOL_REAL_NODES=N): sourced by it, uses
+# Real kubelet nodes for hack/cluster/cluster.sh (HOSTPOOL_REAL_NODES=N): sourced by it, uses
 # its variables (DIR, PKI, LOGS, PIDS, BIN_DIR, STATE, APISERVER_*) and functions (log, fail,
 # start, pid_of, wait_for, kubectl_admin).
 #
-# Each node real-node-K is a kubelet (built by tests/cluster/tools.sh --nodes) with a containerd
+# Each node real-node-K is a kubelet (built by hack/cluster/tools.sh --nodes) with a containerd
 # of its own: the kubelet takes every sandbox its runtime reports for its own and removes those
 # it does not know, so two kubelets cannot share one containerd. containerd is Debian's (with
 # runc and the CNI plugins; installed with apt-get where missing), its config, root, state and
@@ -94,13 +94,13 @@ nodes_why_not() {
   fi
 }
 
-nodes_install() { # apt-get what is missing (as tests/cluster/image.sh does for podman)
+nodes_install() { # apt-get what is missing (as hack/cluster/image.sh does for podman)
   local missing
   missing="$(nodes_missing)"
   [[ -z "$missing" ]] && return 0
   log "real nodes need $missing: installing ${NODE_PACKAGES[*]} with apt-get ..."
   export DEBIAN_FRONTEND=noninteractive
-  { apt-get update -qq && apt-get install -y -qq "${NODE_PACKAGES[@]}"; } >"$LOGS/apt-get.log" 2>&1 ||
+  "$REPO_ROOT/hack/cluster/apt-install.sh" "${NODE_PACKAGES[@]}" >"$LOGS/apt-get.log" 2>&1 ||
     fail "apt-get install ${NODE_PACKAGES[*]} failed; see $LOGS/apt-get.log"
   missing="$(nodes_missing)"
   [[ -z "$missing" ]] || fail "still missing after apt-get: $missing (HOSTPOOL_CNI_BIN_DIR: the CNI plugins' directory)"
@@ -159,7 +159,7 @@ nodes_check_args() { # validates HOSTPOOL_REAL_NODES (in REAL_NODES) and the mac
   why="$(nodes_why_not)"
   [[ -z "$why" ]] || fail "$why"
   [[ -x "$BIN_DIR/kubelet" && -s "$BIN_DIR/pause.tar" ]] ||
-    fail "$BIN_DIR/kubelet or pause.tar not found; run tests/cluster/tools.sh --nodes (make tools-nodes) first"
+    fail "$BIN_DIR/kubelet or pause.tar not found; run hack/cluster/tools.sh --nodes (make tools-nodes) first"
   # Unix sockets: 108 bytes at most, the deepest being the kubelet's pod-resources socket.
   local deepest
   deepest="$DIR/nodes/$(node_name "$REAL_NODES")/kubelet/pod-resources/kubelet.sock"

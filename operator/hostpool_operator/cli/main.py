@@ -10,14 +10,14 @@ from datetime import tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .controller.settings import ControllerSettings
+from ..controller.settings import ControllerSettings
 
 if TYPE_CHECKING:
-    from .simulate.history import PastSession
+    from ..recommend.history import PastSession
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
-    from .api import crdgen
+    from ..api import crdgen
 
     for path in crdgen.write_all(Path(args.output_dir)):
         print(path)
@@ -41,7 +41,7 @@ def _read_document(path: str) -> tuple[object, str | None]:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     import json
 
-    from .simulate import scenario as simulate
+    from ..simulate import scenario as simulate
 
     if args.timeline is not None:
         if args.file is not None:
@@ -75,8 +75,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _simulate_timeline(args: argparse.Namespace) -> int:
     import json
 
-    from .simulate import report as timeline_report
-    from .simulate import timeline
+    from ..simulate import report as timeline_report
+    from ..simulate import timeline
 
     document, problem = _read_document(args.timeline)
     if problem is not None:
@@ -100,7 +100,7 @@ def _read_pool(path: str) -> tuple[str, str | None, object]:
     problem."""
     from pydantic import ValidationError
 
-    from .api import HostPoolSpec, describe_validation_error
+    from ..api import HostPoolSpec, describe_validation_error
 
     document, problem = _read_document(path)
     if problem is not None:
@@ -124,11 +124,11 @@ def _cmd_recommend_plan(args: argparse.Namespace) -> int:
     import time
     from concurrent.futures import ProcessPoolExecutor
 
-    from .api import HostPoolSpec
-    from .api.plan import zone_of
-    from .simulate import recommend as recommender
-    from .simulate.history import HistoryError, parse_history
-    from .simulate.replay import ReplayInput, ReplayResult, replay
+    from ..api import HostPoolSpec
+    from ..api.plan import zone_of
+    from ..recommend import recommender
+    from ..recommend.history import HistoryError, parse_history
+    from ..simulate.replay import ReplayInput, ReplayResult, replay
 
     began = time.perf_counter()
     try:
@@ -202,8 +202,8 @@ def _history_from_prometheus(
     """The pool's history read from Prometheus (``--prometheus``), or why it cannot be."""
     from datetime import UTC, datetime
 
-    from . import prometheus_history as source
-    from .simulate.history import HistoryError
+    from ..recommend.history import HistoryError
+    from ..recommend.sources import prometheus as source
 
     try:
         since, until = source.history_range(args.since, args.until, args.days, datetime.now(UTC))
@@ -251,8 +251,8 @@ def _dump_manifest(manifest: dict[str, object]) -> str:
 
 
 def _plot_recommendation(found: object, out: Path, pool: str) -> None:
-    from .simulate.recommend import Recommendation
-    from .simulate.recommend_report import plot_recommendation
+    from ..recommend.recommender import Recommendation
+    from ..recommend.report import plot_recommendation
 
     assert isinstance(found, Recommendation)
     limit = found.limit
@@ -272,8 +272,8 @@ def _plot_recommendation(found: object, out: Path, pool: str) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .controller import handlers
-    from .logs import setup_logging
+    from ..controller import handlers
+    from ..logs import setup_logging
 
     setup_logging(json_logs=args.log_format == "json", verbose=args.verbose)
     settings = ControllerSettings(
@@ -284,7 +284,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     metrics = None
     if args.metrics_address:
-        from .controller.metrics import PrometheusMetrics
+        from ..controller.metrics import PrometheusMetrics
 
         metrics = PrometheusMetrics()
         metrics.serve(args.metrics_address)

@@ -14,10 +14,10 @@ from typing import Any
 from ..api import HostPoolSpec
 from ..api.plan import PlanRules, zone_of
 from ..scaling.plans import minimum_hosts, phase_in_force
+from ..simulate.replay import Logon, ReplayInput, ReplayResult, replay
+from ..simulate.waits import wait_table, waited_over
 from .demand_curve import SLOT_MINUTES, SLOTS_A_DAY, Frame, frame_of
 from .history import PastSession
-from .replay import Logon, ReplayInput, ReplayResult, replay
-from .waits import wait_table, waited_over
 
 #: The simulated pool decides once a minute (the operator reacts within seconds).
 STEP_SECONDS = 60.0

@@ -12,7 +12,7 @@ from ..api import LoadBalancerType
 from ..api.plan import WEEKDAYS, ScalingPlanSpec
 from ..scaling.plans import minimum_hosts
 from .demand_curve import DemandCurve
-from .plan_search import FALL_SHARE, RISE_SHARE, SIMPLER_BY, TOP_SHARE, PlanShape
+from .search import FALL_SHARE, RISE_SHARE, SIMPLER_BY, TOP_SHARE, PlanShape
 
 
 class Replayed(Protocol):

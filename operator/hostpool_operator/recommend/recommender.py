@@ -30,18 +30,18 @@ from typing import Any
 from ..api import API_VERSION, HostPoolSpec, LoadBalancerType
 from ..api.base import MAX_NAME
 from ..api.plan import WEEKDAYS, ScalingPlanSpec, zone_of
+from ..simulate.replay import Logon
+from ..simulate.waits import wait_table
 from .demand_curve import SLOTS_A_DAY, demand_curve, frame_of, peak_concurrency
+from .evaluation import Evaluation as Evaluation
+from .evaluation import Options as Options
+from .evaluation import Replays, evaluation
+from .evaluation import Runner as Runner
+from .evaluation import evaluate_plan as evaluate_plan
+from .evaluation import run_serially as run_serially
 from .history import PastSession
-from .plan_search import Demand, PlanShape, Search, days_name, lead_minutes, percent_for
-from .recommend_evaluation import Evaluation as Evaluation
-from .recommend_evaluation import Options as Options
-from .recommend_evaluation import Replays, evaluation
-from .recommend_evaluation import Runner as Runner
-from .recommend_evaluation import evaluate_plan as evaluate_plan
-from .recommend_evaluation import run_serially as run_serially
-from .recommend_reasons import Figures, explain
-from .replay import Logon
-from .waits import wait_table
+from .reasons import Figures, explain
+from .search import Demand, PlanShape, Search, days_name, lead_minutes, percent_for
 
 #: The demand the search is given in turn until a plan's replay keeps the bound: as
 #: recorded, then raised (for what the model does not see: seconds within a minute,

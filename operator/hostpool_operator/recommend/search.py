@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .demand_curve import MINUTES_A_DAY, SLOT_MINUTES
-from .plan_model import FALL_SHARE as FALL_SHARE
-from .plan_model import RISE_SHARE as RISE_SHARE
-from .plan_model import TOP_SHARE as TOP_SHARE
-from .plan_model import Demand as Demand
-from .plan_model import Model
-from .plan_model import lead_minutes as lead_minutes
-from .plan_model import percent_for as percent_for
+from .model import FALL_SHARE as FALL_SHARE
+from .model import RISE_SHARE as RISE_SHARE
+from .model import TOP_SHARE as TOP_SHARE
+from .model import Demand as Demand
+from .model import Model
+from .model import lead_minutes as lead_minutes
+from .model import percent_for as percent_for
 
 #: The capacity thresholds tried, in ramp-up and peak and in ramp-down and off-peak.
 UP_THRESHOLDS = (100, 90, 80, 70, 60, 50, 40)

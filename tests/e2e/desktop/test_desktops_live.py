@@ -26,7 +26,9 @@ from typing import Any
 import kubernetes
 import pytest
 
-from desktop import (
+from support.agent_objects import apply_agent_objects, delete_objects, run_tool
+from support.broker_helpers import BrokerProcess, Reply
+from support.desktop import (
     DesktopError,
     Host,
     NetnsAgent,
@@ -40,11 +42,9 @@ from desktop import (
     why_not,
     xorg_displays,
 )
-from e2e.agent_objects import apply_agent_objects, delete_objects, run_tool
-from e2e.broker_helpers import BrokerProcess, Reply
-from e2e.helpers import EXTRA_LOGS, Cluster, OperatorProcess
-from kube import GROUP, VERSION, Kube, token_kubeconfig, unique_name, wait_for
-from podman import build_image, podman
+from support.helpers import EXTRA_LOGS, Cluster, OperatorProcess
+from support.kube import GROUP, VERSION, Kube, token_kubeconfig, unique_name, wait_for
+from support.podman import build_image, podman
 
 pytestmark = [pytest.mark.e2e, pytest.mark.desktop]
 

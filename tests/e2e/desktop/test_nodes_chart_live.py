@@ -30,14 +30,14 @@ from typing import Any
 
 import pytest
 
-from builders import session_host_pool
-from desktop import RdpClient, VirtualDisplay, install_client, pixel
-from e2e.agent_objects import run_tool
-from e2e.broker_helpers import CLIENT, REALM, BrokerProcess, keycloak_token
-from e2e.helpers import EXTRA_LOGS, Cluster, condition, status
-from e2e.real_nodes import NODE, RealCluster, real_node_cluster
-from keycloak import CLIENT_SECRET, Keycloak, KeycloakError, keycloak_home, suite_realms
-from kube import REPO_ROOT, ApiError, wait_for
+from support.agent_objects import run_tool
+from support.broker_helpers import CLIENT, REALM, BrokerProcess, keycloak_token
+from support.builders import session_host_pool
+from support.desktop import RdpClient, VirtualDisplay, install_client, pixel
+from support.helpers import EXTRA_LOGS, Cluster, condition, status
+from support.keycloak import CLIENT_SECRET, Keycloak, KeycloakError, keycloak_home, suite_realms
+from support.kube import REPO_ROOT, ApiError, wait_for
+from support.real_nodes import NODE, RealCluster, real_node_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.desktop]
 

@@ -34,8 +34,8 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes import client as k8s
 
-import builders
-from e2e.faults import (
+from support import builders
+from support.faults import (
     OUTAGE,
     STANDBY_LINE,
     Api,
@@ -51,7 +51,7 @@ from e2e.faults import (
     remove_identity,
     wait_host_status_matches,
 )
-from e2e.helpers import (
+from support.helpers import (
     STARTED_LINE,
     Obj,
     RequestRecorder,
@@ -60,7 +60,7 @@ from e2e.helpers import (
     per_host_users,
     status,
 )
-from kube import Kube, need_control_plane, wait_for
+from support.kube import Kube, need_control_plane, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.faults]
 

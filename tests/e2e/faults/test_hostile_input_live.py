@@ -31,8 +31,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import builders
-from e2e.faults import (
+from support import builders
+from support.faults import (
     OUTAGE,
     Api,
     FaultOperator,
@@ -42,8 +42,8 @@ from e2e.faults import (
     leaked_secrets,
     remove_identity,
 )
-from e2e.helpers import Obj, status
-from kube import CRD_DIR, Kube, resource_path, wait_for
+from support.helpers import Obj, status
+from support.kube import CRD_DIR, Kube, resource_path, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.faults]
 

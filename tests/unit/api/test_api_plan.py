@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from builders import plan_spec
 from hostpool_operator import api
 from hostpool_operator.api import crdgen
 from hostpool_operator.api.base import describe_validation_error
@@ -24,7 +23,8 @@ from hostpool_operator.api.plan import (
     StopHostsWhen,
     zone_of,
 )
-from kube import iter_schema_nodes
+from support.builders import plan_spec
+from support.kube import iter_schema_nodes
 
 
 def example() -> dict[str, Any]:

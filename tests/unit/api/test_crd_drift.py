@@ -34,7 +34,13 @@ from pydantic import BaseModel, ValidationError
 from hostpool_operator import api
 from hostpool_operator.api import crdgen
 from hostpool_operator.api.plan import DayOfWeek, ScalingPlanSpec
-from kube import CRD_DIR, EXAMPLES_DIR, example_documents, iter_schema_nodes, load_yaml_documents
+from support.kube import (
+    CRD_DIR,
+    EXAMPLES_DIR,
+    example_documents,
+    iter_schema_nodes,
+    load_yaml_documents,
+)
 
 FORBIDDEN_KEYS = ("$ref", "$defs", "definitions", "anyOf", "allOf", "oneOf", "not")
 

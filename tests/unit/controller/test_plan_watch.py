@@ -13,12 +13,12 @@ from typing import Any
 
 import kopf
 
-import builders
 from hostpool_operator.controller.plan_watch import PlanWatch
 from hostpool_operator.engine.records import PlanRecord
 from hostpool_operator.kube.client import KubeClient
 from hostpool_operator.kube.sinks import EventSink
 from hostpool_operator.scaling.plan_binding import PoolReport
+from support import builders
 
 NS = "ns"
 

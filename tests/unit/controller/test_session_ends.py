@@ -8,7 +8,7 @@ from prometheus_client import generate_latest
 
 from hostpool_operator.controller.metrics import PrometheusMetrics
 from hostpool_operator.engine.placement import Assign
-from state_builders import Pool, assigned, host_obj, pool_obj, request_obj
+from support.state_builders import Pool, assigned, host_obj, pool_obj, request_obj
 
 
 def placed(pool: Pool, name: str, user: str) -> Assign:

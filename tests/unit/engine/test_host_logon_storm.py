@@ -32,7 +32,7 @@ from hostpool_operator.engine.records import HostRecord
 from hostpool_operator.engine.status import host_status
 from hostpool_operator.scaling.rules import host_manifest
 from hostpool_operator.simulate import ScenarioError, run_scenario
-from state_builders import T0, Pool, host_obj, pool_obj
+from support.state_builders import T0, Pool, host_obj, pool_obj
 
 
 def horizon(storm: dict[str, int] | None = None, **lb: Any) -> HostPoolSpec:

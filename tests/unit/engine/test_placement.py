@@ -23,7 +23,7 @@ from hostpool_operator.engine.placement import Assign, Intent, Reject, Wait
 from hostpool_operator.engine.pool_state import PoolState
 from hostpool_operator.engine.records import HostRecord, PoolRecord
 from hostpool_operator.engine.status import pending_message
-from state_builders import (
+from support.state_builders import (
     POOL,
     T0,
     Obj,

@@ -25,7 +25,7 @@ from hostpool_operator.engine.pool_state import (
 )
 from hostpool_operator.engine.records import HostRecord, PoolRecord, RequestRecord
 from hostpool_operator.scaling import pool as pool_scaling
-from state_builders import (
+from support.state_builders import (
     NS,
     POOL,
     T0,

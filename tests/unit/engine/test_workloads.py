@@ -28,7 +28,7 @@ from hostpool_operator.engine.workloads import (
 )
 from hostpool_operator.scaling import pool as pool_scaling
 from hostpool_operator.scaling.rules import host_manifest
-from state_builders import (
+from support.state_builders import (
     NS,
     POOL,
     T0,

@@ -13,21 +13,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostpool_operator.prometheus_history import (
-    CHUNK_STEPS,
-    MAX_POINTS,
-    chunks,
-    history_range,
-    queries,
-)
-from hostpool_operator.simulate.demand_curve import concurrency, frame_of
-from hostpool_operator.simulate.history import HistoryError, PastSession, require_days
-from hostpool_operator.simulate.metric_history import (
+from hostpool_operator.recommend.demand_curve import concurrency, frame_of
+from hostpool_operator.recommend.history import HistoryError, PastSession, require_days
+from hostpool_operator.recommend.metric_history import (
     STEP_SECONDS,
     MinuteCounts,
     minute_counts,
     sessions_from_counts,
     step_increase,
+)
+from hostpool_operator.recommend.sources.prometheus import (
+    CHUNK_STEPS,
+    MAX_POINTS,
+    chunks,
+    history_range,
+    queries,
 )
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)

@@ -21,18 +21,18 @@ from hypothesis import strategies as st
 
 from hostpool_operator.api import HostPoolSpec
 from hostpool_operator.api.plan import PlanPhase, ScalingPlan
-from hostpool_operator.scaling.plans import phase_in_force
-from hostpool_operator.simulate.demand_curve import demand_curve, frame_of
-from hostpool_operator.simulate.history import HistoryError, PastSession, parse_history
-from hostpool_operator.simulate.recommend import (
+from hostpool_operator.recommend.demand_curve import demand_curve, frame_of
+from hostpool_operator.recommend.history import HistoryError, PastSession, parse_history
+from hostpool_operator.recommend.recommender import (
     Options,
     Recommendation,
     RecommendError,
     evaluate_plan,
     recommend,
 )
+from hostpool_operator.scaling.plans import phase_in_force
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MONDAY = datetime(2026, 11, 2, tzinfo=UTC)
 POOL: dict[str, Any] = {
     "loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 5},

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from builders import plan_schedule, plan_spec
 from hostpool_operator.api.conditions import find
 from hostpool_operator.api.plan import PlanConditionReason
 from hostpool_operator.engine.records import PlanRecord
 from hostpool_operator.scaling.plan_binding import PoolReport, bind, plan_problems, plan_status
+from support.builders import plan_schedule, plan_spec
 
 Obj = dict[str, Any]
 NOW = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)  # a Monday: Peak in the plans below

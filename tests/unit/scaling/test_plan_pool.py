@@ -40,7 +40,7 @@ from hostpool_operator.scaling.plans import (
     PlanRequest,
     phase_in_force,
 )
-from state_builders import (
+from support.state_builders import (
     POOL,
     T0,
     Pool,

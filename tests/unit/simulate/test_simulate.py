@@ -11,7 +11,7 @@ import pytest
 
 from hostpool_operator.simulate import ScenarioError, run_scenario
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCENARIOS = sorted(
     p
     for p in (ROOT / "docs" / "scenarios").glob("*.yaml")

@@ -19,7 +19,7 @@ from hostpool_operator import simulate
 from hostpool_operator.simulate.report import format_timeline_table
 from hostpool_operator.simulate.timeline import TimelineError, run_timeline
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TIMELINES = sorted((ROOT / "docs" / "scenarios").glob("*.timeline.yaml"))
 STEP_KEYS = {
     "at",

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from .simulate.history import PastSession, require_days
-from .simulate.metric_history import (
+from ..history import PastSession, require_days
+from ..metric_history import (
     STEP_SECONDS,
     Point,
     minute_counts,

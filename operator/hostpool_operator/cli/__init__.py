@@ -1,0 +1,1 @@
+"""``hostpool-operator``: the operator's command line (run, crds, simulate, recommend-plan)."""
