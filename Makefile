@@ -5,12 +5,16 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The bench's compiled reference controller (Go, standard library only): formatted and vetted.
+# Every shell script of the project, for shellcheck.
+SHELL_SCRIPTS = $(shell git ls-files '*.sh' 2>/dev/null)
 GO_CHECK := cd hack/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
 
-.PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-prepare test test-faults test-unit lint crds bench-engine bench-recommend bench bench-hosts bench-scale tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-down clean
+.PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-prepare test test-faults test-unit lint shellcheck crds bench-engine bench-recommend bench bench-hosts bench-scale tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-down clean
 
-help:
-	@grep -E '^[a-z-]+:.*?## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+##@ Getting started
+
+help: ## this list
+	@awk 'BEGIN {FS = ":.*## "} /^##@ / {printf "\n%s\n", substr($$0, 5)} /^[a-z-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,13 +24,51 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install the project with its test extra
 
-# The image is built with podman from Debian's packages, no registry needed (podman, runc and
-# mmdebstrap are installed with apt-get where missing); cached, so a rebuild takes seconds.
-image: $(STAMP) ## build the operator image localhost/hostpool-operator:<version> with podman (docs/install.md)
-	HOSTPOOL_PYTHON=$(PY) hack/cluster/image.sh
+##@ Demo
 
-image-session-host: $(STAMP) ## build the xrdp session-host image localhost/hostpool-session-host:<version> (operator/session-host.Containerfile)
-	HOSTPOOL_PYTHON=$(PY) hack/cluster/image.sh --session-host
+demo: $(STAMP) tools-cluster ## the main job: control plane, operator, a depth-first pool and a logon burst
+	$(PY) hack/demo/pool.py
+
+demo-broker: $(STAMP) ## after make demo: Keycloak and hostpool-broker; users sign in and get an .rdp file
+	$(PY) hack/demo/broker.py
+
+demo-desktop: $(STAMP) ## after make demo (as root): an xrdp host, a desktop Pod on a real node, three users on real desktops via the broker and FreeRDP
+	$(PY) hack/demo/desktop.py
+
+demo-down: ## stop the demo's operator, agents, broker and Keycloak, desktops, and the local control plane
+	-test -x $(PY) && $(PY) hack/demo/desktop.py down
+	-for p in broker keycloak; do test -f .cluster/$$p.pid && kill -- -$$(cat .cluster/$$p.pid) 2>/dev/null; rm -f .cluster/$$p.pid; done
+	-test -f .cluster/operator.pid && kill $$(cat .cluster/operator.pid) 2>/dev/null; rm -f .cluster/operator.pid
+	-for f in .cluster/agents/*.pid; do test -f "$$f" && kill $$(cat "$$f") 2>/dev/null; rm -f "$$f"; done
+	hack/cluster/cluster.sh down .cluster
+
+##@ Test
+
+# shellcheck is Debian's package, installed here where missing (root) like the tests' tools.
+shellcheck:
+	@command -v shellcheck >/dev/null || hack/cluster/apt-install.sh shellcheck >/dev/null
+	shellcheck $(SHELL_SCRIPTS)
+
+lint: $(STAMP) shellcheck ## ruff (with its complexity and size gates), mypy, import-linter's layers, shellcheck, gofmt/go vet
+	$(PY) -m ruff check operator tests hack
+	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
+	$(GO_CHECK)
+
+test: lint test-prepare ## everything: lint, then unit, property, CRD, end-to-end and image tests
+	$(PY) -m pytest
+
+test-unit: $(STAMP) ## pure tests only (no control plane needed)
+	$(PY) -m pytest tests/unit
+
+test-faults: $(STAMP) tools ## only the fault-injection tests (also part of make test)
+	$(PY) -m pytest -m faults
+
+# make test's set-up. Cold, the Go tools take most of it and keep both cores busy, while
+# the images (mmdebstrap, pip wheels) and Keycloak are mostly downloads: all at once.
+# Warm, each is a cache hit of a second or two.
+test-prepare: $(STAMP)
+	@$(MAKE) --no-print-directory -j4 tools test-image test-image-session-host test-keycloak
 
 # make test's: where podman cannot be had, says why and goes on (tests/e2e/test_image_live.py skips).
 test-image: $(STAMP)
@@ -40,68 +82,39 @@ test-image-session-host: $(STAMP)
 test-keycloak:
 	@hack/cluster/keycloak.sh >/dev/null || echo "make: hack/cluster/keycloak.sh failed; the Keycloak tests will say why" >&2
 
-# make test's set-up. Cold, the Go tools take most of it and keep both cores busy, while
-# the images (mmdebstrap, pip wheels) and Keycloak are mostly downloads: all at once.
-# Warm, each is a cache hit of a second or two.
-test-prepare: $(STAMP)
-	@$(MAKE) --no-print-directory -j4 tools test-image test-image-session-host test-keycloak
+##@ Benchmarks
 
-test: $(STAMP) test-prepare ## everything: lint, types, layers, unit, property, CRD, end-to-end and image tests
-	$(PY) -m ruff check operator tests hack
-	$(PY) -m mypy
-	$(VENV)/bin/lint-imports
-	$(GO_CHECK)
-	$(PY) -m pytest
+BENCH_KUBECONFIG ?= $(KUBECONFIG)
 
-test-faults: $(STAMP) tools ## only the fault-injection tests (also part of make test)
-	$(PY) -m pytest -m faults
-
-test-unit: $(STAMP) ## pure tests only (no control plane needed)
-	$(PY) -m pytest tests/unit
-
-lint: $(STAMP) ## ruff, mypy, import-linter's layers (and gofmt/go vet for the bench's Go controller)
-	$(PY) -m ruff check operator tests hack
-	$(PY) -m mypy
-	$(VENV)/bin/lint-imports
-	$(GO_CHECK)
-
-crds: $(STAMP) ## regenerate crds/ from the pydantic models
-	$(PY) -m hostpool_operator.cli crds --output-dir crds
-
-bench-recommend: $(STAMP) ## recommend-plan over four weeks of 5,000 sessions a day: run time and the plan's figures
-	$(PY) hack/bench/recommend.py
+bench: $(STAMP) tools-cluster ## logon storm against the API server: operator vs. the write ceiling
+	@BENCH_KUBECONFIG="$(BENCH_KUBECONFIG)" HOSTPOOL_PYTHON=$(PY) hack/bench/storm.sh
 
 bench-engine: $(STAMP) ## placement decisions per second for 10..10,000 hosts
 	$(PY) hack/bench/engine.py
-
-BENCH_KUBECONFIG ?= $(KUBECONFIG)
-# The storm needs no pods: its control plane runs no kube-scheduler, kwok or fake nodes, as in
-# the measurements of docs/performance.md.
-
-# A bench stops the control plane it started (BENCH_KEEP=1 keeps it running): a kept
-# kube-apiserver goes on deleting the bench's namespaces, busy for minutes after the figures.
-bench: $(STAMP) tools-cluster ## logon storm against the API server: operator vs. the write ceiling
-	@if [ -n "$(BENCH_KUBECONFIG)" ]; then kc="$(BENCH_KUBECONFIG)"; started=""; \
-	else HOSTPOOL_FAKE_NODES=0 hack/cluster/cluster.sh up .cluster/bench >/dev/null && kc=.cluster/bench/kubeconfig; started=.cluster/bench; fi; \
-	.cluster/bin/kubectl --kubeconfig "$$kc" apply -f crds/ >/dev/null && \
-	.cluster/bin/kubectl --kubeconfig "$$kc" wait --for=condition=Established crd --all --timeout=60s >/dev/null && \
-	KUBECONFIG="$$kc" $(PY) hack/bench/storm.py --plot .cluster/bench-storm.png; rc=$$?; \
-	if [ -n "$$started" ] && [ -z "$(BENCH_KEEP)" ]; then hack/cluster/cluster.sh down "$$started" >/dev/null 2>&1; fi; \
-	exit $$rc
 
 bench-hosts: $(STAMP) tools-cluster ## 50 pod-backed hosts started on demand by a logon storm: hosts created vs. needed
 	@$(PY) hack/bench/hosts.py
 
 bench-scale: $(STAMP) tools-cluster ## 100,000 assigned sessions over 1,000 pools: operator start, storm, kill -9 (SCALE_* to scale down)
-	@if [ -n "$(BENCH_KUBECONFIG)" ]; then kc="$(BENCH_KUBECONFIG)"; dir=""; \
-	elif [ -n "$(SCALE_REUSE)" ]; then kc=.cluster/bench-scale/kubeconfig; dir=.cluster/bench-scale; \
-	else hack/cluster/cluster.sh down .cluster/bench-scale >/dev/null 2>&1; \
-	  HOSTPOOL_FAKE_NODES=0 hack/cluster/cluster.sh up .cluster/bench-scale >/dev/null && kc=.cluster/bench-scale/kubeconfig; dir=.cluster/bench-scale; fi; \
-	.cluster/bin/kubectl --kubeconfig "$$kc" apply -f crds/ >/dev/null && \
-	.cluster/bin/kubectl --kubeconfig "$$kc" wait --for=condition=Established crd --all --timeout=60s >/dev/null && \
-	KUBECONFIG="$$kc" SCALE_CLUSTER_DIR="$$dir" $(PY) hack/bench/scale.py; rc=$$?; \
-	if [ -n "$$dir" ] && [ -z "$(BENCH_KEEP)$(SCALE_PREFILL_ONLY)$(SCALE_REUSE)" ]; then hack/cluster/cluster.sh down "$$dir" >/dev/null 2>&1; fi; \
-	exit $$rc
+	@BENCH_KUBECONFIG="$(BENCH_KUBECONFIG)" HOSTPOOL_PYTHON=$(PY) hack/bench/scale.sh
+
+bench-recommend: $(STAMP) ## recommend-plan over four weeks of 5,000 sessions a day: run time and the plan's figures
+	$(PY) hack/bench/recommend.py
+
+##@ Build
+
+crds: $(STAMP) ## regenerate crds/ from the pydantic models
+	$(PY) -m hostpool_operator.cli crds --output-dir crds
+
+# The image is built with podman from Debian's packages, no registry needed (podman, runc and
+# mmdebstrap are installed with apt-get where missing); cached, so a rebuild takes seconds.
+image: $(STAMP) ## build the operator image localhost/hostpool-operator:<version> with podman (docs/install.md)
+	HOSTPOOL_PYTHON=$(PY) hack/cluster/image.sh
+
+image-session-host: $(STAMP) ## build the xrdp session-host image localhost/hostpool-session-host:<version> (operator/session-host.Containerfile)
+	HOSTPOOL_PYTHON=$(PY) hack/cluster/image.sh --session-host
+
+##@ Local cluster
 
 tools: ## build kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kubectl, helm, kwok, promtool, prometheus into the cache
 	hack/cluster/tools.sh
@@ -121,21 +134,5 @@ cluster-up: tools-cluster ## start a local control plane with 3 fake nodes (HOST
 cluster-down: ## stop the local control plane
 	hack/cluster/cluster.sh down .cluster
 
-demo: $(STAMP) tools-cluster ## the main job: control plane, operator, a depth-first pool and a logon burst
-	$(PY) hack/demo/pool.py
-
-demo-broker: $(STAMP) ## after make demo: Keycloak and hostpool-broker; users sign in and get an .rdp file
-	$(PY) hack/demo/broker.py
-
-demo-desktop: $(STAMP) ## after make demo (as root): an xrdp host, a desktop Pod on a real node, three users on real desktops via the broker and FreeRDP
-	$(PY) hack/demo/desktop.py
-
-demo-down: ## stop the demo's operator, agents, broker and Keycloak, desktops, and the local control plane
-	-test -x $(PY) && $(PY) hack/demo/desktop.py down
-	-for p in broker keycloak; do test -f .cluster/$$p.pid && kill -- -$$(cat .cluster/$$p.pid) 2>/dev/null; rm -f .cluster/$$p.pid; done
-	-test -f .cluster/operator.pid && kill $$(cat .cluster/operator.pid) 2>/dev/null; rm -f .cluster/operator.pid
-	-for f in .cluster/agents/*.pid; do test -f "$$f" && kill $$(cat "$$f") 2>/dev/null; rm -f "$$f"; done
-	hack/cluster/cluster.sh down .cluster
-
-clean:
+clean: ## remove .venv, .cluster and the tools' caches of this clone (not ~/.cache)
 	rm -rf $(VENV) .cluster .pytest_cache .mypy_cache .ruff_cache
