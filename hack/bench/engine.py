@@ -16,8 +16,9 @@ import time
 from collections.abc import Sequence
 
 from hostpool_operator.api import HostPoolSpec
-from hostpool_operator.engine.balancing import HostView, PoolBalancer
+from hostpool_operator.engine.balancing import PoolBalancer
 from hostpool_operator.engine.demand import Demand
+from hostpool_operator.engine.host_view import HostView
 
 SIZES = (10, 100, 1_000, 10_000)
 ALGORITHMS = ("BreadthFirst", "DepthFirst", "Horizon")

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..api import Phase, Reason
 from .names import request_name
-from .rdp import full_address, rdp_file
+from .rdp import rdp_file
 from .views import PoolView, RequestView
 
 #: Seconds a client is told to wait before connecting again, by why it waits.
@@ -188,7 +188,6 @@ __all__ = [
     "answer",
     "decide",
     "error",
-    "full_address",
     "not_found",
     "placed_or_final",
     "pool_entry",

@@ -56,19 +56,8 @@ from ..api import (
 )
 from .demand import Demand
 from .horizon import NO_LOAD_INDEX, HorizonEntry, HorizonIndex, load_index, logon_storm_block
-from .host_view import HostView, Placement, Slotted, breadth_first_candidates, free_slots
+from .host_view import HostView, Placement, breadth_first_candidates, free_slots
 from .ledger import SessionLedger
-
-# The views are the engine's vocabulary; callers import them from here with the balancer.
-__all__ = [
-    "HostView",
-    "Placement",
-    "PoolBalancer",
-    "Slotted",
-    "breadth_first_candidates",
-    "free_slots",
-    "load_index",
-]
 
 
 class PoolBalancer:
@@ -454,14 +443,3 @@ class PoolBalancer:
             }
             for h in self.hosts()
         ]
-
-
-__all__ = [
-    "NO_LOAD_INDEX",
-    "HostView",
-    "Placement",
-    "PoolBalancer",
-    "breadth_first_candidates",
-    "free_slots",
-    "load_index",
-]

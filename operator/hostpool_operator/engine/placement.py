@@ -15,8 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from ..api import Reason
-from .balancing import Placement
 from .demand import Demand
+from .host_view import Placement
 from .pool_state import PoolState
 from .records import RequestRecord
 from .status import pending_message, says_pending

@@ -22,7 +22,8 @@ from ..api import (
     Reason,
     SessionState,
 )
-from .balancing import Placement, PoolBalancer
+from .balancing import PoolBalancer
+from .host_view import Placement
 from .ledger import Session, SessionLedger
 from .pool_view import PoolView
 from .records import HostRecord, PoolRecord, RequestRecord, newer_or_same

@@ -12,7 +12,8 @@ from datetime import datetime
 
 from ..api import HostMetrics, HostPoolSpec
 from ..api.timestamps import parse_time
-from .balancing import HostView, PoolBalancer
+from .balancing import PoolBalancer
+from .host_view import HostView
 from .ledger import SessionLedger
 from .records import HostRecord, query_order
 from .workloads import Gate, WorkloadRecord, WorkloadState, host_address, workload_state

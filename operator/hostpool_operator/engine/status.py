@@ -16,8 +16,9 @@ from ..api import Phase, Reason, SessionState
 from ..api import conditions as cond
 from ..api.timestamps import rfc3339
 from ..api.vocabulary import POOL_LABEL
-from .balancing import HostView, Placement, PoolBalancer
+from .balancing import PoolBalancer
 from .horizon import logon_storm_block
+from .host_view import HostView, Placement
 from .ledger import SessionLedger
 from .records import HostRecord, PoolRecord, RequestRecord
 from .workloads import Gate, WorkloadState

@@ -16,8 +16,9 @@ from typing import Any
 
 from ..api import HostPoolSpec, LoadBalancerType
 from ..api.plan import PlanRules
-from ..engine.balancing import HostView, PoolBalancer
+from ..engine.balancing import PoolBalancer
 from ..engine.demand import Demand
+from ..engine.host_view import HostView
 from ..scaling.plans import PhaseInForce
 from ..scaling.rules import ScaleHost
 

@@ -25,8 +25,9 @@ from ..api import (
     SessionHostTemplateSpec,
     describe_validation_error,
 )
-from ..engine.balancing import HostView, PoolBalancer
+from ..engine.balancing import PoolBalancer
 from ..engine.demand import Demand
+from ..engine.host_view import HostView
 from ..scaling.rules import ScaleHost, hosts_to_add
 
 MAX_SCENARIO_HOSTS = 100_000

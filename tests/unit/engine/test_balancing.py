@@ -16,8 +16,10 @@ from hostpool_operator.api import (
     Protocol,
     Reason,
 )
-from hostpool_operator.engine.balancing import HostView, PoolBalancer, load_index
+from hostpool_operator.engine.balancing import PoolBalancer
 from hostpool_operator.engine.demand import Demand
+from hostpool_operator.engine.horizon import load_index
+from hostpool_operator.engine.host_view import HostView
 from hostpool_operator.simulate import run_scenario
 
 

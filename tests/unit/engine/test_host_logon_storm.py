@@ -24,9 +24,10 @@ from hostpool_operator.api import (
     SessionHostSpec,
     crdgen,
 )
-from hostpool_operator.engine.balancing import HostView, Placement, PoolBalancer
+from hostpool_operator.engine.balancing import PoolBalancer
 from hostpool_operator.engine.demand import Demand
 from hostpool_operator.engine.horizon import LogonStormBlock, logon_storm_block
+from hostpool_operator.engine.host_view import HostView, Placement
 from hostpool_operator.engine.placement import Assign
 from hostpool_operator.engine.records import HostRecord
 from hostpool_operator.engine.status import host_status

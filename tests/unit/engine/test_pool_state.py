@@ -15,7 +15,7 @@ import pytest
 
 from hostpool_operator.api import Phase, Reason
 from hostpool_operator.api.vocabulary import MANAGED_LABEL, MANAGER
-from hostpool_operator.engine.balancing import HostView, Placement
+from hostpool_operator.engine.host_view import HostView, Placement
 from hostpool_operator.engine.placement import Assign, Intent, Wait, place_pending
 from hostpool_operator.engine.pool_state import (
     PoolState,

@@ -21,13 +21,10 @@ from hostpool_operator.api import (
     Protocol,
     Reason,
 )
-from hostpool_operator.engine.balancing import (
-    HostView,
-    PoolBalancer,
-    breadth_first_candidates,
-    load_index,
-)
+from hostpool_operator.engine.balancing import PoolBalancer
 from hostpool_operator.engine.demand import Demand
+from hostpool_operator.engine.horizon import load_index
+from hostpool_operator.engine.host_view import HostView, breadth_first_candidates
 
 USERS = [f"user{i}" for i in range(30)]
 

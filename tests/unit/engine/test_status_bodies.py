@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from hostpool_operator.api import HostPoolSpec, Reason
 from hostpool_operator.api.conditions import Cond, find, merge
 from hostpool_operator.api.timestamps import rfc3339
-from hostpool_operator.engine.balancing import HostView, Placement, PoolBalancer
+from hostpool_operator.engine.balancing import PoolBalancer
+from hostpool_operator.engine.host_view import HostView, Placement
 from hostpool_operator.engine.ledger import SessionLedger
 from hostpool_operator.engine.records import HostRecord, PoolRecord, RequestRecord
 from hostpool_operator.engine.status import (

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ...api import Phase, Reason
 from ...api.vocabulary import REQUESTS
-from ...engine.balancing import Placement
+from ...engine.host_view import Placement
 from ...engine.pool_state import PoolState
 from ...engine.records import RequestRecord, newer_or_same
 from ...engine.status import assigned_status, failed_status, pending_status, says_pending
