@@ -62,7 +62,6 @@ class Controller:
         self.supervisor = Supervisor(self.metrics, self.spawn)
         self.workloads = WorkloadWatch(
             client,
-            self.spawn,
             supervise=self.supervisor.supervise,
             on_skip=self.on_skipped,
             on_event=self.on_workload_event,
@@ -85,7 +84,6 @@ class Controller:
         self.plans = PlanWatch(
             client,
             self.deps.events,
-            self.spawn,
             supervise=self.supervisor.supervise,
             on_skip=self.on_skipped,
             status_interval=self.settings.status_interval,

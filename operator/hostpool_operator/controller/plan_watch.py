@@ -29,7 +29,7 @@ from ..kube.informer import Informer, SkipHandler
 from ..kube.sinks import EventSink
 from ..scaling.plan_binding import PoolReport, bind, plan_status
 from ..scaling.plans import next_phase_start
-from .deps import Spawn, Supervise
+from .deps import Supervise
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,6 @@ class PlanWatch:
         self,
         client: KubeClient,
         events: EventSink,
-        spawn: Spawn,
         *,
         supervise: Supervise,
         on_skip: SkipHandler | None = None,
@@ -53,7 +52,6 @@ class PlanWatch:
     ) -> None:
         self.client = client
         self.events = events
-        self.spawn = spawn
         self.supervise = supervise
         self.on_skip = on_skip
         self.status_interval = status_interval

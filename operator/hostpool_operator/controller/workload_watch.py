@@ -28,7 +28,7 @@ from ..kube.backoff import Backoff
 from ..kube.client import KubeClient
 from ..kube.errors import ApiError, ApiTransportError
 from ..kube.informer import Informer, SkipHandler
-from .deps import Spawn, Supervise
+from .deps import Supervise
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,6 @@ class WorkloadWatch:
     def __init__(
         self,
         client: KubeClient,
-        spawn: Spawn,
         *,
         supervise: Supervise,
         on_skip: SkipHandler | None = None,
@@ -78,7 +77,6 @@ class WorkloadWatch:
         on_named_synced: Callable[[WorkloadKey], None] | None = None,
     ) -> None:
         self.client = client
-        self.spawn = spawn
         self.supervise = supervise
         self.on_skip = on_skip
         self.scopes: list[str | None] = [None]

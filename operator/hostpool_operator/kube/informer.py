@@ -17,6 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import TypedDict, Unpack
 
 from ..api import API_VERSION
 from .backoff import Backoff
@@ -29,6 +30,20 @@ log = logging.getLogger(__name__)
 Handler = Callable[[str, JSON], None]
 #: Told of an event whose handler raised: (event type, object, the exception).
 SkipHandler = Callable[[str, JSON, Exception], None]
+
+
+class InformerOptions(TypedDict, total=False):
+    """How an informer lists and watches, beyond its kind, namespace and handler: each
+    optional, given as keywords (one typed record rather than a long parameter list)."""
+
+    #: Told of each event the handler raised on (see ``Informer._deliver``).
+    on_skip: SkipHandler | None
+    api_version: str  # default: hostpool.io's
+    field_selector: str | None
+    label_selector: str | None
+    timeout_seconds: int  # of each watch request (default 300)
+    page_size: int  # of a paged list (default LIST_PAGE)
+    stream: bool  # stream lists when the API server can (default True)
 
 
 class Informer:
@@ -46,28 +61,21 @@ class Informer:
         plural: str,
         namespace: str | None,
         handler: Handler,
-        *,
-        timeout_seconds: int = 300,
-        api_version: str = API_VERSION,
-        page_size: int = LIST_PAGE,
-        stream: bool = True,
-        on_skip: SkipHandler | None = None,
-        field_selector: str | None = None,
-        label_selector: str | None = None,
+        **options: Unpack[InformerOptions],
     ) -> None:
         self.client = client
-        #: Only the objects these select are listed and watched.
-        self.field_selector = field_selector
-        self.label_selector = label_selector
-        self.on_skip = on_skip
         self.plural = plural
-        self.api_version = api_version
         self.namespace = namespace
         self.handler = handler
-        self.timeout_seconds = timeout_seconds
-        self.page_size = page_size
+        self.on_skip = options.get("on_skip")
+        self.api_version = options.get("api_version", API_VERSION)
+        #: Only the objects these select are listed and watched.
+        self.field_selector = options.get("field_selector")
+        self.label_selector = options.get("label_selector")
+        self.timeout_seconds = options.get("timeout_seconds", 300)
+        self.page_size = options.get("page_size", LIST_PAGE)
         #: Stream the lists (turned off for good when the API server refuses to).
-        self.stream = stream
+        self.stream = options.get("stream", True)
         self.resource_version: str | None = None
         self.known: dict[tuple[str, str], str | None] = {}  # key -> uid, for relists
         self.feed_seconds = 0.0  # spent reporting listed objects to the handler

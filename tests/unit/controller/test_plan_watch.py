@@ -51,7 +51,6 @@ def watch() -> tuple[PlanWatch, list[tuple[str, str, PlanRecord | None]]]:
     plans = PlanWatch(
         KubeClient(kopf.ConnectionInfo(server="https://127.0.0.1:9")),
         Events(),
-        spawn,
         supervise=lambda *_: spawn(None),  # type: ignore[arg-type]
         status_interval=1.0,
         set_pool_plan=lambda ns, pool, plan: bound.append((ns, pool, plan)),
