@@ -1,14 +1,13 @@
-"""kopf wiring: gather (watch events) → decide and apply (the controller).
+"""kopf wiring: the operator's process around the controller.
 
-kopf runs the operator: authentication, start-up and clean-up, signal handling, the liveness
-probe, and the watch on HostPools (an *event* handler, which writes nothing to the objects).
-
-SessionHosts and SessionRequests, the high-volume kinds, are watched by the controller's own
-informers (``kube.informer.Informer``): kopf's per-event processing (a per-object worker, a
-deep-copied diff base, a logger and a patch object per event) cost about 3 ms of CPU per event in a
-profiled logon storm, several times the placement itself. Either way no finalizer and no
-kopf annotation is ever put on a SessionRequest: the operator's one write per assignment is
-the status the controller writes.
+kopf runs the operator: authentication, start-up and clean-up, signal handling and the
+liveness probe. It watches nothing: every kind (HostPools, SessionHosts, SessionRequests,
+ScalingPlans, workloads) is watched by the controller's own informers
+(``kube.informer.Informer``), so one relist, skip and metric behaviour holds for all of
+them. kopf's per-event processing (a per-object worker, a deep-copied diff base, a logger and
+a patch object per event) cost about 3 ms of CPU per event in a profiled logon storm, several
+times the placement itself. No finalizer and no kopf annotation is ever put on an object: the
+operator's one write per assignment is the status the controller writes.
 """
 
 from __future__ import annotations
@@ -23,8 +22,6 @@ from typing import Any
 
 import kopf
 
-from ..api import GROUP, VERSION
-from ..api.vocabulary import POOLS
 from ..kube.auth import login, token_file
 from ..kube.client import KubeClient
 from ..kube.sinks import MetricsSink
@@ -177,13 +174,6 @@ async def cleanup(memo: Runtime, **_: Any) -> None:
     client = getattr(memo, "client", None)
     if client is not None:
         await client.close()
-
-
-# Event handlers are coroutines on purpose: kopf runs plain functions in a thread pool, and
-# the controller's state belongs to the event loop alone.
-@kopf.on.event(GROUP, VERSION, POOLS, registry=registry)
-async def pool_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
-    memo.controller.on_pool_event(event.get("type"), event["object"])
 
 
 async def _stop_when_lost(memo: Runtime, elector: LeaderElector) -> None:

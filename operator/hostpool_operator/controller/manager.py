@@ -1,9 +1,9 @@
 """The placement controller: routes watch events to one worker per pool and owns every task.
 
-Gather → decide → apply, per pool (see ``controller.pool.worker``): the initial LIST and the watches
-(pools from kopf's handler, hosts and requests from the operator's own informers) feed the
-workers; each worker decides with the pure modules (``pool_state``, ``placement``,
-``scaling``, ``status``) and applies with its writers. Everything spawned goes through
+Gather → decide → apply, per pool (see ``controller.pool.worker``): the operator's own
+informers (pools, hosts, requests, plans, workloads: a LIST, then a watch) feed the workers;
+each worker decides with the pure modules (``pool_state``, ``placement``, ``scaling``,
+``status``) and applies with its writers. Everything spawned goes through
 :meth:`Controller.spawn`, so no task is lost and a failing one is logged.
 """
 
@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import time
 from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any
 
@@ -161,9 +160,9 @@ class Controller:
 
     async def initial_sync(self, namespaces: list[str] | None) -> None:
         """LIST everything before the first decision, so no existing session is missed; then
-        keep hosts and requests current with the operator's own informers (pools come from
-        kopf's watch, see handlers). The garbage collector is paused meanwhile and what was
-        built is frozen after (see :func:`collector_paused`)."""
+        keep pools, hosts and requests current with the operator's own informers (one relist,
+        skip and metric behaviour for every kind). The garbage collector is paused meanwhile
+        and what was built is frozen after (see :func:`collector_paused`)."""
         with collector_paused():
             await self._initial_sync(namespaces)
         self.start()
@@ -177,16 +176,15 @@ class Controller:
     async def _initial_sync(self, namespaces: list[str] | None) -> None:
         scopes: list[str | None] = list(namespaces) if namespaces else [None]
         before = self.client.list_timing.copy()
-        fed = 0.0
-        for scope in scopes:
-            async for page in self.client.list_pages(POOLS, scope):
-                started = time.perf_counter()
-                for obj in page.items:
-                    self.on_pool_event("ADDED", obj)
-                fed += time.perf_counter() - started
+        # Pools first: each host and request then joins a pool whose spec is known.
+        kinds = (
+            (POOLS, self.on_pool_event),
+            (HOSTS, self.on_host_event),
+            (REQUESTS, self.on_request_event),
+        )
         self.informers = [
             Informer(self.client, plural, scope, handler, on_skip=self.on_skipped)
-            for plural, handler in ((HOSTS, self.on_host_event), (REQUESTS, self.on_request_event))
+            for plural, handler in kinds
             for scope in scopes
         ]
         self.workloads.scopes = scopes
@@ -202,7 +200,7 @@ class Controller:
         for api_version, kind in self._kinds_in_use():
             await self.workloads.ensure(api_version, kind)
         timing = self.client.list_timing
-        fed += sum(informer.feed_seconds for informer in self.informers)
+        fed = sum(informer.feed_seconds for informer in self.informers)
         log.info(
             "initial sync: list %.2fs, decode %.2fs, rebuild %.2fs, %d objects",
             timing.wait - before.wait,
@@ -257,16 +255,18 @@ class Controller:
 
     def on_pool_event(self, kind: str | None, obj: Mapping[str, Any]) -> None:
         meta = Meta.of(obj)
+        # Read before anything changes: a pool that cannot be read is skipped whole (see
+        # Informer._deliver), never left half-applied as a worker without its pool.
+        record = PoolRecord.of(obj) if kind != "DELETED" else None
         worker = self.worker(meta.namespace, meta.name)
         self.plans.pool_changed(meta.namespace, meta.name)
-        if kind == "DELETED":
+        if record is None:
             worker.on_pool(None)
             self._set_pool_kind((meta.namespace, meta.name), None)
             if worker.state.requests:
                 log.info("%s/%s: pool deleted; its pending requests wait for it", *meta_key(meta))
             self._forget_if_unused(worker)
             return
-        record = PoolRecord.of(obj)
         known = worker.state.pool
         if (
             known is not None
