@@ -1,46 +1,63 @@
 """How the engine sees one pool's hosts: metrics freshness, each host's view (its sessions,
 its drain mode or closed workload, its address) and the balancer built from them. Pure.
 
-A base of :class:`~.pool_state.PoolState`, which holds the attributes declared here; kept
-apart so that what a host *looks like* to the engine reads in one place, and the
-observations that change it (``pool_state``) in another.
+:class:`HostViews` belongs to a :class:`~.pool_state.PoolState` (its ``views``). It owns
+what only it changes (when each host's sample was seen, which hosts' metrics are stale, the
+balancer) and reads the pool's records through :class:`PoolFacts`: what a host *looks like*
+to the engine reads here, the observations that change it in ``pool_state``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from datetime import datetime
+from typing import Protocol
 
 from ..api import HostMetrics, HostPoolSpec
-from ..api.timestamps import parse_time
 from .balancing import PoolBalancer
 from .host_view import HostView
 from .ledger import SessionLedger
 from .records import HostRecord, query_order
-from .workloads import Gate, WorkloadRecord, WorkloadState, host_address, workload_state
+from .workloads import Gate, WorkloadState
 
 
-class PoolView:
-    """The engine's view of a pool's hosts (the attributes are PoolState's fields)."""
-
-    metrics_stale_after: float
-    hosts: dict[str, HostRecord]
-    ledger: SessionLedger
-    balancer: PoolBalancer | None
-    stale_hosts: set[str]
-    removing: set[str]
-    workloads: dict[str, WorkloadRecord | None]
-    capacity_changed: bool
-    plan_closed: frozenset[str]
-    samples_seen: dict[str, tuple[datetime, datetime]]
+class PoolFacts(Protocol):
+    """What a host's view is built from, read from the pool's state (which owns it)."""
 
     @property
-    def spec(self) -> HostPoolSpec | None:
-        raise NotImplementedError
+    def hosts(self) -> Mapping[str, HostRecord]: ...
+    @property
+    def ledger(self) -> SessionLedger: ...
+    @property
+    def removing(self) -> AbstractSet[str]: ...
+    @property
+    def plan_closed(self) -> AbstractSet[str]: ...
+    def workload_state(self, host: HostRecord, now: datetime) -> WorkloadState | None: ...
+    def address_of(self, host: HostRecord) -> str | None: ...
 
-    def placement_spec(self) -> HostPoolSpec | None:
-        raise NotImplementedError
 
-    def _note_sample(self, host: HostRecord, now: datetime) -> None:
+class HostViews:
+    """Each host of one pool as the engine sees it, and the balancer holding those views."""
+
+    __slots__ = ("_pool", "balancer", "metrics_stale_after", "samples_seen", "stale_hosts")
+
+    def __init__(self, pool: PoolFacts, *, metrics_stale_after: float) -> None:
+        self._pool = pool
+        #: Host metrics sampled longer ago than this (seconds) are treated as never reported.
+        self.metrics_stale_after = metrics_stale_after
+        #: Per host: the last sampledAt its agent reported, and when this operator first saw
+        #: that value (its own clock). Staleness counts from the latter: an agent whose clock
+        #: is behind is not always stale, one whose clock is ahead does not look alive after
+        #: it died.
+        self.samples_seen: dict[str, tuple[datetime, datetime]] = {}
+        self.stale_hosts: set[str] = set()
+        #: None while the pool is missing or its spec invalid.
+        self.balancer: PoolBalancer | None = None
+
+    # -------------------------------------------------------------- metrics freshness
+
+    def note_sample(self, host: HostRecord, now: datetime) -> None:
         """A host's agent may have reported again: a new sampledAt is seen now. At first
         sight of a host the agent's own time is taken if it is in the past (an agent dead
         for an hour is stale at once), never one in the future."""
@@ -70,57 +87,13 @@ class PoolView:
         self.stale_hosts.discard(host.meta.name)
         return metrics
 
-    def view(self, host: HostRecord, now: datetime) -> HostView | None:
-        """The host as the engine sees it (None: its spec is invalid)."""
-        if host.spec is None:
-            return None
-        name = host.meta.name
-        workload = self.workload_state(host, now)
-        # A host whose workload is not Ready is closed like a draining one: reconnects only.
-        closed = workload is not None and workload.gate is not Gate.OPEN
-        return HostView(
-            name=name,
-            drain_mode=host.spec.drain_mode or closed or name in self.plan_closed,
-            features=host.spec.features,
-            address=self.address_of(host),
-            sessions=self.ledger.count_on(name),
-            connecting=self.ledger.connecting_on(name),
-            metrics=self._metrics_for(host, now),
-            order=query_order(host.meta.created),
-            logon_storm=host.spec.logon_storm,
-        )
-
-    def rebuild_balancer(self, now: datetime) -> None:
-        """(Re)build the engine from the records, after the pool appears or becomes valid."""
-        spec = self.placement_spec()
-        if spec is None:
-            self.balancer = None
-            return
-        views = [
-            view
-            for host in self.hosts.values()
-            if host.meta.name not in self.removing and (view := self.view(host, now)) is not None
-        ]
-        self.balancer = PoolBalancer(spec, views, ledger=self.ledger)
-        self.capacity_changed = True
-
-    def refresh_host(self, host: HostRecord, now: datetime) -> None:
-        """Put the host's current view into the engine, or take it out if it cannot serve."""
-        if self.balancer is None or host.meta.name in self.removing:
-            return
-        view = self.view(host, now)
-        if view is None:
-            self.balancer.withdraw_host(host.meta.name)
-        else:
-            self.balancer.upsert_host(view)
-
     def recheck_metrics(self, now: datetime) -> bool:
         """Metrics go stale with time alone: re-evaluate hosts that report sampledAt. True if
         a host's staleness changed."""
         if self.balancer is None:
             return False
         changed = False
-        for host in self.hosts.values():
+        for host in self._pool.hosts.values():
             age = self.sample_age(host.meta.name, now)
             if age is None:
                 continue
@@ -131,26 +104,63 @@ class PoolView:
                 (self.stale_hosts.add if stale else self.stale_hosts.discard)(host.meta.name)
                 self.refresh_host(host, now)
                 changed = True
-        if changed:
-            self.capacity_changed = True
         return changed
 
-    def workload_state(self, host: HostRecord, now: datetime) -> WorkloadState | None:
-        """The host's workload as decisions see it (None: the host has no workloadRef)."""
-        if host.spec is None or host.spec.workload_ref is None:
+    # -------------------------------------------------------------- views and the balancer
+
+    def view(self, host: HostRecord, now: datetime) -> HostView | None:
+        """The host as the engine sees it (None: its spec is invalid)."""
+        if host.spec is None:
             return None
-        spec = self.spec
-        scaling = spec.scaling if spec is not None else None
-        timeout = scaling.host_ready_timeout_seconds if scaling is not None else 600
-        return workload_state(
-            host.spec.workload_ref,
-            self.workloads.get(host.meta.name),
-            known=host.meta.name in self.workloads,
-            managed=host.managed,
-            host_created=parse_time(host.meta.created),
-            ready_timeout=timeout,
-            now=now,
+        pool = self._pool
+        name = host.meta.name
+        workload = pool.workload_state(host, now)
+        # A host whose workload is not Ready is closed like a draining one: reconnects only.
+        closed = workload is not None and workload.gate is not Gate.OPEN
+        return HostView(
+            name=name,
+            drain_mode=host.spec.drain_mode or closed or name in pool.plan_closed,
+            features=host.spec.features,
+            address=pool.address_of(host),
+            sessions=pool.ledger.count_on(name),
+            connecting=pool.ledger.connecting_on(name),
+            metrics=self._metrics_for(host, now),
+            order=query_order(host.meta.created),
+            logon_storm=host.spec.logon_storm,
         )
 
-    def address_of(self, host: HostRecord) -> str | None:
-        return host_address(host, self.workloads.get(host.meta.name))
+    def rebuild(self, spec: HostPoolSpec | None, now: datetime) -> bool:
+        """(Re)build the balancer from the records with ``spec`` (None: there is none). True
+        if one was built."""
+        if spec is None:
+            self.balancer = None
+            return False
+        pool = self._pool
+        views = [
+            view
+            for host in pool.hosts.values()
+            if host.meta.name not in pool.removing and (view := self.view(host, now)) is not None
+        ]
+        self.balancer = PoolBalancer(spec, views, ledger=pool.ledger)
+        return True
+
+    def refresh_host(self, host: HostRecord, now: datetime) -> None:
+        """Put the host's current view into the balancer, or take it out if it cannot serve."""
+        if self.balancer is None or host.meta.name in self._pool.removing:
+            return
+        view = self.view(host, now)
+        if view is None:
+            self.balancer.withdraw_host(host.meta.name)
+        else:
+            self.balancer.upsert_host(view)
+
+    def withdraw(self, name: str) -> None:
+        """Out of the balancer (a host being removed); its freshness is kept."""
+        if self.balancer is not None:
+            self.balancer.withdraw_host(name)
+
+    def forget(self, name: str) -> None:
+        """The host is gone: out of the balancer, and its freshness forgotten."""
+        self.samples_seen.pop(name, None)
+        self.stale_hosts.discard(name)
+        self.withdraw(name)

@@ -85,7 +85,7 @@ def decide(
         return Reject(record)
     if state.pool is None:
         return wait(state, record, Reason.POOL_NOT_FOUND, f"HostPool {state.name!r} does not exist")
-    if state.balancer is None:
+    if state.views.balancer is None:
         message = f"HostPool {state.name!r} is invalid: {state.pool.spec_error}"
         return wait(state, record, Reason.NO_ELIGIBLE_HOST, message)
     demand = record.demand
@@ -93,7 +93,7 @@ def decide(
     if demand.user not in state.ledger and shape in failed_shapes:
         reason = failed_shapes[shape]
         return wait(state, record, reason, pending_message(reason))
-    placement = state.balancer.place(demand)
+    placement = state.views.balancer.place(demand)
     if placement.host is None:
         reason = placement.reason
         if starting_host_for(state, demand, now):
@@ -116,7 +116,7 @@ def starting_host_for(state: PoolState, demand: Demand, now: datetime) -> bool:
             continue
         workload = state.workload_state(host, now)
         if workload is not None and workload.starting:
-            view = state.view(host, now)
+            view = state.views.view(host, now)
             if view is not None and view.supports(demand):
                 return True
     return False
@@ -126,13 +126,13 @@ def short_of_ready_hosts(state: PoolState, demand: Demand, now: datetime) -> boo
     """Every host that could take this request (features, not in drain mode) is full or
     has no Ready workload, and at least one has none: the pool lacks machines, which adding
     hosts fixes (the engine alone would say NoEligibleHost, as for draining hosts)."""
-    assert state.balancer is not None
-    limit = state.balancer.limit
+    assert state.views.balancer is not None
+    limit = state.views.balancer.limit
     closed = False
     for host in state.hosts.values():
         if host.spec is None or host.spec.drain_mode or host.meta.name in state.removing:
             continue
-        view = state.view(host, now)
+        view = state.views.view(host, now)
         if view is None or not view.supports(demand):
             continue
         workload = state.workload_state(host, now)

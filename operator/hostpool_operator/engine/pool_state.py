@@ -1,17 +1,18 @@
 """Everything the operator knows of one pool, and how each observation changes it.
 
-Pure: the records of the pool, its hosts and its requests; the session ledger; the engine
-built from them; and the queues of the placement pass (new arrivals, requests waiting for
-capacity, assignments being written). Methods take ``now`` and return what the I/O side has
-to do (a request to fail), never doing it themselves. One :class:`PoolState` per pool, driven
-by one task (``controller.pool.worker``), so its changes never interleave.
+Pure: the records of the pool, its hosts and its requests; the session ledger; the views of
+its hosts and the engine built from them (``views``, a :class:`~.host_views.HostViews`); and
+the queues of the placement pass (new arrivals, requests waiting for capacity, assignments
+being written). Methods take ``now`` and return what the I/O side has to do (a request to
+fail), never doing it themselves. One :class:`PoolState` per pool, driven by one task
+(``controller.pool.worker``), so its changes never interleave.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from datetime import datetime, timedelta
 
 from ..api import (
@@ -22,34 +23,32 @@ from ..api import (
     Reason,
     SessionState,
 )
-from .balancing import PoolBalancer
+from ..api.timestamps import parse_time
 from .host_view import Placement
+from .host_views import HostViews
 from .ledger import Session, SessionLedger
-from .pool_view import PoolView
 from .records import HostRecord, PoolRecord, RequestRecord, newer_or_same
-from .workloads import WorkloadRecord
+from .workloads import WorkloadRecord, WorkloadState, host_address, workload_state
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class PoolState(PoolView):
+class PoolState:
     """One pool's records, sessions and placement queues."""
 
     namespace: str
     name: str
     #: Host metrics sampled longer ago than this (seconds) are treated as never reported.
-    metrics_stale_after: float = 120.0
+    metrics_stale_after: InitVar[float] = 120.0
     pool: PoolRecord | None = None
     hosts: dict[str, HostRecord] = field(default_factory=dict)
     requests: dict[str, RequestRecord] = field(default_factory=dict)
     ledger: SessionLedger = field(default_factory=SessionLedger)
-    balancer: PoolBalancer | None = None
     arrivals: dict[str, None] = field(default_factory=dict)  # request names, arrival order
     waiting: dict[str, None] = field(default_factory=dict)  # could not be placed yet
     inflight: set[str] = field(default_factory=set)  # assignment writes on their way
     pending_said: dict[str, Reason] = field(default_factory=dict)  # last pending reason written
-    stale_hosts: set[str] = field(default_factory=set)
     removing: set[str] = field(default_factory=set)  # hosts being deleted by scale-down
     empty_since: dict[str, datetime] = field(default_factory=dict)  # managed, no session
     #: The workload of each host with a workloadRef whose kind has been listed (None: it
@@ -66,10 +65,11 @@ class PoolState(PoolView):
     #: if drained, while the drain is written (else the emptiest host, the one a ramp-down
     #: drains, is where breadth-first sends the next logons, whose users it then logs off).
     plan_closed: frozenset[str] = frozenset()
-    #: Per host: the last sampledAt its agent reported, and when this operator first saw
-    #: that value (its own clock). Staleness counts from the latter: an agent whose clock is
-    #: behind is not always stale, one whose clock is ahead does not look alive after it died.
-    samples_seen: dict[str, tuple[datetime, datetime]] = field(default_factory=dict)
+    #: Metrics freshness, each host's view and the balancer built from them.
+    views: HostViews = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self, metrics_stale_after: float) -> None:
+        self.views = HostViews(self, metrics_stale_after=metrics_stale_after)
 
     @property
     def spec(self) -> HostPoolSpec | None:
@@ -96,8 +96,9 @@ class PoolState(PoolView):
         before = self.placement_spec()
         self.algorithm = algorithm
         after = self.placement_spec()
-        if self.balancer is not None and after is not None and after != before:
-            self.balancer.set_spec(after)
+        balancer = self.views.balancer
+        if balancer is not None and after is not None and after != before:
+            balancer.set_spec(after)
             self.capacity_changed = True
         return after != before
 
@@ -107,6 +108,38 @@ class PoolState(PoolView):
             DEFAULT_CONNECTING_TIMEOUT_SECONDS if spec is None else spec.connecting_timeout_seconds
         )
         return timedelta(seconds=seconds)
+
+    def workload_state(self, host: HostRecord, now: datetime) -> WorkloadState | None:
+        """The host's workload as decisions see it (None: the host has no workloadRef)."""
+        if host.spec is None or host.spec.workload_ref is None:
+            return None
+        spec = self.spec
+        scaling = spec.scaling if spec is not None else None
+        timeout = scaling.host_ready_timeout_seconds if scaling is not None else 600
+        return workload_state(
+            host.spec.workload_ref,
+            self.workloads.get(host.meta.name),
+            known=host.meta.name in self.workloads,
+            managed=host.managed,
+            host_created=parse_time(host.meta.created),
+            ready_timeout=timeout,
+            now=now,
+        )
+
+    def address_of(self, host: HostRecord) -> str | None:
+        return host_address(host, self.workloads.get(host.meta.name))
+
+    def rebuild_balancer(self, now: datetime) -> None:
+        """(Re)build the engine from the records, after the pool appears or becomes valid."""
+        if self.views.rebuild(self.placement_spec(), now):
+            self.capacity_changed = True
+
+    def recheck_metrics(self, now: datetime) -> bool:
+        """Metrics go stale with time alone. True if a host's staleness changed."""
+        changed = self.views.recheck_metrics(now)
+        if changed:
+            self.capacity_changed = True
+        return changed
 
     # -------------------------------------------------------------- workloads
 
@@ -125,7 +158,7 @@ class PoolState(PoolView):
             lost = self._end_sessions_on(host)
         record = self.hosts.get(host)
         if record is not None:
-            self.refresh_host(record, now)
+            self.views.refresh_host(record, now)
         self.capacity_changed = True
         return lost
 
@@ -134,12 +167,13 @@ class PoolState(PoolView):
     def set_pool(self, record: PoolRecord | None, now: datetime) -> None:
         old = self.pool
         self.pool = record
+        balancer = self.views.balancer
         if record is None or record.spec is None:
-            self.balancer = None
-        elif self.balancer is None or old is None or old.spec is None:
+            self.views.balancer = None
+        elif balancer is None or old is None or old.spec is None:
             self.rebuild_balancer(now)
         elif old.spec != record.spec:
-            self.balancer.set_spec(self.placement_spec() or record.spec)
+            balancer.set_spec(self.placement_spec() or record.spec)
         # Connecting sessions are timed again when the timeout changes, and when the pool first
         # becomes valid (sessions observed before it got the default).
         old_timeout = (
@@ -156,21 +190,18 @@ class PoolState(PoolView):
 
     def put_host(self, record: HostRecord, now: datetime) -> None:
         self.hosts[record.meta.name] = record
-        self._note_sample(record, now)
-        self.refresh_host(record, now)
+        self.views.note_sample(record, now)
+        self.views.refresh_host(record, now)
         self.capacity_changed = True
 
     def drop_host(self, name: str) -> list[tuple[RequestRecord, str]]:
         """The host is gone, and so are its sessions: returns the requests that held them
         (they fail, they are never moved) with the host's name."""
         self.hosts.pop(name, None)
-        self.samples_seen.pop(name, None)
         self.removing.discard(name)
         self.empty_since.pop(name, None)
-        self.stale_hosts.discard(name)
         self.workloads.pop(name, None)
-        if self.balancer is not None:
-            self.balancer.withdraw_host(name)
+        self.views.forget(name)
         lost = self._end_sessions_on(name)
         self.capacity_changed = True
         return lost
@@ -275,8 +306,8 @@ class PoolState(PoolView):
             session = self.ledger.open(
                 user, record.host, assigned_at=record.assigned_at, connecting_until=deadline
             )
-            if self.balancer is not None:
-                self.balancer.session_started(record.host, connecting=deadline is not None)
+            if self.views.balancer is not None:
+                self.views.balancer.session_started(record.host, connecting=deadline is not None)
         elif session.host != record.host:
             log.warning(
                 "%s/%s: user %r has sessions on %s and %s; keeping %s",
@@ -308,8 +339,8 @@ class PoolState(PoolView):
                 assigned_at=now,
                 connecting_until=now + self.connecting_timeout(),
             )
-            if self.balancer is not None:
-                self.balancer.session_started(placement.host, connecting=True)
+            if self.views.balancer is not None:
+                self.views.balancer.session_started(placement.host, connecting=True)
         self.ledger.hold(user, record.meta.name)
         self.inflight.add(record.meta.name)
 
@@ -335,8 +366,8 @@ class PoolState(PoolView):
             return
         if ended.started:
             self.sessions_ended += 1
-        if self.balancer is not None:
-            self.balancer.session_ended(ended.host, was_connecting=ended.connecting)
+        if self.views.balancer is not None:
+            self.views.balancer.session_ended(ended.host, was_connecting=ended.connecting)
         self.capacity_changed = True
 
     def expire_connecting(self, now: datetime) -> bool:
@@ -347,8 +378,8 @@ class PoolState(PoolView):
         return bool(settled)
 
     def _settled(self, session: Session) -> None:
-        if self.balancer is not None:
-            self.balancer.adjust_connecting(session.host, -1)
+        if self.views.balancer is not None:
+            self.views.balancer.adjust_connecting(session.host, -1)
         self.capacity_changed = True
 
     # -------------------------------------------------------------- scaling
@@ -364,7 +395,7 @@ class PoolState(PoolView):
         for name in sorted(changed):
             host = self.hosts.get(name)
             if host is not None:
-                self.refresh_host(host, now)
+                self.views.refresh_host(host, now)
         self.capacity_changed = True
 
     def begin_removal(self, names: list[str]) -> None:
@@ -372,15 +403,14 @@ class PoolState(PoolView):
         for name in names:
             self.removing.add(name)
             self.empty_since.pop(name, None)
-            if self.balancer is not None:
-                self.balancer.withdraw_host(name)
+            self.views.withdraw(name)
 
     def abort_removal(self, name: str, now: datetime) -> None:
         """The host could not be removed: back into the engine."""
         self.removing.discard(name)
         record = self.hosts.get(name)
         if record is not None:
-            self.refresh_host(record, now)
+            self.views.refresh_host(record, now)
             self.capacity_changed = True  # its slots are there again for waiting requests
 
 

@@ -117,13 +117,13 @@ def decide_for_pool(
     """The plan's decision for this pool now (None: the pool is missing, invalid or cannot
     follow a plan, see ``scaling_required``)."""
     spec = state.spec
-    if spec is None or state.balancer is None or scaling_required(spec) is not None:
+    if spec is None or state.views.balancer is None or scaling_required(spec) is not None:
         return None
     assert spec.scaling is not None
     return decide_plan(
         phase,
         plan_hosts(state, now),
-        state.balancer.limit,
+        state.views.balancer.limit,
         spec.scaling.max_hosts,
         now,
         plan_requests(state, logoffs_sent),

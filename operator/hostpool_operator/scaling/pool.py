@@ -40,7 +40,7 @@ def scale_hosts(state: PoolState, now: datetime) -> list[ScaleHost]:
         name = record.meta.name
         if name in state.removing:
             continue
-        view = state.balancer.host(name) if state.balancer is not None else None
+        view = state.views.balancer.host(name) if state.views.balancer is not None else None
         sessions = state.ledger.count_on(name)
         if record.managed and sessions == 0:
             state.empty_since.setdefault(name, now)
@@ -74,10 +74,10 @@ def decide(
     ``minHosts``, hosts are added for whichever wants more (the requests waiting or the
     plan's threshold), and only the plan removes hosts (its drained, emptied hosts)."""
     spec = state.spec
-    if spec is None or spec.scaling is None or state.balancer is None:
+    if spec is None or spec.scaling is None or state.views.balancer is None:
         return None
     hosts = scale_hosts(state, now)
-    limit = state.balancer.limit
+    limit = state.views.balancer.limit
     waiting = waiting_for_capacity(state)
     if plan is None:
         return decide_scaling(spec.scaling, limit, hosts, waiting, now)

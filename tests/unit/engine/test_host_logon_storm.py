@@ -373,11 +373,11 @@ def test_the_operator_hands_the_host_policy_to_the_engine() -> None:
         ],
     )
     state = pool.state
-    assert state.balancer is not None
-    view = state.balancer.host("own")
+    assert state.views.balancer is not None
+    view = state.views.balancer.host("own")
     assert view is not None
     assert view.logon_storm == policy(connectingSessionThreshold=1)
-    inherits = state.balancer.host("inherits")
+    inherits = state.views.balancer.host("inherits")
     assert inherits is not None
     assert inherits.logon_storm is None
     hosts = []
@@ -386,12 +386,12 @@ def test_the_operator_hands_the_host_policy_to_the_engine() -> None:
         hosts += [i.placement.host for i in pool.place(T0) if isinstance(i, Assign)]
     # "own" stops at its own 1, "inherits" at the pool's 4.
     assert hosts == ["own", "inherits", "inherits", "inherits", "inherits"]
-    assert state.balancer.availability("own") == (False, "LogonStormThreshold")
+    assert state.views.balancer.availability("own") == (False, "LogonStormThreshold")
     # A changed policy reaches the engine with the host's next version.
     changed = host_obj("own", created=0, logonStorm={"connectingSessionThreshold": 3})
     changed["metadata"]["resourceVersion"] = "2"
     state.put_host(HostRecord.of(changed), T0)
-    assert state.balancer.availability("own") == (True, "AcceptingSessions")
+    assert state.views.balancer.availability("own") == (True, "AcceptingSessions")
 
 
 @pytest.mark.parametrize(

@@ -267,15 +267,15 @@ class CountingPlace:
     """Counts the engine's decisions of one state."""
 
     def __init__(self, state: PoolState, monkeypatch: pytest.MonkeyPatch) -> None:
-        assert state.balancer is not None
+        assert state.views.balancer is not None
         self.calls: list[str] = []
-        original = state.balancer.place
+        original = state.views.balancer.place
 
         def place(demand: Demand) -> Placement:
             self.calls.append(demand.user)
             return original(demand)
 
-        monkeypatch.setattr(state.balancer, "place", place)
+        monkeypatch.setattr(state.views.balancer, "place", place)
 
 
 def test_waiting_requests_are_retried_only_when_capacity_may_have_appeared(
@@ -388,7 +388,7 @@ def test_a_reservation_counts_toward_the_limit_at_once(
     assert [w.reason for w in waits] == [Reason.POOL_SATURATED] * (requests - len(assigned_to))
     for h in range(hosts):
         assert pool.state.ledger.count_on(f"h{h + 1}") <= limit
-        view = pool.state.balancer.host(f"h{h + 1}") if pool.state.balancer else None
+        view = pool.state.views.balancer.host(f"h{h + 1}") if pool.state.views.balancer else None
         assert view is not None
         assert view.sessions == pool.state.ledger.count_on(f"h{h + 1}")
 
@@ -524,7 +524,7 @@ def test_no_host_ever_goes_over_its_limit(
     hosts = [host_obj(f"h{i}", drainMode=d) for i, d in enumerate(draining)]
     pool = Pool(pool_obj(limit=limit, lb_type=kind), hosts)
     state = pool.state
-    assert state.balancer is not None
+    assert state.views.balancer is not None
     pending_writes: list[Assign] = []
     names = itertools.count()
     for step, arg in [*steps, ("pass", 0)]:
@@ -549,10 +549,10 @@ def test_no_host_ever_goes_over_its_limit(
             assert state.put_request(again, T0, seq=lambda: -1, seen=0.0) is None
         elif step == "pass":
             pending_writes += [i for i in pool.place() if isinstance(i, Assign)]
-            for view in state.balancer.hosts():
+            for view in state.views.balancer.hosts():
                 assert view.sessions == state.ledger.count_on(view.name)
                 assert view.sessions <= limit
-            free = state.balancer.free_slots()
+            free = state.views.balancer.free_slots()
             assert not (state.waiting and free), (dict(state.waiting), free)
     # Every request is either held by its user's session or waiting, none forgotten.
     for name, record in state.requests.items():

@@ -44,15 +44,15 @@ MANAGED = {MANAGED_LABEL: MANAGER}
 
 def view(state: PoolState, host: str) -> HostView:
     """The host as the engine sees it now."""
-    assert state.balancer is not None
-    found = state.balancer.host(host)
+    assert state.views.balancer is not None
+    found = state.views.balancer.host(host)
     assert found is not None, f"{host} is not in the engine"
     return found
 
 
 def in_engine(state: PoolState) -> list[str]:
-    assert state.balancer is not None
-    return [h.name for h in state.balancer.hosts()]
+    assert state.views.balancer is not None
+    return [h.name for h in state.views.balancer.hosts()]
 
 
 def assign_one(pool: Pool, name: str, user: str, now: datetime = T0) -> Assign:
@@ -69,7 +69,7 @@ def assign_one(pool: Pool, name: str, user: str, now: datetime = T0) -> Assign:
 def test_a_pool_appearing_builds_the_engine_from_its_hosts_and_sessions() -> None:
     pool = Pool(None, [host_obj("h2", created=1), host_obj("h1", created=2)])
     state = pool.state
-    assert state.balancer is None
+    assert state.views.balancer is None
     assert pool.put(request_obj("r1", "alice", status=assigned("h1"))) is None
     assert state.ledger.host_of("alice") == "h1"  # known without a pool
     state.set_pool(PoolRecord.of(pool_obj(limit=3)), T0)
@@ -90,7 +90,7 @@ def test_a_pool_gone_or_invalid_has_no_engine_but_keeps_its_sessions(second: Obj
     pool.session("r1", "alice", "h1")
     state = pool.state
     state.set_pool(None if second is None else PoolRecord.of(second), at(1))
-    assert state.balancer is None
+    assert state.views.balancer is None
     assert state.ledger.host_of("alice") == "h1"
     assert pool_scaling.decide(state, at(1)) is None
     state.set_pool(PoolRecord.of(pool_obj(limit=2)), at(2))  # back: rebuilt with the session
@@ -259,11 +259,11 @@ def test_drop_host_forgets_its_scaling_and_metrics_bookkeeping() -> None:
     pool = Pool(pool_obj(scaling={"maxHosts": 3}), [host_obj("m1", labels=MANAGED)])
     state = pool.state
     pool_scaling.decide(state, T0)
-    state.stale_hosts.add("m1")
+    state.views.stale_hosts.add("m1")
     state.begin_removal(["m1"])
     state.empty_since["m1"] = T0
     assert state.drop_host("m1") == []
-    assert (state.removing, state.empty_since, state.stale_hosts) == (set(), {}, set())
+    assert (state.removing, state.empty_since, state.views.stale_hosts) == (set(), {}, set())
 
 
 @pytest.mark.parametrize(
@@ -437,13 +437,13 @@ def metrics_host(name: str, sampled: int | None) -> Obj:
 def test_metrics_go_stale_with_time_alone() -> None:
     pool = Pool(pool_obj(), [metrics_host("h1", 0), metrics_host("h2", None)])
     state = pool.state
-    state.metrics_stale_after = 120
+    state.views.metrics_stale_after = 120
     assert reports_metrics(state)
     state.capacity_changed = False
     assert not state.recheck_metrics(at(120))  # not older than 120 s yet
     assert not state.capacity_changed
     assert state.recheck_metrics(at(121))
-    assert state.stale_hosts == {"h1"}
+    assert state.views.stale_hosts == {"h1"}
     assert state.capacity_changed
     assert view(state, "h1").metrics is None  # treated as never reported
     assert view(state, "h2").metrics is not None  # no sampledAt: never stale
@@ -453,9 +453,9 @@ def test_metrics_go_stale_with_time_alone() -> None:
 def test_fresh_metrics_clear_staleness() -> None:
     pool = Pool(pool_obj(), [metrics_host("h1", 0)], now=at(500))
     state = pool.state
-    assert state.stale_hosts == {"h1"}
+    assert state.views.stale_hosts == {"h1"}
     state.put_host(HostRecord.of(metrics_host("h1", 490)), at(500))
-    assert state.stale_hosts == set()
+    assert state.views.stale_hosts == set()
     assert not state.recheck_metrics(at(611))  # 120 s counts from when it was seen (500)
     assert state.recheck_metrics(at(621))
 
@@ -465,13 +465,13 @@ def test_an_agent_whose_clock_is_behind_is_fresh_while_it_reports() -> None:
     would always be stale. Each new sample counts from when the operator saw it."""
     pool = Pool(pool_obj(), [metrics_host("h1", -300)], now=at(0))
     state = pool.state
-    assert state.stale_hosts == {"h1"}  # first sight: an old sample may be a dead agent's
+    assert state.views.stale_hosts == {"h1"}  # first sight: an old sample may be a dead agent's
     for t in (30, 60, 90, 120, 150):
         state.put_host(HostRecord.of(metrics_host("h1", t - 300)), at(t))
-        assert state.stale_hosts == set(), f"stale at {t}"
+        assert state.views.stale_hosts == set(), f"stale at {t}"
     assert not state.recheck_metrics(at(270))
     assert state.recheck_metrics(at(271))  # then it went silent: stale 120 s after 150
-    assert state.stale_hosts == {"h1"}
+    assert state.views.stale_hosts == {"h1"}
 
 
 def test_an_agent_whose_clock_is_ahead_goes_stale_when_it_stops() -> None:
@@ -479,11 +479,11 @@ def test_an_agent_whose_clock_is_ahead_goes_stale_when_it_stops() -> None:
     look alive for seven minutes after it died. A future time is never taken."""
     pool = Pool(pool_obj(), [metrics_host("h1", 300)], now=at(0))
     state = pool.state
-    assert state.stale_hosts == set()
+    assert state.views.stale_hosts == set()
     state.put_host(HostRecord.of(metrics_host("h1", 330)), at(30))  # its last report
     assert not state.recheck_metrics(at(150))
     assert state.recheck_metrics(at(151))
-    assert state.stale_hosts == {"h1"}
+    assert state.views.stale_hosts == {"h1"}
 
 
 # ---------------------------------------------------------------------------- scaling

@@ -437,8 +437,8 @@ def test_a_lost_workload_ends_the_sessions_on_its_host_only() -> None:
     assert sorted((r.meta.name, h) for r, h in lost) == [("a", "h1"), ("b", "h1")]
     assert pool.state.ledger.count_on("h1") == 0
     assert pool.state.ledger.count_on("h2") == 1
-    assert pool.state.balancer is not None
-    view = pool.state.balancer.host("h1")
+    assert pool.state.views.balancer is not None
+    view = pool.state.views.balancer.host("h1")
     assert view is not None
     assert view.sessions == 0
     assert view.drain_mode  # no workload: closed
@@ -547,7 +547,7 @@ def test_host_status_says_why_a_workload_host_is_closed() -> None:
         host,
         pool_name=POOL,
         pool_exists=True,
-        balancer=state.balancer,
+        balancer=state.views.balancer,
         counts=session_counts(state.ledger, state.requests),
         buckets={},
         metrics_stale=False,
@@ -578,7 +578,7 @@ def test_pool_status_counts_not_ready_hosts_and_reports_workload_failure() -> No
     status = pool_status(
         record,
         host_count=2,
-        balancer=state.balancer,
+        balancer=state.views.balancer,
         pending=0,
         waiting_reasons=[],
         scaling_limited=None,

@@ -417,8 +417,8 @@ def two_hosts(lb_type: str) -> Pool:
 
 
 def next_host(pool: Pool) -> str | None:
-    assert pool.state.balancer is not None
-    return pool.state.balancer.place(Demand("newcomer")).host
+    assert pool.state.views.balancer is not None
+    return pool.state.views.balancer.place(Demand("newcomer")).host
 
 
 def test_set_algorithm_switches_where_the_next_request_goes() -> None:

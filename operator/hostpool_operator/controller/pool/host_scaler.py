@@ -77,7 +77,7 @@ class HostScaler:
         """Decide (with the scaling plan's decision, if a phase is in force), and start the
         change (in a task of its own) if there is one."""
         state = self.state
-        if state.spec is None or state.balancer is None:
+        if state.spec is None or state.views.balancer is None:
             return
         if self.task is not None and not self.task.done():
             return  # one change at a time; its result is observed before the next decision

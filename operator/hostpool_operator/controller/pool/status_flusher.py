@@ -152,7 +152,7 @@ class StatusFlusher:
 
     async def _write_host_statuses(self, counts: SessionCounts) -> None:
         state = self.state
-        balancer = state.balancer
+        balancer = state.views.balancer
         horizon = balancer is not None and balancer.algorithm.value == "Horizon"
         buckets = balancer.buckets() if balancer is not None and horizon else {}
         now = datetime.now(UTC)
@@ -165,7 +165,7 @@ class StatusFlusher:
                 balancer=balancer,
                 counts=counts,
                 buckets=buckets,
-                metrics_stale=host.meta.name in state.stale_hosts,
+                metrics_stale=host.meta.name in state.views.stale_hosts,
                 metrics_stale_after=self.deps.settings.metrics_stale_after,
                 now=now,
                 workload=state.workload_state(host, now),
@@ -213,7 +213,7 @@ class StatusFlusher:
         status = pool_status(
             pool,
             host_count=len(state.hosts),
-            balancer=state.balancer,
+            balancer=state.views.balancer,
             pending=pending_count(state),
             waiting_reasons=waiting_reasons(state),
             scaling_limited=self._scaling_limited(),
@@ -221,7 +221,7 @@ class StatusFlusher:
             now=now,
             not_ready=not_ready,
             workload_failure=self._workload_failure(),
-            agent_silent=len(state.stale_hosts & state.hosts.keys()),
+            agent_silent=len(state.views.stale_hosts & state.hosts.keys()),
             scaling_plan=self._scaling_plan(),
         )
         self.deps.metrics.pool_state(state.namespace, state.name, status)
