@@ -14,7 +14,8 @@ from typing import Any
 from ..api import HostPoolSpec
 from ..api.plan import PlanRules, zone_of
 from ..scaling.plans import minimum_hosts, phase_in_force
-from ..simulate.replay import Logon, ReplayInput, ReplayResult, replay
+from ..simulate.replay import replay
+from ..simulate.replay_state import Logon, ReplayInput, ReplayResult
 from ..simulate.waits import wait_table, waited_over
 from .demand_curve import SLOT_MINUTES, SLOTS_A_DAY, Frame, frame_of
 from .history import PastSession

@@ -30,7 +30,7 @@ from typing import Any
 from ..api import API_VERSION, HostPoolSpec, LoadBalancerType
 from ..api.base import MAX_NAME
 from ..api.plan import WEEKDAYS, ScalingPlanSpec, zone_of
-from ..simulate.replay import Logon
+from ..simulate.replay_state import Logon
 from ..simulate.waits import wait_table
 from .demand_curve import SLOTS_A_DAY, demand_curve, frame_of, peak_concurrency
 from .evaluation import Evaluation as Evaluation

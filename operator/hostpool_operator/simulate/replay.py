@@ -26,29 +26,27 @@ from ..scaling.plans import (
     phase_in_force,
 )
 from ..scaling.rules import decide_scaling, hosts_to_add
-from .replay_state import CONNECTED as CONNECTED
-from .replay_state import END as END
-from .replay_state import LOGOFF as LOGOFF
-from .replay_state import Logon as Logon
-from .replay_state import ReplayInput as ReplayInput
-from .replay_state import ReplayResult as ReplayResult
-from .replay_state import State
+from .replay_state import CONNECTED, END, LOGOFF, ReplayInput, ReplayResult, State
 
 #: Passes at one instant while they add capacity (each adds a host at least).
 MAX_PASSES = 16
 
 
-class _Run(State):
-    """One run: its passes (the plan's rules or the pool's own scaling) and its loop.
+class _Run:
+    """One run: its passes (the plan's rules or the pool's own scaling) and its loop, over
+    the run's ``State`` (the hosts, sessions, waiting requests and events it keeps).
 
-    Counters kept as the run goes (sessions, hosts taking sessions, starting hosts, the
-    plan's drained hosts) let most passes of a long run be told without building the
-    decisions' inputs for every host: those that decide nothing, or only add hosts for
-    waiting requests (``plan_pass_from_counters``, ``scale_from_counters``). They are
-    exact; ``skip_quiet_passes`` turns them off to show it.
+    Counters the state keeps as the run goes (sessions, hosts taking sessions, starting
+    hosts, the plan's drained hosts) let most passes of a long run be told without
+    building the decisions' inputs for every host: those that decide nothing, or only add
+    hosts for waiting requests (``plan_pass_from_counters``, ``scale_from_counters``).
+    They are exact; ``skip_quiet_passes`` turns them off to show it.
     """
 
     skip_quiet_passes: ClassVar[bool] = True
+
+    def __init__(self, given: ReplayInput) -> None:
+        self.state = State(given)
 
     # -------------------------------------------------------------- decisions
 
@@ -56,45 +54,46 @@ class _Run(State):
         """The passes at the end of a step: decide, place the waiting requests, and again
         while a pass adds capacity (what it added changes what the next one sees, as the
         operator's next pass would, seconds later)."""
+        state = self.state
         for _ in range(MAX_PASSES):
-            taking = self.taking()
+            taking = state.taking_count
             self.decide(now)
-            self.place_waiting(now)
-            if self.taking() <= taking:
+            state.place_waiting(now)
+            if state.taking_count <= taking:
                 break
-
-    def taking(self) -> int:
-        return self.taking_count
 
     def decide(self, now: float) -> None:
         """One pass: the plan's phase and rules when one is in force, else the pool's own
         algorithm and scaling."""
-        self.phase = self.phase_at(now)
-        if self.phase is None:
-            self.use_algorithm(self.pool.load_balancer.type)
+        state = self.state
+        state.phase = phase = self.phase_at(now)
+        if phase is None:
+            self.use_algorithm(state.pool.load_balancer.type)
             if not (self.skip_quiet_passes and self.scale_from_counters(now)):
                 self.scale(now)
         else:
-            self.use_algorithm(self.phase.load_balancer_type)
-            if not (self.skip_quiet_passes and self.plan_pass_from_counters(self.phase, now)):
-                self.follow_plan(self.phase, now)
+            self.use_algorithm(phase.load_balancer_type)
+            if not (self.skip_quiet_passes and self.plan_pass_from_counters(phase, now)):
+                self.follow_plan(phase, now)
 
     def free_slots(self) -> int:
         """Free slots on the hosts not draining, starting ones included (none is ever over
         the limit in a simulation): ``engine.balancing.free_slots`` of ``scale_hosts``."""
-        busy = self.sessions_total - self.sessions_drained
-        return self.balancer.limit * (self.taking_count + self.starting) - busy
+        state = self.state
+        busy = state.sessions_total - state.sessions_drained
+        return state.balancer.limit * (state.taking_count + state.starting) - busy
 
     def add_for_waiting(self, now: float, min_hosts: int, buffer: int, max_hosts: int) -> None:
         """``rules.hosts_to_add`` from the counters: hosts for the waiting requests and
         the buffer, at least min_hosts, at most max_hosts."""
-        limit = self.balancer.limit
-        total = len(self.hosts)
-        short = len(self.waiting) + buffer - self.free_slots()
+        state = self.state
+        limit = state.balancer.limit
+        total = len(state.hosts)
+        short = len(state.waiting) + buffer - self.free_slots()
         by_demand = -(-short // limit) if short > 0 else 0
         wanted = max(by_demand, min_hosts - total, 0)
         for _ in range(min(wanted, max(0, max_hosts - total))):
-            self.add_host(now)
+            state.add_host(now)
 
     def plan_pass_from_counters(self, phase: PhaseInForce, now: float) -> bool:
         """The pass of ``follow_plan`` told from the counters (and, to drain, the hosts'
@@ -106,44 +105,45 @@ class _Run(State):
         while requests wait; ties: the last in query order) and delete the drained hosts
         that are empty. Then the waiting requests get hosts from the pool's own scaling,
         as ``follow_plan``."""
-        if self.logoffs or phase.force_logoff_users:
+        state = self.state
+        if state.logoffs or phase.force_logoff_users:
             return False
-        scaling = self.pool.scaling
+        scaling = state.pool.scaling
         assert scaling is not None
-        limit = self.balancer.limit
+        limit = state.balancer.limit
         threshold = phase.capacity_threshold_percent
         minimum = minimum_hosts(scaling.max_hosts, phase.minimum_hosts_percent)
-        capacity = self.taking_count + self.starting
-        sessions = self.sessions_total
+        capacity = state.taking_count + state.starting
+        sessions = state.sessions_total
         if capacity < minimum or 100 * sessions > threshold * capacity * limit:
             # Rules 3-4: grow; undrain first, so only without drained hosts.
-            if self.drained:
+            if state.drained:
                 return False
             wanted = max(hosts_for(sessions, limit, threshold) - capacity, minimum - capacity)
-            for _ in range(min(wanted, max(0, scaling.max_hosts - len(self.hosts)))):
-                self.add_host(now)
+            for _ in range(min(wanted, max(0, scaling.max_hosts - len(state.hosts)))):
+                state.add_host(now)
         elif phase.shrinks:
-            view_of = self.balancer.host
+            view_of = state.balancer.host
             # Seen drained before this pass: the ones drained now go on a later pass.
-            empty = [n for n in self.drained if (v := view_of(n)) is not None and v.sessions == 0]
-            left = self.taking_count
-            if not self.waiting:
+            empty = [n for n in state.drained if (v := view_of(n)) is not None and v.sessions == 0]
+            left = state.taking_count
+            if not state.waiting:
                 while left > minimum and 100 * sessions <= threshold * (left - 1) * limit:
                     left -= 1
-            drain = self.taking_count - left
+            drain = state.taking_count - left
             if drain:
                 emptiest = []
-                for order, host in enumerate(self.hosts.values()):
-                    if host.starting or host.name in self.drained:
+                for order, host in enumerate(state.hosts.values()):
+                    if host.starting or host.name in state.drained:
                         continue
                     view = view_of(host.name)
                     assert view is not None
                     emptiest.append((view.sessions, -order, host.name))
                 for _, _, name in heapq.nsmallest(drain, emptiest):
-                    self.set_drain(name, True, now)
+                    state.set_drain(name, True, now)
             for name in empty:
-                self.remove_host(name, now)
-        if self.waiting:
+                state.remove_host(name, now)
+        if state.waiting:
             self.add_for_waiting(now, 0, scaling.buffer_sessions, scaling.max_hosts)
         return True
 
@@ -153,81 +153,127 @@ class _Run(State):
         (``rules.decide_scaling`` removes nothing then); else nothing happens while the
         buffer and minHosts are kept and no empty host has been empty for
         scaleDownDelaySeconds."""
-        scaling = self.pool.scaling
+        state = self.state
+        scaling = state.pool.scaling
         if scaling is None:
             return True
-        if self.drained:
+        if state.drained:
             return False
-        if self.waiting:
+        if state.waiting:
             self.add_for_waiting(now, scaling.min_hosts, scaling.buffer_sessions, scaling.max_hosts)
             return True
-        total = len(self.hosts)
+        total = len(state.hosts)
         free = self.free_slots()
         if scaling.buffer_sessions > free or scaling.min_hosts > total:
             return False
-        if total <= scaling.min_hosts or not self.empty:
+        if total <= scaling.min_hosts or not state.empty:
             return True
-        if free - self.balancer.limit < scaling.buffer_sessions:
+        if free - state.balancer.limit < scaling.buffer_sessions:
             return True  # each removal frees a whole host's slots: the buffer keeps them all
-        due = self.instant(now) - timedelta(seconds=scaling.scale_down_delay_seconds)
+        due = state.instant(now) - timedelta(seconds=scaling.scale_down_delay_seconds)
         return all(
             since is None or since > due
-            for since in (self.hosts[name].empty_since for name in self.empty)
+            for since in (state.hosts[name].empty_since for name in state.empty)
         )
 
     def phase_at(self, now: float) -> PhaseInForce | None:
         """Rule 1, looked up again only at the next phase start: between two starts the
         phase in force cannot change."""
-        if self.plan is None:
+        state = self.state
+        if state.plan is None:
             return None
-        if now >= self.phase_until:
-            instant = self.instant(now)
-            self.phase = phase_in_force(self.plan, instant)
-            upcoming = next_phase_start(self.plan, instant)
-            self.phase_until = (
-                math.inf if upcoming is None else (upcoming - self.origin).total_seconds()
+        if now >= state.phase_until:
+            instant = state.instant(now)
+            state.phase = phase_in_force(state.plan, instant)
+            upcoming = next_phase_start(state.plan, instant)
+            state.phase_until = (
+                math.inf if upcoming is None else (upcoming - state.origin).total_seconds()
             )
-        return self.phase
+        return state.phase
 
     def use_algorithm(self, algorithm: LoadBalancerType) -> None:
         """Rule 2: the phase's algorithm, the pool's own limit."""
-        if self.balancer.algorithm is algorithm:
+        state = self.state
+        if state.balancer.algorithm is algorithm:
             return
-        balancer = self.pool.load_balancer.model_copy(update={"type": algorithm})
-        self.balancer.set_spec(self.pool.model_copy(update={"load_balancer": balancer}))
+        balancer = state.pool.load_balancer.model_copy(update={"type": algorithm})
+        state.balancer.set_spec(state.pool.model_copy(update={"load_balancer": balancer}))
 
     def scale(self, now: float) -> None:
         """The pool's own scaling (no phase in force)."""
-        scaling = self.pool.scaling
+        state = self.state
+        scaling = state.pool.scaling
         if scaling is None:
             return
         decision = decide_scaling(
-            scaling, self.balancer.limit, self.scale_hosts(), len(self.waiting), self.instant(now)
+            scaling,
+            state.balancer.limit,
+            state.scale_hosts(),
+            len(state.waiting),
+            state.instant(now),
         )
         for _ in range(decision.add):
-            self.add_host(now)
+            state.add_host(now)
         for name in decision.remove:
-            self.remove_host(name, now)
+            state.remove_host(name, now)
 
     def follow_plan(self, phase: PhaseInForce, now: float) -> None:
         """Rules 3-6 (``plans.decide_plan``), then hosts for the requests still waiting
         (the pool's own scaling adds, with the plan's minimum in place of minHosts; it
         removes nothing while a plan is in force)."""
-        scaling = self.pool.scaling
+        state = self.state
+        scaling = state.pool.scaling
         assert scaling is not None  # validated: a pool that follows a plan has scaling
-        instant = self.instant(now)
-        plan_hosts: list[PlanHost] = []
-        view_of = self.balancer.host
-        # self.hosts is in query order (creation order; starting hosts are the newest).
-        for host in self.hosts.values():
+        requests: list[PlanRequest] = []
+        if phase.force_logoff_users or state.logoffs:
+            requests = [
+                PlanRequest(user, session.host, user in state.logoffs)
+                for user, session in state.balancer.ledger.items()
+            ]
+        decision = decide_plan(
+            phase,
+            self.plan_hosts(),
+            state.balancer.limit,
+            scaling.max_hosts,
+            state.instant(now),
+            requests,
+            waiting=len(state.waiting),
+        )
+        for name in decision.undrain:
+            state.set_drain(name, False, now)
+        for user in decision.cancel_logoff:
+            state.logoffs.pop(user, None)
+        for _ in range(decision.add):
+            state.add_host(now)
+        for name in decision.drain:
+            state.set_drain(name, True, now)
+        for name in decision.delete:
+            state.remove_host(name, now)
+        for order in decision.logoff:
+            deadline = max(now, (order.deadline - state.origin).total_seconds())
+            state.logoffs[order.request] = deadline
+            state.push(deadline, LOGOFF, order.request)
+        if state.waiting:
+            own = scaling.model_copy(update={"min_hosts": 0})
+            up = hosts_to_add(own, state.balancer.limit, state.scale_hosts(), len(state.waiting))
+            for _ in range(up.add):
+                state.add_host(now)
+
+    def plan_hosts(self) -> list[PlanHost]:
+        """The hosts as the plan's rules see them, in query order (creation order;
+        starting hosts are the newest)."""
+        state = self.state
+        out: list[PlanHost] = []
+        view_of = state.balancer.host
+        for host in state.hosts.values():
             if host.starting:
-                plan_hosts.append(PlanHost(host.name, 0, 0, False, False, None, True, False, True))
+                out.append(PlanHost(host.name, 0, 0, False, False, None, True, False, True))
                 continue
             view = view_of(host.name)
             assert view is not None
             # Positional, in PlanHost's field order: this runs for every host on busy passes.
             # Simulated users never disconnect: all sessions are active.
-            plan_hosts.append(
+            out.append(
                 PlanHost(
                     host.name,
                     view.sessions,
@@ -238,87 +284,63 @@ class _Run(State):
                     True,
                 )
             )
-        requests: list[PlanRequest] = []
-        if phase.force_logoff_users or self.logoffs:
-            requests = [
-                PlanRequest(user, session.host, user in self.logoffs)
-                for user, session in self.balancer.ledger.items()
-            ]
-        decision = decide_plan(
-            phase,
-            plan_hosts,
-            self.balancer.limit,
-            scaling.max_hosts,
-            instant,
-            requests,
-            waiting=len(self.waiting),
-        )
-        for name in decision.undrain:
-            self.set_drain(name, False, now)
-        for user in decision.cancel_logoff:
-            self.logoffs.pop(user, None)
-        for _ in range(decision.add):
-            self.add_host(now)
-        for name in decision.drain:
-            self.set_drain(name, True, now)
-        for name in decision.delete:
-            self.remove_host(name, now)
-        for order in decision.logoff:
-            deadline = max(now, (order.deadline - self.origin).total_seconds())
-            self.logoffs[order.request] = deadline
-            self.push(deadline, LOGOFF, order.request)
-        if self.waiting:
-            own = scaling.model_copy(update={"min_hosts": 0})
-            up = hosts_to_add(own, self.balancer.limit, self.scale_hosts(), len(self.waiting))
-            for _ in range(up.add):
-                self.add_host(now)
+        return out
 
     # -------------------------------------------------------------- the loop
 
     def run(self) -> ReplayResult:
-        given = self.given
+        state = self.state
+        given = state.given
         total = given.total_seconds
         logons = given.logons
         for _ in range(given.hosts):
-            self.add_host(0.0, ready=True)
+            state.add_host(0.0, ready=True)
         self.settle(0.0)
         steps: list[dict[str, Any]] = []
         hosts: list[int] = []
         host_seconds = 0.0
-        next_logon = 0
+        arrived = 0
         begin = 0.0
         while begin < total:
             end = min(begin + given.step_seconds, total)
-            while True:
-                arrival = logons[next_logon].at if next_logon < len(logons) else math.inf
-                event = self.events[0][0] if self.events else math.inf
-                if min(arrival, event) > end:
-                    break
-                if event <= arrival:
-                    at, kind, _, name = heapq.heappop(self.events)
-                    if kind == END:
-                        self.end(name, at)
-                    elif kind == LOGOFF:
-                        self.forced_logoff(name, at)
-                    elif kind == CONNECTED:
-                        self.connected(name)
-                    else:
-                        self.host_ready(name, at)
-                else:
-                    next_logon += 1
-                    self.arrive(next_logon - 1, arrival)
+            arrived = self.events_until(end, arrived)
             self.settle(end)
             if given.record_steps:
-                steps.append(self.step(end))
-            hosts.append(len(self.hosts))
-            host_seconds += len(self.hosts) * (end - begin)
+                steps.append(state.step(end))
+            hosts.append(len(state.hosts))
+            host_seconds += len(state.hosts) * (end - begin)
             begin = end
         waits = [
             (placed if placed == placed else total) - logon.at  # NaN: still waiting
-            for placed, logon in zip(self.placed_at[:next_logon], logons, strict=False)
+            for placed, logon in zip(state.placed_at[:arrived], logons, strict=False)
         ]
         # Requests only start waiting on arrival, so no step's end has more than the peak.
-        return ReplayResult(steps, host_seconds, self.placed, self.peak_pending, waits, hosts)
+        return ReplayResult(steps, host_seconds, state.placed, state.peak_pending, waits, hosts)
+
+    def events_until(self, end: float, arrived: int) -> int:
+        """The events and logons up to ``end`` in time order (ties: events first), from
+        the logon of index ``arrived`` on; the index of the first logon after ``end``."""
+        state = self.state
+        logons = state.logons
+        events = state.events
+        while True:
+            arrival = logons[arrived].at if arrived < len(logons) else math.inf
+            event = events[0][0] if events else math.inf
+            if min(arrival, event) > end:
+                return arrived
+            if event <= arrival:
+                at, kind, _, name = heapq.heappop(events)
+                if kind == END:
+                    state.end(name, at)
+                elif kind == LOGOFF:
+                    state.forced_logoff(name, at)
+                elif kind == CONNECTED:
+                    state.connected(name)
+                else:
+                    state.host_ready(name, at)
+            else:
+                arrived += 1
+                state.arrive(arrived - 1, arrival)
 
 
 def replay(given: ReplayInput) -> ReplayResult:

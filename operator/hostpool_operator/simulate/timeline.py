@@ -46,12 +46,9 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Any
 
-from .replay import Logon, ReplayInput, ReplayResult, replay
-from .timeline_document import MAX_HOURS as MAX_HOURS
-from .timeline_document import MAX_LOGONS as MAX_LOGONS
-from .timeline_document import Timeline as Timeline
-from .timeline_document import TimelineError as TimelineError
-from .timeline_document import parse_timeline as parse_timeline
+from .replay import replay
+from .replay_state import Logon, ReplayInput, ReplayResult
+from .timeline_document import Timeline, parse_timeline
 from .waits import wait_table, waited_over_percent
 
 

@@ -17,7 +17,8 @@ import pytest
 
 from hostpool_operator import simulate
 from hostpool_operator.simulate.report import format_timeline_table
-from hostpool_operator.simulate.timeline import TimelineError, run_timeline
+from hostpool_operator.simulate.timeline import run_timeline
+from hostpool_operator.simulate.timeline_document import TimelineError
 
 ROOT = Path(__file__).resolve().parents[3]
 TIMELINES = sorted((ROOT / "docs" / "scenarios").glob("*.timeline.yaml"))

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostpool_operator.simulate import replay as replay_module
-from hostpool_operator.simulate.timeline import TimelineError, run_timeline
+from hostpool_operator.simulate.timeline import run_timeline
+from hostpool_operator.simulate.timeline_document import TimelineError
 from hostpool_operator.simulate.waits import nearest_rank, wait_table, waited_over_percent
 
 POOL: dict[str, Any] = {
