@@ -8,14 +8,14 @@ The queries (``queries``), for namespace ``NS`` and pool ``P``:
   sessions that started, and ``hostpool_session_ends_total{namespace="NS", pool="P"}``, the
   sessions that ended: each a ``query_range`` over the range with a step of 60 s, the raw
   counters, whose growth per step (resets and new series included) the pure
-  :mod:`~.simulate.metric_history` turns into minutes and sessions;
+  :mod:`..metric_history` turns into minutes and sessions;
 * ``sum(hostpool_sessions{namespace="NS", pool="P"})`` at the range's start (an instant
   query): the sessions already open then, whose ends are not part of the history.
 
 A query of the whole range would ask for more points per series than Prometheus answers
 (11,000): the range goes in chunks of ``CHUNK_STEPS`` steps. Everything that goes wrong
 (no answer, an HTTP error, Prometheus's own ``{"status": "error"}``, no series) is a
-``PrometheusError`` whose message says what and where.
+``PrometheusError`` (a ``SourceError``) whose message says what and where.
 """
 
 from __future__ import annotations
@@ -30,25 +30,28 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from ..history import PastSession, require_days
+from ..history import HistoryError, PastSession, require_days
 from ..metric_history import (
     STEP_SECONDS,
     Point,
     minute_counts,
     sessions_from_counts,
 )
+from . import SourceError
 
 #: Prometheus refuses a range query of more than 11,000 points per series.
 MAX_POINTS = 11_000
 #: Steps per range query: its points are one more (both ends are steps).
 CHUNK_STEPS = 10_000
 DEFAULT_TIMEOUT = 30.0
+#: The history's length when only one end of its range is given, or neither.
+DEFAULT_DAYS = 28.0
 STARTS_METRIC = "hostpool_assignments_total"
 ENDS_METRIC = "hostpool_session_ends_total"
 OPEN_METRIC = "hostpool_sessions"
 
 
-class PrometheusError(Exception):
+class PrometheusError(SourceError):
     """The history could not be read from Prometheus; the message says why."""
 
 
@@ -244,8 +247,8 @@ def read_history(
     zone: tzinfo,
 ) -> list[PastSession]:
     """The pool's sessions that started between ``since`` and ``until`` (both to the minute,
-    down), as recovered from its metrics; at least seven local days (``HistoryError``
-    otherwise, as for a history file)."""
+    down), as recovered from its metrics; at least seven local days (otherwise the same
+    message as for a history file, after the server and the pool)."""
     first = whole_minute(since)
     last = whole_minute(until)
     steps = int((last - first).total_seconds()) // STEP_SECONDS
@@ -269,8 +272,16 @@ def read_history(
         )
     counts = minute_counts(starts, ends, first, steps)
     sessions = sessions_from_counts(counts, open_before=open_sessions(client, q.open, first))
-    require_days(sessions, zone)
+    try:
+        require_days(sessions, zone)
+    except HistoryError as error:
+        raise PrometheusError(f"{pool_at(client, namespace, pool)}: {error}") from None
     return sessions
+
+
+def pool_at(client: Client, namespace: str, pool: str) -> str:
+    """Where a pool's history is read from, as messages name it."""
+    return f"Prometheus at {client.url}, pool {namespace}/{pool}"
 
 
 def parse_instant(value: str, flag: str) -> datetime:
@@ -289,12 +300,13 @@ def parse_instant(value: str, flag: str) -> datetime:
 def history_range(
     since: str | None, until: str | None, days: float | None, now: datetime
 ) -> tuple[datetime, datetime]:
-    """The range of ``--since``/``--until``/``--days`` (default: the 28 days up to now)."""
+    """The range of ``--since``/``--until``/``--days`` (default: the ``DEFAULT_DAYS`` up to
+    now)."""
     if since is not None and until is not None and days is not None:
         raise ValueError("--days: give two of --since, --until and --days, not all three")
     if days is not None and not (math.isfinite(days) and days > 0):
         raise ValueError("--days must be a positive number")
-    length = timedelta(days=28 if days is None else days)
+    length = timedelta(days=DEFAULT_DAYS if days is None else days)
     end = parse_instant(until, "--until") if until is not None else None
     start = parse_instant(since, "--since") if since is not None else None
     if start is None:
