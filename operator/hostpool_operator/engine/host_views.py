@@ -3,7 +3,7 @@ its drain mode or closed workload, its address) and the balancer built from them
 
 :class:`HostViews` belongs to a :class:`~.pool_state.PoolState` (its ``views``). It owns
 what only it changes (when each host's sample was seen, which hosts' metrics are stale, the
-balancer) and reads the pool's records through :class:`PoolFacts`: what a host *looks like*
+balancer) and reads the pool's records through :class:`PoolRecords`: what a host *looks like*
 to the engine reads here, the observations that change it in ``pool_state``.
 """
 
@@ -22,7 +22,7 @@ from .records import HostRecord, query_order
 from .workloads import Gate, WorkloadState
 
 
-class PoolFacts(Protocol):
+class PoolRecords(Protocol):
     """What a host's view is built from, read from the pool's state (which owns it)."""
 
     @property
@@ -42,7 +42,7 @@ class HostViews:
 
     __slots__ = ("_pool", "balancer", "metrics_stale_after", "samples_seen", "stale_hosts")
 
-    def __init__(self, pool: PoolFacts, *, metrics_stale_after: float) -> None:
+    def __init__(self, pool: PoolRecords, *, metrics_stale_after: float) -> None:
         self._pool = pool
         #: Host metrics sampled longer ago than this (seconds) are treated as never reported.
         self.metrics_stale_after = metrics_stale_after
