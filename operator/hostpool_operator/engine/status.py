@@ -8,7 +8,8 @@ decides when a changed pool status is worth a write during a storm.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -164,175 +165,217 @@ def logon_storm_message(balancer: PoolBalancer, view: HostView) -> str:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class PoolForHosts:
+    """What every host's status reads of its pool, the same for all hosts of one pass."""
+
+    pool_name: str
+    pool_exists: bool
+    #: The pool's engine (None: the pool's spec is invalid, or it does not exist).
+    balancer: PoolBalancer | None
+    counts: SessionCounts
+    #: Each host's Horizon bucket (empty for the other algorithms).
+    buckets: Mapping[str, int]
+    metrics_stale_after: float
+    now: datetime
+
+
 def host_status(
     host: HostRecord,
+    pool: PoolForHosts,
     *,
-    pool_name: str,
-    pool_exists: bool,
-    balancer: PoolBalancer | None,
-    counts: SessionCounts,
-    buckets: Mapping[str, int],
     metrics_stale: bool,
-    metrics_stale_after: float,
-    now: datetime,
     workload: WorkloadState | None = None,
     address: str | None = None,
 ) -> dict[str, Any]:
     """A host's status: Available (and why not), WorkloadReady, MetricsStale, load index,
     bucket, sessions and the address in force."""
     name = host.meta.name
-    desired: list[cond.Cond] = []
     status: dict[str, Any] = {"observedGeneration": host.meta.generation}
-    view = balancer.host(name) if balancer is not None else None
-    if host.spec is None:
-        desired.append(cond.Cond("Available", "False", "InvalidSpec", host.spec_error or ""))
-    elif not pool_exists:
-        message = f"HostPool {pool_name!r} does not exist"
-        desired.append(cond.Cond("Available", "False", "PoolNotFound", message))
-    elif balancer is None or view is None:
-        desired.append(cond.Cond("Available", "False", "PoolInvalid", "the pool's spec is invalid"))
-    elif workload is not None and workload.gate is not Gate.OPEN:
-        gate = workload.gate.value
-        desired.append(cond.Cond("Available", "False", gate, workload.message))
-        status["loadIndex"] = balancer.load_index_of(name)
-    else:
-        available, reason = balancer.availability(name)
-        if reason == "SessionLimitReached":
-            message = f"{view.sessions} sessions, limit {balancer.limit}"
-        elif reason == "AcceptingSessions":
-            message = f"{view.sessions} of {balancer.limit} sessions"
-        elif reason == "LogonStormThreshold":
-            message = logon_storm_message(balancer, view)
-        else:
-            message = AVAILABILITY_MESSAGES[reason]
-        desired.append(cond.Cond("Available", "True" if available else "False", reason, message))
-        status["loadIndex"] = balancer.load_index_of(name)
-        if name in buckets:
-            status["bucket"] = buckets[name]
-    status["sessions"] = counts.get(name, zero_counts())
+    desired = [_host_available(host, pool, workload, status)]
+    status["sessions"] = pool.counts.get(name, zero_counts())
     status["address"] = address
     if workload is not None:
         ready = "True" if workload.gate is Gate.OPEN else "False"
         desired.append(cond.Cond("WorkloadReady", ready, workload.reason, workload.message))
-    if host.metrics_error:
-        desired.append(cond.Cond("MetricsStale", "True", "InvalidMetrics", host.metrics_error))
-    elif metrics_stale:
-        message = (
-            f"metrics older than {metrics_stale_after:.0f}s are ignored: the load index "
-            "treats them as never reported"
-        )
-        desired.append(cond.Cond("MetricsStale", "True", "SampleTooOld", message))
-    else:
-        desired.append(cond.Cond("MetricsStale", "False", "Fresh", ""))
+    desired.append(_metrics_stale(host, metrics_stale, pool.metrics_stale_after))
     status["conditions"] = cond.merge(
-        host.status.get("conditions"), desired, now=now, generation=host.meta.generation
+        host.status.get("conditions"), desired, now=pool.now, generation=host.meta.generation
     )
     return status
+
+
+def _host_available(
+    host: HostRecord, pool: PoolForHosts, workload: WorkloadState | None, status: dict[str, Any]
+) -> cond.Cond:
+    """The host's Available condition; the load index and bucket go into ``status`` when the
+    engine holds the host."""
+    name = host.meta.name
+    balancer = pool.balancer
+    view = balancer.host(name) if balancer is not None else None
+    if host.spec is None:
+        return cond.Cond("Available", "False", "InvalidSpec", host.spec_error or "")
+    if not pool.pool_exists:
+        message = f"HostPool {pool.pool_name!r} does not exist"
+        return cond.Cond("Available", "False", "PoolNotFound", message)
+    if balancer is None or view is None:
+        return cond.Cond("Available", "False", "PoolInvalid", "the pool's spec is invalid")
+    status["loadIndex"] = balancer.load_index_of(name)
+    if workload is not None and workload.gate is not Gate.OPEN:
+        return cond.Cond("Available", "False", workload.gate.value, workload.message)
+    if name in pool.buckets:
+        status["bucket"] = pool.buckets[name]
+    available, reason = balancer.availability(name)
+    if reason == "SessionLimitReached":
+        message = f"{view.sessions} sessions, limit {balancer.limit}"
+    elif reason == "AcceptingSessions":
+        message = f"{view.sessions} of {balancer.limit} sessions"
+    elif reason == "LogonStormThreshold":
+        message = logon_storm_message(balancer, view)
+    else:
+        message = AVAILABILITY_MESSAGES[reason]
+    return cond.Cond("Available", "True" if available else "False", reason, message)
+
+
+def _metrics_stale(host: HostRecord, stale: bool, stale_after: float) -> cond.Cond:
+    if host.metrics_error:
+        return cond.Cond("MetricsStale", "True", "InvalidMetrics", host.metrics_error)
+    if stale:
+        message = (
+            f"metrics older than {stale_after:.0f}s are ignored: the load index "
+            "treats them as never reported"
+        )
+        return cond.Cond("MetricsStale", "True", "SampleTooOld", message)
+    return cond.Cond("MetricsStale", "False", "Fresh", "")
 
 
 # ---------------------------------------------------------------------------- pools
 
 
-def pool_status(
-    pool: PoolRecord,
-    *,
-    host_count: int,
-    balancer: PoolBalancer | None,
-    pending: int,
-    waiting_reasons: Iterable[Any],
-    scaling_limited: tuple[bool, str] | None,
-    counts: SessionCounts,
-    now: datetime,
-    not_ready: Collection[str] = (),
-    workload_failure: tuple[bool, str, str] | None = None,
-    agent_silent: int = 0,
-    scaling_plan: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """A pool's status: Ready, Saturated, ScalingLimited, WorkloadFailure and the counts.
+@dataclass(frozen=True, slots=True)
+class PoolFacts:
+    """What a pool's status is made of, as observed in one pass."""
 
-    ``scaling_plan`` is the plan the pool follows, with the phase and algorithm in force
-    (``status.scalingPlan``; None: no plan, and a stored one is cleared).
+    host_count: int
+    #: The pool's engine (None: its spec is invalid).
+    balancer: PoolBalancer | None
+    #: Requests neither assigned, failed nor being written.
+    pending: int
+    #: The reasons the waiting requests' stored statuses give.
+    waiting_reasons: Collection[Any]
+    #: (limited, message) of the pool's own scaling (None: no scaling, no condition).
+    scaling_limited: tuple[bool, str] | None
+    counts: SessionCounts
+    #: The hosts whose workloads are missing or not Ready.
+    not_ready: Collection[str] = ()
+    #: (failing, reason, message) for a pool with a workload template: failing while its
+    #: workloads cannot be created or watched (None: no template, no condition).
+    workload_failure: tuple[bool, str, str] | None = None
+    agent_silent: int = 0
+    #: The plan the pool follows, with the phase and algorithm in force
+    #: (``status.scalingPlan``; None: no plan, and a stored one is cleared).
+    scaling_plan: Mapping[str, Any] | None = None
 
-    ``not_ready`` names the hosts whose workloads are missing or not Ready;
-    ``workload_failure`` is (failing, reason, message) for a pool with a workload template:
-    failing while its workloads cannot be created or watched (None: no template, no
-    condition).
 
-    ``pending`` counts requests neither assigned, failed nor being written; ``waiting_reasons``
-    are the reasons the waiting requests' stored statuses give."""
-    hosts = {
-        "total": host_count,
-        "available": 0,
-        "draining": 0,
-        "full": 0,
-        "notReady": 0,
-        "agentSilent": agent_silent,
-    }
-    capacity = {"total": 0, "free": 0}
-    if balancer is not None:
-        for view in balancer.hosts():
-            if view.name in not_ready:
-                hosts["notReady"] += 1
-            elif view.drain_mode:
-                hosts["draining"] += 1
-            else:
-                capacity["total"] += balancer.limit
-            if view.sessions >= balancer.limit:
-                hosts["full"] += 1
-            if balancer.availability(view.name)[0]:
-                hosts["available"] += 1
-        capacity["free"] = balancer.free_slots()
-    desired: list[cond.Cond] = []
-    if pool.spec is None:
-        desired.append(cond.Cond("Ready", "False", "InvalidSpec", pool.spec_error or ""))
-        desired.append(cond.Cond("Saturated", "Unknown", "InvalidSpec", "the spec is invalid"))
-    else:
-        if hosts["total"] == 0:
-            desired.append(cond.Cond("Ready", "True", "NoHosts", "the pool has no SessionHost yet"))
-        else:
-            message = f"{hosts['available']} of {hosts['total']} hosts take new sessions"
-            desired.append(cond.Cond("Ready", "True", "Reconciled", message))
-        reasons = set(waiting_reasons)
-        if Reason.POOL_SATURATED.value in reasons:
-            message = f"{pending} request(s) wait for a free session slot"
-            desired.append(cond.Cond("Saturated", "True", "RequestsWaiting", message))
-        elif Reason.HOSTS_STARTING.value in reasons:
-            message = f"{pending} request(s) wait for the hosts being started"
-            desired.append(cond.Cond("Saturated", "True", "HostsStarting", message))
-        elif hosts["total"] and capacity["free"] == 0:
-            desired.append(cond.Cond("Saturated", "True", "NoFreeSessions", "every slot is taken"))
-        else:
-            message = f"{capacity['free']} free slots"
-            desired.append(cond.Cond("Saturated", "False", "CapacityAvailable", message))
-    if workload_failure is not None:
-        failing, reason, message = workload_failure
-        if failing:
-            desired.append(cond.Cond("WorkloadFailure", "True", reason, message))
-            desired = [
-                cond.Cond("Ready", "False", "WorkloadFailure", message) if c.type == "Ready" else c
-                for c in desired
-            ]
-        else:
-            desired.append(cond.Cond("WorkloadFailure", "False", reason, message))
-    if scaling_limited is not None:
-        limited, message = scaling_limited
+def pool_status(pool: PoolRecord, facts: PoolFacts, *, now: datetime) -> dict[str, Any]:
+    """A pool's status: Ready, Saturated, ScalingLimited, WorkloadFailure and the counts."""
+    hosts, capacity = _pool_counts(facts)
+    desired = _ready_and_saturated(pool, facts, hosts, capacity)
+    if facts.workload_failure is not None:
+        desired = _with_workload_failure(desired, *facts.workload_failure)
+    if facts.scaling_limited is not None:
+        limited, message = facts.scaling_limited
         reason = "MaxHostsReached" if limited else "WithinLimits"
         desired.append(cond.Cond("ScalingLimited", "True" if limited else "False", reason, message))
     status: dict[str, Any] = {
         "observedGeneration": pool.meta.generation,
         "hosts": hosts,
-        "sessions": counts.get(None, zero_counts()),
+        "sessions": facts.counts.get(None, zero_counts()),
         "capacity": capacity,
-        "pendingRequests": pending,
+        "pendingRequests": facts.pending,
         # For /scale: the hosts the operator creates for the pool carry this label.
         "selector": f"{POOL_LABEL}={pool.meta.name}",
         "conditions": cond.merge(
             pool.status.get("conditions"), desired, now=now, generation=pool.meta.generation
         ),
     }
-    if scaling_plan is not None or pool.status.get("scalingPlan") is not None:
-        status["scalingPlan"] = None if scaling_plan is None else dict(scaling_plan)
+    if facts.scaling_plan is not None or pool.status.get("scalingPlan") is not None:
+        plan = facts.scaling_plan
+        status["scalingPlan"] = None if plan is None else dict(plan)
     return status
+
+
+def _pool_counts(facts: PoolFacts) -> tuple[dict[str, int], dict[str, int]]:
+    """``status.hosts`` and ``status.capacity``: what the engine holds, by state."""
+    hosts = {
+        "total": facts.host_count,
+        "available": 0,
+        "draining": 0,
+        "full": 0,
+        "notReady": 0,
+        "agentSilent": facts.agent_silent,
+    }
+    capacity = {"total": 0, "free": 0}
+    balancer = facts.balancer
+    if balancer is None:
+        return hosts, capacity
+    for view in balancer.hosts():
+        if view.name in facts.not_ready:
+            hosts["notReady"] += 1
+        elif view.drain_mode:
+            hosts["draining"] += 1
+        else:
+            capacity["total"] += balancer.limit
+        if view.sessions >= balancer.limit:
+            hosts["full"] += 1
+        if balancer.availability(view.name)[0]:
+            hosts["available"] += 1
+    capacity["free"] = balancer.free_slots()
+    return hosts, capacity
+
+
+def _ready_and_saturated(
+    pool: PoolRecord, facts: PoolFacts, hosts: Mapping[str, int], capacity: Mapping[str, int]
+) -> list[cond.Cond]:
+    if pool.spec is None:
+        return [
+            cond.Cond("Ready", "False", "InvalidSpec", pool.spec_error or ""),
+            cond.Cond("Saturated", "Unknown", "InvalidSpec", "the spec is invalid"),
+        ]
+    if hosts["total"] == 0:
+        ready = cond.Cond("Ready", "True", "NoHosts", "the pool has no SessionHost yet")
+    else:
+        message = f"{hosts['available']} of {hosts['total']} hosts take new sessions"
+        ready = cond.Cond("Ready", "True", "Reconciled", message)
+    reasons = set(facts.waiting_reasons)
+    pending = facts.pending
+    if Reason.POOL_SATURATED.value in reasons:
+        message = f"{pending} request(s) wait for a free session slot"
+        saturated = cond.Cond("Saturated", "True", "RequestsWaiting", message)
+    elif Reason.HOSTS_STARTING.value in reasons:
+        message = f"{pending} request(s) wait for the hosts being started"
+        saturated = cond.Cond("Saturated", "True", "HostsStarting", message)
+    elif hosts["total"] and capacity["free"] == 0:
+        saturated = cond.Cond("Saturated", "True", "NoFreeSessions", "every slot is taken")
+    else:
+        message = f"{capacity['free']} free slots"
+        saturated = cond.Cond("Saturated", "False", "CapacityAvailable", message)
+    return [ready, saturated]
+
+
+def _with_workload_failure(
+    desired: list[cond.Cond], failing: bool, reason: str, message: str
+) -> list[cond.Cond]:
+    """WorkloadFailure; while failing, the pool is not Ready either."""
+    if not failing:
+        return [*desired, cond.Cond("WorkloadFailure", "False", reason, message)]
+    return [
+        *(
+            cond.Cond("Ready", "False", "WorkloadFailure", message) if c.type == "Ready" else c
+            for c in desired
+        ),
+        cond.Cond("WorkloadFailure", "True", reason, message),
+    ]
 
 
 def is_saturated(status: Mapping[str, Any]) -> tuple[bool, str]:

@@ -30,7 +30,7 @@ from hostpool_operator.engine.horizon import LogonStormBlock, logon_storm_block
 from hostpool_operator.engine.host_view import HostView, Placement
 from hostpool_operator.engine.placement import Assign
 from hostpool_operator.engine.records import HostRecord
-from hostpool_operator.engine.status import host_status
+from hostpool_operator.engine.status import PoolForHosts, host_status
 from hostpool_operator.scaling.rules import host_manifest
 from hostpool_operator.simulate import ScenarioError, run_scenario
 from support.state_builders import T0, Pool, host_obj, pool_obj
@@ -430,17 +430,16 @@ def test_the_available_message_names_the_threshold_and_whose_it_is(
     record = HostRecord.of(host_obj("h", logonStorm=own))
     assert record.spec is not None
     view = HostView("h", sessions=3, connecting=connecting, logon_storm=record.spec.logon_storm)
-    status = host_status(
-        record,
+    pool = PoolForHosts(
         pool_name="p",
         pool_exists=True,
         balancer=PoolBalancer(HostPoolSpec.model_validate(spec), [view]),
         counts={},
         buckets={},
-        metrics_stale=False,
         metrics_stale_after=90.0,
         now=T0,
     )
+    status = host_status(record, pool, metrics_stale=False)
     available = next(c for c in status["conditions"] if c["type"] == "Available")
     assert (available["status"], available["reason"]) == ("False", "LogonStormThreshold")
     assert available["message"] == message

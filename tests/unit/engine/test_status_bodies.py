@@ -23,6 +23,8 @@ from hostpool_operator.engine.host_view import HostView, Placement
 from hostpool_operator.engine.ledger import SessionLedger
 from hostpool_operator.engine.records import HostRecord, PoolRecord, RequestRecord
 from hostpool_operator.engine.status import (
+    PoolFacts,
+    PoolForHosts,
     SessionCounts,
     assigned_status,
     failed_status,
@@ -367,17 +369,16 @@ def host_status_of(
     if pool_spec is not None:
         views = [] if view is None else [HostView(record.meta.name, **view)]
         balancer = engine(pool_spec, views)
-    return host_status(
-        record,
+    pool = PoolForHosts(
         pool_name="desk",
         pool_exists=pool_exists,
         balancer=balancer,
         counts=counts or {},
         buckets=buckets or {},
-        metrics_stale=metrics_stale,
         metrics_stale_after=90.0,
         now=now,
     )
+    return host_status(record, pool, metrics_stale=metrics_stale)
 
 
 @pytest.mark.parametrize(
@@ -679,16 +680,15 @@ def pool_status_of(
         for i, s in enumerate(sessions)
     ]
     balancer = PoolBalancer(record.spec, views) if record.spec is not None else None
-    return pool_status(
-        record,
+    facts = PoolFacts(
         host_count=len(views) if host_count is None else host_count,
         balancer=balancer,
         pending=pending,
-        waiting_reasons=waiting,
+        waiting_reasons=tuple(waiting),
         scaling_limited=scaling_limited,
         counts=counts or {},
-        now=now,
     )
+    return pool_status(record, facts, now=now)
 
 
 @pytest.mark.parametrize(
@@ -1083,17 +1083,16 @@ NIGHT_PLAN = {"name": "night", "schedule": "weekdays", "phase": "OffPeak",
 def pool_status_with_plan(
     record: PoolRecord, scaling_plan: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    return pool_status(
-        record,
+    facts = PoolFacts(
         host_count=0,
         balancer=engine(LIMIT_2, []),
         pending=0,
         waiting_reasons=(),
         scaling_limited=None,
         counts={},
-        now=NOW,
         scaling_plan=scaling_plan,
     )
+    return pool_status(record, facts, now=NOW)
 
 
 def test_pool_scaling_plan_written_when_given() -> None:

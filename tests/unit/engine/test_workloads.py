@@ -17,7 +17,13 @@ from hostpool_operator.api.vocabulary import HOST_LABEL
 from hostpool_operator.engine.host_view import Placement
 from hostpool_operator.engine.placement import Assign, Wait
 from hostpool_operator.engine.records import HostRecord, PoolRecord
-from hostpool_operator.engine.status import host_status, pool_status, session_counts
+from hostpool_operator.engine.status import (
+    PoolFacts,
+    PoolForHosts,
+    host_status,
+    pool_status,
+    session_counts,
+)
 from hostpool_operator.engine.workloads import (
     Gate,
     WorkloadRecord,
@@ -543,16 +549,19 @@ def test_host_status_says_why_a_workload_host_is_closed() -> None:
     observe(pool, "h1", pod("h1", ready=False))
     state = pool.state
     host = state.hosts["h1"]
-    status = host_status(
-        host,
+    on_pool = PoolForHosts(
         pool_name=POOL,
         pool_exists=True,
         balancer=state.views.balancer,
         counts=session_counts(state.ledger, state.requests),
         buckets={},
-        metrics_stale=False,
         metrics_stale_after=120,
         now=at(1),
+    )
+    status = host_status(
+        host,
+        on_pool,
+        metrics_stale=False,
         workload=state.workload_state(host, at(1)),
         address=state.address_of(host),
     )
@@ -575,18 +584,17 @@ def test_pool_status_counts_not_ready_hosts_and_reports_workload_failure() -> No
     state = pool.state
     record = state.pool
     assert isinstance(record, PoolRecord)
-    status = pool_status(
-        record,
+    facts = PoolFacts(
         host_count=2,
         balancer=state.views.balancer,
         pending=0,
         waiting_reasons=[],
         scaling_limited=None,
         counts={},
-        now=at(1),
         not_ready={"h2"},
         workload_failure=(True, "FailedCreate", "spec.containers[0].image: Required value"),
     )
+    status = pool_status(record, facts, now=at(1))
     assert status["hosts"]["notReady"] == 1
     assert status["hosts"]["draining"] == 0
     assert status["capacity"]["total"] == 2  # only the Ready host's slots

@@ -22,6 +22,8 @@ from ...api.vocabulary import HOSTS, POOLS
 from ...engine.pool_state import PoolState, pending_count, waiting_reasons
 from ...engine.records import HostRecord
 from ...engine.status import (
+    PoolFacts,
+    PoolForHosts,
     SessionCounts,
     host_status,
     is_saturated,
@@ -156,18 +158,21 @@ class StatusFlusher:
         horizon = balancer is not None and balancer.algorithm.value == "Horizon"
         buckets = balancer.buckets() if balancer is not None and horizon else {}
         now = datetime.now(UTC)
+        pool = PoolForHosts(
+            pool_name=state.name,
+            pool_exists=state.pool is not None,
+            balancer=balancer,
+            counts=counts,
+            buckets=buckets,
+            metrics_stale_after=self.deps.settings.metrics_stale_after,
+            now=now,
+        )
         changed = []
         for host in list(state.hosts.values()):
             status = host_status(
                 host,
-                pool_name=state.name,
-                pool_exists=state.pool is not None,
-                balancer=balancer,
-                counts=counts,
-                buckets=buckets,
+                pool,
                 metrics_stale=host.meta.name in state.views.stale_hosts,
-                metrics_stale_after=self.deps.settings.metrics_stale_after,
-                now=now,
                 workload=state.workload_state(host, now),
                 address=state.address_of(host),
             )
@@ -210,20 +215,19 @@ class StatusFlusher:
             if (workload := state.workload_state(host, now)) is not None
             and workload.gate is not Gate.OPEN
         }
-        status = pool_status(
-            pool,
+        facts = PoolFacts(
             host_count=len(state.hosts),
             balancer=state.views.balancer,
             pending=pending_count(state),
             waiting_reasons=waiting_reasons(state),
             scaling_limited=self._scaling_limited(),
             counts=counts,
-            now=now,
             not_ready=not_ready,
             workload_failure=self._workload_failure(),
             agent_silent=len(state.views.stale_hosts & state.hosts.keys()),
             scaling_plan=self._scaling_plan(),
         )
+        status = pool_status(pool, facts, now=now)
         self.deps.metrics.pool_state(state.namespace, state.name, status)
         previous = self.written_pool
         clock = time.monotonic()
