@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,8 +37,18 @@ def can_make_bridges() -> bool:
     return os.geteuid() == 0 and shutil.which("ip") is not None
 
 
+TESTS_DIR = REPO_ROOT / "tests"
 #: Only tests under these directories may use the ``kube`` fixture.
-CLUSTER_TEST_DIRS = (REPO_ROOT / "tests" / "api", REPO_ROOT / "tests" / "e2e")
+CLUSTER_TEST_DIRS = (TESTS_DIR / "api", TESTS_DIR / "e2e")
+
+#: The markers a test gets from where it lives (``-m faults`` etc. select by them): a
+#: directory says what a test needs better than a ``pytestmark`` line each file must repeat.
+DIRECTORY_MARKERS: tuple[tuple[Path, str], ...] = (
+    (TESTS_DIR / "api", "cluster"),
+    (TESTS_DIR / "e2e", "e2e"),
+    (TESTS_DIR / "e2e" / "faults", "faults"),
+    (TESTS_DIR / "e2e" / "desktop", "desktop"),
+)
 
 _KUBE_KEY = pytest.StashKey[Kube]()
 _REPORTS_KEY = pytest.StashKey[dict[str, pytest.TestReport]]()
@@ -46,14 +56,30 @@ _REPORTS_KEY = pytest.StashKey[dict[str, pytest.TestReport]]()
 LOG_TAIL_LINES = 60
 
 
+def directory_markers(path: Path, fixturenames: Iterable[str]) -> list[str]:
+    """The markers of a test in ``path`` that uses these fixtures: those of its directories,
+    and ``cluster`` for an end-to-end test on the suite's API server (the ``kube`` fixture;
+    some start their own control plane instead)."""
+    names = [name for directory, name in DIRECTORY_MARKERS if path.is_relative_to(directory)]
+    if "e2e" in names and "kube" in fixturenames:
+        names.append("cluster")
+    return names
+
+
+# tryfirst: the markers must be on the items before `-m` deselects by them.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Refuse, at collection, a test outside tests/api and tests/e2e that would start a
-    cluster: unit tests must stay fast and runnable anywhere."""
+    """Mark each test by its directory (:data:`DIRECTORY_MARKERS`); refuse, at collection, a
+    test outside tests/api and tests/e2e that would start a cluster: unit tests must stay
+    fast and runnable anywhere."""
     del config
     for item in items:
-        if "kube" not in getattr(item, "fixturenames", ()):
-            continue
         path = Path(str(item.path)).resolve()
+        fixturenames = getattr(item, "fixturenames", ())
+        for name in directory_markers(path, fixturenames):
+            item.add_marker(name)
+        if "kube" not in fixturenames:
+            continue
         if not any(path.is_relative_to(d) for d in CLUSTER_TEST_DIRS):
             raise pytest.UsageError(
                 f"{item.nodeid} uses the `kube` fixture but is not under tests/api or "

@@ -28,8 +28,6 @@ from support.kube import (
     resource_path,
 )
 
-pytestmark = pytest.mark.cluster
-
 MODELS: dict[str, api.KindModel] = {
     "HostPool": api.HostPool,
     "SessionHost": api.SessionHost,

@@ -17,12 +17,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pytest
-
 from support import builders
 from support.kube import API_VERSION, ApiError, Kube, wait_for
-
-pytestmark = pytest.mark.cluster
 
 GC_TIMEOUT = 60.0
 

@@ -20,8 +20,6 @@ from support import builders
 from support.client_helpers import operator_client
 from support.kube import Kube
 
-pytestmark = pytest.mark.cluster
-
 POISON = "poison"
 
 

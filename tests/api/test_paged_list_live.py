@@ -26,8 +26,6 @@ from support import builders
 from support.client_helpers import fill_requests, operator_client, use_kubeconfig
 from support.kube import Kube, need_control_plane
 
-pytestmark = pytest.mark.cluster
-
 OBJECTS = 23
 PAGE = 5
 

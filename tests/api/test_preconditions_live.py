@@ -21,8 +21,6 @@ from support import builders
 from support.client_helpers import operator_client
 from support.kube import Kube
 
-pytestmark = pytest.mark.cluster
-
 
 def _state(kube: Kube, namespace: str, name: str, state: str) -> dict[str, Any]:
     return kube.merge_patch(

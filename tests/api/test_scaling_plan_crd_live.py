@@ -27,8 +27,6 @@ from hostpool_operator.api.plan import ScalingPlanSpec
 from support.builders import WEEKDAYS, manifest, plan_schedule, plan_spec, pool
 from support.kube import ApiError, Kube, resource_path
 
-pytestmark = pytest.mark.cluster
-
 Obj = dict[str, Any]
 
 DAYS = [*WEEKDAYS, "Saturday", "Sunday"]

@@ -24,8 +24,6 @@ from support import builders
 from support.client_helpers import use_kubeconfig
 from support.kube import Kube, resource_path
 
-pytestmark = pytest.mark.cluster
-
 POOLS = 12
 HOSTS = 3
 BOUND = 2

@@ -23,8 +23,6 @@ from support.client_helpers import fill_requests, operator_client
 from support.controlplane import ControlPlane
 from support.kube import Kube, crd_files, make_api_client, need_control_plane
 
-pytestmark = pytest.mark.cluster
-
 OBJECTS = 23
 
 

@@ -23,8 +23,6 @@ from support import builders
 from support.client_helpers import operator_client
 from support.kube import Kube
 
-pytestmark = pytest.mark.cluster
-
 
 def phase(kube: Kube, namespace: str, name: str) -> str | None:
     status = kube.get("SessionRequest", namespace, name).get("status") or {}

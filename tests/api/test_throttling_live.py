@@ -26,8 +26,6 @@ from hostpool_operator.kube.errors import ApiError
 from support import builders
 from support.kube import API_VERSION, Kube, unique_name, wait_for
 
-pytestmark = pytest.mark.cluster
-
 FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"
 #: More concurrent writes than the priority level has seats (a handful), by far.
 BURST = 40

@@ -23,8 +23,6 @@ from hostpool_operator.kube.client import KubeClient
 from hostpool_operator.kube.errors import ApiError, ApiTransportError
 from support.kube import Kube
 
-pytestmark = pytest.mark.cluster
-
 ACCOUNT = "rotating"
 
 

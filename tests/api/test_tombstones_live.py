@@ -21,8 +21,6 @@ from support import builders
 from support.client_helpers import operator_client
 from support.kube import Kube
 
-pytestmark = pytest.mark.cluster
-
 
 def test_a_logoff_answer_after_the_deletion_does_not_resurrect_the_request(
     kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch

@@ -22,8 +22,6 @@ from support import builders
 from support.client_helpers import operator_client
 from support.kube import Kube, wait_default_service_account
 
-pytestmark = pytest.mark.cluster
-
 POD = {
     "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
     "terminationGracePeriodSeconds": 0,

@@ -38,8 +38,6 @@ from support.real_nodes import (
     require_nodes,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
-
 #: Its own bridge and subnet: the suite's (hptest0) and the demo's (hpdemo0) stay untouched.
 BRIDGE = "hptest8:10.251.8.1/24"
 

@@ -36,8 +36,6 @@ from support.helpers import (
 )
 from support.kube import Kube, need_control_plane
 
-pytestmark = pytest.mark.e2e
-
 POOL = "hz"
 Obj = dict[str, Any]
 

@@ -40,8 +40,6 @@ from support.kube import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
-
 AGENT_SA = "hostpool-agent"
 MERGE_PATCH = "application/merge-patch+json"
 WAIT_SECONDS = 45

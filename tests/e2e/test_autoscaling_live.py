@@ -6,11 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from support.helpers import Cluster, OperatorProcess, cond_is, host_of, phase, status
-
-pytestmark = pytest.mark.e2e
 
 POOL = "ops"
 MANAGED = "hostpool.io/managed-by"

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from support.helpers import (
     Cluster,
     OperatorProcess,
@@ -17,8 +15,6 @@ from support.helpers import (
     sessions_total,
     status,
 )
-
-pytestmark = pytest.mark.e2e
 
 POOL = "wide"
 

@@ -40,8 +40,6 @@ from support.broker_helpers import (
 from support.helpers import Cluster, OperatorProcess
 from support.keycloak import Keycloak
 
-pytestmark = [pytest.mark.e2e]
-
 Obj = dict[str, Any]
 
 # ---------------------------------------------------------------------------------------

@@ -36,8 +36,6 @@ from support.broker_helpers import (
 )
 from support.helpers import Cluster, KubeLike, OperatorProcess, phase
 
-pytestmark = [pytest.mark.e2e]
-
 Obj = dict[str, Any]
 
 # entitlements and placement

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from support.helpers import Cluster, OperatorProcess, cond_is, condition, host_of, status
-
-pytestmark = pytest.mark.e2e
 
 POOL = "finance"
 

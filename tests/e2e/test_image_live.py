@@ -38,8 +38,6 @@ from support.keycloak import CLIENT_ID, CLIENT_SECRET, CORP, Keycloak
 from support.kube import Kube, unique_name, wait_for
 from support.podman import PODMAN, build_image, podman, podman_env
 
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
-
 #: Where the kubeconfig is mounted in the container.
 KUBECONFIG_IN_CONTAINER = "/var/run/hostpool/kubeconfig"
 UID = "65532"

@@ -25,8 +25,6 @@ from support.keycloak import (
     KeycloakError,
 )
 
-pytestmark = pytest.mark.e2e
-
 
 def verify(keycloak: Keycloak, realm: str, token: str) -> dict[str, Any]:
     """The claims of a token verified as a relying party would: the key found in the JWKS

@@ -35,8 +35,6 @@ from support.helpers import (
 )
 from support.kube import Kube
 
-pytestmark = pytest.mark.e2e
-
 POOL = "desk"
 MANAGED = "hostpool.io/managed-by"
 DRAINED = "hostpool.io/drained-by-plan"

@@ -54,8 +54,6 @@ from support.kube import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
-
 CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding")

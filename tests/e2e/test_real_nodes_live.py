@@ -35,8 +35,6 @@ import pytest
 from support.kube import wait_for
 from support.real_nodes import NODE, RealCluster, leftovers, node_traces, real_node_cluster
 
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
-
 PORT = 8080
 #: The pod: the image's python3 serving HTTP (and leaving at once on SIGTERM: as PID 1 it
 #: would otherwise ignore it until the grace period ends).

@@ -45,8 +45,6 @@ from support.kube import REPO_ROOT
 from support.monitoring import exported_sample_names, require_promtool
 from support.prometheus_server import PrometheusServer, backfill, require_binary
 
-pytestmark = pytest.mark.e2e
-
 NAMESPACE = "vdi"
 POOL = "office"
 JOB = "hostpool-hostpool-operator-metrics"

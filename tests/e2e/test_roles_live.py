@@ -45,8 +45,6 @@ from support.kube import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
-
 OTHER_ACTORS = ("user-roles", "broker")
 POOL = "finance"
 Obj = dict[str, Any]

@@ -3,8 +3,6 @@ capacity appearing, and the reasons a request waits."""
 
 from __future__ import annotations
 
-import pytest
-
 from support.helpers import (
     Cluster,
     KubeLike,
@@ -17,8 +15,6 @@ from support.helpers import (
     status,
 )
 from support.kube import make_api_client
-
-pytestmark = pytest.mark.e2e
 
 POOL = "desk"
 

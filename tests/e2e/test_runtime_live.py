@@ -26,8 +26,6 @@ from support.helpers import (
 )
 from support.kube import make_api_client
 
-pytestmark = pytest.mark.e2e
-
 POOL = "busy"
 
 

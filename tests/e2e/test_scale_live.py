@@ -22,8 +22,6 @@ from support.controlplane import ensure_tools
 from support.helpers import Cluster, OperatorProcess, status
 from support.kube import REPO_ROOT, Kube
 
-pytestmark = pytest.mark.e2e
-
 POOL = "finance"
 MANAGED = "hostpool.io/managed-by"
 POOL_LABEL = "hostpool.io/pool"

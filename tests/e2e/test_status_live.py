@@ -6,8 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
-
 from support.helpers import (
     Cluster,
     OperatorProcess,
@@ -16,8 +14,6 @@ from support.helpers import (
     status,
 )
 from support.kube import wait_for
-
-pytestmark = pytest.mark.e2e
 
 POOL = "states"
 TIMEOUT_SECONDS = 8

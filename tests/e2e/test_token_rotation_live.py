@@ -22,15 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from support import builders
 from support.faults import install_identity, leaked_secrets, remove_identity
 from support.helpers import OperatorProcess, free_port
 from support.kube import Kube, make_api_client, resource_path, wait_for
-
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
 Obj = dict[str, Any]
 

@@ -40,8 +40,6 @@ from support.kube import (
     wait_for,
 )
 
-pytestmark = pytest.mark.e2e
-
 Obj = dict[str, Any]
 
 POOL = "desk"
@@ -54,7 +52,9 @@ TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSc
 #: A node label the test puts on the nodes to let the template's pods be scheduled.
 READY_LABEL = "hostpool-e2e/ready"
 
-CRD_FILE = Path(__file__).resolve().parents[1] / "support" / "fixtures" / "workloads" / "desktop-crd.yaml"
+CRD_FILE = (
+    Path(__file__).resolve().parents[1] / "support" / "fixtures" / "workloads" / "desktop-crd.yaml"
+)
 CRD_BASE = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 DESKTOP_GROUP = "e2e.hostpool.test"
 DESKTOP_API_VERSION = f"{DESKTOP_GROUP}/v1"

@@ -46,8 +46,6 @@ from support.helpers import EXTRA_LOGS, Cluster, OperatorProcess
 from support.kube import GROUP, VERSION, Kube, token_kubeconfig, unique_name, wait_for
 from support.podman import build_image, podman
 
-pytestmark = [pytest.mark.e2e, pytest.mark.desktop]
-
 POOL = "desk"
 LIMIT = 2
 HOSTS = ("dt-1", "dt-2")

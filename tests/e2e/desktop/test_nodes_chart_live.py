@@ -39,8 +39,6 @@ from support.keycloak import CLIENT_SECRET, Keycloak, KeycloakError, keycloak_ho
 from support.kube import REPO_ROOT, ApiError, wait_for
 from support.real_nodes import NODE, RealCluster, real_node_cluster
 
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.desktop]
-
 CHART = REPO_ROOT / "charts" / "hostpool-operator"
 RELEASE = "hp"
 LIVENESS_PORT, METRICS_PORT = 8080, 9090

@@ -62,8 +62,6 @@ from support.helpers import (
 )
 from support.kube import Kube, need_control_plane, wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.faults]
-
 T = TypeVar("T")
 
 #: --lease-duration of every operator here: a killed leader's Lease expires after this long.

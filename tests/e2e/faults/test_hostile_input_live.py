@@ -45,8 +45,6 @@ from support.faults import (
 from support.helpers import Obj, status
 from support.kube import CRD_DIR, Kube, resource_path, wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.faults]
-
 #: Generated objects per run (each is one POST, and for hosts sometimes a status patch).
 EXAMPLES = 250
 #: The operator's peak RSS with 2,000 hosts and 5,000 requests must stay under this
