@@ -10,7 +10,7 @@ the simulator does the same on its own state.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
@@ -312,90 +312,148 @@ def decide_plan(
     if limit < 1:
         raise ValueError("limit must be at least 1")
     minimum = minimum_hosts(max_hosts, phase.minimum_hosts_percent)
-    threshold = phase.capacity_threshold_percent
     sessions = sum(h.sessions for h in pool_hosts)
     taking = sum(h.taking for h in pool_hosts)
     used = used_capacity_percent(sessions, taking, limit)
+    rule = _Capacity(sessions, limit, phase.capacity_threshold_percent, minimum)
 
     # Rules 3-4: grow.
     capacity = taking + sum(h.on_the_way for h in pool_hosts)
-    undrain: list[str] = []
+    undrain = _undrain(pool_hosts, rule, capacity)
+    capacity += len(undrain)
+    wanted = max(hosts_for(sessions, limit, rule.threshold) - capacity, minimum - capacity, 0)
+    room = max(0, max_hosts - len(pool_hosts))
+    add = min(wanted, room)
+    undrained = set(undrain)
+    by_host = _by_host(requests)
+    cancel = tuple(r.name for name in undrain for r in by_host.get(name, ()) if r.has_logoff)
+    if not phase.shrinks:
+        return PlanDecision(minimum, used, undrain, add, wanted > room, cancel_logoff=cancel)
+
+    # Rule 5: shrink, only when nothing needs to grow.
+    grows = bool(undrain) or wanted > 0 or waiting > 0
+    drain = () if grows else _drain(pool_hosts, rule, taking)
+    delete, clear = _deletions(pool_hosts, phase.stop_hosts_when, undrained)
+
+    # Rule 6: forced logoff.
+    logoff: tuple[LogoffOrder, ...] = ()
+    if phase.force_logoff_users:
+        since = _drained_since(
+            pool_hosts, now, drained_now=set(drain), undrained=undrained, deleting=set(delete)
+        )
+        logoff = _logoffs(phase, pool_hosts, by_host, since)
+    return PlanDecision(
+        minimum, used, undrain, add, wanted > room, drain, delete, clear, logoff, cancel
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Capacity:
+    """Rules 3-4 at one pass: the pool's sessions, its limit per host, the threshold in
+    force and the minimum of hosts taking sessions."""
+
+    sessions: int
+    limit: int
+    threshold: int
+    minimum: int
+
+    def enough(self, taking: int) -> bool:
+        """``taking`` hosts are at least the minimum and keep used % <= the threshold."""
+        return taking >= self.minimum and _fits(self.sessions, taking, self.limit, self.threshold)
+
+
+def _undrain(pool_hosts: Sequence[PlanHost], rule: _Capacity, capacity: int) -> tuple[str, ...]:
+    """Hosts the plan drained to take back, most sessions first, then query order (ready
+    ones only), until ``capacity`` plus them is enough."""
     candidates = sorted(
         (i for i, h in enumerate(pool_hosts) if h.plan_drained and h.ready),
         key=lambda i: (-pool_hosts[i].sessions, i),
     )
+    undrain: list[str] = []
     for i in candidates:
-        if capacity >= minimum and _fits(sessions, capacity, limit, threshold):
+        if rule.enough(capacity + len(undrain)):
             break
         undrain.append(pool_hosts[i].name)
-        capacity += 1
-    wanted = max(hosts_for(sessions, limit, threshold) - capacity, minimum - capacity, 0)
-    room = max(0, max_hosts - len(pool_hosts))
-    add = min(wanted, room)
-    undrained = set(undrain)
-    by_host: dict[str, list[PlanRequest]] = {}
-    for request in requests:
-        by_host.setdefault(request.host, []).append(request)
-    cancel = tuple(r.name for name in undrain for r in by_host.get(name, ()) if r.has_logoff)
-    if not phase.shrinks:
-        return PlanDecision(minimum, used, tuple(undrain), add, wanted > room, cancel_logoff=cancel)
+    return tuple(undrain)
 
-    # Rule 5: shrink, only when nothing needs to grow.
+
+def _drain(pool_hosts: Sequence[PlanHost], rule: _Capacity, taking: int) -> tuple[str, ...]:
+    """The operator's taking hosts to drain, fewest sessions first (ties: the last in query
+    order), while one fewer is still enough."""
+    emptiest = sorted(
+        (i for i, h in enumerate(pool_hosts) if h.taking and h.managed),
+        key=lambda i: (pool_hosts[i].sessions, -i),
+    )
     drain: list[str] = []
-    if not undrain and wanted == 0 and waiting == 0:
-        left = taking
-        emptiest = sorted(
-            (i for i, h in enumerate(pool_hosts) if h.taking and h.managed),
-            key=lambda i: (pool_hosts[i].sessions, -i),
-        )
-        for i in emptiest:
-            if left <= minimum or not _fits(sessions, left - 1, limit, threshold):
-                break
-            drain.append(pool_hosts[i].name)
-            left -= 1
+    for i in emptiest:
+        if not rule.enough(taking - len(drain) - 1):
+            break
+        drain.append(pool_hosts[i].name)
+    return tuple(drain)
 
+
+def _deletions(
+    pool_hosts: Sequence[PlanHost], stop_when: StopHostsWhen, undrained: set[str]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The hosts the plan drained that can go, and those of them whose Disconnected
+    requests are deleted first (ZeroActiveSessions)."""
     delete: list[str] = []
     clear: list[str] = []
     for host in pool_hosts:
         if not host.plan_drained or host.name in undrained:
             continue
-        if phase.stop_hosts_when is StopHostsWhen.ZERO_SESSIONS:
+        if stop_when is StopHostsWhen.ZERO_SESSIONS:
             if host.sessions == 0:
                 delete.append(host.name)
         elif host.active == 0:
             delete.append(host.name)
             if host.sessions > 0:
                 clear.append(host.name)
+    return tuple(delete), tuple(clear)
 
-    # Rule 6: forced logoff.
-    logoff: list[LogoffOrder] = []
-    if phase.force_logoff_users:
-        wait = timedelta(minutes=phase.wait_time_minutes)
-        drained_now = set(drain)
-        deleting = set(delete)
-        for host in pool_hosts:
-            if host.name in deleting:
-                continue
-            if host.name in drained_now:
-                since = now
-            elif host.plan_drained and host.name not in undrained:
-                since = host.drained_at if host.drained_at is not None else now
-            else:
-                continue
-            logoff.extend(
-                LogoffOrder(r.name, host.name, phase.notification_message, since + wait)
-                for r in by_host.get(host.name, ())
-                if not r.has_logoff
-            )
-    return PlanDecision(
-        minimum,
-        used,
-        tuple(undrain),
-        add,
-        wanted > room,
-        tuple(drain),
-        tuple(delete),
-        tuple(clear),
-        tuple(logoff),
-        cancel,
+
+def _by_host(requests: Iterable[PlanRequest]) -> dict[str, list[PlanRequest]]:
+    by_host: dict[str, list[PlanRequest]] = {}
+    for request in requests:
+        by_host.setdefault(request.host, []).append(request)
+    return by_host
+
+
+def _drained_since(
+    pool_hosts: Sequence[PlanHost],
+    now: datetime,
+    *,
+    drained_now: set[str],
+    undrained: set[str],
+    deleting: set[str],
+) -> dict[str, datetime]:
+    """When each host whose users are logged off was drained: now for those this decision
+    drains, else the stored time (now if unknown). Hosts being deleted or undrained have
+    none."""
+    since: dict[str, datetime] = {}
+    for host in pool_hosts:
+        if host.name in deleting:
+            continue
+        if host.name in drained_now:
+            since[host.name] = now
+        elif host.plan_drained and host.name not in undrained:
+            since[host.name] = host.drained_at if host.drained_at is not None else now
+    return since
+
+
+def _logoffs(
+    phase: PhaseInForce,
+    pool_hosts: Sequence[PlanHost],
+    by_host: Mapping[str, list[PlanRequest]],
+    since: Mapping[str, datetime],
+) -> tuple[LogoffOrder, ...]:
+    """A logoff for every request without one on the hosts of ``since``, due the wait time
+    after the host's drain."""
+    wait = timedelta(minutes=phase.wait_time_minutes)
+    return tuple(
+        LogoffOrder(r.name, host.name, phase.notification_message, drained + wait)
+        for host in pool_hosts
+        if (drained := since.get(host.name)) is not None
+        for r in by_host.get(host.name, ())
+        if not r.has_logoff
     )
