@@ -12,7 +12,8 @@ from ..api import LoadBalancerType
 from ..api.plan import WEEKDAYS, ScalingPlanSpec
 from ..scaling.plans import minimum_hosts
 from .demand_curve import DemandCurve
-from .search import FALL_SHARE, RISE_SHARE, SIMPLER_BY, TOP_SHARE, PlanShape
+from .model import FALL_SHARE, RISE_SHARE, TOP_SHARE
+from .search import SIMPLER_BY, PlanShape
 
 
 class Replayed(Protocol):

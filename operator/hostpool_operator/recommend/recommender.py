@@ -40,8 +40,9 @@ from .evaluation import Runner as Runner
 from .evaluation import evaluate_plan as evaluate_plan
 from .evaluation import run_serially as run_serially
 from .history import PastSession
+from .model import Demand, lead_minutes, percent_for
 from .reasons import Figures, explain
-from .search import Demand, PlanShape, Search, days_name, lead_minutes, percent_for
+from .search import PlanShape, Search, days_name
 
 #: The demand the search is given in turn until a plan's replay keeps the bound: as
 #: recorded, then raised (for what the model does not see: seconds within a minute,

@@ -19,13 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .demand_curve import MINUTES_A_DAY, SLOT_MINUTES
-from .model import FALL_SHARE as FALL_SHARE
-from .model import RISE_SHARE as RISE_SHARE
-from .model import TOP_SHARE as TOP_SHARE
-from .model import Demand as Demand
-from .model import Model
-from .model import lead_minutes as lead_minutes
-from .model import percent_for as percent_for
+from .model import Demand, DownDay, Model, UpDay
 
 #: The capacity thresholds tried, in ramp-up and peak and in ramp-down and off-peak.
 UP_THRESHOLDS = (100, 90, 80, 70, 60, 50, 40)
@@ -107,11 +101,98 @@ def grouping_name(groups: Sequence[Sequence[int]], left: Sequence[int]) -> str:
     return text
 
 
-class Search(Model):
-    """The search over one week of demand (see the module's docstring)."""
+@dataclass(frozen=True, slots=True)
+class _Days:
+    """What every ramp-up candidate of one schedule's days shares under the ramp-down
+    settings: each weekday under them, the lead, the first ramp-down start their logons
+    allow, and ramp-down's hosts summed over the days up to each start of the grid."""
+
+    weekdays: tuple[int, ...]
+    downs: list[DownDay]
+    lead: int
+    earliest_down: int
+    #: The minutes before ramp-up and from ramp-down on cost the same whatever ramp-up
+    #: does; starts are on the 15-minute grid, so the sums are kept there only.
+    down_sum: dict[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Floor:
+    """A ramp-up minimum (``floor``) against the threshold's hosts of each day from one
+    start: the hosts there from the start (``own``: the minimum, or ramp-down's hosts
+    carried over when more), the minute the threshold's hosts reach them (``reached``;
+    the last of the days: ``until``) and the host-minutes they add before that
+    (``extra``)."""
+
+    floor: int
+    ups: list[UpDay]
+    own: list[int]
+    reached: list[int]
+    until: int
+    extra: int
+
+    @classmethod
+    def of(cls, ups: list[UpDay], carry: list[int], floor: int) -> _Floor:
+        own = [max(floor, c) for c in carry]
+        reached = [bisect.bisect_left(u.hosts, o) for u, o in zip(ups, own, strict=True)]
+        extra = sum(o * j - u.prefix[j] for u, o, j in zip(ups, own, reached, strict=True))
+        return cls(floor, ups, own, reached, max(reached), extra)
+
+    def added(self, span: int) -> int:
+        """The host-minutes the minimum adds over the threshold's hosts in the first
+        ``span`` minutes."""
+        if span >= self.until:
+            return self.extra
+        added = 0
+        for u, o, j in zip(self.ups, self.own, self.reached, strict=True):
+            k = min(j, span)
+            added += o * k - u.prefix[k]
+        return added
+
+
+@dataclass(slots=True)
+class _Cheapest:
+    """The cheapest schedule found so far, and the cheapest whose ramp-down starts after
+    the demand's high (``after_high``): that one reads as a plan is expected to, and is
+    kept unless starting earlier saves more than ``CONVENTIONAL_BY``."""
+
+    after_high: int
+    best: ScheduleShape | None = None
+    conventional: ScheduleShape | None = None
+
+    def improves(self, cost: float, ramp_down: int) -> bool:
+        best, conventional = self.best, self.conventional
+        return (
+            best is None
+            or cost < best.cost
+            or (ramp_down >= self.after_high and (conventional is None or cost < conventional.cost))
+        )
+
+    def offer(self, shape: ScheduleShape) -> None:
+        if self.best is None or shape.cost < self.best.cost:
+            self.best = shape
+        if shape.ramp_down >= self.after_high and (
+            self.conventional is None or shape.cost < self.conventional.cost
+        ):
+            self.conventional = shape
+
+    def chosen(self) -> ScheduleShape | None:
+        best, conventional = self.best, self.conventional
+        if (
+            conventional is not None
+            and best is not None
+            and conventional.cost <= best.cost * (1 + CONVENTIONAL_BY)
+        ):
+            return conventional
+        return best
+
+
+class Search:
+    """The search over one week of demand (see the module's docstring), judged by the
+    model of that week."""
 
     def __init__(self, demand: Demand) -> None:
-        super().__init__(demand)
+        self.model = Model(demand)
         self._schedules: dict[tuple[tuple[int, ...], int, int], ScheduleShape | None] = {}
 
     # -------------------------------------------------------------- one schedule
@@ -129,14 +210,38 @@ class Search(Model):
     def _schedule(
         self, weekdays: Sequence[int], down_threshold: int, down_floor: int
     ) -> ScheduleShape | None:
-        d = self.demand
-        downs = self.down(down_threshold, down_floor)
-        lead = max(d.lead, 0)
-        latest = min(min(self.days[w].rise for w in weekdays), MINUTES_A_DAY - 4 * SLOT_MINUTES)
+        model = self.model
+        downs = model.down(down_threshold, down_floor)
+        lead = max(model.demand.lead, 0)
+        latest, earliest_down = self._bounds(weekdays, downs, lead)
+        if latest < 0:
+            return None
+        days = _Days(
+            weekdays=tuple(weekdays),
+            downs=downs,
+            lead=lead,
+            earliest_down=earliest_down,
+            down_sum={
+                t: sum(downs[w].prefix[t] for w in weekdays)
+                for t in range(0, MINUTES_A_DAY + 1, SLOT_MINUTES)
+            },
+        )
+        cheapest = _Cheapest(after_high=max(model.days[w].top for w in weekdays))
+        starts = [latest - k * SLOT_MINUTES for k in range(EARLIER_STARTS + 1)]
+        for threshold in UP_THRESHOLDS:
+            for start in starts:
+                if start >= 0:
+                    self._ramp_downs(days, threshold, start, cheapest)
+        chosen = cheapest.chosen()
+        return None if chosen is None else self._anchored(chosen)
+
+    def _bounds(self, weekdays: Sequence[int], downs: list[DownDay], lead: int) -> tuple[int, int]:
+        """The latest ramp-up start (on the grid; negative: none) and the earliest
+        ramp-down start the days' logons allow under ramp-down's settings."""
+        latest = min(
+            min(self.model.days[w].rise for w in weekdays), MINUTES_A_DAY - 4 * SLOT_MINUTES
+        )
         earliest_down = 0
-        # Ramp-down after the demand's high reads as a plan is expected to; it is kept
-        # unless starting earlier saves more than CONVENTIONAL_BY.
-        after_high = max(self.days[w].top for w in weekdays)
         for w in weekdays:
             first, last = downs[w].first_bad, downs[w].last_bad
             if first is not None:
@@ -144,103 +249,58 @@ class Search(Model):
             if last is not None:
                 # Ramp-down drains at once: from its start the logons rely on its hosts.
                 earliest_down = max(earliest_down, last + 1)
-        latest = latest // SLOT_MINUTES * SLOT_MINUTES
-        if latest < 0:
-            return None
-        best: ScheduleShape | None = None
-        conventional: ScheduleShape | None = None
-        starts = [latest - k * SLOT_MINUTES for k in range(EARLIER_STARTS + 1)]
-        # Ramp-down's hosts summed over the days: the minutes before ramp-up and from
-        # ramp-down on cost the same whatever ramp-up does.
-        # Starts are on the 15-minute grid: the sums are kept there only.
-        down_sum = {
-            t: sum(downs[w].prefix[t] for w in weekdays)
-            for t in range(0, MINUTES_A_DAY + 1, SLOT_MINUTES)
-        }
-        for threshold in UP_THRESHOLDS:
-            for start in starts:
-                if start < 0:
-                    continue
-                ups = [self.up(w, threshold, start) for w in weekdays]
-                floors, up_sums = self.group_up(tuple(weekdays), threshold, start)
-                carry = [downs[w].hosts[start] for w in weekdays]
-                first_down = max(start + 2 * SLOT_MINUTES, earliest_down)
-                first_down = -(-first_down // SLOT_MINUTES) * SLOT_MINUTES
-                last_floor = -1
-                # Per floor, for each day: where the threshold's hosts reach it (idx) and
-                # what it adds below that (own x idx - prefix[idx]).
-                own: list[int] = []
-                reached: list[int] = []
-                extra_after = 0
-                for ramp_down in range(first_down, LAST_RAMP_DOWN + 1, SLOT_MINUTES):
-                    span = ramp_down - start
-                    # The floor is for the logons before ramp-down (from it on they are
-                    # ramp-down's: its drains come at once).
-                    upto = max(0, span - lead)
-                    wanted = floors[upto]
-                    floor = self.reach(wanted) if wanted > 0 else 0
-                    if floor > d.max_hosts:
-                        continue
-                    if floor != last_floor:
-                        last_floor = floor
-                        own = [max(floor, c) for c in carry]
-                        reached = [
-                            bisect.bisect_left(u.hosts, o) for u, o in zip(ups, own, strict=True)
-                        ]
-                        extra_after = sum(
-                            o * j - u.prefix[j] for u, o, j in zip(ups, own, reached, strict=True)
-                        )
-                    # Up: sum over [start, ramp_down) of max(own, threshold's hosts).
-                    cost = float(
-                        up_sums[span]
-                        + down_sum[start]
-                        + down_sum[MINUTES_A_DAY]
-                        - down_sum[ramp_down]
+        return latest // SLOT_MINUTES * SLOT_MINUTES, earliest_down
+
+    def _ramp_downs(self, days: _Days, threshold: int, start: int, cheapest: _Cheapest) -> None:
+        """Every ramp-down start after a ramp-up at ``start`` with ``threshold``, each with
+        the smallest minimum that keeps the ramp's logons in time, offered to
+        ``cheapest``."""
+        model = self.model
+        weekdays, lead, down_sum = days.weekdays, days.lead, days.down_sum
+        ups = [model.up(w, threshold, start) for w in weekdays]
+        floors, up_sums = model.group_up(weekdays, threshold, start)
+        carry = [days.downs[w].hosts[start] for w in weekdays]
+        first_down = max(start + 2 * SLOT_MINUTES, days.earliest_down)
+        first_down = -(-first_down // SLOT_MINUTES) * SLOT_MINUTES
+        # The minimum changes seldom from one ramp-down start to the next: its figures are
+        # kept until it does.
+        above: _Floor | None = None
+        for ramp_down in range(first_down, LAST_RAMP_DOWN + 1, SLOT_MINUTES):
+            span = ramp_down - start
+            # The floor is for the logons before ramp-down (from it on they are
+            # ramp-down's: its drains come at once).
+            upto = max(0, span - lead)
+            wanted = floors[upto]
+            floor = model.reach(wanted) if wanted > 0 else 0
+            if floor > model.demand.max_hosts:
+                continue
+            if above is None or floor != above.floor:
+                above = _Floor.of(ups, carry, floor)
+            # Up: sum over [start, ramp_down) of max(own, threshold's hosts).
+            cost = float(
+                up_sums[span] + down_sum[start] + down_sum[MINUTES_A_DAY] - down_sum[ramp_down]
+            )
+            cost += above.added(span)
+            if cheapest.improves(cost, ramp_down):
+                cheapest.offer(
+                    ScheduleShape(
+                        days=weekdays,
+                        ramp_up=start,
+                        peak=start,  # set by _anchored
+                        ramp_down=ramp_down,
+                        off_peak=ramp_down,
+                        up_hosts=floor,
+                        up_threshold=threshold,
+                        cost=cost,
+                        floor_for=_floor_for(weekdays, ups, upto, lead) if wanted > 0 else None,
                     )
-                    if span >= max(reached):
-                        cost += extra_after
-                    else:
-                        for u, o, j in zip(ups, own, reached, strict=True):
-                            k = min(j, span)
-                            cost += o * k - u.prefix[k]
-                    usual = ramp_down >= after_high
-                    if (
-                        best is None
-                        or cost < best.cost
-                        or (usual and (conventional is None or cost < conventional.cost))
-                    ):
-                        floor_for = None
-                        if wanted > 0:
-                            i = max(range(len(ups)), key=lambda k: ups[k].floor[upto])
-                            floor_for = (weekdays[i], ups[i].floor_at(upto, lead))
-                        shape = ScheduleShape(
-                            days=tuple(weekdays),
-                            ramp_up=start,
-                            peak=start,  # set by _anchored
-                            ramp_down=ramp_down,
-                            off_peak=ramp_down,
-                            up_hosts=floor,
-                            up_threshold=threshold,
-                            cost=cost,
-                            floor_for=floor_for,
-                        )
-                        if best is None or cost < best.cost:
-                            best = shape
-                        if usual and (conventional is None or cost < conventional.cost):
-                            conventional = shape
-        if (
-            conventional is not None
-            and best is not None
-            and conventional.cost <= best.cost * (1 + CONVENTIONAL_BY)
-        ):
-            best = conventional
-        return None if best is None else self._anchored(best)
+                )
 
     def _anchored(self, shape: ScheduleShape) -> ScheduleShape:
         """Peak from when the demand is at its high, off-peak from when it is quiet again
         (both only change the algorithm), kept inside the schedule's order."""
-        top = min(self.days[w].top for w in shape.days)
-        fall = max(self.days[w].fall for w in shape.days)
+        top = min(self.model.days[w].top for w in shape.days)
+        fall = max(self.model.days[w].fall for w in shape.days)
         peak = -(-top // SLOT_MINUTES) * SLOT_MINUTES
         peak = min(max(peak, shape.ramp_up + SLOT_MINUTES), shape.ramp_down - SLOT_MINUTES)
         off = -(-fall // SLOT_MINUTES) * SLOT_MINUTES
@@ -261,8 +321,8 @@ class Search(Model):
 
     def groupings(self) -> list[tuple[str, list[tuple[int, ...]], tuple[int, ...]]]:
         """(name, groups of weekdays with a schedule, weekdays without one) to try."""
-        busy = [w for w in range(7) if w not in self.quiet]
-        quiet = list(self.quiet)
+        busy = [w for w in range(7) if w not in self.model.quiet]
+        quiet = list(self.model.quiet)
         if not busy:
             busy, quiet = quiet, []
 
@@ -297,7 +357,7 @@ class Search(Model):
         for name, groups, left in self.groupings():
             best: PlanShape | None = None
             for down_threshold in DOWN_THRESHOLDS:
-                for floor in self.reachable[:DOWN_FLOORS]:
+                for floor in self.model.reachable[:DOWN_FLOORS]:
                     if best is not None and floor * 7 * MINUTES_A_DAY >= best.cost:
                         break  # the minimum alone, all week, costs more
                     shape = self._plan_for(groups, left, down_threshold, floor)
@@ -327,7 +387,7 @@ class Search(Model):
         down_threshold: int,
         down_floor: int,
     ) -> PlanShape | None:
-        downs = self.down(down_threshold, down_floor)
+        downs = self.model.down(down_threshold, down_floor)
         cost = 0.0
         for w in left:
             if downs[w].first_bad is not None:
@@ -341,3 +401,12 @@ class Search(Model):
             schedules.append(shape)
             cost += shape.cost
         return PlanShape(tuple(schedules), left, down_floor, down_threshold, cost)
+
+
+def _floor_for(
+    weekdays: tuple[int, ...], ups: list[UpDay], upto: int, lead: int
+) -> tuple[int, int]:
+    """Where a ramp-up minimum comes from: the day whose logons before ramp-down need the
+    most, and the minute of the first logon that needs it."""
+    i = max(range(len(ups)), key=lambda k: ups[k].floor[upto])
+    return weekdays[i], ups[i].floor_at(upto, lead)
