@@ -138,8 +138,18 @@ class PlanWriter:
     def writes(self, decision: PlanDecision | None, phase: PhaseInForce | None) -> PlanWrites:
         """What to write for ``decision`` in ``phase`` (None: no plan applies, so the hosts
         the plan drained are handed back, undrained, and its logoffs withdrawn)."""
-        state = self.state
         out = PlanWrites()
+        self._marks(out, decision)
+        if decision is not None:
+            self._decided(out, decision)
+        self._withdrawn_logoffs(out, decision, phase)
+        self._preconditions(out)
+        return out
+
+    def _marks(self, out: PlanWrites, decision: PlanDecision | None) -> None:
+        """The hosts with the plan's mark: undrained by someone else, the mark goes too; with
+        no plan, the operator's drained ones are undrained."""
+        state = self.state
         draining = set(decision.drain) if decision is not None else set()
         for name in sorted(self.marked):
             record = state.hosts.get(name)
@@ -147,27 +157,37 @@ class PlanWriter:
                 continue
             if not record.spec.drain_mode:
                 if name not in draining:  # drained again now: the drain writes a new mark
-                    out.unmark.append(name)  # undrained by someone else: the mark goes too
+                    out.unmark.append(name)
             elif decision is None and record.managed:
                 out.undrain.append(name)
-        if decision is not None:
-            out.undrain.extend(decision.undrain)
-            out.drain.extend(decision.drain)
-            # A host drained in this round gets its logoffs in the next, once its drain
-            # time is stored: every deadline counts from the stored mark.
-            fresh = set(decision.drain)
-            out.logoff.extend(order for order in decision.logoff if order.host not in fresh)
-            out.cancel_logoff.extend(decision.cancel_logoff)
-            for host in decision.clear_disconnected:
-                ending = disconnected_on(state, host)
-                if ending:
-                    out.end_disconnected[host] = ending
-        # A plan's logoff (one on a host with the plan's mark: anyone else's is left alone)
-        # stands only while its host stays drained and the phase in force still logs users
-        # off (RampDown/OffPeak with forceLogoffUsers).
+
+    def _decided(self, out: PlanWrites, decision: PlanDecision) -> None:
+        out.undrain.extend(decision.undrain)
+        out.drain.extend(decision.drain)
+        # A host drained in this round gets its logoffs in the next, once its drain
+        # time is stored: every deadline counts from the stored mark.
+        fresh = set(decision.drain)
+        out.logoff.extend(order for order in decision.logoff if order.host not in fresh)
+        out.cancel_logoff.extend(decision.cancel_logoff)
+        for host in decision.clear_disconnected:
+            ending = disconnected_on(self.state, host)
+            if ending:
+                out.end_disconnected[host] = ending
+
+    def _withdrawn_logoffs(
+        self, out: PlanWrites, decision: PlanDecision | None, phase: PhaseInForce | None
+    ) -> None:
+        """A plan's logoff (one on a host with the plan's mark: anyone else's is left alone)
+        stands only while its host stays drained and the phase in force still logs users
+        off (RampDown/OffPeak with forceLogoffUsers)."""
+        state = self.state
         undrained = set(out.undrain)
-        forcing = decision is not None and phase is not None and phase.shrinks
-        forcing = forcing and phase is not None and phase.force_logoff_users
+        forcing = (
+            decision is not None
+            and phase is not None
+            and phase.shrinks
+            and phase.force_logoff_users
+        )
         for name in sorted(self.logoffs):
             request = state.requests.get(name)
             on = state.hosts.get(request.host or "") if request is not None else None
@@ -176,6 +196,10 @@ class PlanWriter:
             if not forcing or not on.spec.drain_mode or on.meta.name in undrained:
                 out.cancel_logoff.append(name)
         out.cancel_logoff = sorted(set(out.cancel_logoff))
+
+    def _preconditions(self, out: PlanWrites) -> None:
+        """The version each write was decided on, sent with it."""
+        state = self.state
         for name in (*out.undrain, *out.drain, *out.unmark):
             seen_host = state.hosts.get(name)
             if seen_host is not None:
@@ -186,7 +210,6 @@ class PlanWriter:
             if seen_request is not None:
                 meta = seen_request.meta
                 out.versions[("request", name)] = (meta.uid, meta.resource_version)
-        return out
 
     def apply(
         self, decision: PlanDecision | None, phase: PhaseInForce | None, plan: str, now: datetime
