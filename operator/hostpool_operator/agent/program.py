@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 import socket
 import sys
 import time
@@ -30,12 +29,11 @@ from urllib.parse import urlparse
 import psutil
 
 from ..api.timestamps import rfc3339
-from ..kube.auth import login, token_file
 from ..kube.backoff import Backoff
 from ..kube.client import KubeClient
 from ..kube.errors import ApiError, ApiTransportError
 from ..kube.events import post_event
-from ..logs import setup_logging
+from ..kube.program import Program, Running, add_logging_flags, run
 from .commands import CommandResult, run_command
 from .figures import Counters, custom_load_value, load_figures
 from .machine import XrdpMachine
@@ -440,16 +438,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--command-timeout", type=float, default=10.0, help="seconds any command may take"
     )
     parser.add_argument("--address", help="the address clients use (default: detected)")
-    parser.add_argument("--log-format", choices=("text", "json"), default="text")
-    parser.add_argument("--verbose", action="store_true")
+    add_logging_flags(parser)
     args = parser.parse_args(argv)
     if args.interval <= 0:
         parser.error("--interval must be positive")
     return args
 
 
-async def amain(args: argparse.Namespace) -> int:
-    info = login()
+AGENT = Program("agent", max_connections=4)
+
+
+async def amain(args: argparse.Namespace, running: Running) -> int:
     options = AgentOptions(
         host=args.host,
         namespace=args.namespace or default_namespace(),
@@ -462,25 +461,14 @@ async def amain(args: argparse.Namespace) -> int:
         address=args.address,
         sessions_from=args.sessions_from,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):  # Windows: Ctrl-C still stops it
-            loop.add_signal_handler(signum, stop.set)
-    # The sidecar's projected token is rotated by the kubelet too: re-read like the operator.
-    async with KubeClient(info, max_connections=4, token_file=token_file()) as client:
-        agent = Agent(client, options, address=args.address or local_address(info.server))
-        await agent.run(stop)
-    log.info("agent stopped")
+    address = args.address or local_address(running.server)
+    await Agent(running.client, options, address=address).run(running.stop)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Stopped before the loop is up (while logging in): a clean exit, not a kill.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     args = parse_args(argv)
-    setup_logging(json_logs=args.log_format == "json", verbose=args.verbose)
-    return asyncio.run(amain(args))
+    return run(AGENT, args, lambda running: amain(args, running))
 
 
 if __name__ == "__main__":

@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
-import signal
 import ssl
 import sys
 from collections.abc import Sequence
 
-import uvloop
 from aiohttp import web
 
-from ..kube.auth import login, token_file
-from ..kube.client import KubeClient
-from ..logs import setup_logging
+from ..kube.program import Program, Running, add_logging_flags, run
 from .app import Broker, BrokerSettings
 from .directory import Directory
 from .metrics import BrokerMetrics
@@ -63,8 +58,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--rate-limit", type=float, default=5.0, help="calls per second per user (after burst)"
     )
     parser.add_argument("--rate-burst", type=int, default=20, help="calls at once per user")
-    parser.add_argument("--log-format", choices=("text", "json"), default="text")
-    parser.add_argument("--verbose", action="store_true")
+    add_logging_flags(parser)
     args = parser.parse_args(argv)
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
@@ -90,8 +84,11 @@ async def _keys_until_ready(verifier: TokenVerifier) -> None:
         await asyncio.sleep(KEYLESS_RETRY)
 
 
-async def amain(args: argparse.Namespace) -> int:
-    info = login()
+# uvloop, as the operator: in a logon storm the broker's HTTP serving is its CPU.
+BROKER = Program("broker", max_connections=64, uvloop=True)
+
+
+async def amain(args: argparse.Namespace, running: Running) -> int:
     metrics = BrokerMetrics()
     verifier = TokenVerifier(
         OidcSettings(
@@ -104,58 +101,51 @@ async def amain(args: argparse.Namespace) -> int:
         ),
         on_fetch=metrics.key_fetched,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(signum, stop.set)
     tls: ssl.SSLContext | None = None
     if args.tls_cert:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(args.tls_cert, args.tls_key)
-    async with KubeClient(info, max_connections=64, token_file=token_file()) as client:
-        directory = Directory(client, args.namespace or None)
-        broker = Broker(
-            directory,
-            verifier,
-            BrokerSettings(
-                connect_timeout=args.connect_timeout_seconds,
-                rate=args.rate_limit,
-                burst=args.rate_burst,
-            ),
-            metrics,
-        )
-        # Headers up to MAX_HEADER: a token of a user in many groups is long, and one the
-        # broker refuses itself (401, "too long") is better than aiohttp's bare 400.
-        runner = web.AppRunner(
-            broker.app(), access_log=None, handle_signals=False, max_field_size=MAX_HEADER
-        )
-        await runner.setup()
-        site = web.TCPSite(runner, args.listen_host, args.listen_port, ssl_context=tls)
-        await site.start()
-        log.info(
-            "broker listening on %s:%d (%s), issuer %s, namespaces %s",
-            args.listen_host,
-            args.listen_port,
-            "https" if tls else "http",
-            verifier.issuer,
-            ", ".join(args.namespace) or "all",
-        )
-        tasks = [
-            asyncio.create_task(directory.run(), name="watches"),
-            asyncio.create_task(_keys_until_ready(verifier), name="issuer-keys"),
-        ]
-        stopping = asyncio.create_task(stop.wait())
-        try:
-            done, _ = await asyncio.wait([stopping, tasks[0]], return_when=asyncio.FIRST_COMPLETED)
-            if tasks[0] in done:
-                tasks[0].result()  # the watches never end on their own: say why they did
-        finally:
-            for task in [*tasks, stopping]:
-                task.cancel()
-            await runner.cleanup()
-            await verifier.close()
-    log.info("broker stopped")
+    directory = Directory(running.client, args.namespace or None)
+    broker = Broker(
+        directory,
+        verifier,
+        BrokerSettings(
+            connect_timeout=args.connect_timeout_seconds,
+            rate=args.rate_limit,
+            burst=args.rate_burst,
+        ),
+        metrics,
+    )
+    # Headers up to MAX_HEADER: a token of a user in many groups is long, and one the
+    # broker refuses itself (401, "too long") is better than aiohttp's bare 400.
+    runner = web.AppRunner(
+        broker.app(), access_log=None, handle_signals=False, max_field_size=MAX_HEADER
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, args.listen_host, args.listen_port, ssl_context=tls)
+    await site.start()
+    log.info(
+        "broker listening on %s:%d (%s), issuer %s, namespaces %s",
+        args.listen_host,
+        args.listen_port,
+        "https" if tls else "http",
+        verifier.issuer,
+        ", ".join(args.namespace) or "all",
+    )
+    tasks = [
+        asyncio.create_task(directory.run(), name="watches"),
+        asyncio.create_task(_keys_until_ready(verifier), name="issuer-keys"),
+    ]
+    stopping = asyncio.create_task(running.stop.wait())
+    try:
+        done, _ = await asyncio.wait([stopping, tasks[0]], return_when=asyncio.FIRST_COMPLETED)
+        if tasks[0] in done:
+            tasks[0].result()  # the watches never end on their own: say why they did
+    finally:
+        for task in [*tasks, stopping]:
+            task.cancel()
+        await runner.cleanup()
+        await verifier.close()
     return 0
 
 
@@ -174,12 +164,9 @@ class _WithoutRequestDetails(logging.Filter):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     args = parse_args(argv)
-    setup_logging(json_logs=args.log_format == "json", verbose=args.verbose)
     logging.getLogger("aiohttp.server").addFilter(_WithoutRequestDetails())
-    # uvloop, as the operator: in a logon storm the broker's HTTP serving is its CPU.
-    return uvloop.run(amain(args))
+    return run(BROKER, args, lambda running: amain(args, running))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import kopf
 
 from ..kube.auth import login, token_file
 from ..kube.client import KubeClient
+from ..kube.program import connect
 from ..kube.sinks import MetricsSink
 from .leader import LeaderElector, LeaseForbiddenError, default_namespace
 from .manager import Controller
@@ -111,12 +112,7 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
     # watches, Events and the rest. Each connection costs TLS buffers here and a goroutine
     # there: no more than can be used.
     connections = memo.settings.write_concurrency + memo.settings.status_concurrency + 64
-    client = KubeClient(
-        login(settings),
-        max_connections=connections,
-        token_file=token_file(),
-        metrics=memo.metrics,
-    )
+    client = connect(login(settings), connections, memo.metrics)
     memo.client = client
     memo.metrics.leading(not memo.leader_election)
     if memo.leader_election:
