@@ -18,7 +18,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from urllib.parse import quote
 
 import aiohttp
@@ -43,6 +43,15 @@ STREAMED_LIST_SILENCE = 30.0
 
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
+
+
+class Selectors(TypedDict, total=False):
+    """Which objects a list or a watch reads (``fieldSelector``, ``labelSelector``); each
+    optional and given as a keyword, so the two travel as one record."""
+
+    field_selector: str | None
+    label_selector: str | None
+
 
 #: How often a request the API server turned away with 429 Too Many Requests (API Priority
 #: and Fairness, or the max-in-flight limits) is sent again before its caller sees the error.
@@ -243,9 +252,8 @@ class KubeClient:
         namespace: str | None = None,
         *,
         api_version: str = API_VERSION,
-        field_selector: str | None = None,
-        label_selector: str | None = None,
         limit: int = LIST_PAGE,
+        **selected: Unpack[Selectors],
     ) -> AsyncIterator[ListPage]:
         """Every object of a kind, ``limit`` per page (one consistent snapshot: the pages
         after the first are read at its resourceVersion). A continue token that expired
@@ -255,7 +263,7 @@ class KubeClient:
         The time spent waiting for the answers (what the caller's handling did not hide) and
         decoding them is added to :attr:`list_timing`."""
         first: dict[str, str] = {"limit": str(limit)}
-        first |= selectors(field_selector, label_selector)
+        first |= selectors(selected.get("field_selector"), selected.get("label_selector"))
         path = self.path(plural, namespace, api_version=api_version)
         restarted = False
         timing = self.list_timing
@@ -432,8 +440,7 @@ class KubeClient:
         timeout_seconds: int,
         api_version: str = API_VERSION,
         initial_events: bool = False,
-        field_selector: str | None = None,
-        label_selector: str | None = None,
+        **selected: Unpack[Selectors],
     ) -> AsyncGenerator[JSON, None]:
         """The events of one watch from ``resource_version`` (bookmarks included), until the
         server ends it after ``timeout_seconds``. An HTTP error raises ApiError; a dropped
@@ -449,7 +456,7 @@ class KubeClient:
             "timeoutSeconds": str(timeout_seconds),
             "resourceVersion": resource_version or "",
         }
-        params |= selectors(field_selector, label_selector)
+        params |= selectors(selected.get("field_selector"), selected.get("label_selector"))
         if initial_events:
             params |= {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
         timing = self.list_timing if initial_events else None
