@@ -49,7 +49,7 @@ from support.desktop import (
     pixel,
     why_not,
 )
-from support.kube import token_kubeconfig
+from support.identity import token_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / ".cluster"

@@ -21,7 +21,7 @@ from hostpool_operator.kube.informer import Informer
 from support import builders
 from support.client_helpers import fill_requests, operator_client
 from support.controlplane import ControlPlane
-from support.kube import Kube, crd_files, make_api_client, need_control_plane
+from support.kube import Kube, crd_files, need_control_plane
 
 OBJECTS = 23
 
@@ -98,7 +98,7 @@ def test_an_api_server_that_cannot_stream_lists_gets_paged_lists(
         apiserver_args=("--feature-gates=WatchList=false",),
     )
     with plane:
-        other = Kube(kubeconfig=plane.kubeconfig, api_client=make_api_client(plane.kubeconfig))
+        other = Kube.connect(plane.kubeconfig)
         try:
             other.install_crds(crd_files())
             other.create_namespace("paged")

@@ -28,15 +28,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from support.broker_helpers import CLIENT, REALM, BrokerProcess, Obj, b64int, keycloak_token
-from support.helpers import (
-    EXTRA_LOGS,
-    Cluster,
-    KubeLike,
-    OperatorProcess,
-    free_port,
-    join_reapers,
-)
+from support.cluster import Cluster
 from support.keycloak import Keycloak, KeycloakError, keycloak_home, suite_realms
+from support.kube import Kube
+from support.operator_process import OperatorProcess, join_reapers
+from support.ports import free_port
+from support.report_logs import EXTRA_LOGS
 
 OPERATOR_LOG_LINES = 80
 
@@ -71,7 +68,7 @@ def pytest_runtest_makereport(
 
 @pytest.fixture
 def operator_process(
-    kube: KubeLike, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+    kube: Kube, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[OperatorProcess]:
     """The operator watching this test's namespace; started, and stopped after the test."""
     operator = OperatorProcess(
@@ -100,7 +97,7 @@ def _reap_operators() -> Iterator[None]:
 
 
 @pytest.fixture
-def cluster(kube: KubeLike, namespace: str) -> Cluster:
+def cluster(kube: Kube, namespace: str) -> Cluster:
     """The test namespace's objects (create from dicts, read, patch, wait)."""
     return Cluster(kube, namespace)
 
@@ -214,7 +211,7 @@ def sign(keycloak: Keycloak, realm_key: tuple[str, Any]) -> Callable[..., str]:
 
 @pytest.fixture
 def brokers(
-    kube: KubeLike,
+    kube: Kube,
     namespace: str,
     keycloak: Keycloak,
     realm_key: tuple[str, Any],

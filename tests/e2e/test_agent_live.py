@@ -22,19 +22,11 @@ from typing import Any
 import pytest
 
 from support.agent_process import AgentProcess
-from support.helpers import (
-    EXTRA_LOGS,
-    Cluster,
-    KubeLike,
-    OperatorProcess,
-    cond_is,
-    host_of,
-    now_rfc3339,
-    parse_time,
-    phase,
-    status,
-)
+from support.cluster import Cluster
+from support.conditions import cond_is, host_of, now_rfc3339, parse_time, phase, status
 from support.kube import Kube, need_control_plane
+from support.operator_process import OperatorProcess
+from support.report_logs import EXTRA_LOGS
 
 POOL = "hz"
 Obj = dict[str, Any]
@@ -42,7 +34,7 @@ Obj = dict[str, Any]
 
 @pytest.fixture
 def agents(
-    kube: KubeLike, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+    kube: Kube, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[dict[str, AgentProcess]]:
     """Agents by host name, made on first use; stopped after the test (their logs attached
     to the report when it failed). An agent that did not exit cleanly fails the test."""
@@ -87,7 +79,7 @@ def without_custom_value(cluster: Cluster, host: str, after: datetime) -> Callab
 
 
 def events(cluster: Cluster, name: str, reason: str) -> list[Any]:
-    return [e for e in cluster.events_for(name) if e.reason == reason]
+    return [e for e in cluster.events_for(name) if e.get("reason") == reason]
 
 
 # --------------------------------------------------------------------------- metrics
@@ -326,7 +318,7 @@ def test_a_failing_logoff_command_keeps_the_request_and_is_retried_with_back_off
     )
     cluster.wait(lambda: runs.exists() or None, "the first logoff try", 15)
     cluster.wait(
-        lambda: any(e.reason == "LogoffFailed" for e in cluster.events_for("h1")) or None,
+        lambda: any(e.get("reason") == "LogoffFailed" for e in cluster.events_for("h1")) or None,
         "a LogoffFailed Event on the host",
         15,
     )
@@ -360,7 +352,7 @@ def test_the_agent_rides_out_an_api_server_restart(
 
 
 def test_a_silent_agent_is_counted_by_the_pool(
-    kube: KubeLike, cluster: Cluster, agents: dict[str, AgentProcess], tmp_path: Path
+    kube: Kube, cluster: Cluster, agents: dict[str, AgentProcess], tmp_path: Path
 ) -> None:
     """The metrics are the agent's heartbeat: once they are older than
     --metrics-stale-after, the host says MetricsStale and the pool counts it as silent."""

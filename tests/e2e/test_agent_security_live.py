@@ -30,15 +30,8 @@ import pytest
 from support import builders
 from support.agent_objects import CLUSTER_SCOPED, apply_agent_objects, delete_objects, run_tool
 from support.controlplane import ensure_tools
-from support.kube import (
-    REPO_ROOT,
-    Kube,
-    make_api_client,
-    resource_path,
-    token_kubeconfig,
-    unique_name,
-    wait_for,
-)
+from support.identity import token_kubeconfig
+from support.kube import REPO_ROOT, Kube, resource_path, unique_name, wait_for
 
 AGENT_SA = "hostpool-agent"
 MERGE_PATCH = "application/merge-patch+json"
@@ -101,7 +94,7 @@ class Installed:
         path = token_kubeconfig(
             self.kube.kubeconfig, token, self.tmp_path / f"{unique_name('agent')}.kubeconfig"
         )
-        api = Kube(kubeconfig=path, api_client=make_api_client(path))
+        api = Kube.connect(path)
         return Agent(api, f"system:serviceaccount:{ns}:{service_account}", self)
 
     def pod_token(self, pod: str, *, namespace: str | None = None) -> Agent:

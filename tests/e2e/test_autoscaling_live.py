@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from support.helpers import Cluster, OperatorProcess, cond_is, host_of, phase, status
+from support.cluster import Cluster
+from support.conditions import cond_is, host_of, phase, status
+from support.operator_process import OperatorProcess
 
 POOL = "ops"
 MANAGED = "hostpool.io/managed-by"
@@ -65,7 +67,7 @@ def test_saturation_scales_up_and_waiting_requests_are_placed(
         lambda p: cond_is(p, "ScalingLimited", "False") and status(p)["hosts"]["total"] == 4,
         "ScalingLimited False (within maxHosts) and 4 hosts counted",
     )
-    added = [e for e in cluster.events_for(POOL) if getattr(e, "reason", None) == "HostsAdded"]
+    added = [e for e in cluster.events_for(POOL) if e.get("reason") == "HostsAdded"]
     assert added, "a HostsAdded Event on the pool"
 
 
@@ -149,7 +151,7 @@ def test_scale_down_removes_only_empty_operator_hosts_after_the_delay(
             cluster.delete("SessionRequest", name)
     cluster.wait(lambda: keep not in cluster.hosts() or None, f"{keep} removed", timeout=30)
     assert set(cluster.hosts()) == {"user-host"}
-    removed = [e for e in cluster.events_for(POOL) if getattr(e, "reason", None) == "HostsRemoved"]
+    removed = [e for e in cluster.events_for(POOL) if e.get("reason") == "HostsRemoved"]
     assert removed
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from support.helpers import (
-    Cluster,
-    OperatorProcess,
+from support.cluster import Cluster
+from support.conditions import (
     cond_is,
     count_by_host,
     half_up,
@@ -15,6 +14,7 @@ from support.helpers import (
     sessions_total,
     status,
 )
+from support.operator_process import OperatorProcess
 
 POOL = "wide"
 

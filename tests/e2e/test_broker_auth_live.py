@@ -37,8 +37,9 @@ from support.broker_helpers import (
     entitled_pool,
     keycloak_token,
 )
-from support.helpers import Cluster, OperatorProcess
+from support.cluster import Cluster
 from support.keycloak import Keycloak
+from support.operator_process import OperatorProcess
 
 Obj = dict[str, Any]
 

@@ -34,7 +34,10 @@ from support.broker_helpers import (
     entitled_pool,
     host_sessions,
 )
-from support.helpers import Cluster, KubeLike, OperatorProcess, phase
+from support.cluster import Cluster
+from support.conditions import phase
+from support.kube import Kube
+from support.operator_process import OperatorProcess
 
 Obj = dict[str, Any]
 
@@ -298,7 +301,7 @@ def test_ending_a_session_without_an_agent_deletes_the_request(
 
 
 def test_ending_a_session_with_an_agent_is_a_logoff_by_the_agent(
-    kube: KubeLike,
+    kube: Kube,
     cluster: Cluster,
     operator_process: OperatorProcess,
     brokers: Callable[..., BrokerProcess],
@@ -333,7 +336,7 @@ def test_ending_a_session_with_an_agent_is_a_logoff_by_the_agent(
 
 
 def test_a_pool_that_scales_up_answers_hosts_starting_then_the_new_host(
-    kube: KubeLike,
+    kube: Kube,
     cluster: Cluster,
     node_label: Callable[[], list[str]],  # noqa: F811  (the fixture imported above)
     operator_process: OperatorProcess,
@@ -368,7 +371,7 @@ def test_a_pool_that_scales_up_answers_hosts_starting_then_the_new_host(
 
     answer = cluster.wait(placed, "the connect answered with the added host", 60)
     assert answer.body["request"] == starting.body["request"]
-    pod = workloads.pods(kube, cluster.namespace)[answer.body["host"]]  # type: ignore[arg-type]
+    pod = workloads.pods(kube, cluster.namespace)[answer.body["host"]]
     assert answer.body["address"] == pod["status"]["podIP"]
     assert (
         cluster.request(answer.body["request"])["status"]["hostAddress"] == pod["status"]["podIP"]

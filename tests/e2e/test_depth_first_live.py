@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from support.helpers import Cluster, OperatorProcess, cond_is, condition, host_of, status
+from support.cluster import Cluster
+from support.conditions import cond_is, condition, host_of, status
+from support.operator_process import OperatorProcess
 
 POOL = "finance"
 

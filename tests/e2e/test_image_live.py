@@ -33,10 +33,11 @@ import yaml
 
 from e2e import test_rbac_live as rbac
 from support import builders
-from support.helpers import free_port, status
+from support.conditions import status
 from support.keycloak import CLIENT_ID, CLIENT_SECRET, CORP, Keycloak
 from support.kube import Kube, unique_name, wait_for
 from support.podman import PODMAN, build_image, podman, podman_env
+from support.ports import free_port
 
 #: Where the kubeconfig is mounted in the container.
 KUBECONFIG_IN_CONTAINER = "/var/run/hostpool/kubeconfig"

@@ -22,18 +22,11 @@ from typing import Any
 import pytest
 
 from e2e import test_workloads_live as workloads
-from support.helpers import (
-    Cluster,
-    OperatorProcess,
-    RequestRecorder,
-    cond_is,
-    count_by_host,
-    host_of,
-    parse_time,
-    phase,
-    status,
-)
+from support.cluster import Cluster
+from support.conditions import cond_is, count_by_host, host_of, parse_time, phase, status
 from support.kube import Kube
+from support.operator_process import OperatorProcess
+from support.recorder import RequestRecorder
 
 POOL = "desk"
 MANAGED = "hostpool.io/managed-by"

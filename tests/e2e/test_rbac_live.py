@@ -42,17 +42,16 @@ from e2e import test_plans_live as plans
 from support import builders
 from support.argocd_health import health, write_fixture
 from support.controlplane import ensure_tools
-from support.helpers import free_port
+from support.identity import token_kubeconfig
 from support.kube import (
     REPO_ROOT,
     Kube,
-    make_api_client,
     resource_path,
-    token_kubeconfig,
     unique_name,
     wait_default_service_account,
     wait_for,
 )
+from support.ports import free_port
 
 CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
@@ -186,7 +185,7 @@ def install_identity(
             [*kubectl, "create", "token", name, "-n", release_namespace, "--duration", "1h"]
         ).strip()
         path = token_kubeconfig(kube.kubeconfig, token, tmp_path / f"{release}.kubeconfig")
-        api = Kube(kubeconfig=path, api_client=make_api_client(path))
+        api = Kube.connect(path)
         return Identity(
             docs, path, api, f"system:serviceaccount:{release_namespace}:{name}", release_namespace
         )

@@ -40,10 +40,11 @@ from hostpool_operator.recommend.sources.prometheus import (
     read_series,
 )
 from support.controlplane import ensure_tools
-from support.helpers import EXTRA_LOGS, free_port
 from support.kube import REPO_ROOT
 from support.monitoring import exported_sample_names, require_promtool
+from support.ports import free_port
 from support.prometheus_server import PrometheusServer, backfill, require_binary
+from support.report_logs import EXTRA_LOGS
 
 NAMESPACE = "vdi"
 POOL = "office"

@@ -35,15 +35,10 @@ from e2e.test_rbac_live import (
     run_tool,
     watch_events,
 )
-from support.helpers import Cluster, OperatorProcess
-from support.kube import (
-    Kube,
-    make_api_client,
-    resource_path,
-    token_kubeconfig,
-    unique_name,
-    wait_for,
-)
+from support.cluster import Cluster
+from support.identity import token_kubeconfig
+from support.kube import Kube, resource_path, unique_name, wait_for
+from support.operator_process import OperatorProcess
 
 OTHER_ACTORS = ("user-roles", "broker")
 POOL = "finance"
@@ -106,7 +101,7 @@ def identity_of(
             [*kubectl, "create", "token", name, "-n", namespace, "--duration", "1h"]
         ).strip()
         path = token_kubeconfig(kube.kubeconfig, token, tmp_path / f"{name}.kubeconfig")
-        api = Kube(kubeconfig=path, api_client=make_api_client(path))
+        api = Kube.connect(path)
         return Identity([], path, api, f"system:serviceaccount:{namespace}:{name}", namespace)
 
     return make

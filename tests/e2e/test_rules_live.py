@@ -3,18 +3,10 @@ capacity appearing, and the reasons a request waits."""
 
 from __future__ import annotations
 
-from support.helpers import (
-    Cluster,
-    KubeLike,
-    OperatorProcess,
-    cond_is,
-    condition,
-    host_of,
-    phase,
-    sessions_total,
-    status,
-)
-from support.kube import make_api_client
+from support.cluster import Cluster
+from support.conditions import cond_is, condition, host_of, phase, sessions_total, status
+from support.kube import Kube
+from support.operator_process import OperatorProcess
 
 POOL = "desk"
 
@@ -71,15 +63,15 @@ def test_reconnect_goes_to_the_same_host_even_draining_and_at_the_limit(
 
 
 def test_two_requests_of_a_new_user_at_once_share_one_session(
-    kube: KubeLike, namespace: str, cluster: Cluster, operator_process: OperatorProcess
+    kube: Kube, namespace: str, cluster: Cluster, operator_process: OperatorProcess
 ) -> None:
     del operator_process
     hosts = [f"h{i}" for i in range(6)]
     cluster.setup_pool(POOL, "BreadthFirst", hosts=hosts)
     pairs = [(f"{user}-{k}", POOL, user) for user in ("ann", "ben", "cid") for k in (1, 2)]
-    client = make_api_client(kube.kubeconfig, pool_size=32)
+    client = Kube.connect(kube.kubeconfig, pool_size=32)
     try:
-        Cluster(kube, namespace, api_client=client).create_requests_concurrently(pairs, threads=6)
+        Cluster(client, namespace).create_requests_concurrently(pairs, threads=6)
     finally:
         client.close()
     placed = cluster.wait_assigned([name for name, _, _ in pairs])

@@ -11,11 +11,8 @@ from typing import Any
 
 import pytest
 
-from support.helpers import (
-    Cluster,
-    KubeLike,
-    OperatorProcess,
-    RequestRecorder,
+from support.cluster import Cluster
+from support.conditions import (
     cond_is,
     count_by_host,
     host_of,
@@ -24,21 +21,23 @@ from support.helpers import (
     sessions_total,
     status,
 )
-from support.kube import make_api_client
+from support.kube import Kube
+from support.operator_process import OperatorProcess
+from support.recorder import RequestRecorder
 
 POOL = "busy"
 
 
 def test_algorithm_changed_mid_storm(
-    kube: KubeLike, namespace: str, cluster: Cluster, operator_process: OperatorProcess
+    kube: Kube, namespace: str, cluster: Cluster, operator_process: OperatorProcess
 ) -> None:
     del operator_process
     hosts = [f"h{i:02d}" for i in range(10)]
     limit = 5
     cluster.setup_pool(POOL, "BreadthFirst", limit, hosts=hosts)
     names = [f"r{i:02d}" for i in range(50)]
-    client = make_api_client(kube.kubeconfig, pool_size=32)
-    threaded = Cluster(kube, namespace, api_client=client)
+    client = Kube.connect(kube.kubeconfig, pool_size=32)
+    threaded = Cluster(client, namespace)
     created = threading.Semaphore(0)
 
     def create(name: str) -> None:
@@ -122,14 +121,15 @@ def test_host_deleted_under_sessions_fails_its_requests(
     # Each failed request has an Event saying why.
     def events_recorded() -> bool:
         return all(
-            any(e.reason == "HostDeleted" for e in cluster.events_for(name)) for name in on_h1
+            any(e.get("reason") == "HostDeleted" for e in cluster.events_for(name))
+            for name in on_h1
         )
 
     cluster.wait(events_recorded, f"HostDeleted Events for {on_h1}")
     for name in on_h1:
-        event = next(e for e in cluster.events_for(name) if e.reason == "HostDeleted")
-        assert event.involved_object.kind == "SessionRequest"
-        assert event.type == "Warning"
+        event = next(e for e in cluster.events_for(name) if e.get("reason") == "HostDeleted")
+        assert event["involvedObject"]["kind"] == "SessionRequest"
+        assert event["type"] == "Warning"
     # The failed requests stay failed.
     for name in on_h1:
         assert phase(cluster.request(name)) == "Failed"
@@ -169,7 +169,7 @@ def test_pool_deleted_keeps_sessions_and_new_requests_wait(
 
 
 def test_restart_keeps_every_assignment(
-    kube: KubeLike, namespace: str, cluster: Cluster, operator_process: OperatorProcess
+    kube: Kube, namespace: str, cluster: Cluster, operator_process: OperatorProcess
 ) -> None:
     hosts = ["h1", "h2", "h3", "h4"]
     limit = 5
@@ -253,16 +253,16 @@ def test_a_session_ended_while_the_operator_is_down_frees_its_slot(
 
 
 def test_storm_of_200_requests(
-    kube: KubeLike, namespace: str, cluster: Cluster, operator_process: OperatorProcess
+    kube: Kube, namespace: str, cluster: Cluster, operator_process: OperatorProcess
 ) -> None:
     del operator_process
     hosts = [f"h{i:02d}" for i in range(10)]
     limit = 20
     cluster.setup_pool(POOL, "DepthFirst", limit, hosts=hosts)
     names = [f"s{i:03d}" for i in range(200)]
-    client = make_api_client(kube.kubeconfig, pool_size=32)
+    client = Kube.connect(kube.kubeconfig, pool_size=32)
     try:
-        threaded = Cluster(kube, namespace, api_client=client)
+        threaded = Cluster(client, namespace)
         with RequestRecorder(kube.kubeconfig, namespace) as watcher:
             threaded.create_requests_concurrently(
                 [(name, POOL, f"user-{name}") for name in names], threads=16
@@ -314,7 +314,7 @@ def test_a_pool_that_is_gone_leaves_nothing_behind(
 
 
 def test_a_restarted_container_takes_its_own_lease_back_at_once(
-    kube: KubeLike,
+    kube: Kube,
     namespace: str,
     cluster: Cluster,
     tmp_path: Path,

@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 
+from support.cluster import Cluster
+from support.conditions import status
 from support.controlplane import ensure_tools
-from support.helpers import Cluster, OperatorProcess, status
 from support.kube import REPO_ROOT, Kube
+from support.operator_process import OperatorProcess
 
 POOL = "finance"
 MANAGED = "hostpool.io/managed-by"

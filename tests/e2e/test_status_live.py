@@ -6,14 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from support.helpers import (
-    Cluster,
-    OperatorProcess,
-    condition,
-    parse_time,
-    status,
-)
+from support.cluster import Cluster
+from support.conditions import condition, parse_time, status
 from support.kube import wait_for
+from support.operator_process import OperatorProcess
 
 POOL = "states"
 TIMEOUT_SECONDS = 8

@@ -1,7 +1,7 @@
 """Token rotation, live: the operator's token is revoked mid-run and a new one written to its
 token file; placements continue, none is lost, the process is never restarted.
 
-The operator runs under the chart's ServiceAccount and RBAC (``e2e.faults.install_identity``:
+The operator runs under the chart's ServiceAccount and RBAC (``identity.install_identity``:
 rendered with helm, created over the API) with a kubeconfig whose user has only
 ``tokenFile:``, as in a pod, where the kubelet rewrites the projected token file. Requests
 are created at a steady rate. Midway the ServiceAccount is deleted and created again under
@@ -25,9 +25,10 @@ from typing import Any
 import yaml
 
 from support import builders
-from support.faults import install_identity, leaked_secrets, remove_identity
-from support.helpers import OperatorProcess, free_port
-from support.kube import Kube, make_api_client, resource_path, wait_for
+from support.identity import install_identity, leaked_secrets, remove_identity
+from support.kube import Kube, resource_path, wait_for
+from support.operator_process import OperatorProcess
+from support.ports import free_port
 
 Obj = dict[str, Any]
 
@@ -142,12 +143,10 @@ def test_token_revoked_and_replaced_mid_run(kube: Kube, namespace: str, tmp_path
     op = OperatorProcess(
         kubeconfig, namespace, tmp_path / "operator.log", metrics_port=metrics_port
     )
-    old_token_api = Kube(
-        kubeconfig=identity.kubeconfig, api_client=make_api_client(identity.kubeconfig)
-    )
-    creator_api = Kube(kubeconfig=kube.kubeconfig, api_client=make_api_client(kube.kubeconfig))
+    old_token_api = Kube.connect(identity.kubeconfig)
+    creator_api = Kube.connect(kube.kubeconfig)
     creator = Creator(creator_api, namespace)
-    watcher_api = Kube(kubeconfig=kube.kubeconfig, api_client=make_api_client(kube.kubeconfig))
+    watcher_api = Kube.connect(kube.kubeconfig)
     watcher = Watcher(watcher_api, namespace)
     seen = watcher.seen  # request -> when first seen Assigned
     new_token = ""

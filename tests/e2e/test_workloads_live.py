@@ -20,18 +20,10 @@ from typing import Any
 
 import pytest
 
-from support.helpers import (
-    MERGE_PATCH,
-    Cluster,
-    OperatorProcess,
-    cond_is,
-    condition,
-    host_of,
-    parse_time,
-    phase,
-    status,
-)
+from support.cluster import Cluster
+from support.conditions import cond_is, condition, host_of, parse_time, phase, status
 from support.kube import (
+    MERGE_PATCH,
     ApiError,
     Kube,
     load_yaml_documents,
@@ -39,6 +31,7 @@ from support.kube import (
     unique_name,
     wait_for,
 )
+from support.operator_process import OperatorProcess
 
 Obj = dict[str, Any]
 
@@ -187,9 +180,9 @@ def assigned_per_host(requests: Mapping[str, Obj]) -> dict[str, list[str]]:
 def events(cluster: Cluster, kind: str, name: str) -> list[tuple[str, str, str]]:
     """(type, reason, message) of the Events about the object of this kind and name."""
     return [
-        (str(e.type), str(e.reason), str(e.message))
+        (str(e.get("type")), str(e.get("reason")), str(e.get("message")))
         for e in cluster.events_for(name)
-        if e.involved_object is not None and e.involved_object.kind == kind
+        if (e.get("involvedObject") or {}).get("kind") == kind
     ]
 
 

@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from support.helpers import Cluster, free_port
+from support.cluster import Cluster
 from support.keycloak import CLIENT_SECRET, CORP_USERS, OTHER_USERS, Keycloak
+from support.ports import free_port
 
 #: The realm, client and pool the broker tests use, and the label on the broker's requests.
 REALM = "corp"

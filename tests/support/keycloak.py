@@ -44,7 +44,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -58,6 +57,8 @@ from typing import Any, cast
 
 import aiohttp
 import psutil
+
+from support.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FETCH_SCRIPT = REPO_ROOT / "hack" / "cluster" / "keycloak.sh"
@@ -292,13 +293,6 @@ def _build_lock(home: Path) -> Iterator[None]:
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _http(
     method: str,
     url: str,
@@ -403,7 +397,7 @@ class Keycloak:
         # later): try another one then, unless the caller chose the port.
         attempts = 1 if port else 3
         for attempt in range(1, attempts + 1):
-            self.port = port or _free_port()
+            self.port = port or free_port()
             log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
             began = time.monotonic()
             self._spawn(import_dir)

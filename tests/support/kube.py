@@ -1,13 +1,17 @@
-"""Helpers for tests that talk to a real kube-apiserver (tests/api, tests/e2e).
+"""The tests' one way to the API server (tests/api, tests/e2e, tests/e2e/faults).
 
 :class:`Kube` wraps a configured ``kubernetes`` ``ApiClient`` with a few small, typed calls
 on raw API paths. Raw paths keep the tests exact about what goes over the wire (content
 types, ``Accept`` headers for the Table API, status codes of refusals) and independent of
-the generated client's model classes. Nothing here starts a cluster; ``conftest.py`` does.
+the generated client's model classes. Every refusal is an :class:`ApiError`. A copy from
+:meth:`Kube.through_outages` retries through API server and etcd restarts (the fault tests);
+:meth:`Kube.connect` opens one for another identity or with a bigger connection pool
+(threads). Nothing here starts a cluster; ``conftest.py`` does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -17,7 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
+import urllib3
 import yaml
+from kubernetes.client.exceptions import ApiException
 
 if TYPE_CHECKING:
     from support.controlplane import ControlPlane
@@ -40,6 +46,9 @@ PLURALS: dict[str, str] = {
 
 TABLE_ACCEPT = "application/json;as=Table;g=meta.k8s.io;v=v1"
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+Obj = dict[str, Any]
 
 T = TypeVar("T")
 
@@ -118,6 +127,26 @@ class ApiError(Exception):
         return [c for c in causes if isinstance(c, dict)]
 
 
+#: HTTP statuses of an API server (or etcd behind it) that is restarting or overloaded.
+TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def transient(exc: BaseException) -> bool:
+    """An error a client should retry while the API server or etcd restarts: a refusal of
+    the kind above, or no answer at all (the ``kubernetes`` client reports a TLS failure as
+    an ``ApiException`` with status 0)."""
+    if isinstance(exc, ApiError):
+        return exc.status in TRANSIENT_STATUSES
+    if isinstance(exc, ApiException):
+        return exc.status in (None, 0)
+    return isinstance(exc, urllib3.exceptions.HTTPError | OSError)
+
+
+#: What a predicate may raise while the API server or etcd restarts (see :func:`transient`),
+#: or while the objects are not there yet: for :func:`wait_for`'s ``retry_on``.
+OUTAGE = (ApiError, ApiException, KeyError, urllib3.exceptions.HTTPError, OSError)
+
+
 def resource_path(kind: str, namespace: str | None = None, name: str | None = None) -> str:
     """The API path of a collection or an object of one of the project's kinds."""
     path = f"/apis/{GROUP}/{VERSION}"
@@ -134,7 +163,9 @@ class Kube:
     """A cluster the tests may use: its kubeconfig and a configured API client.
 
     ``control_plane`` is the suite's own :class:`controlplane.ControlPlane`, or ``None`` for
-    an existing cluster given by ``HOSTPOOL_TEST_KUBECONFIG``.
+    an existing cluster given by ``HOSTPOOL_TEST_KUBECONFIG``. With ``outage_timeout`` (see
+    :meth:`through_outages`) :meth:`call` retries :func:`transient` failures that long and
+    counts them in ``retries``.
     """
 
     kubeconfig: Path
@@ -142,6 +173,24 @@ class Kube:
     control_plane: ControlPlane | None = None
     bin_dir: Path | None = None
     crd_names: list[str] = field(default_factory=list)
+    outage_timeout: float = 0.0
+    retries: int = 0
+
+    @classmethod
+    def connect(cls, kubeconfig: Path, *, pool_size: int | None = None) -> Kube:
+        """A Kube of its own for this kubeconfig (another identity, another cluster, or a
+        connection pool of ``pool_size`` for as many threads); :meth:`close` it."""
+        return cls(
+            kubeconfig=kubeconfig, api_client=make_api_client(kubeconfig, pool_size=pool_size)
+        )
+
+    def through_outages(self, timeout: float = 90.0) -> Kube:
+        """This Kube (same client, same cluster) retrying through restarts of the API server
+        and etcd for up to ``timeout`` s per call; its own ``retries`` count."""
+        return dataclasses.replace(self, outage_timeout=timeout, retries=0)
+
+    def close(self) -> None:
+        self.api_client.close()
 
     # -- raw requests -------------------------------------------------------------------
 
@@ -181,11 +230,47 @@ class Kube:
         return int(response.status), decoded
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """Like :meth:`request` but raise :class:`ApiError` unless the status is 2xx."""
-        status, body = self.request(method, path, **kwargs)
-        if not 200 <= status < 300:
-            raise ApiError(method, path, status, body)
-        return body
+        """Like :meth:`request` but raise :class:`ApiError` unless the status is 2xx; retried
+        through outages when :attr:`outage_timeout` is set."""
+        deadline = time.monotonic() + self.outage_timeout
+        while True:
+            try:
+                status, body = self.request(method, path, **kwargs)
+                if not 200 <= status < 300:
+                    raise ApiError(method, path, status, body)
+                return body
+            except Exception as exc:
+                if not transient(exc) or time.monotonic() >= deadline:
+                    raise
+            self.retries += 1
+            time.sleep(0.2)
+
+    def stream(
+        self, path: str, *, query: dict[str, str] | None = None, timeout: Any = (5, 15)
+    ) -> Iterator[Any]:
+        """The JSON lines of a streamed answer (a watch), decoded as they arrive."""
+        m, url, hdrs, _, _ = self.api_client.param_serialize(
+            method="GET",
+            resource_path=path,
+            query_params=list(query.items()) if query else None,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = self.api_client.call_api(m, url, header_params=hdrs, _request_timeout=timeout)
+        raw = response.response  # the urllib3 response, not read yet
+        try:
+            if not 200 <= int(response.status) < 300:
+                text = raw.read().decode("utf-8", errors="replace")
+                raise ApiError("GET", path, int(response.status), text)
+            buffer = b""
+            for chunk in raw.stream(65536, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            raw.release_conn()
 
     # -- the project's kinds --------------------------------------------------------------
 
@@ -196,6 +281,30 @@ class Kube:
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
         result: dict[str, Any] = self.call("GET", resource_path(kind, namespace, name))
         return result
+
+    def objects(self, kind: str, namespace: str) -> dict[str, Obj]:
+        """Every object of the kind in the namespace, by name."""
+        listing = self.call("GET", resource_path(kind, namespace))
+        return {item["metadata"]["name"]: item for item in listing.get("items") or []}
+
+    def watch(
+        self, kind: str, namespace: str, resource_version: str, *, timeout_seconds: int = 2
+    ) -> Iterator[Obj]:
+        """The events of one watch from ``resource_version`` (with bookmarks), which the API
+        server ends after ``timeout_seconds``."""
+        query = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        return self.stream(resource_path(kind, namespace), query=query)
+
+    def events(self, namespace: str, name: str) -> list[Obj]:
+        """core/v1 Events in the namespace about the object with this name."""
+        query = {"fieldSelector": f"involvedObject.name={name}"}
+        listing = self.call("GET", f"/api/v1/namespaces/{namespace}/events", query=query)
+        return list(listing.get("items") or [])
 
     def exists(self, kind: str, namespace: str, name: str) -> bool:
         status, body = self.request("GET", resource_path(kind, namespace, name))
@@ -220,17 +329,37 @@ class Kube:
         return result
 
     def merge_patch(
-        self, kind: str, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: Any,
+        *,
+        status: bool = False,
+        content_type: str = MERGE_PATCH,
     ) -> dict[str, Any]:
+        """A merge patch (or, with ``content_type=JSON_PATCH``, a list of JSON patch
+        operations) of the object or, with ``status``, of its status subresource."""
         path = resource_path(kind, namespace, name) + ("/status" if status else "")
-        result: dict[str, Any] = self.call("PATCH", path, body=patch, content_type=MERGE_PATCH)
+        result: dict[str, Any] = self.call("PATCH", path, body=patch, content_type=content_type)
         return result
 
     def delete(
-        self, kind: str, namespace: str, name: str, *, propagation: str = "Background"
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        propagation: str = "Background",
+        missing_ok: bool = False,
     ) -> Any:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
-        return self.call("DELETE", resource_path(kind, namespace, name), body=body)
+        try:
+            return self.call("DELETE", resource_path(kind, namespace, name), body=body)
+        except ApiError as exc:
+            if missing_ok and exc.status == 404:
+                return None
+            raise
 
     def table(self, kind: str, namespace: str) -> dict[str, Any]:
         """The server-side printed list (what ``kubectl get`` shows)."""
@@ -357,8 +486,8 @@ def wait_for(
     """Poll ``predicate`` every ``interval`` s until it returns something truthy; return it.
 
     The one wait of the suite. An exception of a type in ``retry_on`` only means "not yet"
-    (an :class:`ApiError` 404 right after creation; ``e2e.helpers.NOT_YET`` for the
-    ``kubernetes`` client; ``e2e.faults.OUTAGE`` while the API server restarts); any other
+    (an :class:`ApiError` 404 right after creation; ``cluster.NOT_YET`` for objects not
+    there yet; :data:`OUTAGE` while the API server restarts); any other
     exception propagates at once. On timeout the test fails (``pytest.fail``, no traceback) with
     ``what``, the last exception the predicate raised and ``show()``: the state as last seen.
     With ``raises`` (outside a test, e.g. in a fixture that adds its own context) that
@@ -401,29 +530,6 @@ def iter_schema_nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[st
     extra = node.get("additionalProperties")
     if isinstance(extra, dict):
         yield from iter_schema_nodes(extra, f"{path}{{}}")
-
-
-def token_kubeconfig(admin_kubeconfig: Path, token: str, target: Path) -> Path:
-    """A kubeconfig with the admin kubeconfig's server and CA and nothing but ``token``
-    (a ServiceAccount's credential, for tests of what that identity may do)."""
-    admin = yaml.safe_load(admin_kubeconfig.read_text())
-    context_name = admin["current-context"]
-    context = next(c["context"] for c in admin["contexts"] if c["name"] == context_name)
-    cluster = dict(next(c["cluster"] for c in admin["clusters"] if c["name"] == context["cluster"]))
-    ca = cluster.get("certificate-authority")
-    if ca and not Path(ca).is_absolute():
-        cluster["certificate-authority"] = str((admin_kubeconfig.parent / ca).resolve())
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "target", "cluster": cluster}],
-        "users": [{"name": "token", "user": {"token": token}}],
-        "contexts": [{"name": "token", "context": {"cluster": "target", "user": "token"}}],
-        "current-context": "token",
-    }
-    target.write_text(yaml.safe_dump(config))
-    target.chmod(0o600)
-    return target
 
 
 def wait_default_service_account(kube: Kube, namespace: str, timeout: float = 60.0) -> None:

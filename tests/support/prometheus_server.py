@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from support.helpers import free_port
+from support.ports import free_port
 
 #: A retention far beyond any test's data: nothing backfilled is deleted at start-up.
 RETENTION = "3650d"

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from support.controlplane import REPO_ROOT, ControlPlane, ControlPlaneError
-from support.kube import Kube, make_api_client, unique_name, wait_default_service_account
+from support.kube import Kube, unique_name, wait_default_service_account
 from support.podman import build_image
 
 CLUSTER_SCRIPT = REPO_ROOT / "hack" / "cluster" / "cluster.sh"
@@ -208,7 +208,7 @@ def real_node_cluster(
         for other in others:
             cp.import_image(other)
 
-        kube = Kube(kubeconfig=cp.kubeconfig, api_client=make_api_client(cp.kubeconfig))
+        kube = Kube.connect(cp.kubeconfig)
         namespace = unique_name("real-nodes")
         kube.create_namespace(namespace)
         wait_default_service_account(kube, namespace)

@@ -40,7 +40,7 @@ def _collect(args: list[str], env: dict[str, str] | None = None) -> subprocess.P
 
 def _output(proc: subprocess.Popen[str]) -> str:
     out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, f"{proc.args} -> {proc.returncode}:\n{out}{err}"
+    assert proc.returncode == 0, f"{proc.args!r} -> {proc.returncode}:\n{out}{err}"
     return out
 
 

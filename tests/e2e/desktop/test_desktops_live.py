@@ -28,6 +28,7 @@ import pytest
 
 from support.agent_objects import apply_agent_objects, delete_objects, run_tool
 from support.broker_helpers import BrokerProcess, Reply
+from support.cluster import Cluster
 from support.desktop import (
     DesktopError,
     Host,
@@ -42,9 +43,11 @@ from support.desktop import (
     why_not,
     xorg_displays,
 )
-from support.helpers import EXTRA_LOGS, Cluster, OperatorProcess
-from support.kube import GROUP, VERSION, Kube, token_kubeconfig, unique_name, wait_for
+from support.identity import token_kubeconfig
+from support.kube import GROUP, VERSION, Kube, unique_name, wait_for
+from support.operator_process import OperatorProcess
 from support.podman import build_image, podman
+from support.report_logs import EXTRA_LOGS
 
 POOL = "desk"
 LIMIT = 2

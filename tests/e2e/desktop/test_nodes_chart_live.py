@@ -33,11 +33,13 @@ import pytest
 from support.agent_objects import run_tool
 from support.broker_helpers import CLIENT, REALM, BrokerProcess, keycloak_token
 from support.builders import session_host_pool
+from support.cluster import Cluster
+from support.conditions import condition, status
 from support.desktop import RdpClient, VirtualDisplay, install_client, pixel
-from support.helpers import EXTRA_LOGS, Cluster, condition, status
 from support.keycloak import CLIENT_SECRET, Keycloak, KeycloakError, keycloak_home, suite_realms
 from support.kube import REPO_ROOT, ApiError, wait_for
 from support.real_nodes import NODE, RealCluster, real_node_cluster
+from support.report_logs import EXTRA_LOGS
 
 CHART = REPO_ROOT / "charts" / "hostpool-operator"
 RELEASE = "hp"

@@ -4,9 +4,9 @@ a second writer changing request statuses, two operator instances at once, and p
 changes during a storm.
 
 Every test runs the operator under the chart's least-privilege ServiceAccount (namespaced
-Role; see :func:`e2e.faults.install_identity`), with leader election on a Lease of
+Role; see :func:`identity.install_identity`), with leader election on a Lease of
 ``--lease-duration 3`` (a killed instance holds it until it expires), and ends with the same
-invariants (:func:`e2e.faults.invariant_problems`):
+invariants (:func:`invariants.invariant_problems`):
 
 * every request is Assigned (or in the documented state the test names), exactly once;
 * no request was ever seen Assigned to a second host (a watch records every state);
@@ -32,35 +32,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from kubernetes import client as k8s
 
 from support import builders
-from support.faults import (
-    OUTAGE,
-    STANDBY_LINE,
-    Api,
-    CuttingProxy,
-    FaultOperator,
-    Identity,
-    Storm,
-    Tally,
-    describe,
-    install_identity,
-    invariant_problems,
-    leaked_secrets,
-    remove_identity,
-    wait_host_status_matches,
-)
-from support.helpers import (
-    STARTED_LINE,
-    Obj,
-    RequestRecorder,
-    free_port,
-    host_of,
-    per_host_users,
-    status,
-)
-from support.kube import Kube, need_control_plane, wait_for
+from support.cluster import Cluster
+from support.conditions import Obj, host_of, per_host_users, status
+from support.identity import Identity, install_identity, leaked_secrets, remove_identity
+from support.invariants import describe_sessions, invariant_problems, wait_host_status_matches
+from support.kube import JSON_PATCH, OUTAGE, ApiError, Kube, need_control_plane, wait_for
+from support.operator_process import STANDBY_LINE, STARTED_LINE, OperatorProcess
+from support.ports import free_port
+from support.proxy import CuttingProxy
+from support.recorder import RequestRecorder
+from support.storm import Storm, Tally
 
 T = TypeVar("T")
 
@@ -75,18 +58,18 @@ class Rig:
     kube: Kube
     namespace: str
     identity: Identity
-    api: Api
+    api: Cluster
     tmp_path: Path
     tally: Tally = field(default_factory=Tally)
-    operators: list[FaultOperator] = field(default_factory=list)
+    operators: list[OperatorProcess] = field(default_factory=list)
     storms: list[Storm] = field(default_factory=list)
     #: Log lines that are no problem in this test (e.g. kopf's retries during an outage).
     expected: list[re.Pattern[str]] = field(default_factory=list)
 
     def operator(
         self, name: str = "operator", *extra: str, kubeconfig: Path | None = None
-    ) -> FaultOperator:
-        op = FaultOperator(
+    ) -> OperatorProcess:
+        op = OperatorProcess(
             kubeconfig or self.identity.kubeconfig,
             self.namespace,
             self.tmp_path / f"{name}.log",
@@ -121,13 +104,13 @@ class Rig:
             proxy.stop()
 
     def create(self, kind: str, name: str, spec: dict[str, Any]) -> None:
-        self.api.create(builders.manifest(kind, name, spec, namespace=self.namespace))
+        self.api.create_body(builders.manifest(kind, name, spec, namespace=self.namespace))
 
     def pool(self, name: str, lb_type: str, limit: int | None, hosts: list[str]) -> None:
         """Create a pool and its hosts (in order), and wait until the operator reports them."""
-        self.api.create(builders.pool(name, lb_type, limit, namespace=self.namespace))
+        self.api.create_body(builders.pool(name, lb_type, limit, namespace=self.namespace))
         for host in hosts:
-            self.api.create(builders.host(host, name, namespace=self.namespace))
+            self.api.create_body(builders.host(host, name, namespace=self.namespace))
         self.wait_pool(name, lambda st: (st.get("hosts") or {}).get("total") == len(hosts))
 
     def wait_pool(self, name: str, check: Any, what: str = "", timeout: float = 60.0) -> Obj:
@@ -143,7 +126,9 @@ class Rig:
         return self.wait(probe, f"pool {name} {what}".strip(), timeout)
 
     def show(self) -> str:
-        return describe(self.api.list("SessionRequest"), self.api.list("SessionHost"))
+        return describe_sessions(
+            self.api.objects("SessionRequest"), self.api.objects("SessionHost")
+        )
 
     def wait(
         self,
@@ -152,7 +137,7 @@ class Rig:
         timeout: float = 60.0,
         show: Callable[[], str] | None = None,
     ) -> T:
-        """:func:`kube.wait_for` through outages (:data:`e2e.faults.OUTAGE` means "not yet");
+        """:func:`kube.wait_for` through outages (:data:`kube.OUTAGE` means "not yet");
         on timeout it shows ``show()``, by default where the requests are (:meth:`show`)."""
         return wait_for(predicate, timeout, what=what, show=show or self.show, retry_on=OUTAGE)
 
@@ -162,7 +147,7 @@ class Rig:
         wanted = set(names)
 
         def check() -> dict[str, Obj] | None:
-            items = self.api.list("SessionRequest")
+            items = self.api.objects("SessionRequest")
             done = {n for n in wanted if n in items and status(items[n]).get("phase") == phase_}
             return items if done == wanted else None
 
@@ -180,9 +165,9 @@ class Rig:
     ) -> dict[str, Obj]:
         """The end-of-storm invariants; returns the requests."""
         self.wait_phase(names, timeout=timeout)
-        wait_host_status_matches(self.api)
-        requests = self.api.list("SessionRequest")
-        hosts = self.api.list("SessionHost")
+        wait_host_status_matches(self.api.kube, self.namespace)
+        requests = self.api.objects("SessionRequest")
+        hosts = self.api.objects("SessionHost")
         # the watch has seen the final versions too
         self.wait(
             lambda: all(
@@ -196,7 +181,7 @@ class Rig:
         problems = invariant_problems(
             requests, hosts, recorder.snapshot(), limits, names, reset=reset, failed_ok=failed_ok
         )
-        assert not problems, "\n".join(problems[:40]) + "\n" + describe(requests, hosts)
+        assert not problems, "\n".join(problems[:40]) + "\n" + describe_sessions(requests, hosts)
         for op in self.operators:
             op.sample_memory()
         return requests
@@ -205,7 +190,9 @@ class Rig:
 @pytest.fixture
 def rig(kube: Kube, namespace: str, tmp_path: Path, record_property: Any) -> Iterator[Rig]:
     identity = install_identity(kube, namespace, tmp_path)
-    rig = Rig(kube, namespace, identity, Api(kube.kubeconfig, namespace), tmp_path)
+    # The admin's calls, each retried through outages, on a pool for the test's threads.
+    api = Cluster(Kube.connect(kube.kubeconfig, pool_size=16).through_outages(), namespace)
+    rig = Rig(kube, namespace, identity, api, tmp_path)
     failed: list[str] = []
     try:
         yield rig
@@ -226,7 +213,7 @@ def rig(kube: Kube, namespace: str, tmp_path: Path, record_property: Any) -> Ite
             leaks = leaked_secrets(identity, text)
             if leaks:
                 failed.append(f"{op.log_path.name}: the bearer token is in the log: {leaks}")
-        rig.api.close()
+        rig.api.kube.close()
         remove_identity(kube, identity)
     if failed:
         tails = "\n".join(f"---- {op.log_path}\n{op.log_tail(40)}" for op in rig.operators)
@@ -337,7 +324,7 @@ def test_control_plane_restart_during_storm(rig: Rig, component: str) -> None:
         rig.check_end(recorder, names, limits)
         print(
             f"{component}: down and back in {outage:.1f}s; the storm retried "
-            f"{storm.api.retries} creates; the recorder rode out {recorder.errors} "
+            f"{storm.kube.retries} creates; the recorder rode out {recorder.errors} "
             f"interruptions and {recorder.relists} relists"
         )
     assert op.running, f"the operator exited: {op.exit_codes}\n{op.log_tail(40)}"
@@ -398,9 +385,7 @@ class Writers:
             if name not in self.agent_share or name in self.marked:
                 continue
             if st.get("phase") == "Assigned" and st.get("sessionState") != "Active":
-                self.rig.api.patch_status(
-                    "SessionRequest", name, {"status": {"sessionState": "Active"}}
-                )
+                self.rig.api.patch_status("SessionRequest", name, {"sessionState": "Active"})
                 self.marked[name] = (st.get("host"), st.get("assignedAt"))
 
     def _rogue(self, objects: dict[str, Obj]) -> None:
@@ -413,10 +398,15 @@ class Writers:
                 {"op": "add", "path": "/status/host", "value": ROGUE_HOST},
             ]
             try:
-                after = self.rig.api.patch_status(
-                    "SessionRequest", name, patch, content_type="application/json-patch+json"
+                after = self.rig.api.kube.merge_patch(
+                    "SessionRequest",
+                    self.rig.namespace,
+                    name,
+                    patch,
+                    status=True,
+                    content_type=JSON_PATCH,
                 )
-            except k8s.ApiException as exc:
+            except ApiError as exc:
                 if exc.status is not None and 400 <= exc.status < 500:
                     self.rogue_refused += 1  # no longer Pending: the operator was first
                     continue
@@ -435,13 +425,11 @@ class Writers:
                     "SessionRequest",
                     name,
                     {
-                        "status": {
-                            "phase": "Pending",
-                            "host": None,
-                            "hostAddress": None,
-                            "reason": None,
-                            "assignedAt": None,
-                        }
+                        "phase": "Pending",
+                        "host": None,
+                        "hostAddress": None,
+                        "reason": None,
+                        "assignedAt": None,
                     },
                 )
                 self.reset.add(name)
@@ -605,7 +593,7 @@ def test_a_hung_lease_renewal_stops_placement_within_the_renew_deadline(rig: Rig
     with rig.behind_proxy("--liveness", liveness) as proxy:
         op = rig.operators[0]
         rig.pool("df", "DepthFirst", 5, ["df-0"])
-        rig.api.create(builders.request("first", "df", "first@corp", namespace=rig.namespace))
+        rig.api.create_body(builders.request("first", "df", "first@corp", namespace=rig.namespace))
         rig.wait_phase(["first"])
         assert probe(liveness) == 200
         offset = op.log_path.stat().st_size
@@ -617,7 +605,7 @@ def test_a_hung_lease_renewal_stops_placement_within_the_renew_deadline(rig: Rig
         op.wait_line("leadership lost", offset, 70)
         stopped = time.monotonic() - t0
         rig.tally.add("Lease renewal hung")
-        rig.api.create(builders.request("after", "df", "after@corp", namespace=rig.namespace))
+        rig.api.create_body(builders.request("after", "df", "after@corp", namespace=rig.namespace))
         rig.wait(lambda: probe(liveness) != 200 or None, "liveness to stop answering 200", 10)
         time.sleep(2)
         assert status(rig.api.get("SessionRequest", "after")).get("phase") != "Assigned"
@@ -792,7 +780,7 @@ def test_changes_during_storm_end_in_documented_states(rig: Rig) -> None:
             failed_ok=on_e1,
         )
         histories = rec.snapshot()
-    hosts = rig.api.list("SessionHost")
+    hosts = rig.api.objects("SessionHost")
     count = {h: len(u) for h, u in per_host_users(requests).items()}
 
     # lim: sessions kept above the new limit, new hosts filled to it, the rest waits
@@ -906,7 +894,7 @@ def test_pending_reason_that_lost_a_conflict_is_written_again(rig: Rig) -> None:
             rf"^PATCH /apis/hostpool\.io/v1alpha1/namespaces/{rig.namespace}/"
             r"sessionrequests/early/status[? ]"
         )
-        rig.api.create(
+        rig.api.create_body(
             builders.request("early", "late-pool", "early@corp", namespace=rig.namespace)
         )
         rig.wait(lambda: len(proxy.held) == 1, "the PoolNotFound write held", 30)

@@ -32,18 +32,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support import builders
-from support.faults import (
-    OUTAGE,
-    Api,
-    FaultOperator,
-    Identity,
-    Storm,
-    install_identity,
-    leaked_secrets,
-    remove_identity,
-)
-from support.helpers import Obj, status
-from support.kube import CRD_DIR, Kube, resource_path, wait_for
+from support.cluster import Cluster
+from support.conditions import Obj, status
+from support.identity import Identity, install_identity, leaked_secrets, remove_identity
+from support.kube import CRD_DIR, OUTAGE, Kube, resource_path, wait_for
+from support.operator_process import OperatorProcess
+from support.storm import Storm
 
 #: Generated objects per run (each is one POST, and for hosts sometimes a status patch).
 EXAMPLES = 250
@@ -210,13 +204,13 @@ def identity(kube: Kube, namespace: str, tmp_path: Path) -> Iterator[Identity]:
         remove_identity(kube, ident)
 
 
-def start_operator(identity: Identity, namespace: str, log: Path) -> FaultOperator:
-    op = FaultOperator(identity.kubeconfig, namespace, log, extra_args=["--lease-duration", "3"])
+def start_operator(identity: Identity, namespace: str, log: Path) -> OperatorProcess:
+    op = OperatorProcess(identity.kubeconfig, namespace, log, extra_args=["--lease-duration", "3"])
     op.start()
     return op
 
 
-def operator_clean(op: FaultOperator, identity: Identity) -> None:
+def operator_clean(op: OperatorProcess, identity: Identity) -> None:
     text = op.log_text()
     assert op.running, f"the operator exited {op.exit_codes}:\n{op.log_tail(60)}"
     problems = op.problems()
@@ -239,12 +233,12 @@ def test_generated_objects_are_refused_or_handled(
 ) -> None:
     op = start_operator(identity, namespace, tmp_path / "operator.log")
     try:
-        api = Api(kube.kubeconfig, namespace)
-        api.create(builders.pool("pool-bf", "BreadthFirst", 50))
-        api.create(builders.pool("pool-df", "DepthFirst", 2))
-        api.create(builders.pool("pool-hz", "Horizon", 20))
+        api = Cluster(Kube.connect(kube.kubeconfig, pool_size=16).through_outages(), namespace)
+        api.create_body(builders.pool("pool-bf", "BreadthFirst", 50))
+        api.create_body(builders.pool("pool-df", "DepthFirst", 2))
+        api.create_body(builders.pool("pool-hz", "Horizon", 20))
         for pool in POOLS:
-            api.create(builders.host(f"{pool}-host", pool))
+            api.create_body(builders.host(f"{pool}-host", pool))
         out = Outcomes()
         t0 = time.monotonic()
 
@@ -296,7 +290,7 @@ def test_generated_objects_are_refused_or_handled(
         def handled() -> list[str]:
             missing: list[str] = []
             for kind, names in out.accepted.items():
-                items = api.list(kind)
+                items = api.objects(kind)
                 for name in names:
                     obj = items.get(name)
                     if obj is None:
@@ -328,7 +322,7 @@ def test_generated_objects_are_refused_or_handled(
             show=lambda: "\n".join(handled()[:20]),
             retry_on=OUTAGE,
         )
-        requests = api.list("SessionRequest")
+        requests = api.objects("SessionRequest")
         phases = Counter(
             f"{status(requests[n]).get('phase')}/{status(requests[n]).get('reason')}"
             for n in out.accepted["SessionRequest"]
@@ -341,7 +335,7 @@ def test_generated_objects_are_refused_or_handled(
         # Accepted means valid: the CRD schema and the operator's models agree.
         assert not failed, {n: status(requests[n]) for n in failed}
         operator_clean(op, identity)
-        api.close()
+        api.kube.close()
     finally:
         op.stop(wait=False)
     summary = {
@@ -396,10 +390,10 @@ def test_memory_stays_bounded(
             time.sleep(0.25)
         storm.wait(timeout=60)
         requests_s = time.monotonic() - t0
-        api = storm.api
+        api = Cluster(storm.kube, namespace)
 
         def placed() -> int:
-            items = api.list("HostPool")
+            items = api.objects("HostPool")
             return sum(
                 int((status(items[p]).get("sessions") or {}).get("total") or 0) for p in pools
             )
@@ -416,7 +410,7 @@ def test_memory_stays_bounded(
             interval=1.0,
             retry_on=OUTAGE,
         )
-        requests = api.list("SessionRequest")
+        requests = api.objects("SessionRequest")
         assert len(requests) == POOL_COUNT * REQUESTS_PER_POOL
         assert all(status(o).get("phase") == "Assigned" for o in requests.values())
         rss_kb, hwm_kb = op.memory_kb()
