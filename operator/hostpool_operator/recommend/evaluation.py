@@ -1,4 +1,4 @@
-"""How the plan recommender replays a history (``recommend``): the replay of one plan
+"""How the plan recommender replays a history (``recommender``): the replay of one plan
 (or none) over the whole history, hosts ready ``hostStartMinutes`` after they are added,
 and its figures (``Evaluation``). Pure; the replays are started through a ``Runner``,
 which the command line backs with other processes.
@@ -12,12 +12,12 @@ from datetime import timedelta, tzinfo
 from typing import Any
 
 from ..api import HostPoolSpec
-from ..api.plan import PlanRules, zone_of
+from ..api.plan import PlanRules
 from ..scaling.plans import minimum_hosts, phase_in_force
 from ..simulate.replay import replay
 from ..simulate.replay_state import Logon, ReplayInput, ReplayResult
 from ..simulate.waits import wait_table, waited_over
-from .demand_curve import SLOT_MINUTES, SLOTS_A_DAY, Frame, frame_of
+from .demand_curve import SLOT_MINUTES, SLOTS_A_DAY, Frame
 from .history import PastSession
 
 #: The simulated pool decides once a minute (the operator reacts within seconds).
@@ -31,16 +31,6 @@ Week = tuple[list[float], ...]
 def run_serially(jobs: Sequence[ReplayInput]) -> Callable[[], list[ReplayResult]]:
     """Replays one after the other, when their results are asked for."""
     return lambda: [replay(job) for job in jobs]
-
-
-@dataclass(frozen=True, slots=True)
-class Options:
-    """The command's options: the wait bound, how long a new host takes to start, and
-    the plan's time zone (the history's weekdays and times are read in it)."""
-
-    max_wait_minutes: float = 5.0
-    host_start_minutes: float = 0.0
-    time_zone: str = "UTC"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +93,31 @@ class Replays:
     logons: tuple[Logon, ...]
     host_start_seconds: float
 
+    @classmethod
+    def of_history(
+        cls,
+        pool: HostPoolSpec,
+        frame: Frame,
+        sessions: Sequence[PastSession],
+        host_start_minutes: float,
+    ) -> Replays:
+        """The replays of a history over its frame: each session a logon at its start,
+        lasting as long as it did."""
+        return cls(
+            pool=pool,
+            zone=frame.zone,
+            frame=frame,
+            logons=tuple(
+                Logon(
+                    (s.start - frame.origin).total_seconds(),
+                    (s.end - s.start).total_seconds(),
+                    s.user,
+                )
+                for s in sessions
+            ),
+            host_start_seconds=host_start_minutes * 60,
+        )
+
     def job(
         self, plan: PlanRules | None, *, pool: HostPoolSpec | None = None, hosts: int | None = None
     ) -> ReplayInput:
@@ -131,29 +146,3 @@ class Replays:
             host_start_seconds=self.host_start_seconds,
             record_steps=False,
         )
-
-
-def evaluate_plan(
-    plan: PlanRules | None,
-    pool: HostPoolSpec,
-    sessions: Sequence[PastSession],
-    options: Options,
-    *,
-    hosts: int | None = None,
-) -> Evaluation:
-    """Replay the history through a given plan (e.g. a hand-written one; None: the pool's
-    own scaling), as the recommendation's plans are replayed; ``hosts`` at the start
-    (default: the minimum of the phase in force, or minHosts)."""
-    zone = zone_of(options.time_zone)
-    frame = frame_of(sessions, zone)
-    replays = Replays(
-        pool=pool,
-        zone=zone,
-        frame=frame,
-        logons=tuple(
-            Logon((s.start - frame.origin).total_seconds(), (s.end - s.start).total_seconds())
-            for s in sessions
-        ),
-        host_start_seconds=options.host_start_minutes * 60,
-    )
-    return evaluation(replay(replays.job(plan, hosts=hosts)), options.max_wait_minutes, frame)

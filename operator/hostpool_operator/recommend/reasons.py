@@ -4,7 +4,7 @@ and on the replays (the ``reasons`` of ``recommend-plan``). Pure text from figur
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -17,7 +17,7 @@ from .search import SIMPLER_BY, PlanShape
 
 
 class Replayed(Protocol):
-    """What the reasons read of a replay (``recommend.Evaluation``)."""
+    """What the reasons read of a replay (``evaluation.Evaluation``)."""
 
     @property
     def host_hours(self) -> float: ...
@@ -78,20 +78,28 @@ def _first(values: Sequence[int], share: float, high: int, start: int = 0) -> in
     return next((t for t in range(start, len(values)) if values[t] > share * high), None)
 
 
-def explain(
-    figures: Figures,
-    curve: DemandCurve,
-    shape: PlanShape | None,
-    spec: ScalingPlanSpec,
-    evaluated: Replayed,
-    no_plan: Replayed,
-    always_on: Replayed,
-    others: Mapping[LoadBalancerType, tuple[Replayed, Replayed]],
-) -> list[str]:
-    """The reasons: the history, the curve, each schedule and phase, the algorithm
-    (``others``: the other algorithm's replay of the same schedules, and the chosen
-    one's), the replays."""
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The plan the reasons explain and the replays they quote."""
+
+    #: The plan in the search's terms; None: no shape kept the bound, so the plan keeps
+    #: the always-on hosts (the last resort).
+    shape: PlanShape | None
+    spec: ScalingPlanSpec
+    #: The plan's replay and the baselines'.
+    evaluated: Replayed
+    no_plan: Replayed
+    always_on: Replayed
+    #: The other algorithm's replay of the same schedules, and the chosen one's.
+    others: Mapping[LoadBalancerType, tuple[Replayed, Replayed]] = field(default_factory=dict)
+
+
+def explain(figures: Figures, curve: DemandCurve, outcome: Outcome) -> list[str]:
+    """The reasons: the history, the curve, each schedule and phase, the algorithm, the
+    replays."""
     f = figures
+    shape, spec, evaluated = outcome.shape, outcome.spec, outcome.evaluated
+    no_plan, always_on, others = outcome.no_plan, outcome.always_on, outcome.others
     reasons = [
         f"History: {f.sessions} sessions of {f.users} users over {f.days} days from "
         f"{f.first:%Y-%m-%d} ({spec.time_zone}); at most {f.peak} at once, "
