@@ -652,6 +652,38 @@ async def clear_batches(client: KubeClient, namespace: str) -> None:
         await asyncio.sleep(0.5)
 
 
+def check_invariants(
+    args: argparse.Namespace, items: list[dict[str, Any]], storms: tuple[dict[str, Any], ...]
+) -> dict[str, int]:
+    """Over every request at the end: none lost, none moved (a pre-filled session elsewhere
+    than its slot, or a storm's request seen on another host than first), none over a limit."""
+    count: dict[str, int] = {}
+    lost: list[str] = []
+    dup: set[str] = set().union(*(batch["changed"] for batch in storms))
+    for obj in items:
+        name = obj["metadata"]["name"]
+        status = obj.get("status") or {}
+        if status.get("phase") != "Assigned":
+            lost.append(name)
+            continue
+        where = status["host"]
+        count[where] = count.get(where, 0) + 1
+        if name.startswith("f"):
+            p, h = slot(int(name[1:]), 0, args.pools, args.hosts_per_pool)
+            if where != host(p, h):
+                dup.add(name)
+        if any(batch["seen"].get(name, where) != where for batch in storms):
+            dup.add(name)
+    names = {obj["metadata"]["name"] for obj in items}
+    missing = args.sessions + 2 * args.storm + 2 - len(names)
+    return {
+        "lost": len(lost) + max(0, missing),
+        "duplicates": len(dup),
+        "overLimit": sum(1 for n in count.values() if n > args.limit),
+        "objectsAtEnd": len(items),
+    }
+
+
 async def bench_filled(
     args: argparse.Namespace,
     client: KubeClient,
@@ -780,34 +812,7 @@ async def bench_filled(
     final_operator.stop()
     if operator.alive():
         operator.stop()
-    count: dict[str, int] = {}
-    lost: list[str] = []
-    dup: set[str] = set(run["changed"]) | set(killed["changed"])
-    for obj in listing["items"]:
-        name = obj["metadata"]["name"]
-        status = obj.get("status") or {}
-        if status.get("phase") != "Assigned":
-            lost.append(name)
-            continue
-        where = status["host"]
-        count[where] = count.get(where, 0) + 1
-        if name.startswith("f"):
-            i = int(name[1:])
-            p, h = slot(i, 0, args.pools, args.hosts_per_pool)
-            if where != host(p, h):
-                dup.add(name)
-        for batch in (run, killed):
-            if name in batch["seen"] and batch["seen"][name] != where:
-                dup.add(name)
-    names = {obj["metadata"]["name"] for obj in listing["items"]}
-    missing = args.sessions + 2 * args.storm + 2 - len(names)
-    over = {h: n for h, n in count.items() if n > args.limit}
-    invariants = {
-        "lost": len(lost) + max(0, missing),
-        "duplicates": len(dup),
-        "overLimit": len(over),
-        "objectsAtEnd": len(listing["items"]),
-    }
+    invariants = check_invariants(args, listing["items"], (run, killed))
 
     def storm_summary(r: dict[str, Any]) -> dict[str, Any]:
         keep = {k: v for k, v in r.items() if k not in ("seen", "changed")}

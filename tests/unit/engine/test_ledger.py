@@ -442,15 +442,22 @@ def test_counts_always_match_the_users_sessions(ops: list[tuple[object, ...]]) -
                 ledger.retime(timedelta(seconds=seconds), at(offset))
             case _:
                 raise AssertionError(op)
-        for host in HOSTS:
-            on = {user for user in USERS if ledger.host_of(user) == host}
-            assert ledger.count_on(host) == len(on) == len(ledger.users_on(host))
-            assert ledger.users_on(host) == on
-            assert on == {u for u, (h, _) in model.items() if h == host}
-            assert ledger.connecting_on(host) <= ledger.count_on(host)
-        for user in USERS:
-            session = ledger.session_of(user)
-            assert (session is None) == (user not in model)
-            if session is not None:
-                assert set(session.holders) == model[user][1]
+        assert_agrees_with_model(ledger, model)
         invariants(ledger)
+
+
+def assert_agrees_with_model(
+    ledger: SessionLedger, model: dict[str, tuple[str, set[str]]]
+) -> None:
+    """Each host's counts and users, and each user's session and holders, as the model says."""
+    for host in HOSTS:
+        on = {user for user in USERS if ledger.host_of(user) == host}
+        assert ledger.count_on(host) == len(on) == len(ledger.users_on(host))
+        assert ledger.users_on(host) == on
+        assert on == {u for u, (h, _) in model.items() if h == host}
+        assert ledger.connecting_on(host) <= ledger.count_on(host)
+    for user in USERS:
+        session = ledger.session_of(user)
+        assert (session is None) == (user not in model)
+        if session is not None:
+            assert set(session.holders) == model[user][1]
