@@ -143,7 +143,7 @@ def _row(name: str, evaluation: Any) -> dict[str, Any]:
     }
 
 
-def main() -> int:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--history", choices=("bench", "office"), default="bench")
     parser.add_argument("--weeks", type=int, default=4)
@@ -152,13 +152,12 @@ def main() -> int:
     parser.add_argument("--max-wait-minutes", type=float, default=5)
     parser.add_argument("--out", type=Path, help="directory for the files (default: a temp one)")
     parser.add_argument("--plot", type=Path, help="the plot (default: OUT/plan.png)")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    out = args.out or Path(tempfile.mkdtemp(prefix="recommend-"))
-    out.mkdir(parents=True, exist_ok=True)
-    sessions = history(args.history, args.weeks, args.seed)
-    history_path = out / "history.jsonl"
-    with history_path.open("w") as f:
+
+def write_history(path: Path, sessions: list[tuple[datetime, datetime, str]]) -> None:
+    """The history as ``recommend-plan --history`` reads it: one JSON object a line."""
+    with path.open("w") as f:
         for start, end, user in sessions:
             f.write(
                 json.dumps(
@@ -170,17 +169,13 @@ def main() -> int:
                 )
                 + "\n"
             )
-    manifest = pool_manifest(args.history)
-    pool_path = out / "pool.yaml"
-    pool_path.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    plot = args.plot or out / "plan.png"
-    days = len({s.date() for s, _, _ in sessions})
-    print(
-        f"{len(sessions)} sessions over {days} days with sessions, "
-        f"{len(sessions) / (7 * args.weeks):.0f} a day; files in {out}; cpus {os.cpu_count()}",
-        file=sys.stderr,
-    )
 
+
+def run_command(
+    args: argparse.Namespace, pool_path: Path, history_path: Path, plot: Path
+) -> tuple[dict[str, Any], float] | None:
+    """``recommend-plan`` on the files, as a user would run it: its JSON and wall time;
+    None (its stderr printed) when it fails."""
     command = [
         sys.executable, "-m", "hostpool_operator", "recommend-plan",
         "--pool", str(pool_path), "--history", str(history_path),
@@ -193,12 +188,19 @@ def main() -> int:
     seconds = time.perf_counter() - began
     if done.returncode != 0:
         print(done.stderr, file=sys.stderr)
-        return 1
-    result = json.loads(done.stdout)
-    (out / "recommendation.json").write_text(json.dumps(result, indent=2))
+        return None
     print(done.stderr.strip(), file=sys.stderr)
+    return json.loads(done.stdout), seconds
 
-    # The figures the JSON does not carry (worst wait), from the same replays in-process.
+
+def replayed_rows(
+    args: argparse.Namespace,
+    manifest: dict[str, Any],
+    history_path: Path,
+    result: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """The figures the JSON does not carry (worst wait), from the same replays in-process:
+    the recommended plan, the example plan (office), no plan and always on."""
     from hostpool_operator.api import HostPoolSpec
     from hostpool_operator.api.plan import PlanRules
     from hostpool_operator.recommend.history import parse_history
@@ -227,6 +229,31 @@ def main() -> int:
     fixed = spec.model_copy(update={"scaling": None})
     always = evaluate_plan(None, fixed, past, options, hosts=peak_hosts)
     rows.append(_row(f"always on ({peak_hosts} hosts)", always))
+    return rows
+
+
+def main() -> int:
+    args = _arguments()
+    out = args.out or Path(tempfile.mkdtemp(prefix="recommend-"))
+    out.mkdir(parents=True, exist_ok=True)
+    sessions = history(args.history, args.weeks, args.seed)
+    history_path = out / "history.jsonl"
+    write_history(history_path, sessions)
+    manifest = pool_manifest(args.history)
+    pool_path = out / "pool.yaml"
+    pool_path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    days = len({s.date() for s, _, _ in sessions})
+    print(
+        f"{len(sessions)} sessions over {days} days with sessions, "
+        f"{len(sessions) / (7 * args.weeks):.0f} a day; files in {out}; cpus {os.cpu_count()}",
+        file=sys.stderr,
+    )
+    ran = run_command(args, pool_path, history_path, args.plot or out / "plan.png")
+    if ran is None:
+        return 1
+    result, seconds = ran
+    (out / "recommendation.json").write_text(json.dumps(result, indent=2))
+    rows = replayed_rows(args, manifest, history_path, result)
     print(f"{'PLAN':<32} {'HOST-HOURS':>10} {'WORST WAIT':>10} {'P99':>6} {'OVER %':>7}")
     for row in rows:
         print(
