@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from hostpool_operator.broker.program import parse_args as parse_broker_args
-from hostpool_operator.cli.main import build_parser
+from hostpool_operator.cli.parser import build_parser
 from support.controlplane import ensure_tools
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent

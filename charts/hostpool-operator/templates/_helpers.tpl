@@ -52,7 +52,7 @@ app.kubernetes.io/part-of: hostpool-operator
 
 {{/*
 The rules the operator needs, and nothing else (proven by tests/e2e/test_rbac_live.py):
-- the four kinds: list + watch (kopf's watches and the operator's initial LIST);
+- the four kinds: list + watch (the operator's informers: a LIST, then a watch);
 - sessionrequests: get (re-read a request after a conflicting status write);
 - sessionrequests: delete (a ScalingPlan with stopHostsWhen ZeroActiveSessions deletes the
   Disconnected requests of a host it drained, before deleting the host);

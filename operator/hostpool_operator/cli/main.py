@@ -9,9 +9,6 @@ from collections.abc import Sequence
 from .errors import CliError
 from .parser import PROG, build_parser
 
-# build_parser too: callers check argument lists against it (the chart's operator args).
-__all__ = ["build_parser", "main"]
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
