@@ -191,7 +191,7 @@ def has_event(cluster: Cluster, name: str, reason: str) -> bool | None:
 
 
 def reasons(cluster: Cluster, name: str) -> list[str]:
-    return [str(getattr(e, "reason", "")) for e in cluster.events_for(name)]
+    return [str(e.get("reason", "")) for e in cluster.events_for(name)]
 
 
 @pytest.fixture
