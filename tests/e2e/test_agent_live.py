@@ -177,15 +177,15 @@ def test_custom_load_value_from_a_script_and_every_way_it_can_fail(
         assert "cpuPercent" in report  # the other figures keep coming
         assert agents["h1"].alive
 
-    def four_failures() -> list[Any] | None:
+    def four_failures() -> list[dict[str, Any]] | None:
         found = events(cluster, "h1", "LoadScriptFailed")
         return found if len(found) >= 4 else None
 
     failures = cluster.wait(four_failures, "a LoadScriptFailed Event per way of failing", 30)
-    messages = " | ".join(e.message for e in failures)
+    messages = " | ".join(str(e.get("message", "")) for e in failures)
     for says in ("exited with 3", "did not finish within 2s", "'abc', not an integer", "150"):
         assert says in messages, messages
-    assert all(e.type == "Warning" for e in failures)
+    assert all(e.get("type") == "Warning" for e in failures)
     script.write_text("#!/bin/sh\necho 5\n")
     cluster.wait(
         lambda: metrics(cluster, "h1").get("customLoadValue") == 5 or None, "recovered", 15
