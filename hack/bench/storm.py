@@ -53,7 +53,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "operator"))
 
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "hack"))  # bench.broker_arm, beside this file
 from bench import broker_arm
 from hostpool_operator.api import conditions as cond
 from hostpool_operator.api.timestamps import rfc3339
