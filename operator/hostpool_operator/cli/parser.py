@@ -7,6 +7,7 @@ import argparse
 from typing import NoReturn
 
 from ..controller.settings import ControllerSettings
+from ..kube.program import add_logging_flags
 from ..recommend.recommender import Options
 from ..recommend.sources import prometheus
 from . import crds, recommend, run, simulate
@@ -118,8 +119,7 @@ def _add_run(parser: argparse.ArgumentParser) -> None:
         help="pool and host status writes in flight at once, shared by all pools "
         "(default %(default)s)",
     )
-    parser.add_argument("--log-format", choices=("text", "json"), default="text")
-    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    add_logging_flags(parser)
     parser.set_defaults(func=run.command)
 
 

@@ -55,9 +55,10 @@ Body = Callable[[Running], Awaitable[int]]
 
 
 def add_logging_flags(parser: argparse.ArgumentParser) -> None:
-    """``--log-format`` and ``--verbose``, which :func:`run` reads."""
+    """``--log-format`` and ``--verbose``, which :func:`run` reads (and the operator's
+    ``run`` command, whose process kopf runs)."""
     parser.add_argument("--log-format", choices=("text", "json"), default="text")
-    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
 
 
 def connect(
