@@ -89,6 +89,13 @@ def _add_run(parser: argparse.ArgumentParser) -> None:
         help="host metrics sampled longer ago are ignored (default %(default)g s)",
     )
     parser.add_argument(
+        "--logoff-grace",
+        type=float,
+        default=defaults.logoff_grace,
+        help="seconds past a logoff's deadline after which the operator deletes a request "
+        "no agent logged off (default %(default)g)",
+    )
+    parser.add_argument(
         "--lease-namespace",
         metavar="NS",
         help="namespace of the leader-election Lease (default: the operator's own namespace "

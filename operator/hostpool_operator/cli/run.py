@@ -35,6 +35,7 @@ def settings_of(args: argparse.Namespace) -> ControllerSettings:
     for flag, value in (
         ("--status-interval", args.status_interval),
         ("--metrics-stale-after", args.metrics_stale_after),
+        ("--logoff-grace", args.logoff_grace),
         ("--lease-duration", args.lease_duration),
         ("--write-concurrency", args.write_concurrency),
         ("--status-concurrency", args.status_concurrency),
@@ -50,6 +51,7 @@ def settings_of(args: argparse.Namespace) -> ControllerSettings:
     return ControllerSettings(
         status_interval=args.status_interval,
         metrics_stale_after=args.metrics_stale_after,
+        logoff_grace=args.logoff_grace,
         write_concurrency=args.write_concurrency,
         status_concurrency=args.status_concurrency,
     )

@@ -11,6 +11,10 @@ class ControllerSettings:
     status_interval: float = 1.0
     #: Host metrics sampled longer ago than this are stale: treated as never reported.
     metrics_stale_after: float = 120.0
+    #: A forced logoff (status.logoff) still there this long after its deadline was carried
+    #: out by nobody (the host's agent is silent or gone): the operator deletes the request.
+    #: Long enough for a live agent's retries of a failing logoff (2 s, doubling).
+    logoff_grace: float = 300.0
     #: Host status waits for this long without placements, or at most host_status_max_delay.
     host_status_max_delay: float = 30.0
     #: During placements, a pool status whose only changes are counts waits at most this long

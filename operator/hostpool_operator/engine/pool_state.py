@@ -26,7 +26,7 @@ from ..api import (
 from ..api.timestamps import parse_time
 from .host_view import Placement
 from .host_views import HostViews
-from .ledger import Session, SessionLedger
+from .ledger import LogoffDeadlines, Session, SessionLedger
 from .records import HostRecord, PoolRecord, RequestRecord, newer_or_same
 from .workloads import WorkloadRecord, WorkloadState, host_address, workload_state
 
@@ -45,6 +45,8 @@ class PoolState:
     hosts: dict[str, HostRecord] = field(default_factory=dict)
     requests: dict[str, RequestRecord] = field(default_factory=dict)
     ledger: SessionLedger = field(default_factory=SessionLedger)
+    #: The requests' forced logoffs by deadline (those nobody carries out are finished).
+    logoffs: LogoffDeadlines = field(default_factory=LogoffDeadlines)
     arrivals: dict[str, None] = field(default_factory=dict)  # request names, arrival order
     waiting: dict[str, None] = field(default_factory=dict)  # could not be placed yet
     inflight: set[str] = field(default_factory=set)  # assignment writes on their way
@@ -239,6 +241,8 @@ class PoolState:
         record.seq = previous.seq if previous is not None else seq()
         record.seen = previous.seen if previous is not None else seen
         self.requests[name] = record
+        if record.logoff or name in self.logoffs:
+            self.logoffs.note(name, record.logoff_deadline)
         if name in self.inflight:
             return None  # our own write is on its way; its answer decides
         phase = record.phase
@@ -257,11 +261,29 @@ class PoolState:
     def drop_request(self, name: str) -> None:
         self.pending_said.pop(name, None)
         record = self.requests.pop(name, None)
+        self.logoffs.forget(name)
         self.arrivals.pop(name, None)
         self.waiting.pop(name, None)
         if record is not None:
             self.release(record)
         self.capacity_changed = True
+
+    def overdue_logoffs(
+        self, now: datetime, grace: timedelta
+    ) -> list[tuple[RequestRecord, datetime]]:
+        """The requests whose logoff is ``grace`` past its deadline (with the deadline):
+        nobody carried it out, the operator finishes it. Each is given once; a later
+        version of the request (the finish failed and it was read again) gives it again."""
+        due = []
+        for name, deadline in self.logoffs.overdue(now, grace):
+            record = self.requests.get(name)
+            if record is not None and record.logoff:
+                due.append((record, deadline))
+        return due
+
+    def next_logoff_due(self, grace: timedelta) -> datetime | None:
+        """When the earliest logoff becomes overdue (None: no logoff in the pool)."""
+        return self.logoffs.next_due(grace)
 
     def forget_request(self, record: RequestRecord) -> None:
         """The request leaves the queues and its session (a Failed request, a namesake); the

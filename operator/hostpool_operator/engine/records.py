@@ -157,6 +157,15 @@ class RequestRecord:
     def assigned_at(self) -> datetime | None:
         return parse_time(self.assigned)
 
+    @property
+    def logoff_deadline(self) -> datetime | None:
+        """The deadline of ``status.logoff`` (None: no logoff, or no readable deadline);
+        decoded from the rest of the status, so read only where ``logoff`` is set."""
+        if not self.logoff or self.rest is None:
+            return None
+        logoff = orjson.loads(self.rest).get("logoff")
+        return parse_time(logoff.get("deadline")) if isinstance(logoff, Mapping) else None
+
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> RequestRecord:
         demand: Demand | None = None

@@ -105,8 +105,13 @@ def pending_status(
 def failed_status(
     record: RequestRecord, reason: str, message: str, now: datetime
 ) -> dict[str, Any]:
-    """A merge patch: phase Failed, condition Assigned False with the reason."""
-    return _unassigned(record, Phase.FAILED, reason, message, now)
+    """A merge patch: phase Failed, condition Assigned False with the reason, and no
+    logoff. A logoff is an order to the host's agent, which acts only on Assigned requests:
+    on a Failed one nobody would ever carry it out, and the request would read as a session
+    still ending (the broker kept its user waiting for good). The session is over, which is
+    all a logoff asks; cleared whether or not this copy shows one, as one may have landed
+    just before."""
+    return {**_unassigned(record, Phase.FAILED, reason, message, now), "logoff": None}
 
 
 def says_pending(record: RequestRecord, reason: Reason) -> bool:

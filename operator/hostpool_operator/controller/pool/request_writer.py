@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from ...api import Phase, Reason
+from ...api.timestamps import rfc3339
 from ...api.vocabulary import REQUESTS
 from ...engine.host_view import Placement
 from ...engine.pool_state import PoolState
@@ -33,6 +34,10 @@ from ...kube.errors import ApiError, ApiTransportError
 from ..deps import Deps
 
 log = logging.getLogger(__name__)
+
+#: Seconds before an overdue logoff whose deletion failed (no answer, or refused) is tried
+#: again.
+LOGOFF_RETRY = 5.0
 
 
 class RequestRouter(Protocol):
@@ -265,6 +270,51 @@ class RequestWriter:
         message = f"the workload of SessionHost {host!r} is gone; the session on it ended"
         reason = Reason.HOST_LOST.value
         await self.fail(record, reason, message, conditional=False, status_reason=reason)
+
+    async def finish_logoff(self, record: RequestRecord, deadline: datetime) -> None:
+        """A logoff nobody carried out by its deadline plus the grace (the host's agent is
+        silent, or gone): the operator finishes it, deleting the request (this version
+        only: one whose logoff was cancelled or moved meanwhile is decided again), and a
+        Warning Event says so. The user's session on the machine, if any is left, is out
+        of the operator's reach; the slot in the pool is free again."""
+        state = self.state
+        name = record.meta.name
+        try:
+            async with self.deps.write_slots.slot(self._key):
+                await self.deps.client.delete(
+                    REQUESTS,
+                    state.namespace,
+                    name,
+                    uid=record.meta.uid,
+                    resource_version=record.meta.resource_version,
+                )
+        except (ApiError, ApiTransportError) as error:
+            if isinstance(error, ApiError) and (error.not_found or error.conflict):
+                # Gone (the agent did it after all), or changed: the watch brings the
+                # version that decides, and a logoff still overdue comes back with it.
+                return
+            log.warning(
+                "%s/%s: deleting the request of an overdue logoff failed: %s; trying again",
+                state.namespace,
+                name,
+                error,
+            )
+            await asyncio.sleep(LOGOFF_RETRY)
+            current = state.requests.get(name)
+            if current is not None and current.meta.uid == record.meta.uid and current.logoff:
+                state.logoffs.note(name, current.logoff_deadline)
+                self.router.wake()
+            return
+        grace = self.deps.settings.logoff_grace
+        where = f"on SessionHost {record.host!r}" if record.host else "with no host"
+        message = (
+            f"the logoff due at {rfc3339(deadline)} was not carried out within {grace:g}s "
+            f"of it (no agent acted for the session {where}); the operator deleted the request"
+        )
+        log.warning("%s/%s: %s", state.namespace, name, message)
+        self.deps.events.post(
+            record.meta.reference(), "SessionRequest", "LogoffOverdue", message, "Warning"
+        )
 
     async def write_invalid(self, record: RequestRecord) -> None:
         if record.phase != Phase.FAILED.value:

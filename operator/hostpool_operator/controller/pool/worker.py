@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from ...engine.placement import Assign, Reject, Wait, place_pending
@@ -92,6 +92,7 @@ class PoolWorker:
         )
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        self._logoff_grace = timedelta(seconds=deps.settings.logoff_grace)
 
     # -------------------------------------------------------------- life
 
@@ -231,6 +232,9 @@ class PoolWorker:
             self.flusher.mark_dirty()
         if state.recheck_metrics(now):
             self.flusher.mark_dirty()
+        # Logoffs no agent carried out by their deadline plus the grace: finished here.
+        for record, deadline in state.overdue_logoffs(now, self._logoff_grace):
+            self.deps.spawn(self.writer.finish_logoff(record, deadline))
         plan = self.plans.evaluate(now)  # first: the phase's algorithm places this pass
         # Hosts the plan drains now take no new session in this very pass.
         state.close_for_plan(plan.drain if plan is not None else (), now)
@@ -281,6 +285,9 @@ class PoolWorker:
         deadline = state.ledger.next_deadline()
         if deadline is not None:
             timers.append((deadline - now).total_seconds())
+        logoff = state.next_logoff_due(self._logoff_grace)
+        if logoff is not None:
+            timers.append((logoff - now).total_seconds() + 0.05)
         if reports_metrics(state):
             timers.append(self.deps.settings.metrics_stale_after / 4)
         # While a plan's phase is in force only the plan removes hosts (rule 1).
