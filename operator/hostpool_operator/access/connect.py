@@ -8,12 +8,13 @@ not there and one they are not entitled to get the same 404."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 
 from ..api import Phase, Reason
 from .names import request_name
 from .rdp import rdp_file
-from .views import PoolView, RequestView
+from .views import HostView, PoolView, RequestView
 
 #: Seconds a client is told to wait before connecting again, by why it waits.
 RETRY_AFTER: dict[str, int] = {
@@ -82,9 +83,37 @@ def decide(
     own = next((r for r in mine if r.name == name), None)
     if own is None:
         return Create(name)
-    if own.ending:
-        return Ending(own)
-    return Create(name, replaces=own)  # failed: replaced by a new one
+    if own.deleting or own.phase is not Phase.FAILED:
+        return Ending(own)  # going, or a logoff the host's agent carries out
+    # Failed: replaced by a new one, also when it carries a logoff (nobody carries that
+    # out: the agent acts on Assigned requests only, and the session is over anyway).
+    return Create(name, replaces=own)
+
+
+#: How a session is ended: its host's agent logs the user off, or the request is deleted.
+EndBy = Literal["logoff", "delete"]
+
+
+def end_by(
+    request: RequestView, host: HostView | None, now: datetime, stale_after: float
+) -> EndBy | None:
+    """How ending the caller's session ends ``request`` (None: it needs nothing more).
+
+    A logoff only where the request's host has an agent that reports now (figures no
+    older than ``stale_after`` seconds, the operator's ``--metrics-stale-after``): an agent
+    that went silent never carries it out. Otherwise the request is deleted: a failed one,
+    one whose logoff nobody is carrying out, one not placed, or one on a host with no
+    (live) agent. One being deleted, or being logged off by a live agent, is left alone."""
+    if request.deleting:
+        return None
+    alive = host is not None and host.agent_alive(now, stale_after)
+    if request.phase is Phase.FAILED:
+        return "delete"
+    if request.logoff:
+        return None if alive else "delete"
+    if alive and request.phase is Phase.ASSIGNED and request.host:
+        return "logoff"
+    return "delete"
 
 
 def _placed_first(request: RequestView) -> tuple[bool, str]:
@@ -182,11 +211,13 @@ __all__ = [
     "Caller",
     "Create",
     "Decision",
+    "EndBy",
     "Ending",
     "NotFound",
     "Reuse",
     "answer",
     "decide",
+    "end_by",
     "error",
     "not_found",
     "placed_or_final",

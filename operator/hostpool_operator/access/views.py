@@ -4,11 +4,13 @@ in front of 100,000 sessions keeps one small record each, not the objects)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from ..api import Connection, Entitlements, HostPoolSpec, LoadBalancerType, Phase, Reason
+from ..api.timestamps import parse_time
 
 JSON = dict[str, Any]
 
@@ -54,14 +56,32 @@ class PoolView:
 class HostView:
     namespace: str
     name: str
-    #: An agent reports for this host: it carries out logoffs (status.logoff).
+    #: An agent reported for this host once (status.agent).
     has_agent: bool
+    #: When the agent's figures were sampled, by its clock (status.metrics.sampledAt).
+    sampled_at: datetime | None = None
 
     @classmethod
     def from_api(cls, obj: JSON) -> HostView:
         meta = obj.get("metadata") or {}
-        status = obj.get("status") or {}
-        return cls(str(meta.get("namespace", "")), str(meta.get("name", "")), "agent" in status)
+        status = obj.get("status")
+        status = status if isinstance(status, dict) else {}
+        metrics = status.get("metrics")
+        sampled = parse_time(metrics.get("sampledAt")) if isinstance(metrics, dict) else None
+        return cls(
+            str(meta.get("namespace", "")), str(meta.get("name", "")), "agent" in status, sampled
+        )
+
+    def agent_alive(self, now: datetime, stale_after: float) -> bool:
+        """An agent reports for this host now, so it carries out logoffs (status.logoff):
+        its figures are no older than ``stale_after`` seconds, the operator's rule for
+        figures it still believes (``--metrics-stale-after``). An agent that reported once
+        and went silent does not count, nor one whose figures carry no time. Ages are by
+        the agent's clock: one running ahead looks alive longer, which the operator's
+        grace after a logoff's deadline bounds."""
+        if not self.has_agent or self.sampled_at is None:
+            return False
+        return (now - self.sampled_at).total_seconds() <= stale_after
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +97,10 @@ class RequestView:
     host: str | None
     address: str | None
     session_state: str | None
-    #: Being deleted, or a logoff was asked for: the session is ending.
-    ending: bool
+    #: Being deleted (metadata.deletionTimestamp).
+    deleting: bool
+    #: A logoff was asked for (status.logoff): the host's agent is to end the session.
+    logoff: bool
 
     @classmethod
     def from_api(cls, obj: JSON) -> RequestView:
@@ -102,8 +124,14 @@ class RequestView:
             session_state=(
                 status.get("sessionState") if isinstance(status.get("sessionState"), str) else None
             ),
-            ending=bool(meta.get("deletionTimestamp")) or bool(status.get("logoff")),
+            deleting=bool(meta.get("deletionTimestamp")),
+            logoff=bool(status.get("logoff")),
         )
+
+    @property
+    def ending(self) -> bool:
+        """Being deleted, or a logoff was asked for: the session is ending."""
+        return self.deleting or self.logoff
 
     @property
     def live(self) -> bool:

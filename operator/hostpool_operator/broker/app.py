@@ -39,6 +39,8 @@ CONNECT_FIELDS = frozenset({"protocol"})
 @dataclass
 class BrokerSettings:
     connect_timeout: float = 30.0
+    #: An agent whose figures are older than this (seconds) is not asked to log users off.
+    agent_stale_after: float = 120.0
     rate: float = 5.0
     burst: int = 20
 
@@ -324,16 +326,30 @@ class Broker:
         pool = directory.pools.get((namespace, pool_name))
         if pool is None or not pool.admits(caller.user, caller.groups):
             return decisions.not_found(namespace, pool_name)
-        live = [r for r in directory.mine(namespace, pool_name, caller.user) if r.live]
-        if not live:
+        now = dt.datetime.now(dt.UTC)
+        stale_after = self.settings.agent_stale_after
+        ends = [
+            (view, how)
+            for view in directory.mine(namespace, pool_name, caller.user)
+            if (
+                how := decisions.end_by(
+                    view,
+                    directory.hosts.get((namespace, view.host)) if view.host else None,
+                    now,
+                    stale_after,
+                )
+            )
+            is not None
+        ]
+        if not ends:
             return error(404, "NoSession", f"you have no session in {namespace}/{pool_name}")
         client = directory.client
         ended: list[str] = []
-        for view in live:
-            host = directory.hosts.get((namespace, view.host)) if view.host else None
+        for view, how in ends:
             try:
-                if host is not None and host.has_agent and view.phase is not None:
-                    # The host's agent logs the user off now and deletes the request.
+                if how == "logoff":
+                    # The host's agent reports: it logs the user off now and deletes the
+                    # request. (A silent agent never would: those requests are deleted.)
                     logoff = {"message": "Logged off at the user's request", "deadline": _now()}
                     await client.patch_status(
                         REQUESTS,
@@ -342,10 +358,9 @@ class Broker:
                         {"logoff": logoff},
                         resource_version=view.resource_version,
                     )
-                    ended.append(view.name)
                 else:
                     await client.delete(REQUESTS, namespace, view.name, uid=view.uid)
-                    ended.append(view.name)
+                ended.append(view.name)
             except ApiError as exc:
                 if exc.status == 404:
                     continue
@@ -364,6 +379,23 @@ class Broker:
                 return _api_failure(exc)
         body = {"requests": ended, "reason": "LogoffRequested"}
         return Answer(202, "LogoffRequested", body)
+
+
+def printable(text: str, limit: int = 256) -> str:
+    """``text`` for a log line: at most ``limit`` characters, every control character (a
+    line break above all) and backslash escaped, so a caller's input stays on its line."""
+    text = text[:limit]
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(c if c.isprintable() and c != "\\" else repr(c)[1:-1] for c in text)
+
+
+def jittered(seconds: int, draw: float) -> int:
+    """A Retry-After of ``seconds`` plus up to half as much again (at least one second
+    more), chosen by ``draw`` in [0, 1): the callers told to come back spread out rather than
+    all retrying in the same second; never sooner than ``seconds``."""
+    spread = max(1, seconds // 2)
+    return seconds + min(spread, int(draw * (spread + 1)))
 
 
 def _api_failure(exc: ApiError | ApiTransportError) -> Answer:

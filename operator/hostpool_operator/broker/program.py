@@ -55,6 +55,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--connect-timeout-seconds", type=float, default=30.0)
     parser.add_argument(
+        "--metrics-stale-after",
+        type=float,
+        default=120.0,
+        help="seconds after which a host's agent figures are stale (as the operator's flag): "
+        "ending a session there deletes the request instead of asking the silent agent",
+    )
+    parser.add_argument(
         "--rate-limit", type=float, default=5.0, help="calls per second per user (after burst)"
     )
     parser.add_argument("--rate-burst", type=int, default=20, help="calls at once per user")
@@ -68,6 +75,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.listen_host, args.listen_port = host.strip("[]") or "0.0.0.0", int(port)
     if not 0 < args.connect_timeout_seconds <= 300:
         parser.error("--connect-timeout-seconds must be in (0, 300]")
+    if not args.metrics_stale_after > 0:
+        parser.error("--metrics-stale-after must be > 0")
     if args.oidc_key_refetch_seconds < 0:
         parser.error("--oidc-key-refetch-seconds must be >= 0")
     if args.rate_limit <= 0 or args.rate_burst < 1:
@@ -111,6 +120,7 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
         verifier,
         BrokerSettings(
             connect_timeout=args.connect_timeout_seconds,
+            agent_stale_after=args.metrics_stale_after,
             rate=args.rate_limit,
             burst=args.rate_burst,
         ),
