@@ -1,9 +1,10 @@
 """A pool's session history as the plan recommender reads it: one JSON object a line,
 ``{"user": "...", "start": RFC 3339, "end": RFC 3339}`` (what an AVD connection log or a
-Horizon events database export gives), sorted by start, at least seven days.
+Horizon events database export gives), in any order, at least seven days.
 
-``parse_history(lines, zone)`` takes the lines (the caller reads the file) and refuses bad
-input with a ``HistoryError`` naming the line. Pure.
+``parse_history(lines, zone)`` takes the lines (the caller reads the file), refuses bad
+input with a ``HistoryError`` naming the line, and returns the sessions in start order.
+Pure.
 """
 
 from __future__ import annotations
@@ -87,28 +88,27 @@ def covered_days(sessions: list[PastSession], zone: tzinfo) -> int:
     return (last - first).days + 1
 
 
+def _order(session: PastSession) -> tuple[datetime, datetime, str]:
+    return (session.start, session.end, session.user)
+
+
 def parse_history(
     lines: Iterable[str], zone: tzinfo, *, min_days: int = MIN_DAYS
 ) -> list[PastSession]:
-    """The sessions of the history's lines, checked: every line a JSON object with exactly
-    user, start and end (RFC 3339 with an offset; end after start), in start order, and
-    at least ``min_days`` local days (in ``zone``) from the first start to the last end.
-    Blank lines are skipped."""
+    """The sessions of the history's lines, checked and sorted: every line a JSON object
+    with exactly user, start and end (RFC 3339 with an offset; end after start), at least
+    ``min_days`` local days (in ``zone``) from the first start to the last end. Blank lines
+    are skipped. The lines may come in any order (an export of a connection log is often by
+    user or by end); the result is in start order, ties by end, then user, so the same lines
+    in any order give the same list. Two equal lines are two sessions."""
     sessions: list[PastSession] = []
-    previous_line = 0
     for number, text in enumerate(lines, start=1):
         if not text.strip():
             continue
-        session = _session(text, number)
-        if sessions and session.start < sessions[-1].start:
-            raise HistoryError(
-                f"line {number}: start {session.start.isoformat()} is before line "
-                f"{previous_line}'s {sessions[-1].start.isoformat()} (sort the history by start)"
-            )
         if len(sessions) >= MAX_SESSIONS:
             raise HistoryError(f"line {number}: at most {MAX_SESSIONS} sessions in a history")
-        sessions.append(session)
-        previous_line = number
+        sessions.append(_session(text, number))
+    sessions.sort(key=_order)
     require_days(sessions, zone, min_days=min_days)
     return sessions
 

@@ -98,6 +98,45 @@ def test_recommend_plan_prints_a_scaling_plan_for_the_pool(
     assert "took" in err
 
 
+def test_recommend_plan_reads_an_unsorted_history_as_the_sorted_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A connection log's export is rarely in start order (by user, by the end of the session):
+    # the same sessions in any order give the same plan.
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(
+        yaml.safe_dump(
+            {
+                "kind": "HostPool",
+                "metadata": {"name": "finance", "namespace": "vdi"},
+                "spec": {
+                    "loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 2},
+                    "scaling": {"maxHosts": 4},
+                },
+            }
+        )
+    )
+    records = [
+        {"user": user, "start": f"2026-11-{d:02}T0{h}:00:00Z", "end": f"2026-11-{d:02}T1{h}:00:00Z"}
+        for d in range(2, 16)
+        for user, h in (("carol", 7), ("alice", 8), ("bob", 9))
+    ]
+    ordered, shuffled = tmp_path / "ordered.jsonl", tmp_path / "shuffled.jsonl"
+    ordered.write_text("".join(json.dumps(r) + "\n" for r in records))
+    by_user = sorted(records, key=lambda r: (r["user"], r["start"]), reverse=True)
+    assert by_user != records
+    shuffled.write_text("".join(json.dumps(r) + "\n" for r in by_user))
+    outputs = []
+    for history in (ordered, shuffled):
+        code = main(
+            ["recommend-plan", "--pool", str(pool), "--history", str(history), "--output", "json"]
+        )
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        outputs.append(json.loads(out))
+    assert outputs[1] == outputs[0]
+
+
 def test_run_hands_the_operator_the_flags_settings(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -110,7 +110,7 @@ GOOD = [_line("alice", f"2026-11-0{d}T08:00:00Z", f"2026-11-0{d}T16:00:00Z") for
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ([*GOOD[:3], GOOD[1], *GOOD[3:]], r"^line 4: start .* is before line 3's"),
+        ([GOOD[3], GOOD[1], "{not json", *GOOD[4:]], r"^line 3: not JSON"),
         (
             [*GOOD[:2], _line("bob", "2026-11-04T09:00:00Z", "2026-11-04T08:00:00Z"), *GOOD[3:]],
             r"^line 3: end 2026-11-04T08:00:00Z is before start",
@@ -134,7 +134,7 @@ GOOD = [_line("alice", f"2026-11-0{d}T08:00:00Z", f"2026-11-0{d}T16:00:00Z") for
         ([_line("a", "2026-11-02T08:00:00Z", "2026-11-02T08:00:00Z")], r"^line 1: end is start"),
     ],
     ids=[
-        "unsorted",
+        "unsorted-then-broken",
         "end-before-start",
         "unknown-field",
         "empty",
@@ -162,6 +162,33 @@ def test_a_good_history_is_read_in_utc_and_blank_lines_are_skipped() -> None:
         [_line("a", "2026-11-02T09:00:00+01:00", "2026-11-08T10:00:00+01:00")], UTC
     )
     assert offset[0].start == datetime(2026, 11, 2, 8, tzinfo=UTC)
+
+
+def test_an_unsorted_history_is_read_in_start_order() -> None:
+    # An export of a connection log is in the order sessions ended, or by user: as data it is
+    # the same history, so it is sorted, not refused. A duplicate line is two sessions.
+    shuffled = [GOOD[4], GOOD[0], GOOD[6], GOOD[2], GOOD[2], GOOD[1], GOOD[5], GOOD[3]]
+    sessions = parse_history(shuffled, UTC)
+    assert [s.start.day for s in sessions] == [2, 3, 4, 4, 5, 6, 7, 8]
+    assert sessions == parse_history([*GOOD[:3], GOOD[2], *GOOD[3:]], UTC)
+
+
+@given(st.permutations(range(12)))
+@settings(max_examples=60, deadline=None)
+def test_any_order_of_the_same_lines_gives_the_same_sessions(order: list[int]) -> None:
+    # Twelve sessions of three users with equal starts and overlaps among them: the result
+    # does not depend on the lines' order (ties are ordered by end, then user).
+    base = [
+        _line(
+            f"u{i % 3}",
+            f"2026-11-0{2 + i // 2}T08:00:00Z",
+            f"2026-11-0{2 + i // 2}T1{i % 4}:30:00Z",
+        )
+        for i in range(12)
+    ] + [GOOD[6]]
+    expected = parse_history(base, UTC)
+    assert [s.start for s in expected] == sorted(s.start for s in expected)
+    assert parse_history([base[i] for i in order] + [base[12]], UTC) == expected
 
 
 # ------------------------------------------------------------------------------ demand
@@ -411,7 +438,7 @@ def test_cli_plot_is_a_png(inputs: tuple[Path, Path], tmp_path: Path) -> None:
     ("history", "message"),
     [
         ("", "history.jsonl: the history is empty"),
-        ("\n".join([*GOOD[:2], GOOD[0]]), "history.jsonl: line 3: start"),
+        ("\n".join([GOOD[1], GOOD[0], '{"user": "c"']), "history.jsonl: line 3: not JSON"),
         (
             GOOD[0] + "\n" + _line("b", "2026-11-03T09:00:00Z", "2026-11-03T08:00:00Z"),
             "line 2: end",
@@ -422,7 +449,7 @@ def test_cli_plot_is_a_png(inputs: tuple[Path, Path], tmp_path: Path) -> None:
         ),
         ("\n".join(GOOD[:3]), "history.jsonl: the history covers 3 days"),
     ],
-    ids=["empty", "unsorted", "end-before-start", "unknown-field", "three-days"],
+    ids=["empty", "unsorted-then-broken", "end-before-start", "unknown-field", "three-days"],
 )
 def test_cli_bad_history_exits_2_with_one_line(
     inputs: tuple[Path, Path], history: str, message: str

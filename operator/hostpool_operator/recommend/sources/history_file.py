@@ -11,8 +11,9 @@ from . import SourceError
 
 
 def read_history_file(path: str | os.PathLike[str], zone: tzinfo) -> list[PastSession]:
-    """The sessions in ``path`` (UTF-8, one JSON object a line, sorted by start, at least
-    seven local days in ``zone``); a ``SourceError`` naming the file (and the line) else."""
+    """The sessions in ``path`` (UTF-8, one JSON object a line in any order, at least
+    seven local days in ``zone``), in start order; a ``SourceError`` naming the file (and
+    the line) else."""
     try:
         with open(path, encoding="utf-8") as lines:
             return parse_history(lines, zone)
