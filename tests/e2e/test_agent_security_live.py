@@ -22,6 +22,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ import pytest
 
 from support import builders
 from support.agent_objects import CLUSTER_SCOPED, apply_agent_objects, delete_objects, run_tool
+from support.agent_process import AgentProcess
 from support.controlplane import ensure_tools
 from support.identity import token_kubeconfig
 from support.kube import REPO_ROOT, Kube, resource_path, unique_name, wait_for
@@ -663,3 +665,47 @@ def test_the_agent_itself_works_under_its_sidecar_credential(
     assert "Forbidden" not in text, text[-3000:]
     assert status(kube, "SessionRequest", namespace, "rb1") == rb1_before
     assert status(kube, "SessionRequest", namespace, "ra2").get("sessionState") == "Connecting"
+
+
+def test_the_user_reaches_notify_and_logoff_commands_only_as_an_environment_variable(
+    kube: Kube, namespace: str, tmp_path: Path
+) -> None:
+    """A user name full of shell syntax (``$(...)``, ``&``, ``|``, ``;``, quotes, cmd.exe's
+    ``%VAR%``): the real agent's notify and logoff commands get it in ``HOSTPOOL_USER``,
+    byte for byte, and nothing in it runs (the command line is the operator's flag alone,
+    never a string built with the user's name)."""
+    pwned = tmp_path / "pwned"
+    user = f"u$(touch {pwned})`touch {pwned}`&touch {pwned}|x;touch {pwned}\"'%HOSTPOOL_MESSAGE%"
+    kube.create(namespace, builders.pool("desk", "DepthFirst", 5))
+    kube.create(namespace, builders.host(HOST_A, "desk"))
+    kube.create(namespace, builders.request("odd", "desk", user))
+    deadline = datetime.now(UTC) + timedelta(seconds=3)
+    logoff = {"message": "maintenance", "deadline": deadline.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    kube.merge_patch(
+        "SessionRequest",
+        namespace,
+        "odd",
+        {"status": {**assigned(HOST_A), "logoff": logoff}},
+        status=True,
+    )
+    notified, logged_off = tmp_path / "notified", tmp_path / "logged-off"
+    log_path = tmp_path / "agent.log"
+    agent = AgentProcess(kube.kubeconfig, namespace, HOST_A, log_path)
+    agent.start(
+        "--sessions-command", "true",
+        "--notify-command", f'printf "%s|%s" "$HOSTPOOL_USER" "$HOSTPOOL_MESSAGE" > {notified}',
+        "--logoff-command", f'printf "%s" "$HOSTPOOL_USER" > {logged_off}',
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: kube.request("GET", resource_path("SessionRequest", namespace, "odd"))[0]
+            == 404,
+            WAIT_SECONDS,
+            what="the agent to log the user off and delete the request",
+        )
+    finally:
+        code = agent.stop()
+    assert code == 0, agent.log()[-3000:]
+    assert notified.read_text() == f"{user}|maintenance"
+    assert logged_off.read_text() == user
+    assert not pwned.exists(), "a part of the user name ran as a command"

@@ -5,6 +5,12 @@ and its logoff (see ``agent.xrdp`` for what the tables mean).
 kernel (network namespaces on a test machine, containers on a node), each with its own
 xrdp; only X servers and sesman processes in the agent's namespace are its host's. Reading
 another user's ``/proc/PID/ns/net`` needs root, as xrdp does.
+
+Which processes are sessions and which a logoff signals is decided in ``agent.xrdp`` from
+the table read here: each process's uid and its ``/proc/PID/exe`` read with readlink (never
+guessed from its command line, as psutil's ``exe()`` does when the link is unreadable). A
+signal goes through a pidfd after the process's uid was read again, so a pid reused since
+the table was read is not signalled.
 """
 
 from __future__ import annotations
@@ -20,13 +26,16 @@ import psutil
 
 from .commands import CommandResult
 from .xrdp import (
+    DELETED,
+    MIXED_UIDS,
+    SESSION_MANAGERS,
     Process,
     connected_displays,
     listening_displays,
+    logoff_plan,
     on_this_host,
     parse_passwd,
     session_states,
-    window_managers,
     xorg_display,
     xrdp_sessions,
 )
@@ -42,6 +51,35 @@ def netns_of(pid: int | str) -> int | None:
     with contextlib.suppress(OSError):
         return os.stat(f"/proc/{pid}/ns/net").st_ino
     return None
+
+
+def exe_of(pid: int) -> str | None:
+    """What /proc/PID/exe links to; None where it cannot be read (another user's process
+    without CAP_SYS_PTRACE, a kernel thread, a process gone)."""
+    with contextlib.suppress(OSError):
+        return os.readlink(f"/proc/{pid}/exe")
+    return None
+
+
+def one_uid(uids: object) -> int:
+    """A process's uid when its real, effective and saved uids agree, else MIXED_UIDS."""
+    if uids is None:
+        return MIXED_UIDS
+    real, effective, saved = (int(u) for u in uids)  # type: ignore[attr-defined]
+    return real if real == effective == saved else MIXED_UIDS
+
+
+def uid_now(pid: int) -> int:
+    """The process's uid as /proc says now (MIXED_UIDS: mixed, or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("Uid:"):
+                    real, effective, saved = (int(u) for u in line.split()[1:4])
+                    return real if real == effective == saved else MIXED_UIDS
+    except (OSError, ValueError):
+        pass
+    return MIXED_UIDS
 
 
 @dataclass
@@ -67,27 +105,31 @@ class XrdpMachine:
         uids: dict[int, int] = {}
         for proc in psutil.process_iter(["pid", "ppid", "username", "uids", "name", "cmdline"]):
             info = proc.info
+            pid = int(info["pid"])
             cmdline = tuple(info.get("cmdline") or ())
             name = str(info.get("name") or "")
-            is_sesman = name == SESMAN or (bool(cmdline) and cmdline[0].endswith("/" + SESMAN))
+            uid = one_uid(info.get("uids"))
+            exe = exe_of(pid)
+            is_sesman = uid == 0 and (exe or "").removesuffix(DELETED) in SESSION_MANAGERS
             display = xorg_display(cmdline)
             if display is not None and not on_this_host(
-                display, netns_of(info["pid"]), self.netns, listening
+                display, netns_of(pid), self.netns, listening
             ):
                 continue  # another host's
             if is_sesman:
-                if netns_of(info["pid"]) not in (self.netns, None):
+                if netns_of(pid) not in (self.netns, None):
                     continue
-                sesmen.append(int(info["pid"]))
-            if info.get("uids") is not None:
-                uids[int(info["pid"])] = int(info["uids"].real)
+                sesmen.append(pid)
+            uids[pid] = uid
             found.append(
                 Process(
-                    pid=int(info["pid"]),
+                    pid=pid,
                     parent=int(info.get("ppid") or 0),
                     user=str(info.get("username") or ""),
                     name=name,
                     cmdline=cmdline,
+                    uid=uid,
+                    exe=exe,
                 )
             )
         names = users_beside(sesmen)
@@ -114,21 +156,22 @@ class XrdpMachine:
 
     def logoff(self, user: str, timeout: float) -> CommandResult:
         """End every xrdp session of ``user`` here: TERM its window manager (sesman then
-        stops the X server), and KILL what is left when that does not end it in time."""
+        stops the X server), and KILL what is left when that does not end it in time. Only
+        processes of the session's uid are signalled, never the agent or its ancestors
+        (``xrdp.logoff_plan``)."""
         processes, _ = self.processes()
-        sessions = [s for s in xrdp_sessions(processes) if s.user == user]
-        if not sessions:
+        plan = logoff_plan(user, processes, os.getpid())
+        if not plan.displays:
             return CommandResult(True, "")  # nothing to end: logged off already
-        targets = {s.xorg: window_managers(s, processes) for s in sessions}
-        signal_all([pid for pids in targets.values() for pid in pids], signal.SIGTERM)
-        if wait_gone(list(targets), timeout * LOGOFF_TERM_SHARE):
+        uid_of = {p.pid: p.uid for p in processes}
+        signal_all([(pid, uid_of[pid]) for pid in plan.term], signal.SIGTERM)
+        if wait_gone(list(plan.servers), timeout * LOGOFF_TERM_SHARE):
             return CommandResult(True, "")
-        left = [pid for pid in targets if alive(pid)]
-        managers = [pid for pids in targets.values() for pid in pids]
-        signal_all(left + managers, signal.SIGKILL)
-        if wait_gone(left, timeout * (1 - LOGOFF_TERM_SHARE)):
+        left = [(pid, uid_of[pid]) for pid in plan.kill if alive(pid)]
+        signal_all(left, signal.SIGKILL)
+        if wait_gone(list(plan.servers), timeout * (1 - LOGOFF_TERM_SHARE)):
             return CommandResult(True, "")
-        displays = ", ".join(f":{s.display}" for s in sessions)
+        displays = ", ".join(f":{d}" for d in plan.displays)
         return CommandResult(False, "", f"the sessions of {user} ({displays}) did not end")
 
 
@@ -143,10 +186,22 @@ def users_beside(sesmen: list[int]) -> dict[int, str]:
     return {}
 
 
-def signal_all(pids: list[int], signum: signal.Signals) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signum)
+def signal_all(targets: list[tuple[int, int]], signum: signal.Signals) -> None:
+    """Signal each (pid, uid) through a pidfd, only while the process has that uid: a pid
+    reused by another process since the table was read is left alone (the pidfd holds the
+    process whose uid was checked; a process gone meanwhile cannot be signalled)."""
+    for pid, uid in targets:
+        try:
+            handle = os.pidfd_open(pid)
+        except OSError:
+            continue  # gone
+        try:
+            if uid_now(pid) == uid:
+                signal.pidfd_send_signal(handle, signum)
+        except OSError:
+            pass
+        finally:
+            os.close(handle)
 
 
 def alive(pid: int) -> bool:

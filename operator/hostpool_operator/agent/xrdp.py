@@ -9,6 +9,17 @@ when the client goes, the connection goes and the session stays (Disconnected). 
 reads the tables directly. A session ends when its window manager exits (sesman waits on
 it), which is how a logoff is done.
 
+Anyone can start a process whose command line looks like an X server's (``exec -a Xorg``),
+so a command line alone proves nothing. A session's X server is the real Xorg binary (its
+``/proc/PID/exe``) and was started by sesman's session process: every process between the
+two is root's, which no user can arrange for a process of their own. Where a user's exe
+cannot be read (a container's root without CAP_SYS_PTRACE), the X server must be a direct
+child of the session process and carry the name Xorg (the kernel's, from the file it runs):
+the only child of a session process its user controls is their own window manager, so a
+fake there is a session of a user who has one. A logoff signals only processes of the
+session's uid, and never the agent, its ancestors or pid 1, whatever the tree says
+(systemd-logind ends a session by its cgroup for the same reason: a tree can be arranged).
+
 Pure: the agent reads ``/proc`` (``agent.machine``) and passes the text and process facts
 in.
 """
@@ -27,27 +38,69 @@ ACCEPTS_CONNECTIONS = 0x10000
 DISPLAY_SOCKET = "xrdp_display_"
 XORG_CONFIG = "xrdp/xorg.conf"
 CHANNEL_SERVER = "xrdp-chansrv"
+#: Where distributions install the X server binary that xorgxrdp runs, and sesman (0.10's
+#: per-session ``xrdp-sesexec`` too). Only root can write there.
+XORG_BINARIES = frozenset(
+    {"/usr/lib/xorg/Xorg", "/usr/libexec/Xorg", "/usr/lib/Xorg", "/usr/bin/Xorg"}
+)
+SESSION_MANAGERS = frozenset(
+    f"{directory}/{name}"
+    for directory in (
+        "/usr/sbin",
+        "/usr/local/sbin",
+        "/usr/libexec/xrdp",
+        "/usr/local/libexec/xrdp",
+    )
+    for name in ("xrdp-sesman", "xrdp-sesexec")
+)
+XORG_NAME = "Xorg"
+#: The suffix the kernel adds to /proc/PID/exe when the file was replaced (a package upgrade).
+DELETED = " (deleted)"
+#: A uid that is no one's: a process whose real, effective and saved uids differ (a setuid
+#: program) is never counted as a user's, so never signalled for one.
+MIXED_UIDS = -1
+ROOT = 0
+#: Parent links followed at most (a table read while processes come and go may hold a loop).
+MAX_DEPTH = 64
 
 
 @dataclass(frozen=True, slots=True)
 class Process:
-    """One process as the agent saw it."""
+    """One process as the agent saw it: ``uid`` is its uid when its real, effective and saved
+    uids agree (else ``MIXED_UIDS``); ``exe`` what /proc/PID/exe names (None: unreadable);
+    ``name`` the kernel's name for it (from the file it runs, not from its arguments)."""
 
     pid: int
     parent: int
     user: str
     name: str
     cmdline: tuple[str, ...]
+    uid: int = MIXED_UIDS
+    exe: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class XrdpSession:
-    """One xrdp session: its display, user, the sesman process that owns it and its Xorg."""
+    """One xrdp session: its display, user, the sesman process that owns it, its Xorg and
+    the uid the X server runs as (the session's)."""
 
     display: int
     user: str
     leader: int  # sesman's per-session process
     xorg: int
+    uid: int = MIXED_UIDS
+
+
+@dataclass(frozen=True, slots=True)
+class LogoffPlan:
+    """A user's logoff: the displays of their sessions and their X servers (gone: the
+    sessions ended), the processes to TERM (window managers), and those to KILL when the
+    sessions have not ended in time (what is left of them: X servers and window managers)."""
+
+    displays: tuple[int, ...]
+    term: tuple[int, ...]
+    kill: tuple[int, ...]
+    servers: tuple[int, ...] = ()
 
 
 def xorg_display(cmdline: Sequence[str]) -> int | None:
@@ -110,13 +163,46 @@ def on_this_host(
     return display in listening
 
 
+def _binary(exe: str | None) -> str | None:
+    return exe.removesuffix(DELETED) if exe is not None else None
+
+
+def session_leader(xorg: Process, by_pid: dict[int, Process]) -> int | None:
+    """The sesman process whose session ``xorg`` is the X server of, or None when it is none:
+    the nearest ancestor that is root's and runs sesman, reached through root's processes
+    only; the X server runs the real Xorg binary (where its exe cannot be read: a direct
+    child of that sesman process, named Xorg)."""
+    if xorg.uid == MIXED_UIDS or xorg_display(xorg.cmdline) is None:
+        return None
+    exe = _binary(xorg.exe)
+    if exe is None:
+        if xorg.name != XORG_NAME:
+            return None
+    elif exe not in XORG_BINARIES:
+        return None
+    step = by_pid.get(xorg.parent)
+    for depth in range(MAX_DEPTH):
+        if step is None or step.uid != ROOT or step.pid == xorg.pid:
+            return None
+        if _binary(step.exe) in SESSION_MANAGERS:
+            return step.pid
+        if exe is None and depth == 0:
+            return None  # unverified X server: only a direct child of sesman's process
+        step = by_pid.get(step.parent)
+    return None
+
+
 def xrdp_sessions(processes: Iterable[Process]) -> list[XrdpSession]:
     """The xrdp sessions among these processes (those of the agent's own host)."""
+    by_pid = {p.pid: p for p in processes}
     found = []
-    for process in processes:
+    for process in by_pid.values():
         display = xorg_display(process.cmdline)
-        if display is not None:
-            found.append(XrdpSession(display, process.user, process.parent, process.pid))
+        if display is None:
+            continue
+        leader = session_leader(process, by_pid)
+        if leader is not None:
+            found.append(XrdpSession(display, process.user, leader, process.pid, process.uid))
     return sorted(found, key=lambda s: s.display)
 
 
@@ -134,14 +220,50 @@ def session_states(sessions: Iterable[XrdpSession], connected: set[int]) -> dict
 
 def window_managers(session: XrdpSession, processes: Iterable[Process]) -> list[int]:
     """The processes whose end ends the session: the session leader's children other than
-    the X server and the channel server (the window manager, or the user's ~/.xsession)."""
+    the X server and the channel server (the window manager, or the user's ~/.xsession),
+    of the session's uid."""
     return sorted(
         p.pid
         for p in processes
         if p.parent == session.leader
+        and p.uid == session.uid
         and p.pid != session.xorg
         and p.name != CHANNEL_SERVER
         and not (p.cmdline and p.cmdline[0].rsplit("/", 1)[-1] == CHANNEL_SERVER)
+    )
+
+
+def protected_pids(processes: Iterable[Process], agent: int) -> set[int]:
+    """Processes no logoff may signal: the agent, its ancestors, pid 1 (and 0, no process)."""
+    parents = {p.pid: p.parent for p in processes}
+    found = {0, 1}
+    pid = agent
+    while pid not in found:
+        found.add(pid)
+        pid = parents.get(pid, 0)
+    return found
+
+
+def logoff_plan(user: str, processes: Iterable[Process], agent: int) -> LogoffPlan:
+    """What a logoff of ``user`` signals: only processes of each session's uid, never a
+    protected one (see ``protected_pids``)."""
+    table = list(processes)
+    sessions = [s for s in xrdp_sessions(table) if s.user == user]
+    uid_of = {p.pid: p.uid for p in table}
+    keep = protected_pids(table, agent)
+
+    def allowed(pid: int, session: XrdpSession) -> bool:
+        return pid not in keep and session.uid >= ROOT and uid_of.get(pid) == session.uid
+
+    term = sorted(
+        {pid for s in sessions for pid in window_managers(s, table) if allowed(pid, s)}
+    )
+    xorgs = {s.xorg for s in sessions if allowed(s.xorg, s)}
+    return LogoffPlan(
+        displays=tuple(s.display for s in sessions),
+        term=tuple(term),
+        kill=tuple(sorted(xorgs | set(term))),
+        servers=tuple(s.xorg for s in sessions),
     )
 
 

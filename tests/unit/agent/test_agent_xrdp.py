@@ -82,8 +82,13 @@ def test_on_this_host(netns: int | None, own: int | None, listening: set[int], o
     assert on_this_host(10, netns, own, listening) is ours
 
 
+UIDS = {"root": 0, "alice": 1000, "bob": 1001, "carol": 1002}
+
+
 def process(pid: int, parent: int, user: str, *cmdline: str) -> Process:
-    return Process(pid, parent, user, cmdline[0].rsplit("/", 1)[-1][:15], cmdline)
+    name = cmdline[0].rsplit("/", 1)[-1]
+    exe = cmdline[0] if cmdline[0].startswith("/") else f"/usr/sbin/{name}"
+    return Process(pid, parent, user, name[:15], cmdline, uid=UIDS[user], exe=exe)
 
 
 HOST = [
@@ -102,7 +107,10 @@ HOST = [
 
 def test_sessions_and_their_states() -> None:
     sessions = xrdp_sessions(HOST)
-    assert sessions == [XrdpSession(10, "alice", 200, 201), XrdpSession(11, "bob", 300, 301)]
+    assert sessions == [
+        XrdpSession(10, "alice", 200, 201, 1000),
+        XrdpSession(11, "bob", 300, 301, 1001),
+    ]
     assert session_states(sessions, {10}) == {"alice": "Active", "bob": "Disconnected"}
     assert session_states(sessions, set()) == {"alice": "Disconnected", "bob": "Disconnected"}
     assert session_states([], {10}) == {}
