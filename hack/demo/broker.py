@@ -35,6 +35,8 @@ CLUSTER = ROOT / ".cluster"
 NAMESPACE = "hostpool-demo"
 POOL = "desktops"
 KEYCLOAK_PORT, BROKER_PORT = 18080, 8443
+#: The broker's /metrics (its own address; the operator's are on 9090).
+BROKER_METRICS_PORT = 9091
 CLIENT_ID, SECRET = "hostpool-desktops", "demo-secret"
 USERS = [
     ("alice", "alice-pw", ["finance-desk"]),
@@ -86,6 +88,8 @@ def start_broker(kubeconfig: Path, issuer: str) -> None:
             CLIENT_ID,
             "--listen",
             f"127.0.0.1:{BROKER_PORT}",
+            "--metrics-listen",
+            f"127.0.0.1:{BROKER_METRICS_PORT}",
             "--namespace",
             NAMESPACE,
         ],
@@ -196,7 +200,7 @@ def main() -> int:
         f"      http://127.0.0.1:{BROKER_PORT}{connect} -o {POOL}.rdp\n"
         f'  curl -s -X DELETE -H "Authorization: Bearer $TOKEN" \\\n'
         f"      http://127.0.0.1:{BROKER_PORT}/v1/namespaces/{NAMESPACE}/pools/{POOL}/session\n"
-        f"  curl -s 127.0.0.1:{BROKER_PORT}/metrics | grep ^hostpool_broker\n"
+        f"  curl -s 127.0.0.1:{BROKER_METRICS_PORT}/metrics | grep ^hostpool_broker\n"
         f"  kubectl get sr -n {NAMESPACE} -l hostpool.io/broker=true\n"
         f"alice's .rdp file: .cluster/{POOL}.rdp (xfreerdp .cluster/{POOL}.rdp opens it)\n"
         "Tear down: make demo-down"

@@ -64,6 +64,8 @@ class BrokerProcess:
         self.log_path = log_path
         self.extra_args = list(extra_args)
         self.port = port or free_port()
+        #: Where its /metrics are served (--metrics-listen; not on the API's port).
+        self.metrics_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.scheme = "https" if "--tls-cert" in self.extra_args else "http"
@@ -89,8 +91,12 @@ class BrokerProcess:
             f"127.0.0.1:{self.port}",
             *ns_args,
             "--verbose",
+            *([] if "--metrics-listen" in self.extra_args else self._metrics_flag()),
             *self.extra_args,
         ]
+
+    def _metrics_flag(self) -> list[str]:
+        return ["--metrics-listen", f"127.0.0.1:{self.metrics_port}"]
 
     def start(self, timeout: float = 60.0, *, ready: bool = True) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
@@ -197,7 +203,10 @@ class BrokerProcess:
         return self.call("GET", "/v1/pools", token=token)
 
     def metrics(self) -> str:
-        return self.call("GET", "/metrics").text
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            text: str = answer.read().decode()
+            return text
 
 
 # ---------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import random
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,9 @@ class BrokerSettings:
     agent_stale_after: float = 120.0
     rate: float = 5.0
     burst: int = 20
+    #: Name the user in each connect's log line (--log-users); off, a user's name is not
+    #: logged at all.
+    log_users: bool = False
 
 
 class _RefusalError(Exception):
@@ -78,9 +82,15 @@ class Broker:
                 web.delete("/v1/namespaces/{namespace}/pools/{pool}/session", self.end_session),
                 web.get("/healthz", self.healthz),
                 web.get("/readyz", self.readyz),
-                web.get("/metrics", self.metrics_page),
             ]
         )
+        return app
+
+    def metrics_app(self) -> web.Application:
+        """``/metrics``, served on an address of its own (--metrics-listen): not on the
+        API's port, where anyone who reaches the broker could read them."""
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors])
+        app.add_routes([web.get("/metrics", self.metrics_page)])
         return app
 
     # ------------------------------------------------------------------ plumbing
@@ -102,14 +112,14 @@ class Broker:
             answer = error(exc.status, reason, exc.reason)
             return self._send(request, "other", answer)
         except Exception:
-            log.exception("%s %s failed", request.method, request.path)
+            log.exception("%s %s failed", request.method, printable(request.path))
             return self._send(request, "other", error(500, "InternalError", "the broker failed"))
 
     def _send(self, request: web.Request, endpoint: str, answer: Answer) -> web.Response:
         self.metrics.answers.labels(endpoint, str(answer.status), answer.reason).inc()
         headers = dict(answer.headers)
         if answer.retry_after is not None:
-            headers["Retry-After"] = str(answer.retry_after)
+            headers["Retry-After"] = str(jittered(answer.retry_after, random.random()))
         if answer.status == 401:
             headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
         if answer.rdp is not None and "application/x-rdp" in request.headers.get("Accept", ""):
@@ -203,14 +213,17 @@ class Broker:
             answer = refusal.answer
         elapsed = time.perf_counter() - started
         self.metrics.connect_seconds.labels(str(answer.status)).observe(elapsed)
+        # Only names that passed validation, and what else came from the caller escaped:
+        # a line break in the path must not start a log line of its own.
+        namespace, pool = request.match_info["namespace"], request.match_info["pool"]
+        valid = is_namespace(namespace) and is_object_name(pool)
         log.info(
-            "connect %s/%s by %s: %d %s (%s) in %.3fs",
-            request.match_info["namespace"][:63],
-            request.match_info["pool"][:253],
-            user,
+            "connect %s%s: %d %s (%s) in %.3fs",
+            f"{namespace}/{pool}" if valid else "(an invalid name)",
+            f" by {printable(user)}" if self.settings.log_users else "",
             answer.status,
             answer.reason,
-            answer.body.get("message", answer.body.get("host", "")),
+            printable(str(answer.body.get("message", answer.body.get("host", "")))),
             elapsed,
         )
         return self._send(request, "connect", answer)

@@ -39,6 +39,7 @@ class Directory:
         self._locks: dict[UserKey, list[Any]] = {}
         #: Objects that could not be read (the metrics and the log say which).
         self.skipped = 0
+        self._synced = False
         self.informers: list[Informer] = []
         for namespace in namespaces or [None]:  # type: ignore[list-item]
             for plural, handler in (
@@ -54,8 +55,15 @@ class Directory:
 
     @property
     def ready(self) -> bool:
-        """Every informer has listed once: the caches hold the cluster as of then."""
-        return all(i.resource_version is not None for i in self.informers)
+        """Every informer has listed once: the caches hold the cluster as of then.
+
+        It stays so while an informer lists again (its watch expired, 410 Gone): the caches
+        keep what they knew until the new list replaces it, and connects are answered from
+        them, as they are while a watch event is on its way. Otherwise every replica, its
+        watches expiring together (an API server restarted), would answer 503 at once."""
+        if not self._synced:
+            self._synced = all(i.resource_version is not None for i in self.informers)
+        return self._synced
 
     def serves(self, namespace: str) -> bool:
         return self.namespaces is None or namespace in self.namespaces

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import ssl
 import sys
 from collections.abc import Sequence
 
@@ -16,12 +15,10 @@ from ..kube.program import Program, Running, add_logging_flags, run
 from .app import Broker, BrokerSettings
 from .directory import Directory
 from .metrics import BrokerMetrics
-from .oidc import MAX_TOKEN, OidcSettings, TokenVerifier
+from .oidc import OidcSettings, TokenVerifier
+from .serving import HEAD_TIMEOUT, HeadLimits, ReloadingCertificate, serve
 
 log = logging.getLogger("hostpool_operator.broker")
-
-#: Longest header line taken (the broker refuses tokens past MAX_TOKEN itself).
-MAX_HEADER = 4 * MAX_TOKEN
 
 #: How often the issuer's key set is fetched while the broker has none (at start, or an
 #: issuer that was down).
@@ -47,6 +44,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--listen", default="0.0.0.0:8443", help="HOST:PORT")
     parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
     parser.add_argument("--tls-key", help="and this key (PEM)")
+    _add_serving_flags(parser)
     parser.add_argument(
         "--namespace",
         action="append",
@@ -69,10 +67,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
-    host, sep, port = args.listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        parser.error("--listen must be HOST:PORT")
-    args.listen_host, args.listen_port = host.strip("[]") or "0.0.0.0", int(port)
+    _check_serving_flags(parser, args)
     if not 0 < args.connect_timeout_seconds <= 300:
         parser.error("--connect-timeout-seconds must be in (0, 300]")
     if not args.metrics_stale_after > 0:
@@ -82,6 +77,51 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.rate_limit <= 0 or args.rate_burst < 1:
         parser.error("--rate-limit must be > 0 and --rate-burst >= 1")
     return args
+
+
+def _add_serving_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-listen",
+        default="",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on /metrics there, e.g. 0.0.0.0:9090 (default: none); "
+        "never on the API's port",
+    )
+    parser.add_argument(
+        "--header-timeout-seconds",
+        type=float,
+        default=HEAD_TIMEOUT,
+        help="a request's headers must arrive within this time, or the connection is closed",
+    )
+    parser.add_argument(
+        "--log-users",
+        action="store_true",
+        help="name the user in the log line of each connect (default: not logged)",
+    )
+
+
+def _check_serving_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--listen and --metrics-listen as (host, port) in listen_host, listen_port and
+    metrics_address; the header timeout in range."""
+    address = _address(args.listen)
+    if address is None:
+        parser.error("--listen must be HOST:PORT")
+    args.listen_host, args.listen_port = address
+    args.metrics_address = _address(args.metrics_listen) if args.metrics_listen else None
+    if args.metrics_listen and args.metrics_address is None:
+        parser.error("--metrics-listen must be HOST:PORT")
+    if args.metrics_address is not None and args.metrics_address[1] == args.listen_port:
+        parser.error("--metrics-listen must be another port than --listen")
+    if not 0 < args.header_timeout_seconds <= 300:
+        parser.error("--header-timeout-seconds must be in (0, 300]")
+
+
+def _address(text: str) -> tuple[str, int] | None:
+    """(host, port) of HOST:PORT (an empty host: every address), None if it is not one."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 async def _keys_until_ready(verifier: TokenVerifier) -> None:
@@ -110,10 +150,8 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
         ),
         on_fetch=metrics.key_fetched,
     )
-    tls: ssl.SSLContext | None = None
-    if args.tls_cert:
-        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        tls.load_cert_chain(args.tls_cert, args.tls_key)
+    # Read again for new connections when the files change (cert-manager renews it).
+    tls = ReloadingCertificate(args.tls_cert, args.tls_key) if args.tls_cert else None
     directory = Directory(running.client, args.namespace or None)
     broker = Broker(
         directory,
@@ -123,22 +161,17 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
             agent_stale_after=args.metrics_stale_after,
             rate=args.rate_limit,
             burst=args.rate_burst,
+            log_users=args.log_users,
         ),
         metrics,
     )
-    # Headers up to MAX_HEADER: a token of a user in many groups is long, and one the
-    # broker refuses itself (401, "too long") is better than aiohttp's bare 400.
-    runner = web.AppRunner(
-        broker.app(), access_log=None, handle_signals=False, max_field_size=MAX_HEADER
-    )
-    await runner.setup()
-    site = web.TCPSite(runner, args.listen_host, args.listen_port, ssl_context=tls)
-    await site.start()
+    listening = await _listen(broker, args, tls)
     log.info(
-        "broker listening on %s:%d (%s), issuer %s, namespaces %s",
+        "broker listening on %s:%d (%s), metrics on %s, issuer %s, namespaces %s",
         args.listen_host,
         args.listen_port,
-        "https" if tls else "http",
+        f"https, certificate {args.tls_cert}" if tls else "http",
+        ":".join(map(str, args.metrics_address or ())) or "no address",
         verifier.issuer,
         ", ".join(args.namespace) or "all",
     )
@@ -154,9 +187,38 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
     finally:
         for task in [*tasks, stopping]:
             task.cancel()
-        await runner.cleanup()
+        for server, _ in listening:
+            server.close()
+        for _, runner in listening:
+            await runner.cleanup()
         await verifier.close()
     return 0
+
+
+async def _listen(
+    broker: Broker, args: argparse.Namespace, tls: ReloadingCertificate | None
+) -> list[tuple[asyncio.AbstractServer, web.AppRunner]]:
+    """The API on --listen and, with --metrics-listen, the metrics on their own address,
+    both with the head limits (see ``serving``)."""
+    limits = HeadLimits(timeout=args.header_timeout_seconds)
+    answers = broker.metrics.answers
+    listening = []
+    for app, (host, port), context in (
+        (broker.app(), (args.listen_host, args.listen_port), tls.context if tls else None),
+        *([(broker.metrics_app(), args.metrics_address, None)] if args.metrics_address else []),
+    ):
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        server = await serve(
+            runner,
+            host,
+            port,
+            tls=context,
+            limits=limits,
+            on_refusal=lambda status, reason: answers.labels("other", str(status), reason).inc(),
+        )
+        listening.append((server, runner))
+    return listening
 
 
 class _WithoutRequestDetails(logging.Filter):
