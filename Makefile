@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 SHELL_SCRIPTS = $(shell git ls-files '*.sh' 2>/dev/null)
 GO_CHECK := cd hack/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
 
-.PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-prepare test test-faults test-unit lint shellcheck crds bench-engine bench-recommend bench bench-hosts bench-scale tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-down clean
+.PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-packages test-prepare test test-faults test-unit lint shellcheck crds bench-engine bench-recommend bench bench-hosts bench-scale tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-down clean
 
 ##@ Getting started
 
@@ -64,11 +64,17 @@ test-unit: $(STAMP) ## pure tests only (no control plane needed)
 test-faults: $(STAMP) tools ## only the fault-injection tests (also part of make test)
 	$(PY) -m pytest -m faults
 
-# make test's set-up. Cold, the Go tools take most of it and keep both cores busy, while
-# the images (mmdebstrap, pip wheels) and Keycloak are mostly downloads: all at once.
-# Warm, each is a cache hit of a second or two.
-test-prepare: $(STAMP)
+# make test's set-up. First, alone, every Debian package the tests and their scripts may
+# install (podman, mmdebstrap, containerd, xrdp, FreeRDP...: hack/cluster/apt-install.sh
+# --list), so that nothing below runs apt-get while another part does. Then, cold, the Go
+# tools take most of it and keep both cores busy, while the images (mmdebstrap, pip wheels)
+# and Keycloak are mostly downloads: all at once. Warm, each is a cache hit of a second or two.
+test-prepare: $(STAMP) test-packages
 	@$(MAKE) --no-print-directory -j4 tools test-image test-image-session-host test-keycloak
+
+# As root where apt-get is: what is missing of them, in one apt-get (elsewhere: says so).
+test-packages: ## install every Debian package make test may need, at once (root; apt-install.sh --list)
+	@hack/cluster/apt-install.sh --test-packages
 
 # make test's: where podman cannot be had, says why and goes on (tests/e2e/test_image_live.py skips).
 test-image: $(STAMP)
