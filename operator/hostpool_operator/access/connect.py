@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from ..api import Phase, Reason
 from .names import request_name
-from .rdp import rdp_file
+from .rdp import RdpValueError, rdp_file
 from .views import HostView, PoolView, RequestView
 
 #: Seconds a client is told to wait before connecting again, by why it waits.
@@ -24,6 +24,9 @@ RETRY_AFTER: dict[str, int] = {
     Reason.HOST_LOST: 1,
     "SessionEnding": 2,
     "HostAddressUnknown": 5,
+    # Someone must correct the host or the pool first: come back much later.
+    "HostAddressInvalid": 60,
+    "PoolConnectionInvalid": 60,
 }
 DEFAULT_RETRY_AFTER = 2
 
@@ -157,7 +160,10 @@ def answer(request: RequestView, pool: PoolView, caller: Caller, *, reused: bool
             if reused or request.reason is Reason.RECONNECTED
             else Reason.NEW_SESSION
         )
-        rdp = rdp_file(request.address, caller.user, pool.connection)
+        try:
+            rdp = rdp_file(request.address, caller.user, pool.connection)
+        except RdpValueError as refused:
+            return _unwritable(request, refused)
         body = {
             "request": request.name,
             "host": request.host,
@@ -171,6 +177,30 @@ def answer(request: RequestView, pool: PoolView, caller: Caller, *, reused: bool
     if request.ending:
         return waiting(request, "SessionEnding")
     return waiting(request, str(request.reason) if request.reason else "Pending")
+
+
+def _unwritable(request: RequestView, refused: RdpValueError) -> Answer:
+    """The answer when the .rdp file cannot be written as it stands: no file, a reason; the
+    bad value itself is never repeated to the caller (it may be anyone's)."""
+    if refused.field == "username":
+        return error(
+            400,
+            "UserNameInvalid",
+            "your user name holds a control character and cannot go into a connection file",
+        )
+    if refused.field == "address":
+        reason, message = (
+            "HostAddressInvalid",
+            f"host {request.host} has an address that is not an IP address or a DNS name; "
+            "an administrator must correct it",
+        )
+    else:
+        reason, message = (
+            "PoolConnectionInvalid",
+            f"the pool's connection settings ({refused.field}) cannot go into a connection "
+            "file; an administrator must correct them",
+        )
+    return error(503, reason, message, RETRY_AFTER[reason])
 
 
 def waiting(request: RequestView, reason: str) -> Answer:

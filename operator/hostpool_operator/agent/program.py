@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 
 import psutil
 
+from ..api.address import ADDRESS_RULE, is_host_address
 from ..api.timestamps import rfc3339
 from ..kube.backoff import Backoff
 from ..kube.client import KubeClient
@@ -437,11 +438,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--command-timeout", type=float, default=10.0, help="seconds any command may take"
     )
-    parser.add_argument("--address", help="the address clients use (default: detected)")
+    parser.add_argument(
+        "--address",
+        help="the address clients use: an IP address (IPv6 without brackets) or a DNS name "
+        "(default: detected)",
+    )
     add_logging_flags(parser)
     args = parser.parse_args(argv)
     if args.interval <= 0:
         parser.error("--interval must be positive")
+    if args.address is not None and not is_host_address(args.address):
+        parser.error(f"--address: {args.address[:64]!r} is not {ADDRESS_RULE}")
     return args
 
 
@@ -462,6 +469,11 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
         sessions_from=args.sessions_from,
     )
     address = args.address or local_address(running.server)
+    if address is not None and not is_host_address(address):
+        # Never the case for an address the socket reports; checked all the same, since
+        # the API server would refuse the whole status write.
+        log.warning("the detected address %r is not %s: reporting none", address, ADDRESS_RULE)
+        address = None
     await Agent(running.client, options, address=address).run(running.stop)
     return 0
 

@@ -18,6 +18,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field, field_validator
 
+from .address import CONTROL_CHARACTERS, GATEWAY_PATTERN
 from .base import MAX_USER, ApiModel
 
 #: Most users and groups one pool may name (a pool for more people names a group).
@@ -39,8 +40,8 @@ BROKER_RDP_PROPERTIES: tuple[str, ...] = (
 )
 
 #: One property: a name of letters, digits and spaces; type i (an integer), s (text without
-#: line breaks) or b (hex).
-RDP_PROPERTY = r"^[A-Za-z][A-Za-z0-9 ]*:(i:-?[0-9]+|s:[^\r\n]*|b:[0-9A-Fa-f]*)$"
+#: line breaks or other control characters) or b (hex).
+RDP_PROPERTY = rf"^[A-Za-z][A-Za-z0-9 ]*:(i:-?[0-9]+|s:[^{CONTROL_CHARACTERS}]*|b:[0-9A-Fa-f]*)$"
 _RDP_PROPERTY = re.compile(RDP_PROPERTY)
 
 UserName = Annotated[str, Field(min_length=1, max_length=MAX_USER)]
@@ -64,7 +65,7 @@ def parse_rdp_properties(text: str) -> list[tuple[str, RdpType, str]]:
     for item in text.split(";"):
         if not item:
             continue
-        if not _RDP_PROPERTY.match(item):
+        if not _RDP_PROPERTY.fullmatch(item):
             raise ValueError(
                 f"rdpProperties: {item[:80]!r} is not name:type:value with type i (an "
                 "integer), s (text) or b (hex)"
@@ -107,8 +108,9 @@ class Gateway(ApiModel):
     hostname: str = Field(
         min_length=1,
         max_length=253,
-        pattern=r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$",
-        description="The gateway's host name, optionally with :port.",
+        pattern=GATEWAY_PATTERN,
+        description="The gateway's host name or IP address (IPv6 in brackets), optionally "
+        "with :port.",
     )
 
 

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
+from .address import HOST_ADDRESS_PATTERN
 from .base import (
     ALL_PROTOCOLS,
     MAX_ADDRESS,
@@ -104,8 +105,10 @@ class HostAgent(ApiModel):
     address: str | None = Field(
         default=None,
         max_length=MAX_ADDRESS,
-        description="The address clients reach the host at, as the agent sees it; used when "
-        "spec.address is not set.",
+        pattern=HOST_ADDRESS_PATTERN,
+        description="The address clients reach the host at, as the agent sees it (an IP "
+        "address, IPv6 without brackets, or a DNS name); used only when neither spec.address "
+        "nor the workload gives one.",
     )
 
 
@@ -129,7 +132,11 @@ class SessionHostSpec(ApiModel):
         description="True: the host takes no new sessions; users with a session may reconnect.",
     )
     address: str | None = Field(
-        default=None, max_length=MAX_ADDRESS, description="Address handed to the client."
+        default=None,
+        max_length=MAX_ADDRESS,
+        pattern=HOST_ADDRESS_PATTERN,
+        description="Address handed to the client: an IP address (IPv6 without brackets) or "
+        "a DNS name. Wins over the workload's and the agent's.",
     )
     features: HostFeatures = Field(
         default_factory=HostFeatures, description="What the host supports."
@@ -166,9 +173,11 @@ class SessionHostStatus(ApiModel):
     address: str | None = Field(
         default=None,
         max_length=MAX_ADDRESS,
+        pattern=HOST_ADDRESS_PATTERN,
         description=(
-            "The address in force: spec.address, else the one the agent reports, else the "
-            "workload's (workloadRef.addressFrom); copied to requests on assignment."
+            "The address in force: spec.address, else the workload's (workloadRef.addressFrom), "
+            "else the one the agent reports; a value that is not an IP address or a DNS name "
+            "is skipped. Copied to requests on assignment."
         ),
     )
     load_index: int | None = Field(

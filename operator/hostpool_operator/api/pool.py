@@ -13,6 +13,7 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 
 from .access import Connection, Entitlements
+from .address import HOST_ADDRESS_PATTERN
 from .base import (
     DEFAULT_CONNECTING_TIMEOUT_SECONDS,
     MAX_ADDRESS,
@@ -187,7 +188,9 @@ class SessionHostTemplateSpec(ApiModel):
     address: str | None = Field(
         default=None,
         max_length=MAX_ADDRESS,
-        description="Address handed to clients; usually left out for generated hosts.",
+        pattern=HOST_ADDRESS_PATTERN,
+        description="Address handed to clients (an IP address or a DNS name); usually left "
+        "out for generated hosts.",
     )
     features: HostFeatures = Field(
         default_factory=HostFeatures, description="Features of the new hosts."

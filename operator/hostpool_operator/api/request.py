@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
+from .address import HOST_ADDRESS_PATTERN, NO_CONTROL_PATTERN
 from .base import (
     MAX_ADDRESS,
     MAX_MESSAGE,
@@ -29,7 +30,9 @@ class SessionRequestSpec(ApiModel):
     user: str = Field(
         min_length=1,
         max_length=MAX_USER,
-        description="Who the session is for; a second request of the same user reconnects.",
+        pattern=NO_CONTROL_PATTERN,
+        description="Who the session is for; a second request of the same user reconnects. "
+        "No control characters (line breaks, tabs, escapes).",
     )
     protocol: Protocol | None = Field(
         default=None, description="RDP, PCOIP or BLAST; the host must support it."
@@ -59,7 +62,10 @@ class SessionRequestStatus(ApiModel):
         default=None, max_length=MAX_NAME, description="The SessionHost's name, once assigned."
     )
     host_address: str | None = Field(
-        default=None, max_length=MAX_ADDRESS, description="The host's address, once assigned."
+        default=None,
+        max_length=MAX_ADDRESS,
+        pattern=HOST_ADDRESS_PATTERN,
+        description="The host's address (an IP address or a DNS name), once assigned.",
     )
     reason: Reason | None = Field(
         default=None,

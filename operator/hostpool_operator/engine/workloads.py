@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..api import API_VERSION, MAX_ADDRESS
+from ..api.address import is_host_address
 from ..api.timestamps import parse_time
 from ..api.vocabulary import HOST_LABEL, MANAGED_LABEL, MANAGER, POOL_LABEL
 from ..api.workload import DEFAULT_ADDRESS_FROM, WorkloadRef, WorkloadTemplate
@@ -117,17 +118,21 @@ class WorkloadRecord:
 
 
 def host_address(host: HostRecord, workload: WorkloadRecord | None) -> str | None:
-    """The address in force: the spec's, else the one the agent reports, else the
-    workload's (at its reference's addressFrom)."""
+    """The address in force: the spec's, else the workload's (at its reference's
+    addressFrom), else the one the agent reports. The workload's wins over the agent's: the
+    agent runs beside users' sessions, the workload's status is its controller's. Only an
+    IP address or a DNS name is ever in force (``is_host_address``): any other value is
+    skipped like a missing one, so nothing else reaches a request or an .rdp file."""
     if host.spec is None:
         return None
-    if host.spec.address:
-        return host.spec.address
-    agent = host.status.get("agent")
-    if isinstance(agent, Mapping) and isinstance(agent.get("address"), str) and agent["address"]:
-        return str(agent["address"])
     ref = host.spec.workload_ref
-    return workload.address(ref.address_from) if ref is not None and workload else None
+    agent = host.status.get("agent")
+    candidates = (
+        host.spec.address,
+        workload.address(ref.address_from) if ref is not None and workload else None,
+        agent.get("address") if isinstance(agent, Mapping) else None,
+    )
+    return next((c for c in candidates if isinstance(c, str) and is_host_address(c)), None)
 
 
 class Gate(enum.StrEnum):

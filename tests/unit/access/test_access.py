@@ -282,10 +282,12 @@ def test_rdp_file_carries_the_pools_settings_and_gateway() -> None:
 
 
 def test_rdp_file_ipv6_and_a_user_with_a_line_break() -> None:
-    text = rdp_file("fd00::7", "eve\r\nfull address:s:evil:1", api.Connection())
-    lines = text.split("\r\n")
-    assert lines[0] == "full address:s:[fd00::7]:3389"
-    assert sum(line.startswith("full address") for line in lines) == 1
+    assert rdp_file("fd00::7", "eve", api.Connection()).startswith(
+        "full address:s:[fd00::7]:3389\r\n"
+    )
+    # A line break is refused, never written (tests/unit/access/test_rdp_file.py: all values).
+    with pytest.raises(ValueError, match="username"):
+        rdp_file("fd00::7", "eve\r\nfull address:s:evil:1", api.Connection())
 
 
 @pytest.mark.parametrize(

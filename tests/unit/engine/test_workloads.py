@@ -289,11 +289,16 @@ def test_an_ended_pod_closes_the_gate_as_terminated() -> None:
 # --------------------------------------------------------------------------- address
 
 
+INJECTED = "10.6.6.6\r\ndrivestoredirect:s:*\r\nredirectclipboard:i:1"
+
+
 @pytest.mark.parametrize(
     ("spec_address", "agent", "expected"),
     [
         ("rds.example", {"address": "10.5.5.5"}, "rds.example"),
-        (None, {"address": "10.5.5.5"}, "10.5.5.5"),
+        # The workload's address is authoritative over what the agent reports.
+        (None, {"address": "10.5.5.5"}, "10.0.0.7"),
+        (None, {"address": INJECTED}, "10.0.0.7"),
         (None, None, "10.0.0.7"),
         (None, {"address": ""}, "10.0.0.7"),
     ],
@@ -306,6 +311,49 @@ def test_address_in_force(spec_address: str | None, agent: Obj | None, expected:
         obj["status"] = {"agent": agent}
     workload = WorkloadRecord.of(pod("h1"), "Pod")
     assert host_address(HostRecord.of(obj), workload) == expected
+
+
+@pytest.mark.parametrize(
+    ("workload_ip", "agent", "expected"),
+    [
+        # No workload address (yet): the agent's report, when it is an address.
+        (None, "10.5.5.5", "10.5.5.5"),
+        (None, INJECTED, None),
+        (None, "evil.example:443", None),
+        # A workload value that is no address is skipped like a missing one.
+        ("10.0.0.7\nx:s:y", "10.5.5.5", "10.5.5.5"),
+        ("10.0.0.7\nx:s:y", None, None),
+        ("fd00::7", "10.5.5.5", "fd00::7"),
+    ],
+)
+def test_only_an_ip_address_or_a_dns_name_is_in_force(
+    workload_ip: str | None, agent: str | None, expected: str | None
+) -> None:
+    obj = host_obj("h1", workloadRef=ref("h1"))
+    if agent is not None:
+        obj["status"] = {"agent": {"address": agent}}
+    workload = pod("h1")
+    workload["status"].pop("podIP", None)
+    if workload_ip is not None:
+        workload["status"]["podIP"] = workload_ip
+    assert host_address(HostRecord.of(obj), WorkloadRecord.of(workload, "Pod")) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec_address", "agent", "expected"),
+    [
+        (None, "10.5.5.5", "10.5.5.5"),
+        (None, INJECTED, None),
+        # A spec an older CRD let in is refused as a whole: the host has no address.
+        (INJECTED, "10.5.5.5", None),
+    ],
+)
+def test_without_a_workload_the_agents_address_is_in_force_when_valid(
+    spec_address: str | None, agent: str, expected: str | None
+) -> None:
+    obj = host_obj("h1") if spec_address is None else host_obj("h1", address=spec_address)
+    obj["status"] = {"agent": {"address": agent}}
+    assert host_address(HostRecord.of(obj), None) == expected
 
 
 def test_address_from_the_references_path() -> None:
