@@ -35,7 +35,7 @@ TEST_PACKAGES_NO_RECOMMENDS=(xrdp xorgxrdp twm xterm x11-xserver-utils iproute2 
 LOCK="${HOSTPOOL_APT_LOCK:-/run/lock/hostpool-apt.lock}"
 # How long to wait for another apt or dpkg (seconds).
 APT_WAIT="${HOSTPOOL_APT_WAIT:-600}"
-opts=() always=0
+opts=() always=0 tests=0
 case "${1:-}" in
   --list)
     printf '%s\n' "${TEST_PACKAGES[@]}" "${TEST_PACKAGES_NO_RECOMMENDS[@]}" | sort -u
@@ -46,8 +46,8 @@ case "${1:-}" in
       echo "apt-install: no apt-get here, or not root (uid $(id -u)): the tests' packages are not installed; the tests that need them say why" >&2
       exit 0
     fi
-    "$0" "${TEST_PACKAGES[@]}"
-    exec "$0" --no-install-recommends "${TEST_PACKAGES_NO_RECOMMENDS[@]}"
+    tests=1
+    shift
     ;;
 esac
 while [[ ${1:-} == --* ]]; do
@@ -58,7 +58,7 @@ while [[ ${1:-} == --* ]]; do
   esac
   shift
 done
-(($# > 0)) || { echo "usage: $0 [--no-install-recommends] [--even-if-installed] PACKAGE... | --test-packages | --list" >&2; exit 2; }
+(($# > 0 || tests)) || { echo "usage: $0 [--no-install-recommends] [--even-if-installed] PACKAGE... | --test-packages | --list" >&2; exit 2; }
 command -v apt-get >/dev/null || { echo "apt-install: no apt-get here to install $*" >&2; exit 3; }
 [[ $(id -u) -eq 0 ]] || { echo "apt-install: installing $* needs root (uid $(id -u))" >&2; exit 3; }
 
@@ -84,14 +84,28 @@ apt_get() { # args... : apt-get, run again while it fails only because another a
   done
 }
 
+updated=0
+install_missing() { # [--no-install-recommends] PACKAGE... : those not installed (under the lock)
+  local extra=() missing=() p
+  if [[ $1 == --no-install-recommends ]]; then extra+=("$1"); shift; fi
+  for p in "$@"; do
+    ((always)) && { missing+=("$p"); continue; }
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  # Another run may have installed them while this one waited for the lock.
+  ((${#missing[@]} > 0)) || return 0
+  if ((!updated)); then
+    apt_get update -qq
+    updated=1
+  fi
+  apt_get install -y -qq "${opts[@]}" "${extra[@]}" "${missing[@]}"
+}
+
 exec 9>"$LOCK"
 flock 9
-missing=()
-for p in "$@"; do
-  ((always)) && { missing+=("$p"); continue; }
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-# Another run may have installed them while this one waited for the lock.
-((${#missing[@]} > 0)) || exit 0
-apt_get update -qq
-apt_get install -y -qq "${opts[@]}" "${missing[@]}"
+if ((tests)); then
+  install_missing "${TEST_PACKAGES[@]}"
+  install_missing --no-install-recommends "${TEST_PACKAGES_NO_RECOMMENDS[@]}"
+else
+  install_missing "$@"
+fi
