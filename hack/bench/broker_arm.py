@@ -146,7 +146,7 @@ async def broker_run(
     create_pool, watch_requests, started, proc_stats, free_port, delete_namespace,
     operator_command, percentile)."""
     namespace: str = await tools["create_namespace"](client, "bench-broker")
-    await tools["create_pool"](client, namespace, args, entitlements={"groups": [GROUP]})
+    await tools["create_pool"](client, namespace, args, entitlements={"groups": [f"/{GROUP}"]})
     operator_log, broker_log = work / "broker-operator.log", work / "broker.log"
     env = {**os.environ, "KUBECONFIG": args.kubeconfig, "PYTHONPATH": str(ROOT / "operator")}
     operator = subprocess.Popen(
@@ -165,6 +165,7 @@ async def broker_run(
             "hostpool_operator.broker",
             "--oidc-issuer",
             kc.issuer(REALM),
+            "--oidc-allow-insecure-issuer",  # the bench's Keycloak is plain http on 127.0.0.1
             "--oidc-audience",
             CLIENT,
             "--listen",

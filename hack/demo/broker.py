@@ -1,6 +1,6 @@
 """`make demo-broker` (after `make demo`): users sign in and get an .rdp file.
 
-Starts Keycloak (realm ``corp``: alice and carol in group finance-desk, bob in none) on
+Starts Keycloak (realm ``corp``: alice and carol in group /finance-desk, bob in none) on
 127.0.0.1:18080 and ``hostpool-broker`` on 127.0.0.1:8443, both in the background, next to
 the demo's operator; applies a pool ``desktops`` of two hosts entitled to finance-desk; then
 signs alice in (a password grant, as a client would after the user typed it), connects her,
@@ -39,8 +39,8 @@ KEYCLOAK_PORT, BROKER_PORT = 18080, 8443
 BROKER_METRICS_PORT = 9091
 CLIENT_ID, SECRET = "hostpool-desktops", "demo-secret"
 USERS = [
-    ("alice", "alice-pw", ["finance-desk"]),
-    ("carol", "carol-pw", ["finance-desk"]),
+    ("alice", "alice-pw", ["/finance-desk"]),
+    ("carol", "carol-pw", ["/finance-desk"]),
     ("bob", "bob-pw", []),
 ]
 GROUP, VERSION = "hostpool.io", "v1alpha1"
@@ -84,6 +84,7 @@ def start_broker(kubeconfig: Path, issuer: str) -> None:
             "hostpool_operator.broker",
             "--oidc-issuer",
             issuer,
+            "--oidc-allow-insecure-issuer",  # the demo's Keycloak is plain http on 127.0.0.1
             "--oidc-audience",
             CLIENT_ID,
             "--listen",
@@ -118,7 +119,7 @@ def apply_pool(objects: Any) -> None:
         "metadata": {"name": POOL},
         "spec": {
             "loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 4},
-            "entitlements": {"groups": ["finance-desk"]},
+            "entitlements": {"groups": ["/finance-desk"]},
             "connection": {"port": 3389, "rdpProperties": "audiomode:i:0;redirectclipboard:i:1"},
         },
     }
@@ -137,7 +138,7 @@ def apply_pool(objects: Any) -> None:
         except ApiException as error:
             if error.status != 409:
                 raise
-    say(f"pool {POOL}: depth-first, 2 hosts x 4 sessions, entitled: group finance-desk")
+    say(f"pool {POOL}: depth-first, 2 hosts x 4 sessions, entitled: group /finance-desk")
     time.sleep(1.5)  # the operator and the broker see it
 
 
@@ -188,7 +189,7 @@ def main() -> int:
     say(f"alice connects again: HTTP {status}, {answer['reason']} to {answer['host']}")
     bob = token("bob", "bob-pw")
     status, refused = call("POST", connect, bob)
-    say(f"bob (not in finance-desk) connects: HTTP {status} {refused}")
+    say(f"bob (not in /finance-desk) connects: HTTP {status} {refused}")
     print(
         "\nBy hand (the broker and Keycloak keep running):\n"
         "  TOKEN=$(curl -s -d grant_type=password -d client_id=hostpool-desktops \\\n"

@@ -1477,6 +1477,32 @@ def test_broker_args_are_accepted_by_the_broker_cli(render: Render) -> None:
         ({"watchNamespace": "vdi", "broker.namespace": "lab"}, "lab"),
     ],
 )
+def test_broker_oidc_token_settings(render: Render, helm: Path) -> None:
+    """Authorized parties, the key set's lifetime and the http issuer reach the broker's
+    own parser; a plain-http issuer fails the render unless allowed by name."""
+    args = parse_broker_args(broker_container(render(**BROKER))["args"])
+    assert args.oidc_authorized_party == []
+    assert (args.oidc_keys_max_age_seconds, args.oidc_keys_max_stale_seconds) == (300, 3600)
+    assert args.oidc_allow_insecure_issuer is False
+    docs = render(
+        **{
+            **BROKER,
+            "broker.oidc.authorizedParties": ["rdp-portal", "rdp-client"],
+            "broker.oidc.keysMaxAgeSeconds": 60,
+            "broker.oidc.keysMaxStaleSeconds": 0,
+        }
+    )
+    args = parse_broker_args(broker_container(docs)["args"])
+    assert args.oidc_authorized_party == ["rdp-portal", "rdp-client"]
+    assert (args.oidc_keys_max_age_seconds, args.oidc_keys_max_stale_seconds) == (60, 0)
+    plain = {**BROKER, "broker.oidc.issuer": "http://keycloak.test:8080/realms/vdi"}
+    assert "allowInsecureIssuer" in render_fails(helm, plain)
+    docs = render(**{**plain, "broker.oidc.allowInsecureIssuer": True})
+    args = parse_broker_args(broker_container(docs)["args"])
+    assert args.oidc_issuer == plain["broker.oidc.issuer"]
+    assert args.oidc_allow_insecure_issuer is True
+
+
 def test_broker_namespace_is_its_roles(
     render: Render, values: dict[str, Any], namespace: str
 ) -> None:

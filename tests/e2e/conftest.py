@@ -200,7 +200,7 @@ def sign(keycloak: Keycloak, realm_key: tuple[str, Any]) -> Callable[..., str]:
             "iat": now,
             "exp": now + 300,
             "preferred_username": "alice",
-            "groups": ["finance-desk"],
+            "groups": ["/finance-desk"],
         }
         body.update(claims)
         body = {k: v for k, v in body.items() if v is not None}
@@ -226,11 +226,14 @@ def brokers(
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
 
     def start(
-        *extra: str, ready: bool = True, trust: ssl.SSLContext | None = None
+        *extra: str,
+        ready: bool = True,
+        trust: ssl.SSLContext | None = None,
+        issuer: str | None = None,
     ) -> BrokerProcess:
         broker = BrokerProcess(
             kube.kubeconfig,
-            keycloak.issuer(REALM),
+            issuer or keycloak.issuer(REALM),
             CLIENT,
             [namespace],
             tmp_path / f"broker-{len(made)}.log",

@@ -29,16 +29,18 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
 from support.broker_helpers import (
+    CLIENT,
     POOL,
     REALM,
     BrokerProcess,
     assert_refused,
+    b64int,
     broker_requests,
     entitled_pool,
     keycloak_token,
 )
 from support.cluster import Cluster
-from support.keycloak import Keycloak
+from support.keycloak import CLIENT_SECRET, Keycloak
 from support.operator_process import OperatorProcess
 
 Obj = dict[str, Any]
@@ -56,9 +58,12 @@ def test_tokens_the_broker_refuses_with_401_and_nothing_created(
     tokens: Callable[[str], str],
 ) -> None:
     del operator_process
-    entitled_pool(cluster, ["h1"], users=["alice"], groups=["finance-desk"])
+    entitled_pool(cluster, ["h1"], users=["alice"], groups=["/finance-desk"])
     broker = brokers()
     good = tokens("alice")
+    id_token = keycloak.token_response(REALM, CLIENT, CLIENT_SECRET, "alice", "alice-pw")[
+        "id_token"
+    ]
     head, payload, signature = good.split(".")
     claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     claims["preferred_username"] = "bob"
@@ -76,6 +81,12 @@ def test_tokens_the_broker_refuses_with_401_and_nothing_created(
         "not valid yet": "Bearer " + sign(nbf=now + 600),
         "wrong audience": "Bearer " + sign(aud="another-client"),
         "wrong issuer": "Bearer " + sign(iss="http://127.0.0.1:1/realms/corp"),
+        "issuer with a trailing slash": "Bearer " + sign(iss=keycloak.issuer(REALM) + "/"),
+        # Keycloak's own ID token: same issuer, the client id in aud, alice; typ ID.
+        "ID token": "Bearer " + id_token,
+        "typ Refresh": "Bearer " + sign(typ="Refresh"),
+        "header typ dpop+jwt": "Bearer " + sign({"typ": "dpop+jwt"}),
+        "crit header": "Bearer " + sign({"crit": ["exp"]}),
         "no expiry": "Bearer " + sign(exp=None),
         "alg none": f"Bearer {unsigned_head}.{payload}.",
         "HS256 with the public key as secret": "Bearer "
@@ -90,7 +101,7 @@ def test_tokens_the_broker_refuses_with_401_and_nothing_created(
         "tampered payload": f"Bearer {head}.{tampered_payload}.{signature}",
         "user claim missing": "Bearer " + sign(preferred_username=None),
         "user claim not a string": "Bearer " + sign(preferred_username=["alice"]),
-        "groups not a list of strings": "Bearer " + sign(groups="finance-desk"),
+        "groups not a list of strings": "Bearer " + sign(groups="/finance-desk"),
         "1,001 groups": "Bearer " + sign(groups=[f"g{i}" for i in range(1001)]),
     }
     for what, authorization in cases.items():
@@ -105,6 +116,8 @@ def test_tokens_the_broker_refuses_with_401_and_nothing_created(
     assert broker_requests(cluster) == {}
     # The same signing key with proper claims is accepted: the refusals above are the claims.
     assert broker.connect(cluster.namespace, POOL, sign()).status == 200
+    assert broker.connect(cluster.namespace, POOL, sign(typ="Bearer")).status == 200
+    assert broker.connect(cluster.namespace, POOL, sign({"typ": "at+jwt"})).status == 200
     log = broker.log_text()
     assert good not in log, "a token reached the broker's log"
     assert signature not in log, "a token reached the broker's log"
@@ -117,7 +130,7 @@ def test_a_token_with_10000_groups_is_refused_with_a_4xx(
     sign: Callable[..., str],
 ) -> None:
     del operator_process
-    entitled_pool(cluster, ["h1"], groups=["finance-desk"])
+    entitled_pool(cluster, ["h1"], groups=["/finance-desk"])
     broker = brokers()
     huge = sign(groups=[f"group-{i}" for i in range(10_000)])
     reply = broker.connect(cluster.namespace, POOL, huge)
@@ -156,6 +169,128 @@ def test_the_issuer_rotating_its_key_is_followed_after_one_refetch(
         assert broker.connect(cluster.namespace, POOL, forged).status == 401
     assert key_fetches(broker) <= fetches + 2
     assert broker.connect(cluster.namespace, POOL, before).status == 200  # old key still listed
+
+
+def test_a_key_removed_from_the_issuer_stops_verifying_after_the_max_age(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    brokers: Callable[..., BrokerProcess],
+    keycloak: Keycloak,
+    tokens: Callable[[str], str],
+) -> None:
+    """A key the issuer stops publishing is not trusted for ever: the broker fetches the
+    key set again once it is --oidc-keys-max-age-seconds old, and tokens signed with the
+    removed key are refused from then on (Keycloak's own keys go on verifying)."""
+    del operator_process
+    entitled_pool(cluster, ["h1"], users=["alice", "bob"])
+    kid, private = add_realm_key(keycloak, "e2e-removed-key")
+    broker = brokers("--oidc-keys-max-age-seconds", "2", "--oidc-key-refetch-seconds", "1")
+    now = int(time.time())
+    claims = {"iss": keycloak.issuer(REALM), "aud": CLIENT, "exp": now + 300, "iat": now}
+    signed = jwt.encode(
+        {**claims, "preferred_username": "alice"}, private, "RS256", headers={"kid": kid}
+    )
+    assert broker.connect(cluster.namespace, POOL, signed).status == 200
+    keycloak.retire_key(REALM, kid, remove=True)
+    assert kid not in {k["kid"] for k in keycloak.jwks(REALM)["keys"]}
+    removed = time.monotonic()
+    while broker.pools(signed).status == 200:
+        assert time.monotonic() - removed < 10, "a removed key still verifies after 10 s"
+        time.sleep(0.2)
+    refused_after = time.monotonic() - removed
+    assert refused_after < 2 + 3  # the max age, one fetch, the polling
+    reply = broker.connect(cluster.namespace, POOL, signed)
+    assert_refused(reply, 401, "Unauthorized")
+    assert broker.connect(cluster.namespace, POOL, tokens("bob")).status == 200
+    assert "no longer published, no longer trusted: ['" + kid in broker.log_text()
+
+
+def test_a_broker_whose_issuer_differs_by_a_slash_never_gets_ready(
+    brokers: Callable[..., BrokerProcess], keycloak: Keycloak
+) -> None:
+    """Discovery's issuer must be exactly --oidc-issuer: Keycloak's has no trailing slash,
+    so a broker told the issuer with one takes no key set (and would take no token)."""
+    broker = brokers(issuer=keycloak.issuer(REALM) + "/", ready=False)
+    deadline = time.monotonic() + 15
+    while "discovery names issuer" not in broker.log_text():
+        assert time.monotonic() < deadline, broker.log_tail()
+        time.sleep(0.2)
+    assert broker.call("GET", "/readyz").status == 503
+
+
+def test_authorized_parties_and_email_as_the_user(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    brokers: Callable[..., BrokerProcess],
+    sign: Callable[..., str],
+    tokens: Callable[[str], str],
+) -> None:
+    """--oidc-authorized-party: Keycloak's tokens name the client in azp; a broker that
+    trusts another client refuses them. --user-claim email: only a verified address."""
+    del operator_process
+    entitled_pool(cluster, ["h1"], users=["alice", "alice@corp.example"])
+    alice = tokens("alice")
+    other = brokers("--oidc-authorized-party", "another-portal")
+    assert_refused(other.connect(cluster.namespace, POOL, alice), 401, "Unauthorized")
+    trusting = brokers(
+        "--oidc-authorized-party", "another-portal", "--oidc-authorized-party", CLIENT
+    )
+    assert trusting.connect(cluster.namespace, POOL, alice).status == 200
+    by_email = brokers("--user-claim", "email")
+    reply = by_email.pools(alice)  # Keycloak: email_verified true (the realm says so)
+    assert reply.status == 200, reply.text
+    unverified = sign(email="alice@corp.example", email_verified=False)
+    unsaid = sign(email="alice@corp.example")
+    for token in (unverified, unsaid):
+        assert_refused(by_email.pools(token), 401, "Unauthorized")
+
+
+def test_groups_are_matched_as_full_paths(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    brokers: Callable[..., BrokerProcess],
+    tokens: Callable[[str], str],
+) -> None:
+    """Keycloak sends full group paths: heidi's /contractors/finance-desk does not open a
+    pool of /finance-desk (alice's), and a pool naming the bare finance-desk opens to no one."""
+    del operator_process
+    entitled_pool(cluster, ["h1"], groups=["/finance-desk"])
+    entitled_pool(cluster, ["h2"], groups=["finance-desk"], name="bare")
+    entitled_pool(cluster, ["h3"], groups=["/contractors/finance-desk"], name="contractors")
+    broker = brokers()
+    alice, heidi = tokens("alice"), tokens("heidi")
+    assert broker.connect(cluster.namespace, POOL, alice).status == 200
+    assert_refused(broker.connect(cluster.namespace, POOL, heidi), 404, "PoolNotFound")
+    assert {p["name"] for p in broker.pools(alice).body["pools"]} == {POOL}
+    assert {p["name"] for p in broker.pools(heidi).body["pools"]} == {"contractors"}
+    assert broker.connect(cluster.namespace, "contractors", heidi).status == 200
+
+
+def add_realm_key(keycloak: Keycloak, name: str) -> tuple[str, Any]:
+    """(kid, private key) of an RSA key added to realm corp at the lowest priority: it is
+    published, Keycloak keeps signing with its own."""
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = private.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    ).decode()
+    status, _, body = keycloak.admin(
+        "POST",
+        f"/{REALM}/components",
+        {
+            "name": name,
+            "providerId": "rsa",
+            "providerType": "org.keycloak.keys.KeyProvider",
+            "config": {"priority": ["0"], "privateKey": [pem], "algorithm": ["RS256"]},
+        },
+    )
+    assert status == 201, f"adding a key: {status} {body}"
+    n = private.public_key().public_numbers().n
+    for key in keycloak.jwks(REALM)["keys"]:
+        if key.get("kty") == "RSA" and b64int(key["n"]) == n:
+            return str(key["kid"]), private
+    raise AssertionError("the added key is not in the realm's key set")
 
 
 def key_fetches(broker: BrokerProcess) -> int:

@@ -5,7 +5,8 @@ a broker killed mid-connect, ending a session. Tokens, bad input and TLS:
 test_broker_auth_live.py. The fixtures (``brokers``, ``tokens``, ``sign``) are in conftest.py.
 
 Users of the ``keycloak`` fixture's realm ``corp``: alice and carol are in group
-finance-desk, bob in none. Pools name them as they need.
+/finance-desk, bob in none (groups are full paths, as the tokens carry them). Pools name
+them as they need.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def test_entitled_users_get_the_host_depth_first_chose_and_others_a_404(
     tokens: Callable[[str], str],
 ) -> None:
     del operator_process
-    entitled_pool(cluster, ["h1", "h2"], limit=3, users=["bob"], groups=["finance-desk"])
+    entitled_pool(cluster, ["h1", "h2"], limit=3, users=["bob"], groups=["/finance-desk"])
     # One session on h2 already: depth-first fills it before h1.
     cluster.create_request("by-hand", POOL, "zed")
     cluster.wait(lambda: phase(cluster.request("by-hand")) == "Assigned" or None, "by-hand placed")
@@ -96,7 +97,7 @@ def test_pools_lists_only_entitled_pools_with_the_callers_session(
 ) -> None:
     del operator_process
     entitled_pool(cluster, ["h1"], users=["alice"], name="desk")
-    entitled_pool(cluster, ["h2"], groups=["finance-desk"], name="finance")
+    entitled_pool(cluster, ["h2"], groups=["/finance-desk"], name="finance")
     entitled_pool(cluster, ["h3"], users=["bob"], name="bobs")
     cluster.setup_pool("nobody", "DepthFirst", 2, hosts=["h4"])  # no entitlements
     broker = brokers()

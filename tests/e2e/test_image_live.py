@@ -251,6 +251,7 @@ def test_image_runs_the_broker(
         [
             "--oidc-issuer",
             keycloak.issuer(CORP),
+            "--oidc-allow-insecure-issuer",  # the suite's Keycloak is plain http
             "--oidc-audience",
             CLIENT_ID,
             "--listen",

@@ -62,7 +62,7 @@ def test_alice_token_carries_her_name_group_and_audience(keycloak: Keycloak) -> 
     assert header["alg"] == "RS256"
     claims = verify(keycloak, CORP, token)
     assert claims["preferred_username"] == "alice"
-    assert claims["groups"] == ["finance-desk"]
+    assert claims["groups"] == ["/finance-desk"]
     assert CLIENT_ID in audiences(claims)
     assert claims["azp"] == CLIENT_ID
     assert claims["typ"] == "Bearer"
@@ -71,7 +71,9 @@ def test_alice_token_carries_her_name_group_and_audience(keycloak: Keycloak) -> 
     assert claims["exp"] - claims["iat"] == 600
 
 
-def test_groups_claim_lists_names_not_paths(keycloak: Keycloak) -> None:
+def test_groups_claim_lists_full_paths(keycloak: Keycloak) -> None:
+    """Full paths (the group mapper's full.path): heidi's /contractors/finance-desk is not
+    alice's /finance-desk, though both groups are named finance-desk."""
     tokens = asyncio.run(keycloak.tokens(CORP, CLIENT_ID, CLIENT_SECRET, CORP_USERS, concurrency=4))
     assert sorted(tokens) == sorted(u for u, _, _ in CORP_USERS)
     for username, _, groups in CORP_USERS:
@@ -84,6 +86,28 @@ def test_groups_claim_lists_names_not_paths(keycloak: Keycloak) -> None:
             assert "groups" not in claims, username
     frank = verify(keycloak, CORP, tokens["frank"])
     assert len(frank["groups"]) == 10
+    heidi = verify(keycloak, CORP, tokens["heidi"])
+    assert heidi["groups"] == ["/contractors/finance-desk"]
+    assert verify(keycloak, CORP, tokens["alice"])["groups"] == ["/finance-desk"]
+
+
+def test_the_kinds_of_token_keycloak_issues(keycloak: Keycloak) -> None:
+    """What the broker tells an access token by: Keycloak writes typ Bearer into an access
+    token's payload and ID into an ID token's, which has the same issuer, the client id in
+    aud and the same user; the refresh token is HS512 (a secret of Keycloak's own)."""
+    answer = keycloak.token_response(CORP, CLIENT_ID, CLIENT_SECRET, "alice", "alice-pw")
+    access, id_token = answer["access_token"], answer["id_token"]
+    assert jwt.get_unverified_header(access)["typ"] == "JWT"
+    assert verify(keycloak, CORP, access)["typ"] == "Bearer"
+    claims = verify(keycloak, CORP, id_token)
+    assert claims["typ"] == "ID"
+    assert claims["preferred_username"] == "alice"
+    assert CLIENT_ID in audiences(claims)
+    refresh = jwt.get_unverified_header(answer["refresh_token"])
+    assert refresh["alg"].startswith("HS")
+    assert jwt.decode(answer["refresh_token"], options={"verify_signature": False})["typ"] == (
+        "Refresh"
+    )
 
 
 def test_bob_has_no_groups_claim(keycloak: Keycloak) -> None:
@@ -114,7 +138,7 @@ def test_token_of_the_other_realm_fails_corps_checks(keycloak: Keycloak) -> None
     token = keycloak.login(OTHER, "alice")
     claims = verify(keycloak, OTHER, token)
     assert claims["preferred_username"] == "alice"
-    assert claims["groups"] == ["finance-desk"]
+    assert claims["groups"] == ["/finance-desk"]
     assert CLIENT_ID in audiences(claims)
     # Each realm signs with keys of its own: corp's JWKS does not know the key...
     corp_kids = {k["kid"] for k in keycloak.jwks(CORP)["keys"]}

@@ -23,11 +23,12 @@ A temporary administrator (random password) is created in realm ``master`` throu
 
 :func:`realm` builds a realm for the import: users with passwords and groups, and one client
 (confidential with a secret, or public without) that may use the password grant, whose
-tokens carry a ``groups`` claim (group names, not paths) and the client id in ``aud``.
+tokens carry a ``groups`` claim (full group paths: ``/finance-desk``,
+``/contractors/finance-desk``) and the client id in ``aud``.
 
 Usage, from pytest (``tests/e2e/conftest.py``'s ``keycloak`` fixture) or a script::
 
-    with keycloak_session([realm("corp", [("alice", "pw", ["finance-desk"])], ...)]) as kc:
+    with keycloak_session([realm("corp", [("alice", "pw", ["/finance-desk"])], ...)]) as kc:
         access_token = kc.token("corp", "hostpool-desktops", secret, "alice", "pw")
 
 Tokens and secrets are never logged by this module; errors carry Keycloak's error body
@@ -96,8 +97,10 @@ def client(
     access_token_lifespan: int | None = None,
 ) -> dict[str, Any]:
     """A client that may use the password grant (confidential with ``secret``, public
-    without). Its tokens carry ``groups`` (group names, not paths) and ``audience`` (the
-    client id unless given) in ``aud``; ``access_token_lifespan`` overrides the realm's."""
+    without). Its tokens carry ``groups`` as full paths (``/contractors/finance-desk``: a
+    group's bare name is ambiguous, two parents can each have a ``finance-desk``) and
+    ``audience`` (the client id unless given) in ``aud``; ``access_token_lifespan``
+    overrides the realm's."""
     rep: dict[str, Any] = {
         "clientId": client_id,
         "enabled": True,
@@ -112,7 +115,7 @@ def client(
                 "protocolMapper": "oidc-group-membership-mapper",
                 "config": {
                     "claim.name": "groups",
-                    "full.path": "false",
+                    "full.path": "true",
                     "id.token.claim": "true",
                     "access.token.claim": "true",
                     "userinfo.token.claim": "true",
@@ -152,21 +155,23 @@ def realm(
 ) -> dict[str, Any]:
     """A realm representation for the import.
 
-    ``groups``: top-level groups to create; every group a user names is created too (in the
-    order first named). The realm has the client :func:`client` makes of ``client_id`` and
-    ``client_secret`` (None: public), then ``more_clients``. Each user gets an email, a
-    first and a last name (the default user profile refuses a login without them: "Account
-    is not fully set up"). ``fast_password_hashing`` stores passwords with one PBKDF2 round
-    (see :data:`FAST_PASSWORD_POLICY`); ``extra`` is merged into the realm last (any field
-    of Keycloak's RealmRepresentation, e.g. ``{"ssoSessionMaxLifespan": 36000}``).
+    ``groups``: groups to create, each a path (``/contractors/finance-desk``; a bare name
+    is a top-level group); every group a user names is created too, with its parents. The
+    realm has the client :func:`client` makes of ``client_id`` and ``client_secret`` (None:
+    public), then ``more_clients``. Each user gets an email, a first and a last name (the
+    default user profile refuses a login without them: "Account is not fully set up").
+    ``fast_password_hashing`` stores passwords with one PBKDF2 round (see
+    :data:`FAST_PASSWORD_POLICY`); ``extra`` is merged into the realm last (any field of
+    Keycloak's RealmRepresentation, e.g. ``{"ssoSessionMaxLifespan": 36000}``).
     """
     domain = email_domain or f"{name}.example"
-    group_names: list[str] = list(dict.fromkeys(groups))
+    tree: dict[str, Any] = {}
+    for group in groups:
+        _add_group(tree, group)
     user_reps: list[dict[str, Any]] = []
     for username, password, user_groups in users:
         for group in user_groups:
-            if group not in group_names:
-                group_names.append(group)
+            _add_group(tree, group)
         user_reps.append(
             {
                 "username": username,
@@ -175,7 +180,7 @@ def realm(
                 "emailVerified": True,
                 "firstName": username.capitalize(),
                 "lastName": "Example",
-                "groups": list(user_groups),
+                "groups": [_group_path(g) for g in user_groups],
                 "credentials": [{"type": "password", "value": password, "temporary": False}],
             }
         )
@@ -183,7 +188,7 @@ def realm(
         "realm": name,
         "enabled": True,
         "accessTokenLifespan": access_token_lifespan,
-        "groups": [{"name": group} for group in group_names],
+        "groups": _group_reps(tree),
         "users": user_reps,
         "clients": [client(client_id, client_secret), *(dict(c) for c in more_clients)],
     }
@@ -192,6 +197,28 @@ def realm(
     if extra:
         rep.update(extra)
     return rep
+
+
+def _group_path(group: str) -> str:
+    """``/a/b`` of a path or of a bare top-level name ``a``."""
+    return group if group.startswith("/") else f"/{group}"
+
+
+def _add_group(tree: dict[str, Any], group: str) -> None:
+    node = tree
+    for part in _group_path(group).strip("/").split("/"):
+        node = node.setdefault(part, {})
+
+
+def _group_reps(tree: dict[str, Any]) -> list[dict[str, Any]]:
+    """Keycloak GroupRepresentations of a tree of names (children as ``subGroups``)."""
+    reps: list[dict[str, Any]] = []
+    for name, children in tree.items():
+        rep: dict[str, Any] = {"name": name}
+        if children:
+            rep["subGroups"] = _group_reps(children)
+        reps.append(rep)
+    return reps
 
 
 def numbered_users(
@@ -212,20 +239,23 @@ CLIENT_ID = "hostpool-desktops"
 CLIENT_SECRET = "hostpool-desktops-test-secret"
 CORP = "corp"
 OTHER = "other"
-#: Realm ``corp``. grace's only group looks like finance-desk but is not it (a prefix
-#: match would take it); frank is in 10 groups.
+#: Realm ``corp``, groups by full path (as the tokens carry them). grace's only group looks
+#: like /finance-desk but is not it (a prefix match would take it); heidi's group has the
+#: name finance-desk too, under /contractors (a match on names would take it); frank is in
+#: 10 groups.
 CORP_USERS: list[User] = [
-    ("alice", "alice-pw", ["finance-desk"]),
+    ("alice", "alice-pw", ["/finance-desk"]),
     ("bob", "bob-pw", []),
-    ("carol", "carol-pw", ["finance-desk"]),
-    ("dave", "dave-pw", ["support-desk"]),
-    ("erin", "erin-pw", ["finance-desk", "support-desk"]),
-    ("frank", "frank-pw", [f"team-{i:02d}" for i in range(1, 11)]),
-    ("grace", "grace-pw", ["finance-desk-eu"]),
+    ("carol", "carol-pw", ["/finance-desk"]),
+    ("dave", "dave-pw", ["/support-desk"]),
+    ("erin", "erin-pw", ["/finance-desk", "/support-desk"]),
+    ("frank", "frank-pw", [f"/team-{i:02d}" for i in range(1, 11)]),
+    ("grace", "grace-pw", ["/finance-desk-eu"]),
+    ("heidi", "heidi-pw", ["/contractors/finance-desk"]),
 ]
-#: Realm ``other``: the same client id and secret, and an alice in a finance-desk group
+#: Realm ``other``: the same client id and secret, and an alice in a /finance-desk group
 #: too, so that only the issuer and the signing keys tell her tokens from corp's alice's.
-OTHER_USERS: list[User] = [("alice", "alice-other-pw", ["finance-desk"])]
+OTHER_USERS: list[User] = [("alice", "alice-other-pw", ["/finance-desk"])]
 
 
 def suite_realms() -> list[dict[str, Any]]:

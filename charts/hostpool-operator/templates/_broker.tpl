@@ -56,6 +56,9 @@ else http. */}}
 {{- define "hostpool-operator.broker.validate" -}}
 {{- $b := .Values.broker }}
 {{- $_ := required "broker.oidc.issuer is required when broker.enabled is true: the OIDC issuer URL whose tokens the broker accepts (--oidc-issuer)" $b.oidc.issuer }}
+{{- if and (hasPrefix "http://" $b.oidc.issuer) (not $b.oidc.allowInsecureIssuer) }}
+{{- fail "broker.oidc.issuer is plain http: the broker would check tokens with keys fetched without TLS; use https (set broker.oidc.allowInsecureIssuer=true only for a test issuer)" }}
+{{- end }}
 {{- $_ := required "broker.oidc.audience is required when broker.enabled is true: the OIDC client ID the tokens must be issued for (--oidc-audience)" $b.oidc.audience }}
 {{- if and $b.oidc.caConfigMap.name $b.oidc.caSecret.name }}
 {{- fail "broker.oidc.caConfigMap and broker.oidc.caSecret: set one of them, not both (the broker takes one --oidc-ca-file)" }}

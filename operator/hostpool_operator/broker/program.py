@@ -20,18 +20,29 @@ from .serving import HEAD_TIMEOUT, HeadLimits, ReloadingCertificate, serve
 
 log = logging.getLogger("hostpool_operator.broker")
 
-#: How often the issuer's key set is fetched while the broker has none (at start, or an
-#: issuer that was down).
-KEYLESS_RETRY = 5.0
-
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="hostpool-broker",
         description="Where users log on: OIDC sign-in, pool entitlements, the .rdp hand-off.",
     )
-    parser.add_argument("--oidc-issuer", required=True, help="the issuer URL of the tokens")
+    parser.add_argument(
+        "--oidc-issuer",
+        required=True,
+        help="the issuer URL of the tokens, exactly as their iss claim has it (https)",
+    )
+    parser.add_argument(
+        "--oidc-allow-insecure-issuer",
+        action="store_true",
+        help="accept an http:// issuer (keys fetched without TLS: for tests only)",
+    )
     parser.add_argument("--oidc-audience", required=True, help="the client id tokens are for")
+    parser.add_argument(
+        "--oidc-authorized-party",
+        action="append",
+        default=[],
+        help="a client id a token's azp may name (repeat; default: any)",
+    )
     parser.add_argument("--oidc-ca-file", help="CA bundle for the issuer's HTTPS")
     parser.add_argument(
         "--oidc-key-refetch-seconds",
@@ -39,7 +50,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=60.0,
         help="least time between fetches of the issuer's keys for an unknown key id",
     )
-    parser.add_argument("--user-claim", default="preferred_username")
+    parser.add_argument(
+        "--oidc-keys-max-age-seconds",
+        type=float,
+        default=300.0,
+        help="how long a fetched key set is used before it is fetched again",
+    )
+    parser.add_argument(
+        "--oidc-keys-max-stale-seconds",
+        type=float,
+        default=3600.0,
+        help="how long past its max age the last key set is trusted while fetches fail",
+    )
+    parser.add_argument(
+        "--user-claim",
+        default="preferred_username",
+        help="the claim naming the user (see docs/broker.md: sub is the stable one)",
+    )
     parser.add_argument("--groups-claim", default="groups")
     parser.add_argument("--listen", default="0.0.0.0:8443", help="HOST:PORT")
     parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
@@ -72,8 +99,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--connect-timeout-seconds must be in (0, 300]")
     if not args.metrics_stale_after > 0:
         parser.error("--metrics-stale-after must be > 0")
+    if problem := _issuer_problem(args.oidc_issuer, args.oidc_allow_insecure_issuer):
+        parser.error(f"--oidc-issuer {args.oidc_issuer!r}: {problem}")
     if args.oidc_key_refetch_seconds < 0:
         parser.error("--oidc-key-refetch-seconds must be >= 0")
+    if not args.oidc_keys_max_age_seconds > 0:
+        parser.error("--oidc-keys-max-age-seconds must be > 0")
+    if not args.oidc_keys_max_stale_seconds >= 0:
+        parser.error("--oidc-keys-max-stale-seconds must be >= 0")
+    if not all(args.oidc_authorized_party):
+        parser.error("--oidc-authorized-party must not be empty")
     if args.rate_limit <= 0 or args.rate_burst < 1:
         parser.error("--rate-limit must be > 0 and --rate-burst >= 1")
     return args
@@ -124,13 +159,36 @@ def _address(text: str) -> tuple[str, int] | None:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-async def _keys_until_ready(verifier: TokenVerifier) -> None:
-    """Fetch the issuer's keys until there is a set (an issuer down at start is retried)."""
-    while True:
-        await verifier.refresh()
-        if verifier.ready:
-            return
-        await asyncio.sleep(KEYLESS_RETRY)
+def _issuer_problem(issuer: str, allow_http: bool) -> str | None:
+    """What is wrong with an issuer URL (None: nothing): https, a host, no query, fragment
+    or user (OpenID Connect Discovery 3); plain http only when allowed by name."""
+    scheme, sep, rest = issuer.partition("://")
+    host = rest.split("/", 1)[0]
+    if not sep or scheme not in ("https", "http") or not host:
+        return "must be an https:// URL with a host"
+    if any(c in issuer for c in "?#") or "@" in host:
+        return "must not carry a query, a fragment or a user"
+    if scheme == "http" and not allow_http:
+        return (
+            "is plain http: tokens would be checked with keys fetched without TLS "
+            "(use https, or --oidc-allow-insecure-issuer for a test issuer)"
+        )
+    return None
+
+
+def oidc_settings(args: argparse.Namespace) -> OidcSettings:
+    """The verifier's settings from the parsed flags."""
+    return OidcSettings(
+        issuer=args.oidc_issuer,
+        audience=args.oidc_audience,
+        user_claim=args.user_claim,
+        groups_claim=args.groups_claim,
+        ca_file=args.oidc_ca_file,
+        refetch_interval=args.oidc_key_refetch_seconds,
+        authorized_parties=tuple(args.oidc_authorized_party),
+        keys_max_age=args.oidc_keys_max_age_seconds,
+        keys_max_stale=args.oidc_keys_max_stale_seconds,
+    )
 
 
 # uvloop, as the operator: in a logon storm the broker's HTTP serving is its CPU.
@@ -139,17 +197,7 @@ BROKER = Program("broker", max_connections=64, uvloop=True)
 
 async def amain(args: argparse.Namespace, running: Running) -> int:
     metrics = BrokerMetrics()
-    verifier = TokenVerifier(
-        OidcSettings(
-            issuer=args.oidc_issuer,
-            audience=args.oidc_audience,
-            user_claim=args.user_claim,
-            groups_claim=args.groups_claim,
-            ca_file=args.oidc_ca_file,
-            refetch_interval=args.oidc_key_refetch_seconds,
-        ),
-        on_fetch=metrics.key_fetched,
-    )
+    verifier = TokenVerifier(oidc_settings(args), on_fetch=metrics.key_fetched)
     # Read again for new connections when the files change (cert-manager renews it).
     tls = ReloadingCertificate(args.tls_cert, args.tls_key) if args.tls_cert else None
     directory = Directory(running.client, args.namespace or None)
@@ -177,7 +225,7 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
     )
     tasks = [
         asyncio.create_task(directory.run(), name="watches"),
-        asyncio.create_task(_keys_until_ready(verifier), name="issuer-keys"),
+        asyncio.create_task(verifier.keep_fresh(), name="issuer-keys"),
     ]
     stopping = asyncio.create_task(running.stop.wait())
     try:

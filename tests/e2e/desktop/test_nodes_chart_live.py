@@ -449,7 +449,8 @@ def test_the_chart_runs_the_broker_in_a_pod(
          str(CHART), "-n", nodes.namespace, "--reuse-values",
          "--set", "broker.enabled=true", "--set", "broker.replicas=1",
          "--set", f"broker.oidc.issuer={pod_keycloak.issuer(REALM)}",
-         "--set", f"broker.oidc.audience={CLIENT}"]
+         "--set", f"broker.oidc.audience={CLIENT}",
+         "--set", "broker.oidc.allowInsecureIssuer=true"]
     )  # fmt: skip
     selector = (
         f"app.kubernetes.io/name=hostpool-operator-broker,app.kubernetes.io/instance={RELEASE}"

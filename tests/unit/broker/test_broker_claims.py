@@ -23,7 +23,9 @@ def test_user_and_groups_from_the_configured_claims() -> None:
     assert (caller.user, caller.groups) == ("alice", frozenset({"a", "b"}))
     assert verifier().caller({"preferred_username": "bob"}).groups == frozenset()
     other = verifier(user_claim="email", groups_claim="roles")
-    caller = other.caller({"email": "carol@corp.example", "roles": ["desk"], "groups": ["x"]})
+    caller = other.caller(
+        {"email": "carol@corp.example", "email_verified": True, "roles": ["desk"], "groups": ["x"]}
+    )
     assert (caller.user, caller.groups) == ("carol@corp.example", frozenset({"desk"}))
 
 
@@ -80,7 +82,7 @@ GOOD = {"iss": "https://idp.example/realms/corp", "aud": "a", "exp": NOW + 300}
     [
         GOOD,
         {**GOOD, "aud": ["account", "a"]},
-        {**GOOD, "iss": "https://idp.example/realms/corp/"},
+        {**GOOD, "typ": "Bearer"},
         {**GOOD, "exp": NOW - 59},  # within the leeway
         {**GOOD, "nbf": NOW + 59},
         {**GOOD, "exp": NOW + 300.5, "nbf": NOW - 1},
@@ -94,6 +96,9 @@ def test_claims_accepted(claims: dict[str, Any]) -> None:
     ("claims", "why"),
     [
         ({**GOOD, "iss": "https://idp.example/realms/other"}, "another issuer"),
+        ({**GOOD, "iss": "https://idp.example/realms/corp/"}, "another issuer"),
+        ({**GOOD, "typ": "ID"}, "not an access token"),
+        ({**GOOD, "typ": "Refresh"}, "not an access token"),
         ({k: v for k, v in GOOD.items() if k != "iss"}, "another issuer"),
         ({**GOOD, "aud": "b"}, "not for this audience"),
         ({**GOOD, "aud": ["b", "c"]}, "not for this audience"),
