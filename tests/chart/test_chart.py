@@ -1339,6 +1339,7 @@ def test_broker_enabled_objects(render: Render) -> None:
         "Role",
         "RoleBinding",
         "Service",
+        "Service",
         "ServiceAccount",
         *BROKER_POLICY_KINDS,
     ]
@@ -1346,7 +1347,10 @@ def test_broker_enabled_objects(render: Render) -> None:
         if doc["kind"] in BROKER_POLICY_KINDS:  # cluster-scoped
             assert doc["metadata"]["name"] == f"{BROKER_NAME}-logoff-only"
             continue
-        assert doc["metadata"]["name"] == BROKER_NAME, doc["kind"]
+        if doc["kind"] == "Service" and doc["spec"]["ports"][0]["name"] == "metrics":
+            assert doc["metadata"]["name"] == f"{BROKER_NAME}-metrics"
+        else:
+            assert doc["metadata"]["name"] == BROKER_NAME, doc["kind"]
         assert doc["metadata"]["namespace"] == "hostpool-system", doc["kind"]
     assert one(broker, "Role")["rules"] == BROKER_RULES
     assert operator_objects(docs) == operator_objects(render())
@@ -1393,7 +1397,11 @@ def test_broker_deployment(render: Render) -> None:
     assert flag(args, "--log-format") == "json"
     for absent in ("--tls-cert", "--tls-key", "--oidc-ca-file"):
         assert absent not in args
-    assert main["ports"] == [{"name": "http", "containerPort": 8443, "protocol": "TCP"}]
+    assert main["ports"] == [
+        {"name": "http", "containerPort": 8443, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
+    ]
+    assert flag(args, "--metrics-listen") == "0.0.0.0:9090"
     assert main["livenessProbe"]["httpGet"] == {
         "path": "/healthz",
         "port": "http",
@@ -1469,14 +1477,6 @@ def test_broker_args_are_accepted_by_the_broker_cli(render: Render) -> None:
     assert args.rate_limit == 2.0
 
 
-@pytest.mark.parametrize(
-    ("values", "namespace"),
-    [
-        ({}, "hostpool-system"),
-        ({"watchNamespace": "vdi"}, "vdi"),
-        ({"watchNamespace": "vdi", "broker.namespace": "lab"}, "lab"),
-    ],
-)
 def test_broker_oidc_token_settings(render: Render, helm: Path) -> None:
     """Authorized parties, the key set's lifetime and the http issuer reach the broker's
     own parser; a plain-http issuer fails the render unless allowed by name."""
@@ -1503,6 +1503,14 @@ def test_broker_oidc_token_settings(render: Render, helm: Path) -> None:
     assert args.oidc_allow_insecure_issuer is True
 
 
+@pytest.mark.parametrize(
+    ("values", "namespace"),
+    [
+        ({}, "hostpool-system"),
+        ({"watchNamespace": "vdi"}, "vdi"),
+        ({"watchNamespace": "vdi", "broker.namespace": "lab"}, "lab"),
+    ],
+)
 def test_broker_namespace_is_its_roles(
     render: Render, values: dict[str, Any], namespace: str
 ) -> None:
@@ -1536,14 +1544,22 @@ def test_broker_pods_are_not_the_operators(render: Render) -> None:
     assert not selects(operator["spec"]["selector"]["matchLabels"], broker_pod)
     metrics = one(operator_objects(docs), "Service")
     assert not selects(metrics["spec"]["selector"], broker_pod)
-    service = one(broker_objects(docs), "Service")
-    assert selects(service["spec"]["selector"], broker_pod)
+    for service in by_kind(broker_objects(docs), "Service"):  # the API's and the metrics'
+        assert selects(service["spec"]["selector"], broker_pod)
     pdb = one(docs, "PodDisruptionBudget")
     assert selects(pdb["spec"]["selector"]["matchLabels"], broker_pod)
 
 
+def broker_api_service(docs: list[Obj]) -> Obj:
+    """The broker's Service for its API (the other one is for its metrics)."""
+    (service,) = [
+        s for s in by_kind(broker_objects(docs), "Service") if s["metadata"]["name"] == BROKER_NAME
+    ]
+    return service
+
+
 def test_broker_service(render: Render) -> None:
-    service = one(broker_objects(render(**BROKER)), "Service")
+    service = broker_api_service(render(**BROKER))
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["ports"] == [
         {
@@ -1555,21 +1571,18 @@ def test_broker_service(render: Render) -> None:
         }
     ]
     assert "annotations" not in service["metadata"]
-    service = one(
-        broker_objects(
-            render(
-                **BROKER,
-                **{
-                    "broker.service": {
-                        "type": "LoadBalancer",
-                        "port": 443,
-                        "annotations": {"example.com/lb": "internal"},
-                    },
-                    "broker.tls.secretName": "broker-tls",
+    service = broker_api_service(
+        render(
+            **BROKER,
+            **{
+                "broker.service": {
+                    "type": "LoadBalancer",
+                    "port": 443,
+                    "annotations": {"example.com/lb": "internal"},
                 },
-            )
-        ),
-        "Service",
+                "broker.tls.secretName": "broker-tls",
+            },
+        )
     )
     assert service["spec"]["type"] == "LoadBalancer"
     assert service["metadata"]["annotations"] == {"example.com/lb": "internal"}
@@ -1629,7 +1642,7 @@ def test_broker_tls_secret(render: Render) -> None:
     volumes = {v["name"]: v for v in broker_deployment(docs)["spec"]["template"]["spec"]["volumes"]}
     assert volumes["tls"]["secret"]["secretName"] == "broker-tls"
     assert {i["key"] for i in volumes["tls"]["secret"]["items"]} == {"tls.crt", "tls.key"}
-    assert main["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    assert main["ports"][0] == {"name": "https", "containerPort": 8443, "protocol": "TCP"}
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert main[probe]["httpGet"]["scheme"] == "HTTPS", probe
         assert main[probe]["httpGet"]["port"] == "https", probe
@@ -1731,7 +1744,10 @@ def test_broker_network_policy(render: Render) -> None:
         == broker_deployment(docs)["spec"]["selector"]["matchLabels"]
     )
     assert spec["policyTypes"] == ["Ingress", "Egress"]
-    assert spec["ingress"] == [{"ports": [{"port": 8443, "protocol": "TCP"}], "from": [peer]}]
+    assert spec["ingress"] == [
+        {"ports": [{"port": 8443, "protocol": "TCP"}], "from": [peer]},
+        {"ports": [{"port": 9090, "protocol": "TCP"}]},  # metrics: metricsFrom is empty
+    ]
     dns, to_api, to_issuer = spec["egress"]
     assert dns["ports"] == [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
     assert dns["to"][0]["namespaceSelector"] == {
@@ -1741,7 +1757,10 @@ def test_broker_network_policy(render: Render) -> None:
     assert to_issuer == {"ports": [{"port": 443, "protocol": "TCP"}], "to": issuer}
     # Defaults: ingress from anywhere and egress to any address, but on those ports only.
     spec = one(render(**BROKER, **{"broker.networkPolicy.enabled": True}), "NetworkPolicy")["spec"]
-    assert spec["ingress"] == [{"ports": [{"port": 8443, "protocol": "TCP"}]}]
+    assert spec["ingress"] == [
+        {"ports": [{"port": 8443, "protocol": "TCP"}]},
+        {"ports": [{"port": 9090, "protocol": "TCP"}]},
+    ]
     assert [rule.get("to") is None for rule in spec["egress"]] == [False, True, True]
     assert all(rule["ports"] for rule in spec["ingress"] + spec["egress"])
 
