@@ -18,8 +18,10 @@ binding are deleted at teardown.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -674,12 +676,13 @@ def test_the_user_reaches_notify_and_logoff_commands_only_as_an_environment_vari
     ``%VAR%``): the real agent's notify and logoff commands get it in ``HOSTPOOL_USER``,
     byte for byte, and nothing in it runs (the command line is the operator's flag alone,
     never a string built with the user's name)."""
-    pwned = tmp_path / "pwned"
+    short = Path(tempfile.mkdtemp(prefix="hp"))  # spec.user has at most 256 bytes
+    pwned = short / "p"
     user = f"u$(touch {pwned})`touch {pwned}`&touch {pwned}|x;touch {pwned}\"'%HOSTPOOL_MESSAGE%"
     kube.create(namespace, builders.pool("desk", "DepthFirst", 5))
     kube.create(namespace, builders.host(HOST_A, "desk"))
     kube.create(namespace, builders.request("odd", "desk", user))
-    deadline = datetime.now(UTC) + timedelta(seconds=3)
+    deadline = datetime.now(UTC) + timedelta(seconds=10)  # the notice comes first
     logoff = {"message": "maintenance", "deadline": deadline.strftime("%Y-%m-%dT%H:%M:%SZ")}
     kube.merge_patch(
         "SessionRequest",
@@ -709,3 +712,4 @@ def test_the_user_reaches_notify_and_logoff_commands_only_as_an_environment_vari
     assert notified.read_text() == f"{user}|maintenance"
     assert logged_off.read_text() == user
     assert not pwned.exists(), "a part of the user name ran as a command"
+    shutil.rmtree(short)

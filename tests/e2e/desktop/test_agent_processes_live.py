@@ -159,15 +159,20 @@ class FakeXServer:
             ]
             if roots and fakes:
                 self.root_child, self.fake = roots[0], fakes[0]
+                self.commands = {p.pid: " ".join(p.cmdline()) for p in (roots[0], fakes[0])}
                 break
             assert time.monotonic() < deadline, f"the fake X server did not start: {children}"
             time.sleep(0.05)
 
     def describe(self) -> str:
+        def state(proc: psutil.Process) -> str:
+            return "running" if proc.is_running() else "gone"
+
         return (
-            f"root parent {self.parent.pid}, root child {self.root_child.pid} "
-            f"({' '.join(self.root_child.cmdline())}), {self.user}'s fake "
-            f"{self.fake.pid} ({' '.join(self.fake.cmdline())})"
+            f"root parent {self.parent.pid} ({'running' if self.parent.poll() is None else 'gone'}"
+            f"), root child {self.root_child.pid} ({self.commands[self.root_child.pid]}: "
+            f"{state(self.root_child)}), {self.user}'s fake {self.fake.pid} "
+            f"({self.commands[self.fake.pid]}: {state(self.fake)})"
         )
 
     def stop(self) -> None:
@@ -211,10 +216,10 @@ def test_a_logoff_signals_no_process_of_another_user(
             timeout=30,
         )
         reports(cluster, 1)
-        assert fake.parent.poll() is None, f"the root parent ended: {fake.describe()}"
         assert fake.root_child.is_running(), (
             "the logoff of mallory signalled root's process: " + fake.describe()
         )
+        assert fake.parent.poll() is None, f"the root parent ended: {fake.describe()}"
     finally:
         fake.stop()
 
