@@ -67,6 +67,7 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN_DIR="${HOSTPOOL_BIN_DIR:-$REPO_ROOT/.cluster/bin}"
 KCM_CONTROLLERS="${HOSTPOOL_KCM_CONTROLLERS:-garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller}"
+KCM_CONTROLLERS_GIVEN="$KCM_CONTROLLERS" # before load_state adds to it (add-nodes' undo)
 READY_TIMEOUT="${HOSTPOOL_READY_TIMEOUT:-60}"
 BASE_COMPONENTS=(etcd kube-apiserver kube-controller-manager)
 POD_COMPONENTS=(kube-scheduler kwok)
@@ -78,7 +79,8 @@ POD_CONTROLLERS="node-lifecycle-controller,pod-garbage-collector-controller"
 # Real nodes run real Deployments (the chart's operator and broker): their controllers too.
 WORKLOAD_CONTROLLERS="replicaset-controller,deployment-controller"
 STARTING=0 # set while `up` starts processes: a failure then stops them again
-ADDING=0   # set while `add-nodes` adds nodes: a failure then removes them (the rest stays)
+ADDING=0   # set while `add-nodes` adds nodes: a failure then puts the cluster back (add_nodes_undo)
+ADD_RESTARTED="" # what `add-nodes` restarted or started so far: apiserver, kcm, scheduler
 
 log() { printf 'cluster: %s\n' "$*" >&2; }
 
@@ -113,6 +115,8 @@ last_lines() { # name -> last log lines, indented
   local f="$LOGS/$1.log"
   if [[ -s "$f" ]]; then
     tail -n "${2:-20}" "$f" | sed 's/^/    /'
+  elif [[ -e "$f" ]]; then
+    echo "    ($f is empty: the process wrote nothing)"
   else
     echo "    (no log at $f)"
   fi
@@ -132,11 +136,22 @@ fail() { # step message [component-whose-log-to-show]
     if [[ "${HOSTS_BRIDGE_MADE:-0}" == 1 ]]; then ip link del "$HOSTS_BRIDGE" 2>/dev/null || true; fi
   fi
   if ((ADDING)); then
-    ADDING=0
-    nodes_down >/dev/null 2>&1 || true
-    [[ -f "$STATE.before-add" ]] && mv -f "$STATE.before-add" "$STATE"
+    add_nodes_undo
   fi
   exit 1
+}
+
+alive() { # pid -> true while that process runs (a zombie, exited but not yet reaped, does not)
+  local s
+  s="$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null)" || return 1
+  [[ -n "$s" && "$s" != Z && "$s" != X ]]
+}
+
+exited() { # name -> true when the process `start` started last under that name is gone
+  local pid
+  pid="$(cat "$PIDS/$1.pid" 2>/dev/null)" || return 0
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 0
+  ! alive "$pid"
 }
 
 pid_of() { # name -> pid of the running component, or nothing
@@ -235,6 +250,7 @@ EOF
 start() { # name args... : start a component detached, logging to LOGS/name.log
   local name="$1"
   shift
+  rm -f "$PIDS/$name.pid"
   # setsid: own session, so it outlives the caller's terminal or process group; all
   # standard streams redirected so that a caller reading our output is not held open.
   # The pid is written by the process itself just before it execs the binary, so it is right
@@ -243,9 +259,13 @@ start() { # name args... : start a component detached, logging to LOGS/name.log
   # START_BIN: the binary when it is not BIN_DIR/name (the nodes' containerd and kubelet).
   setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PIDS/$name.pid" "${START_BIN:-$BIN_DIR/$name}" "$@" \
     </dev/null >"$LOGS/$name.log" 2>&1 &
-  local i
-  for ((i = 0; i < 50; i++)); do
-    [[ -s "$PIDS/$name.pid" ]] && break
+  # Wait for the pid file as long as the launcher runs: on a busy machine writing it can take
+  # more than a second, and a pid file not written yet must not be taken for an exit
+  # (wait_for). Once the launcher is gone, a few seconds more (setsid may have forked).
+  local launcher=$! deadline=$((SECONDS + READY_TIMEOUT)) gone_at=-1
+  while [[ ! -s "$PIDS/$name.pid" ]] && ((SECONDS < deadline)); do
+    if ((gone_at < 0)) && ! alive "$launcher"; then gone_at=$SECONDS; fi
+    ((gone_at < 0 || SECONDS - gone_at < 3)) || break
     sleep 0.02
   done
 }
@@ -255,7 +275,7 @@ wait_for() { # name description command... : poll until command succeeds
   shift 2
   local deadline=$((SECONDS + READY_TIMEOUT))
   while ! "$@"; do
-    if ! pid_of "$name" >/dev/null; then
+    if exited "$name"; then
       fail "$name exited before $what" "$name"
     fi
     if ((SECONDS >= deadline)); then
@@ -618,17 +638,43 @@ stop_one() { # name signal -> stop one component (SIGKILL after 10 s); fine when
   if pid="$(pid_of "$name")"; then
     kill "-$sig" "$pid" 2>/dev/null || true
     for ((i = 0; i < 100; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
+      alive "$pid" || break
       sleep 0.1
     done
-    if kill -0 "$pid" 2>/dev/null; then
+    if alive "$pid"; then
       log "$name (pid $pid) ignored SIG$sig for 10s; killing it"
       kill -KILL "$pid" 2>/dev/null || true
-      while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+      for ((i = 0; i < 200; i++)); do
+        alive "$pid" || break
+        sleep 0.05
+      done
+      ! alive "$pid" || fail "$name (pid $pid) still runs 10s after SIGKILL"
     fi
     log "stopped $name (pid $pid, SIG$sig)"
   fi
   rm -f "$PIDS/$name.pid"
+}
+
+port_free() { # address port -> true when a listener could bind there (as the API server will)
+  python3 -c '
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    s.bind((sys.argv[1], int(sys.argv[2])))
+except OSError:
+    sys.exit(1)
+' "$1" "$2"
+}
+
+stop_apiserver() { # signal -> stop the API server; return once it is gone and its port is free
+  stop_one kube-apiserver "$1"
+  local deadline=$((SECONDS + READY_TIMEOUT))
+  until port_free "$APISERVER_ADDRESS" "$APISERVER_PORT"; do
+    ((SECONDS < deadline)) ||
+      fail "port $APISERVER_PORT on $APISERVER_ADDRESS is still taken ${READY_TIMEOUT}s after the API server stopped: $(ss -Hltnp "sport = :$APISERVER_PORT" 2>/dev/null | head -n 3)"
+    sleep 0.1
+  done
 }
 
 cmd_restart_component() { # etcd | kube-apiserver
@@ -638,7 +684,11 @@ cmd_restart_component() { # etcd | kube-apiserver
   healthy || fail "no running, ready cluster in $DIR; run: $0 up $DIR"
   load_state
   local t0=$SECONDS
-  stop_one "$name" "$sig"
+  if [[ "$name" == kube-apiserver ]]; then
+    stop_apiserver "$sig"
+  else
+    stop_one "$name" "$sig"
+  fi
   sleep "$down"
   mv -f "$LOGS/$name.log" "$LOGS/$name.previous.log" 2>/dev/null || true
   if [[ "$name" == etcd ]]; then
@@ -693,8 +743,11 @@ cmd_add_nodes() { # N : real nodes for a running cluster without any (e.g. `make
   REAL_NODES="${ARGS[0]}"
   nodes_check_args
   local t0=$SECONDS
+  # What a failure puts back (add_nodes_undo): the state, the token file, the PKI's files.
   cp -f "$STATE" "$STATE.before-add"
-  ADDING=1
+  cp -f "$PKI/tokens.csv" "$PKI/tokens.csv.before-add"
+  find "$PKI" -maxdepth 1 -type f -printf '%f\n' >"$DIR/pki-files.before-add"
+  ADDING=1 ADD_RESTARTED=""
   nodes_prepare
   nodes_pki
   local key
@@ -703,21 +756,66 @@ cmd_add_nodes() { # N : real nodes for a running cluster without any (e.g. `make
   done
   # The node tokens and the Node authorizer are read at the API server's start. SIGKILL: the
   # state is in etcd, and a SIGTERM waits out every open watch (>10 s), long enough for a
-  # leader-elected client (the operator) to lose its Lease.
-  stop_one kube-apiserver KILL
+  # leader-elected client (the operator) to lose its Lease. The new one starts only once the
+  # old one is gone and its port is free.
+  ADD_RESTARTED+=" apiserver"
+  stop_apiserver KILL
   mv -f "$LOGS/kube-apiserver.log" "$LOGS/kube-apiserver.previous.log" 2>/dev/null || true
   start_apiserver
   wait_for kube-apiserver "/readyz on port $APISERVER_PORT" apiserver_ready
   # kube-controller-manager gains the controllers real nodes need (load_state adds them).
+  ADD_RESTARTED+=" kcm"
   stop_one kube-controller-manager TERM
   mv -f "$LOGS/kube-controller-manager.log" "$LOGS/kube-controller-manager.previous.log" 2>/dev/null || true
   load_state
   start_controller_manager
-  pid_of kube-scheduler >/dev/null || start_scheduler
+  if ! pid_of kube-scheduler >/dev/null; then
+    ADD_RESTARTED+=" scheduler"
+    start_scheduler
+  fi
   nodes_start
   ADDING=0
-  rm -f "$STATE.before-add"
+  rm -f "$STATE.before-add" "$PKI/tokens.csv.before-add" "$DIR/pki-files.before-add"
   log "added $REAL_NODES real node(s) in $((SECONDS - t0))s"
+}
+
+# After a failed `add-nodes`: the nodes and all they left removed; the state, the token file
+# and the PKI as before; and what it restarted running again as before (the API server
+# without the node tokens and the Node authorizer, kube-controller-manager without the
+# nodes' controllers). So `add-nodes` can simply be run again.
+add_nodes_undo() {
+  ADDING=0 # a failure from here on just exits
+  log "add-nodes failed; putting the cluster back as it was ..."
+  nodes_down >/dev/null 2>&1 || true
+  rm -rf --one-file-system "$DIR/nodes" || log "could not remove all of $DIR/nodes"
+  [[ -f "$STATE.before-add" ]] && mv -f "$STATE.before-add" "$STATE"
+  [[ -f "$PKI/tokens.csv.before-add" ]] && mv -f "$PKI/tokens.csv.before-add" "$PKI/tokens.csv"
+  if [[ -f "$DIR/pki-files.before-add" ]]; then
+    local f
+    while read -r f; do
+      grep -qxF -- "$f" "$DIR/pki-files.before-add" || rm -f -- "${PKI:?}/$f"
+    done < <(find "$PKI" -maxdepth 1 -type f -printf '%f\n')
+    rm -f "$DIR/pki-files.before-add"
+  fi
+  KCM_CONTROLLERS="$KCM_CONTROLLERS_GIVEN"
+  load_state
+  if [[ " $ADD_RESTARTED " == *" apiserver "* ]]; then
+    if [[ -e "$LOGS/kube-apiserver.log" ]]; then
+      mv -f "$LOGS/kube-apiserver.log" "$LOGS/kube-apiserver.add-nodes-failed.log"
+      log "the failed API server's log is kept as $LOGS/kube-apiserver.add-nodes-failed.log"
+    fi
+    stop_apiserver KILL
+    start_apiserver
+    wait_for kube-apiserver "/readyz on port $APISERVER_PORT (started again as before)" apiserver_ready
+  fi
+  if [[ " $ADD_RESTARTED " == *" kcm "* ]]; then
+    stop_one kube-controller-manager TERM
+    start_controller_manager
+  fi
+  if [[ " $ADD_RESTARTED " == *" scheduler "* ]]; then
+    stop_one kube-scheduler TERM
+  fi
+  log "the cluster is as it was before add-nodes; add-nodes can be run again"
 }
 
 cmd_import_image() { # image or archive

@@ -3,11 +3,17 @@ running (what ``make demo-desktop`` does to the demo's cluster).
 
 The module starts a control plane of its own with one fake node, serving on a hosts' bridge
 (pods reach the API server only on an address that is not loopback), and a client watching
-it. ``add-nodes`` restarts the API server with the Node authorizer and the node's token, and
-kube-controller-manager with the controllers real nodes need; the node becomes Ready beside
-the fake one, a pod runs on it, the watch goes on after the restart, a second ``add-nodes`` is
-refused and the cluster stays up; ``cluster.sh down`` then leaves nothing of the node. A
-cluster serving on 127.0.0.1 only is refused before anything changes.
+it. A first ``add-nodes`` fails: the new API server it starts crashes before /readyz (the test
+kills it, once its log has a line). That attempt must say why from the API server's own log
+and put the cluster back as it was: the old API server configuration serving again, the
+state and token files unchanged, no node, bridge or node certificate left. ``add-nodes`` is
+then run again on the same cluster: it restarts the API server with the Node authorizer and
+the node's token, and kube-controller-manager with the controllers real nodes need; the node
+becomes Ready beside the fake one with a kubeconfig of one token (a token line an earlier
+attempt left behind is replaced, not added to), a pod runs on it, the watch
+goes on after the restart, a third ``add-nodes`` is refused and the cluster stays up;
+``cluster.sh down`` then leaves nothing of the node. A cluster serving on 127.0.0.1 only is
+refused before anything changes.
 
 Root, like the other real-node tests: they skip saying why elsewhere (fail under CI=true where
 apt-get is).
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -25,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from support.controlplane import ControlPlane, ControlPlaneError
 from support.kube import wait_for
@@ -142,6 +150,73 @@ def running(tmp_path_factory: pytest.TempPathFactory, bin_dir: Path) -> Iterator
         cp.stop()
 
 
+class CrashNewApiServer(threading.Thread):
+    """Kills, with SIGKILL, the API server that ``add-nodes`` starts in place of ``old`` (a pid):
+    once the pid file names another live process and that process has written its first log
+    line, so the crash is mid-start, before /readyz."""
+
+    def __init__(self, cp: ControlPlane, old: int) -> None:
+        super().__init__(daemon=True)
+        self.cp, self.old = cp, old
+        self.killed: int | None = None
+        self.stopping = False
+
+    def run(self) -> None:
+        pid_file = self.cp.directory / "pids" / "kube-apiserver.pid"
+        log = self.cp.directory / "logs" / "kube-apiserver.log"
+        while not self.stopping:
+            try:
+                pid = int(pid_file.read_text().strip())
+            except (OSError, ValueError):
+                pid = self.old
+            if pid != self.old and log.exists() and log.stat().st_size > 0:
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    continue
+                self.killed = pid
+                return
+            time.sleep(0.01)
+
+
+def test_a_failed_add_nodes_puts_the_cluster_back_so_that_it_can_be_run_again(
+    running: ControlPlane,
+) -> None:
+    cp = running
+    pki = cp.directory / "pki"
+    state_before = (cp.directory / "state.env").read_text()
+    tokens_before = (pki / "tokens.csv").read_text()
+    pki_before = sorted(p.name for p in pki.iterdir())
+    old = pid_of(cp.directory, "kube-apiserver")
+
+    crash = CrashNewApiServer(cp, old)
+    crash.start()
+    failed = cluster_sh(cp, "add-nodes", "1")
+    crash.stopping = True
+    crash.join(5)
+    assert crash.killed is not None, "the new API server was never seen:\n" + failed.stderr
+    assert failed.returncode != 0, failed.stderr
+    assert "kube-apiserver exited before /readyz" in failed.stderr, failed.stderr
+    # The log it names is the one the crashed API server wrote (not a missing file).
+    log = cp.directory / "logs" / "kube-apiserver.log"
+    assert "(no log at" not in failed.stderr, failed.stderr
+    assert f"last lines of {log}" in failed.stderr, failed.stderr
+
+    # Put back: the API server serves again in its old configuration (no Node authorizer),
+    # with the same state, tokens and certificates, and nothing of a node.
+    assert cluster_sh(cp, "status").returncode == 0, failed.stderr
+    assert (cp.directory / "state.env").read_text() == state_before
+    assert (pki / "tokens.csv").read_text() == tokens_before
+    assert sorted(p.name for p in pki.iterdir()) == pki_before
+    assert not (cp.directory / "nodes").exists()
+    args = Path(f"/proc/{pid_of(cp.directory, 'kube-apiserver')}/cmdline").read_bytes()
+    assert b"--authorization-mode=RBAC\0" in args
+    bridge = re.search(r"nodes' bridge (\S+) \(", failed.stderr)
+    assert bridge, failed.stderr
+    assert not Path("/sys/class/net", bridge[1]).exists()
+    kubectl(cp, "get", "--raw", "/readyz")
+
+
 def test_a_node_joins_the_running_cluster_and_leaves_nothing(running: ControlPlane) -> None:
     cp = running
     kubectl(cp, "create", "namespace", "joined")
@@ -150,11 +225,27 @@ def test_a_node_joins_the_running_cluster_and_leaves_nothing(running: ControlPla
     kubectl(cp, "-n", "joined", "create", "configmap", "before")
     wait_for(lambda: "before" in watch.seen, 60, what="the watch to see the first ConfigMap")
 
+    # A token line an earlier failed attempt left (what the reported failure had: the node's
+    # kubeconfig then held two tokens, and was not YAML): replaced, not added to.
+    tokens = cp.directory / "pki" / "tokens.csv"
+    stale = "0" * 48
+    with tokens.open("a") as out:
+        out.write(f"{stale},system:node:{NODE},system:node:{NODE},system:nodes\n")
     started = time.monotonic()
     added = cluster_sh(cp, "add-nodes", "1")
     took = time.monotonic() - started
     assert added.returncode == 0, added.stderr
     assert state(cp)["REAL_NODES"] == "1"
+    # The node's kubeconfig is YAML with its one token, the one the token file holds.
+    config = yaml.safe_load((cp.directory / "nodes" / NODE / "kubeconfig").read_text())
+    token = config["users"][0]["user"]["token"]
+    node_tokens = [
+        line.split(",")[0]
+        for line in tokens.read_text().splitlines()
+        if f",system:node:{NODE}," in line
+    ]
+    assert node_tokens == [token]
+    assert token != stale
     nodes = json.loads(kubectl(cp, "get", "nodes", "-o", "json"))["items"]
     ready = {
         n["metadata"]["name"]: next(

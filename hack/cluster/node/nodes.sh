@@ -197,10 +197,19 @@ nodes_pki() { # node tokens, the API server's kubelet client certificate, kubele
         -CAcreateserial -days 3650 -extfile "$PKI/kubelet-$name.ext" -out "$PKI/kubelet-$name.crt"
     done
   } >>"$o" 2>&1 || fail "generating the nodes' certificates with openssl failed; see $o: $(tail -n 5 "$o")"
-  for ((k = 1; k <= REAL_NODES; k++)); do
-    name="$(node_name "$k")"
-    echo "$(openssl rand -hex 24),system:node:$name,system:node:$name,system:nodes" >>"$PKI/tokens.csv"
-  done
+  # One token per node: a node's earlier line (an attempt that failed before it could be
+  # undone) is replaced, never added to. Written whole, then moved into place.
+  local tmp="$PKI/tokens.csv.tmp" nodes_re
+  nodes_re=",system:node:$NODE_PREFIX-[0-9]+,"
+  (
+    umask 077
+    grep -Ev -- "$nodes_re" "$PKI/tokens.csv" >"$tmp" || true
+    for ((k = 1; k <= REAL_NODES; k++)); do
+      name="$(node_name "$k")"
+      echo "$(openssl rand -hex 24),system:node:$name,system:node:$name,system:nodes" >>"$tmp"
+    done
+  ) || fail "could not write the nodes' tokens to $tmp"
+  mv -f "$tmp" "$PKI/tokens.csv"
   chmod 600 "$PKI"/*.key
 }
 
@@ -385,9 +394,12 @@ EOF
   ]
 }
 EOF
-  local token
-  token="$(grep ",system:node:$name," "$PKI/tokens.csv" | cut -d, -f1)"
-  cat >"$d/kubeconfig" <<EOF
+  local tokens
+  mapfile -t tokens < <(grep -F ",system:node:$name," "$PKI/tokens.csv" | cut -d, -f1)
+  ((${#tokens[@]} == 1)) ||
+    fail "$PKI/tokens.csv has ${#tokens[@]} tokens for system:node:$name; it needs exactly one"
+  # Written whole to a temporary file (only root may read it), then moved into place.
+  (umask 077 && cat >"$d/kubeconfig.tmp") <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -398,13 +410,13 @@ clusters:
 users:
 - name: system:node:$name
   user:
-    token: $token
+    token: ${tokens[0]}
 contexts:
 - name: node
   context: {cluster: hostpool-local, user: "system:node:$name"}
 current-context: node
 EOF
-  chmod 600 "$d/kubeconfig"
+  mv -f "$d/kubeconfig.tmp" "$d/kubeconfig"
   # failCgroupV1: these machines run cgroups v1 (hybrid). makeIPTablesUtilChains: no
   # machine-wide KUBE-* chains (they guard route_localnet, which nothing here turns on).
   # Images cannot be pulled again (no registry): image GC never runs; eviction only when
