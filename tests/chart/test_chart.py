@@ -1394,6 +1394,7 @@ def test_broker_deployment(render: Render) -> None:
     assert flag(args, "--listen") == "0.0.0.0:8443"
     assert flag(args, "--namespace") == "hostpool-system"
     assert flag(args, "--connect-timeout-seconds") == "30"
+    assert flag(args, "--metrics-stale-after") == "120"  # the operator's value
     assert flag(args, "--log-format") == "json"
     for absent in ("--tls-cert", "--tls-key", "--oidc-ca-file"):
         assert absent not in args
