@@ -104,15 +104,19 @@ def test_tokens_the_broker_refuses_with_401_and_nothing_created(
         "groups not a list of strings": "Bearer " + sign(groups="/finance-desk"),
         "1,001 groups": "Bearer " + sign(groups=[f"g{i}" for i in range(1001)]),
     }
+    accepted: dict[str, int] = {}  # every case that was not refused, not just the first
     for what, authorization in cases.items():
         headers = {"Authorization": authorization} if authorization else {}
         reply = broker.call(
             "POST", f"/v1/namespaces/{cluster.namespace}/pools/{POOL}/connect", headers=headers
         )
-        assert reply.status == 401, f"{what}: {reply.status} {reply.text[:300]}"
+        if reply.status != 401:
+            accepted[what] = reply.status
+            continue
         assert reply.headers.get("WWW-Authenticate") == 'Bearer error="invalid_token"', what
         assert reply.body["reason"] == "Unauthorized", what
         assert broker.pools(authorization.split(" ", 1)[-1] if authorization else "").status == 401
+    assert accepted == {}, f"not refused: {accepted}"
     assert broker_requests(cluster) == {}
     # The same signing key with proper claims is accepted: the refusals above are the claims.
     assert broker.connect(cluster.namespace, POOL, sign()).status == 200
@@ -198,6 +202,7 @@ def test_a_key_removed_from_the_issuer_stops_verifying_after_the_max_age(
         assert time.monotonic() - removed < 10, "a removed key still verifies after 10 s"
         time.sleep(0.2)
     refused_after = time.monotonic() - removed
+    print(f"a token of the removed key refused {refused_after:.1f} s after the removal")
     assert refused_after < 2 + 3  # the max age, one fetch, the polling
     reply = broker.connect(cluster.namespace, POOL, signed)
     assert_refused(reply, 401, "Unauthorized")

@@ -68,7 +68,7 @@ ADMIN_USERNAME = "admin"
 KEY_PROVIDER = "org.keycloak.keys.KeyProvider"
 #: Seconds an access token lives unless a realm says otherwise (long enough for any test).
 DEFAULT_TOKEN_LIFESPAN = 600
-DEFAULT_READY_TIMEOUT = 180.0
+DEFAULT_READY_TIMEOUT = 300.0
 LOG_TAIL_LINES = 60
 #: The cheapest stored-password hashing Keycloak offers: one PBKDF2 round. The default hashing
 #: cost about 0.25 s per user at the import and per password grant on two busy cores (200
