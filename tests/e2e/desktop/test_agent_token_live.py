@@ -8,8 +8,8 @@ applied. The agent must keep reporting with the pod-bound token, while a desktop
 even root) in the desktop container finds no token there, and a desktop user cannot reach
 the agent container's copy through ``/proc/<agent>/root`` either.
 
-A control plane of the module's own with one real node (``support.real_nodes``); no
-operator runs.
+A control plane of the module's own with one real node (``support.real_nodes``) and the
+project's CRDs; no operator runs.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 from support.agent_objects import apply_agent_objects
 from support.builders import session_host_pool
 from support.controlplane import ControlPlane, ControlPlaneError
-from support.kube import Kube, unique_name, wait_default_service_account, wait_for
+from support.kube import REPO_ROOT, Kube, unique_name, wait_default_service_account, wait_for
 from support.podman import build_image
 from support.real_nodes import node_tools, require_nodes
 from support.report_logs import EXTRA_LOGS
@@ -75,7 +75,14 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         raise
     try:
         cp.import_image(image)
-        yield Node(cp, Kube.connect(cp.kubeconfig), bin_dir, image)
+        node = Node(cp, Kube.connect(cp.kubeconfig), bin_dir, image)
+        applied = node.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
+        assert applied.returncode == 0, applied.stderr
+        waited = node.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"
+        )
+        assert waited.returncode == 0, waited.stderr
+        yield node
     finally:
         cp.stop()
 
@@ -149,32 +156,35 @@ def test_a_desktop_user_cannot_read_the_agents_token(
 
     first = wait_for(sampled, 60, what="the agent's first report under its token")
 
-    def in_container(container: str, *argv: str) -> subprocess.CompletedProcess[str]:
-        return node.kubectl("-n", ns, "exec", HOST, "-c", container, "--", *argv)
+    def in_container(container: str, *argv: str) -> tuple[int, str]:
+        """The exit code and the length of what was printed (never the text: a token)."""
+        done = node.kubectl("-n", ns, "exec", HOST, "-c", container, "--", *argv)
+        return done.returncode, done.stdout
 
     def as_user(*argv: str) -> list[str]:
         return ["setpriv", f"--reuid={DESKTOP_USER}", f"--regid={DESKTOP_USER}",
                 "--init-groups", *argv]  # fmt: skip
 
     # The agent's container has the token, where the kubelet would have put it.
-    seen = in_container("agent", "test", "-s", TOKEN)
-    assert seen.returncode == 0, f"the agent's container has no token: {seen.stderr}"
+    code, _ = in_container("agent", "test", "-s", TOKEN)
+    assert code == 0, "the agent's container has no token"
 
     # A desktop user reads it in the desktop container (where automount put it) ...
-    read = in_container("desktop", *as_user("cat", TOKEN))
-    assert read.returncode != 0, (
+    code, text = in_container("desktop", *as_user("cat", TOKEN))
+    printed = len(text)
+    assert code != 0, (
         f"desktop user {DESKTOP_USER} read the agent's token in the desktop container "
-        f"({len(read.stdout)} characters)"
+        f"({printed} characters)"
     )
     # ... or not at all: nothing is mounted there, not even for root.
-    there = in_container("desktop", "ls", TOKEN_DIR)
-    assert there.returncode != 0, f"the desktop container has {TOKEN_DIR}: {there.stdout}"
+    code, _ = in_container("desktop", "ls", TOKEN_DIR)
+    assert code != 0, f"the desktop container has {TOKEN_DIR}"
     # Nor through the shared process namespace: the agent's root is root's to enter.
-    agents = in_container("desktop", "pgrep", "-f", "hostpool-agent").stdout.split()
+    agents = in_container("desktop", "pgrep", "-f", "hostpool-agent")[1].split()
     assert agents, "the desktop container does not see the agent's process"
     for pid in agents:
-        through = in_container("desktop", *as_user("cat", f"/proc/{pid}/root{TOKEN}"))
-        assert through.returncode != 0, (
+        code, _ = in_container("desktop", *as_user("cat", f"/proc/{pid}/root{TOKEN}"))
+        assert code != 0, (
             f"desktop user {DESKTOP_USER} read the agent's token through /proc/{pid}/root"
         )
 
