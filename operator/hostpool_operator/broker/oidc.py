@@ -35,6 +35,7 @@ import jwt
 import orjson
 
 from ..access.connect import Caller
+from ..api.address import has_control_character
 
 log = logging.getLogger(__name__)
 
@@ -291,6 +292,9 @@ class TokenVerifier:
             raise InvalidTokenError(f"claim {user_claim!r} is missing or not a string")
         if len(user) > 256:
             raise InvalidTokenError(f"claim {user_claim!r} is longer than 256 characters")
+        if has_control_character(user):
+            # What spec.user refuses: the request could never be created.
+            raise InvalidTokenError(f"claim {user_claim!r} holds a control character")
         if user_claim == "email" and claims.get("email_verified") is not True:
             raise InvalidTokenError("claim 'email' is used but 'email_verified' is not true")
         groups = claims.get(groups_claim, [])

@@ -37,6 +37,11 @@ def test_user_and_groups_from_the_configured_claims() -> None:
         ({"preferred_username": ["alice"]}, "missing or not a string"),
         ({"preferred_username": 7}, "missing or not a string"),
         ({"preferred_username": "u" * 257}, "longer than 256"),
+        # A SessionRequest's spec.user refuses these: the API server's 422 would have become
+        # a 503 "try again" for good.
+        ({"preferred_username": "alice\r\nfull address:s:evil"}, "control character"),
+        ({"preferred_username": "alice\x1b[2J"}, "control character"),
+        ({"preferred_username": "alice\u2028"}, "control character"),
         ({"preferred_username": "alice", "groups": "finance"}, "not a list of strings"),
         ({"preferred_username": "alice", "groups": ["a", 1]}, "not a list of strings"),
         (
