@@ -1,7 +1,7 @@
-"""The chart's session broker, hardened (issue 37, item 12): its metrics on a port of their
-own (a Service and a ServiceMonitor for it, a NetworkPolicy rule for it, never on the API's
-Service), and its admission policy generated from the SessionRequest CRD, as the agents'
-policy is."""
+"""The chart's session broker, hardened (finding 12 in docs/reliability.md): its metrics on
+a port of their own (a Service and a ServiceMonitor for it, a NetworkPolicy rule for it,
+never on the API's Service), and its admission policy generated from the SessionRequest
+CRD, as the agents' policy is."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ broker's memory), what reaches its log (no forged lines, user names only when as
 certificate replaced on disk, its metrics on their own address, and connects answered from
 its cache while its watches list again after a 410 Gone.
 
-Security review, issue 37, items 1, 11 and 12 (docs/reliability.md).
+The security review's findings 1, 11 and 12 (docs/reliability.md).
 """
 
 from __future__ import annotations
