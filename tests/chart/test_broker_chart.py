@@ -5,49 +5,28 @@ CRD, as the agents' policy is."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from chart.test_chart import (
     BROKER,
     BROKER_NAME,
-    CHART_DIR,
-    REPO_ROOT,
     Obj,
     Render,
     broker_container,
     broker_objects,
     by_kind,
+    chart_with_a_status_field,
     crd_status_fields,
     flag,
     one,
     run_helm,
     selects,
-    set_args,
     unchanged_fields,
 )
 from hostpool_operator.broker.program import parse_args as parse_broker_args
-from support.controlplane import ensure_tools
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    return ensure_tools(REPO_ROOT) / "helm"
-
-
-@pytest.fixture(scope="module")
-def render(helm: Path) -> Render:
-    def render(namespace: str = "hostpool-system", **values: Any) -> list[Obj]:
-        proc = run_helm(
-            helm, "template", "hp", str(CHART_DIR), "--namespace", namespace, *set_args(values)
-        )
-        return [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
-
-    return render
 
 
 def broker_policy(docs: list[Obj]) -> Obj:
@@ -79,14 +58,7 @@ def test_broker_policy_holds_every_status_field_of_the_crd_but_logoff(render: Re
 def test_broker_policy_follows_the_crd(helm: Path, tmp_path: Path) -> None:
     """A status field added to the SessionRequest CRD is held unchanged for the broker too,
     without editing the chart."""
-    chart = tmp_path / "hostpool-operator"
-    shutil.copytree(CHART_DIR, chart)
-    path = chart / "files" / "crds" / "hostpool.io_sessionrequests.yaml"
-    crd = yaml.safe_load(path.read_text())
-    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
-        "endedBy"
-    ] = {"type": "string"}
-    path.write_text(yaml.safe_dump(crd))
+    chart = chart_with_a_status_field(tmp_path, "sessionrequests", "endedBy")
     proc = run_helm(helm, "template", "hp", str(chart), "--set", "broker.create=true")
     docs = [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
     (rule,) = broker_policy(docs)["spec"]["validations"]

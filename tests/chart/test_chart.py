@@ -20,7 +20,6 @@ import yaml
 
 from hostpool_operator.broker.program import parse_args as parse_broker_args
 from hostpool_operator.cli.parser import build_parser
-from support.controlplane import ensure_tools
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
@@ -90,11 +89,6 @@ LEASE_RULES: list[Obj] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    return ensure_tools(REPO_ROOT) / "helm"
-
-
 def run_helm(helm: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [str(helm), *args], capture_output=True, text=True, timeout=120, check=False
@@ -110,17 +104,6 @@ def set_args(values: dict[str, Any]) -> list[str]:
     for key, value in values.items():
         args += ["--set-json", f"{key}={json.dumps(value)}"]
     return args
-
-
-@pytest.fixture(scope="module")
-def render(helm: Path) -> Render:
-    def render(namespace: str = "hostpool-system", **values: Any) -> list[Obj]:
-        proc = run_helm(
-            helm, "template", "hp", str(CHART_DIR), "--namespace", namespace, *set_args(values)
-        )
-        return [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
-
-    return render
 
 
 def by_kind(docs: list[Obj], kind: str) -> list[Obj]:
@@ -739,17 +722,24 @@ def test_agent_policy_holds_every_other_status_field(render: Render) -> None:
     )
 
 
+def chart_with_a_status_field(tmp_path: Path, plural: str, field: str) -> Path:
+    """A copy of the chart whose copy of the CRD ``plural`` has the status field ``field``
+    (a string) more."""
+    chart = tmp_path / "hostpool-operator"
+    shutil.copytree(CHART_DIR, chart)
+    path = chart / "files" / "crds" / f"hostpool.io_{plural}.yaml"
+    crd = yaml.safe_load(path.read_text())
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
+        field
+    ] = {"type": "string"}
+    path.write_text(yaml.safe_dump(crd))
+    return chart
+
+
 def test_agent_policy_follows_the_crd(helm: Path, tmp_path: Path) -> None:
     """A status field added to the CRD is held unchanged without editing the chart (the
     rules are generated from files/crds)."""
-    chart = tmp_path / "hostpool-operator"
-    shutil.copytree(CHART_DIR, chart)
-    path = chart / "files" / "crds" / "hostpool.io_sessionhosts.yaml"
-    crd = yaml.safe_load(path.read_text())
-    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
-        "drainedBy"
-    ] = {"type": "string"}
-    path.write_text(yaml.safe_dump(crd))
+    chart = chart_with_a_status_field(tmp_path, "sessionhosts", "drainedBy")
     proc = run_helm(helm, "template", "hp", str(chart))
     docs = [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
     policy = one(docs, "ValidatingAdmissionPolicy")

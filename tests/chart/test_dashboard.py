@@ -59,11 +59,6 @@ OPERATOR_METRICS = {
 
 
 @pytest.fixture(scope="module")
-def helm() -> Path:
-    return ensure_tools(REPO_ROOT) / "helm"
-
-
-@pytest.fixture(scope="module")
 def config_map(helm: Path) -> Obj:
     return one(render_chart(helm, {"dashboards.enabled": True}), "ConfigMap")
 

@@ -15,60 +15,15 @@ from hostpool_operator.access.names import is_namespace, is_object_name, request
 from hostpool_operator.access.ratelimit import RateLimit
 from hostpool_operator.access.rdp import rdp_file
 from hostpool_operator.access.views import HostView, PoolView, RequestView
+from support.access_views import pool_view, request_view
 
 ALICE = connect.Caller("alice", frozenset({"finance-desk"}))
 BOB = connect.Caller("bob", frozenset())
 
 
-def pool_view(
-    users: list[str] | None = None,
-    groups: list[str] | None = None,
-    *,
-    free: int | None = 3,
-    connection: dict[str, object] | None = None,
-) -> PoolView:
-    spec: dict[str, object] = {"loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 2}}
-    if users is not None or groups is not None:
-        spec["entitlements"] = {"users": users or [], "groups": groups or []}
-    if connection is not None:
-        spec["connection"] = connection
-    return PoolView.from_api(
-        {
-            "metadata": {"namespace": "ns", "name": "desk"},
-            "spec": spec,
-            "status": {"capacity": {"free": free}} if free is not None else {},
-        }
-    )
-
-
-def request_view(
-    name: str = "r",
-    user: str = "alice",
-    *,
-    phase: str | None = None,
-    host: str | None = None,
-    address: str | None = None,
-    reason: str | None = None,
-    logoff: bool = False,
-    deleting: bool = False,
-) -> RequestView:
-    status: dict[str, object] = {}
-    if phase:
-        status["phase"] = phase
-    if host:
-        status["host"] = host
-    if address:
-        status["hostAddress"] = address
-    if reason:
-        status["reason"] = reason
-    if logoff:
-        status["logoff"] = {"deadline": "2026-12-01T10:00:00Z"}
-    meta: dict[str, object] = {"namespace": "ns", "name": name, "uid": "u1", "resourceVersion": "7"}
-    if deleting:
-        meta["deletionTimestamp"] = "2026-12-01T10:00:00Z"
-    return RequestView.from_api(
-        {"metadata": meta, "spec": {"poolRef": {"name": "desk"}, "user": user}, "status": status}
-    )
+#: A logoff as the operator writes it (status.logoff), and a request's deletionTimestamp.
+LOGOFF = {"deadline": "2026-12-01T10:00:00Z"}
+DELETED_AT = "2026-12-01T10:00:00Z"
 
 
 # ---------------------------------------------------------------------------------- names
@@ -173,8 +128,8 @@ def test_decide_replaces_a_failed_request_and_waits_for_an_ending_one() -> None:
         name, replaces=failed
     )
     for ending in (
-        request_view(name, phase="Assigned", logoff=True),
-        request_view(name, deleting=True),
+        request_view(name, phase="Assigned", logoff=LOGOFF),
+        request_view(name, deleted_at=DELETED_AT),
     ):
         assert connect.decide(
             "ns", "desk", pool_view(["alice"]), ALICE, [ending]
@@ -213,12 +168,12 @@ def test_answer_placed_new_and_reconnected() -> None:
         (request_view(phase="Failed", reason="HostLost"), 202, "HostLost", 1),
         (request_view(phase="Assigned", host="h1"), 503, "HostAddressUnknown", 5),
         (
-            request_view(phase="Assigned", host="h", address="a", logoff=True),
+            request_view(phase="Assigned", host="h", address="a", logoff=LOGOFF),
             200,
             "NewSession",
             None,
         ),
-        (request_view(phase="Pending", deleting=True), 202, "SessionEnding", 2),
+        (request_view(phase="Pending", deleted_at=DELETED_AT), 202, "SessionEnding", 2),
     ],
 )
 def test_answer_while_not_placed(

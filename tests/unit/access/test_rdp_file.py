@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from hostpool_operator import api
 from hostpool_operator.access import connect
 from hostpool_operator.access.rdp import RdpValueError, rdp_file
-from hostpool_operator.access.views import PoolView, RequestView
+from hostpool_operator.access.views import RequestView
+from support.access_views import pool_view
 
 INJECTION = "\r\ndrivestoredirect:s:*\r\nredirectclipboard:i:1"
 BREAKS = ["\r", "\n", "\r\n", "\x0b", "\x0c", "\x00", "\x1c", "\x85", "\u2028", "\u2029", "\x7f"]
@@ -202,21 +203,12 @@ def placed(address: str) -> RequestView:
     )
 
 
-def pool() -> PoolView:
-    return PoolView.from_api(
-        {
-            "metadata": {"namespace": "ns", "name": "desk"},
-            "spec": {
-                "loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 2},
-                "entitlements": {"users": ["alice"]},
-            },
-        }
-    )
-
-
 def test_connect_refuses_a_host_whose_address_would_inject_lines() -> None:
     got = connect.answer(
-        placed("10.0.0.5" + INJECTION), pool(), connect.Caller("alice", frozenset()), reused=False
+        placed("10.0.0.5" + INJECTION),
+        pool_view(["alice"], free=None),
+        connect.Caller("alice", frozenset()),
+        reused=False,
     )
     assert (got.status, got.reason) == (503, "HostAddressInvalid")
     assert got.rdp is None
@@ -231,6 +223,9 @@ def test_connect_refuses_a_host_whose_address_would_inject_lines() -> None:
 
 def test_connect_refuses_a_user_name_with_a_line_break() -> None:
     got = connect.answer(
-        placed("10.0.0.5"), pool(), connect.Caller("alice\r\nx:s:y", frozenset()), reused=False
+        placed("10.0.0.5"),
+        pool_view(["alice"], free=None),
+        connect.Caller("alice\r\nx:s:y", frozenset()),
+        reused=False,
     )
     assert (got.status, got.reason, got.rdp) == (400, "UserNameInvalid", None)

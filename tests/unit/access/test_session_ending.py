@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from hostpool_operator.access import connect
 from hostpool_operator.access.names import request_name
-from hostpool_operator.access.views import HostView, PoolView, RequestView
+from hostpool_operator.access.views import HostView, RequestView
+from support.access_views import pool_view, request_view
 
 NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 STALE_AFTER = 120.0
@@ -25,16 +26,8 @@ def stamp(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
-def pool() -> PoolView:
-    return PoolView.from_api(
-        {
-            "metadata": {"namespace": "ns", "name": "desk"},
-            "spec": {
-                "loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 2},
-                "entitlements": {"users": ["alice"]},
-            },
-        }
-    )
+#: A logoff due 5 s ago (status.logoff).
+LOGOFF = {"message": "bye", "deadline": stamp(NOW - timedelta(seconds=5))}
 
 
 def request(
@@ -45,18 +38,13 @@ def request(
     deleting: bool = False,
     name: str = NAME,
 ) -> RequestView:
-    status: dict[str, object] = {}
-    if phase:
-        status["phase"] = phase
-    if host:
-        status["host"] = host
-    if logoff:
-        status["logoff"] = {"message": "bye", "deadline": stamp(NOW - timedelta(seconds=5))}
-    meta: dict[str, object] = {"namespace": "ns", "name": name, "uid": "u1", "resourceVersion": "7"}
-    if deleting:
-        meta["deletionTimestamp"] = stamp(NOW)
-    return RequestView.from_api(
-        {"metadata": meta, "spec": {"poolRef": {"name": "desk"}, "user": "alice"}, "status": status}
+    """alice's request, with a logoff due 5 s ago and deleted ``NOW`` when asked."""
+    return request_view(
+        name,
+        phase=phase,
+        host=host,
+        logoff=LOGOFF if logoff else None,
+        deleted_at=stamp(NOW) if deleting else None,
     )
 
 
@@ -103,7 +91,7 @@ def reported(seconds_ago: float) -> dict[str, object]:
 def test_a_connect_replaces_a_failed_request_whatever_logoff_it_carries(
     own: RequestView, expected: str
 ) -> None:
-    decision = connect.decide("ns", "desk", pool(), ALICE, [own])
+    decision = connect.decide("ns", "desk", pool_view(["alice"], free=None), ALICE, [own])
     wanted = {
         "replace": connect.Create(NAME, replaces=own),
         "ending": connect.Ending(own),

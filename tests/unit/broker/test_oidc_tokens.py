@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jwt
@@ -39,9 +40,11 @@ def jwks() -> dict[str, Any]:
     return {"keys": [{**public, "kid": KID, "use": "sig", "alg": "RS256"}]}
 
 
-def verifier(**settings: Any) -> TokenVerifier:
+def verifier(on_fetch: Callable[[bool], None] | None = None, **settings: Any) -> TokenVerifier:
+    """A verifier of tokens for AUDIENCE from ISSUER (``settings`` override OidcSettings'),
+    handed the key set; ``on_fetch`` hears whether each fetch of the set worked."""
     made = TokenVerifier(
-        OidcSettings(**{"issuer": ISSUER, "audience": AUDIENCE, **settings})
+        OidcSettings(**{"issuer": ISSUER, "audience": AUDIENCE, **settings}), on_fetch=on_fetch
     )
     made.use_keys(jwks())
     return made
@@ -252,17 +255,9 @@ def test_past_its_max_age_a_set_is_kept_while_fetches_fail_within_the_stale_allo
     fetches: list[bool] = []
 
     async def scenario() -> Caller:
-        made = TokenVerifier(
-            OidcSettings(
-                issuer=DOWN,
-                audience=AUDIENCE,
-                refetch_interval=0,
-                keys_max_age=0.05,
-                keys_max_stale=60,
-            ),
-            on_fetch=fetches.append,
+        made = verifier(
+            fetches.append, issuer=DOWN, refetch_interval=0, keys_max_age=0.05, keys_max_stale=60
         )
-        made.use_keys(jwks())
         await asyncio.sleep(0.1)
         try:
             return await made.verify(f"Bearer {access_token(iss=DOWN)}")
@@ -278,16 +273,7 @@ def test_past_the_stale_allowance_no_token_is_accepted_until_a_fetch_works(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async def scenario() -> tuple[bool, str]:
-        made = TokenVerifier(
-            OidcSettings(
-                issuer=DOWN,
-                audience=AUDIENCE,
-                refetch_interval=0,
-                keys_max_age=0.05,
-                keys_max_stale=0.05,
-            )
-        )
-        made.use_keys(jwks())
+        made = verifier(issuer=DOWN, refetch_interval=0, keys_max_age=0.05, keys_max_stale=0.05)
         assert made.ready
         await asyncio.sleep(0.2)
         try:
@@ -306,11 +292,7 @@ def test_a_set_within_its_max_age_is_not_fetched_again() -> None:
     fetches: list[bool] = []
 
     async def scenario() -> None:
-        made = TokenVerifier(
-            OidcSettings(issuer=DOWN, audience=AUDIENCE, refetch_interval=0),
-            on_fetch=fetches.append,
-        )
-        made.use_keys(jwks())
+        made = verifier(fetches.append, issuer=DOWN, refetch_interval=0)
         for _ in range(3):
             await made.verify(f"Bearer {access_token(iss=DOWN)}")
         await made.close()

@@ -19,6 +19,25 @@ ROOT = Path(__file__).resolve().parents[3]
 SCENARIOS = ROOT / "docs" / "scenarios"
 
 
+def finance_pool(tmp_path: Path, limit: int) -> Path:
+    """A pool file for recommend-plan: HostPool vdi/finance, depth-first with ``limit``
+    sessions a host, at most 4 hosts."""
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(
+        yaml.safe_dump(
+            {
+                "kind": "HostPool",
+                "metadata": {"name": "finance", "namespace": "vdi"},
+                "spec": {
+                    "loadBalancer": {"type": "DepthFirst", "maxSessionLimit": limit},
+                    "scaling": {"maxHosts": 4},
+                },
+            }
+        )
+    )
+    return pool
+
+
 def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["--help"])
@@ -61,19 +80,7 @@ def test_simulate_a_shipped_timeline(capsys: pytest.CaptureFixture[str]) -> None
 def test_recommend_plan_prints_a_scaling_plan_for_the_pool(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pool = tmp_path / "pool.yaml"
-    pool.write_text(
-        yaml.safe_dump(
-            {
-                "kind": "HostPool",
-                "metadata": {"name": "finance", "namespace": "vdi"},
-                "spec": {
-                    "loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 5},
-                    "scaling": {"maxHosts": 4},
-                },
-            }
-        )
-    )
+    pool = finance_pool(tmp_path, limit=5)
     history = tmp_path / "history.jsonl"
     history.write_text(
         "".join(
@@ -103,19 +110,7 @@ def test_recommend_plan_reads_an_unsorted_history_as_the_sorted_one(
 ) -> None:
     # A connection log's export is rarely in start order (by user, by the end of the session):
     # the same sessions in any order give the same plan.
-    pool = tmp_path / "pool.yaml"
-    pool.write_text(
-        yaml.safe_dump(
-            {
-                "kind": "HostPool",
-                "metadata": {"name": "finance", "namespace": "vdi"},
-                "spec": {
-                    "loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 2},
-                    "scaling": {"maxHosts": 4},
-                },
-            }
-        )
-    )
+    pool = finance_pool(tmp_path, limit=2)
     records = [
         {"user": user, "start": f"2026-11-{d:02}T0{h}:00:00Z", "end": f"2026-11-{d:02}T1{h}:00:00Z"}
         for d in range(2, 16)
