@@ -202,7 +202,7 @@ async def broker_run(
             subprocess.run,
             [
                 sys.executable,
-                str(ROOT / "tests" / "bench" / "storm.py"),
+                str(Path(__file__).with_name("storm.py")),
                 "connect-loadgen",
                 "--url",
                 f"http://127.0.0.1:{port}",
