@@ -40,13 +40,12 @@ from demo import pool as demo
 from support.agent_objects import apply_agent_objects, run_tool
 from support.builders import session_host_pool
 from support.desktop import (
-    DesktopError,
     NetnsAgent,
     RdpClient,
     VirtualDisplay,
     XrdpHosts,
-    install_client,
     pixel,
+    why_no_client,
     why_not,
 )
 from support.identity import token_kubeconfig
@@ -335,13 +334,9 @@ def up() -> int:
     if os.geteuid() != 0:
         raise SystemExit("demo-desktop: needs root (network namespaces, local users)")
     bridge = bridge_of_cluster()
-    problem = why_not()
+    problem = why_not() or why_no_client()
     if problem:
         raise SystemExit(f"demo-desktop: {problem}")
-    try:
-        install_client()
-    except DesktopError as error:
-        raise SystemExit(f"demo-desktop: {error}") from None
     kubeconfig = CLUSTER / "kubeconfig"
     WORK.mkdir(parents=True, exist_ok=True)
     config.load_kube_config(str(kubeconfig))  # type: ignore[no-untyped-call]

@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
-from support.controlplane import ControlPlane, ControlPlaneError
+from support.controlplane import ControlPlane
 from support.kube import wait_for
 from support.real_nodes import (
     CLUSTER_SCRIPT,
@@ -132,22 +132,14 @@ def bin_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory, bin_dir: Path) -> Iterator[ControlPlane]:
-    cp = ControlPlane(
+    with ControlPlane(
         tmp_path_factory.mktemp("add-nodes") / "cp",
         bin_dir=bin_dir,
         fake_nodes=1,
         hosts_bridge=BRIDGE,
         timeout=300,
-    )
-    try:
-        cp.start()
-    except ControlPlaneError:
-        cp.stop()
-        raise
-    try:
+    ) as cp:
         yield cp
-    finally:
-        cp.stop()
 
 
 class CrashNewApiServer(threading.Thread):

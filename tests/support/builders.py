@@ -147,6 +147,19 @@ def desktop_pod() -> dict[str, Any]:
     }
 
 
+def desktop_users(passwords: dict[str, str]) -> dict[str, Any]:
+    """The Secret ``desktop-users`` that the example pool's desktop containers make their
+    local users from (crds/examples/session-host-pool.yaml): a ``user:password`` line a
+    user."""
+    lines = "".join(f"{user}:{password}\n" for user, password in passwords.items())
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "desktop-users"},
+        "stringData": {"users": lines},
+    }
+
+
 SESSION_HOST_EXAMPLE = Path(__file__).resolve().parents[2] / "crds/examples/session-host-pool.yaml"
 
 

@@ -112,7 +112,8 @@ class ControlPlane:
 
     ``directory`` holds the kubeconfig, keys, etcd data, pid files and logs. The cluster is
     started by :meth:`start` (or on entering the context manager) and stopped by :meth:`stop`
-    (or on leaving it). Starting an already running, healthy cluster is a no-op.
+    (or on leaving it, and on entering it when the start fails: nothing is left running).
+    Starting an already running, healthy cluster is a no-op.
     """
 
     def __init__(
@@ -256,7 +257,11 @@ class ControlPlane:
             return "".join(deque(fh, maxlen=max(lines, 0)))
 
     def __enter__(self) -> ControlPlane:
-        self.start()
+        try:
+            self.start()
+        except ControlPlaneError:
+            self.stop()  # what the failed start left running (``__exit__`` is not called)
+            raise
         return self
 
     def __exit__(

@@ -64,6 +64,15 @@ def install_client() -> None:
         raise DesktopError(f"{' '.join(argv)} failed: {proc.stderr.strip()[-800:]}")
 
 
+def why_no_client() -> str:
+    """Why the RDP client cannot run here ('' when it can): it is installed where missing."""
+    try:
+        install_client()
+    except DesktopError as error:
+        return str(error)
+    return ""
+
+
 @dataclass(frozen=True)
 class Host:
     name: str

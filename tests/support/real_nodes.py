@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from support.controlplane import REPO_ROOT, ControlPlane, ControlPlaneError
+from support.controlplane import REPO_ROOT, ControlPlane
 from support.kube import Kube, unique_name, wait_default_service_account
 from support.podman import build_image
 
@@ -183,12 +183,7 @@ def real_node_cluster(
     # Up to minutes the first time: containerd is installed with apt-get where missing.
     cp = ControlPlane(directory, bin_dir=bin_dir, fake_nodes=0, real_nodes=1, timeout=900)
     started = time.monotonic()
-    try:
-        cp.start()
-    except ControlPlaneError:
-        cp.stop()
-        raise
-    try:
+    with cp:
         timings["cluster.sh up (control plane + node)"] = f"{time.monotonic() - started:.1f} s"
         # Node start -> Ready: from the kubelet's first log line to its "became ready" one.
         log = [
@@ -228,8 +223,6 @@ def real_node_cluster(
             usage=usage,
             images=dict(zip(extra_images, others, strict=True)),
         )
-    finally:
-        cp.stop()
 
 
 def other_kubelets(directory: Path) -> bool:

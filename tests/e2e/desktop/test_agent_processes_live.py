@@ -38,7 +38,6 @@ from support.desktop import (
     VirtualDisplay,
     XrdpHosts,
     install_client,
-    why_not,
     xorg_displays,
 )
 from support.kube import Kube
@@ -53,28 +52,16 @@ FAKE_ARGS = (":99", "-config", "xrdp/xorg.conf")
 Obj = dict[str, Any]
 
 
-def need_desktops(kube: Kube) -> str:
-    """The hosts' bridge (fails under CI, skips elsewhere, saying why, when real xrdp hosts
-    cannot run here)."""
-    problem = why_not()
-    if not problem and (kube.control_plane is None or not kube.control_plane.hosts_bridge):
-        problem = "the control plane does not serve on a hosts' bridge (not root, or external)"
-    if problem:
-        if os.environ.get("CI"):
-            pytest.fail(f"real xrdp hosts cannot run here: {problem}", pytrace=False)
-        pytest.skip(f"real xrdp hosts cannot run here: {problem}")
-    assert kube.control_plane is not None
-    assert kube.control_plane.hosts_bridge
-    return kube.control_plane.hosts_bridge.split(":", 1)[0]
-
-
 @pytest.fixture
 def host(
-    kube: Kube, cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest
+    kube: Kube,
+    hosts_bridge: str,
+    cluster: Cluster,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> Iterator[tuple[XrdpHosts, NetnsAgent]]:
     """One xrdp host with the users, its SessionHost, and its agent running inside it."""
-    bridge = need_desktops(kube)
-    hosts = XrdpHosts(tmp_path / "hosts", bridge, first=31)
+    hosts = XrdpHosts(tmp_path / "hosts", hosts_bridge, first=31)
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
     agent: NetnsAgent | None = None
     try:
@@ -184,44 +171,46 @@ class FakeXServer:
                 proc.kill()
 
 
-def test_a_fake_x_server_of_a_user_is_not_a_session(
-    cluster: Cluster, host: tuple[XrdpHosts, NetnsAgent]
-) -> None:
+@pytest.fixture
+def mallorys_fake(cluster: Cluster, host: tuple[XrdpHosts, NetnsAgent]) -> Iterator[FakeXServer]:
+    """mallory's request Assigned to the host, and her fake X server running beside root's
+    process."""
     hosts, _ = host
     assign(cluster, "mallory", "mallory")
     fake = FakeXServer(hosts, "mallory")
     try:
-        reports(cluster, 3)
-        state = session_state(cluster, "mallory")
-        assert state is None, (
-            f"the agent took mallory's fake X server for a session (sessionState {state}): "
-            + fake.describe()
-        )
+        yield fake
     finally:
         fake.stop()
+
+
+def test_a_fake_x_server_of_a_user_is_not_a_session(
+    cluster: Cluster, mallorys_fake: FakeXServer
+) -> None:
+    reports(cluster, 3)
+    state = session_state(cluster, "mallory")
+    assert state is None, (
+        f"the agent took mallory's fake X server for a session (sessionState {state}): "
+        + mallorys_fake.describe()
+    )
 
 
 def test_a_logoff_signals_no_process_of_another_user(
-    cluster: Cluster, host: tuple[XrdpHosts, NetnsAgent]
+    cluster: Cluster, mallorys_fake: FakeXServer
 ) -> None:
-    hosts, _ = host
-    assign(cluster, "mallory", "mallory")
-    fake = FakeXServer(hosts, "mallory")
-    try:
-        reports(cluster, 2)
-        log_off_now(cluster, "mallory")
-        cluster.wait(
-            lambda: "mallory" not in cluster.requests(),
-            "the agent to carry out mallory's logoff (delete her request)",
-            timeout=30,
-        )
-        reports(cluster, 1)
-        assert fake.root_child.is_running(), (
-            "the logoff of mallory signalled root's process: " + fake.describe()
-        )
-        assert fake.parent.poll() is None, f"the root parent ended: {fake.describe()}"
-    finally:
-        fake.stop()
+    fake = mallorys_fake
+    reports(cluster, 2)
+    log_off_now(cluster, "mallory")
+    cluster.wait(
+        lambda: "mallory" not in cluster.requests(),
+        "the agent to carry out mallory's logoff (delete her request)",
+        timeout=30,
+    )
+    reports(cluster, 1)
+    assert fake.root_child.is_running(), (
+        "the logoff of mallory signalled root's process: " + fake.describe()
+    )
+    assert fake.parent.poll() is None, f"the root parent ended: {fake.describe()}"
 
 
 def test_a_real_session_is_reported_and_its_logoff_ends_only_it(

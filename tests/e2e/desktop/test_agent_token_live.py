@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from support.agent_objects import apply_agent_objects
-from support.builders import session_host_pool
-from support.controlplane import ControlPlane, ControlPlaneError
+from support.builders import desktop_users, session_host_pool
+from support.controlplane import ControlPlane
 from support.kube import REPO_ROOT, Kube, unique_name, wait_default_service_account, wait_for
 from support.podman import build_image
 from support.real_nodes import node_tools, require_nodes
@@ -61,19 +61,13 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     require_nodes()
     bin_dir = node_tools({})
     image = build_image("--session-host")
-    cp = ControlPlane(
+    with ControlPlane(
         tmp_path_factory.mktemp("token-node") / "cp",
         bin_dir=bin_dir,
         fake_nodes=0,
         real_nodes=1,
         timeout=900,
-    )
-    try:
-        cp.start()
-    except ControlPlaneError:
-        cp.stop()
-        raise
-    try:
+    ) as cp:
         cp.import_image(image)
         node = Node(cp, Kube.connect(cp.kubeconfig), bin_dir, image)
         applied = node.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
@@ -83,8 +77,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         )
         assert waited.returncode == 0, waited.stderr
         yield node
-    finally:
-        cp.stop()
 
 
 def desktop_pod(image: str) -> Obj:
@@ -123,12 +115,7 @@ def test_a_desktop_user_cannot_read_the_agents_token(
     kube.call(
         "POST",
         f"/api/v1/namespaces/{ns}/secrets",
-        body={
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "desktop-users"},
-            "stringData": {"users": f"{DESKTOP_USER}:{DESKTOP_PASSWORD}\n"},
-        },
+        body=desktop_users({DESKTOP_USER: DESKTOP_PASSWORD}),
     )
     kube.create(ns, {
         "apiVersion": "hostpool.io/v1alpha1", "kind": "HostPool", "metadata": {"name": "tok"},

@@ -30,17 +30,14 @@ from support.agent_objects import apply_agent_objects, delete_objects, run_tool
 from support.broker_helpers import BrokerProcess, Reply
 from support.cluster import Cluster
 from support.desktop import (
-    DesktopError,
     Host,
     NetnsAgent,
     RdpClient,
     VirtualDisplay,
     XrdpHosts,
     end_window_manager,
-    install_client,
     pixel,
     session_processes,
-    why_not,
     xorg_displays,
 )
 from support.identity import token_kubeconfig
@@ -63,29 +60,6 @@ AGENT_INTERVAL = 1.0
 #: A point of the screen outside the xterm: the desktop's own colour.
 BACKGROUND = (1000, 740)
 Obj = dict[str, Any]
-
-
-def need_desktops(kube: Kube) -> str:
-    """The hosts' bridge of the suite's control plane; fails (CI) or skips (elsewhere) when
-    real desktops cannot run here, saying why."""
-    problem = why_not()
-    if not problem and (kube.control_plane is None or not kube.control_plane.hosts_bridge):
-        problem = (
-            "the control plane does not serve on a hosts' bridge (an external cluster, or "
-            "not root): the agents inside network namespaces cannot reach it"
-        )
-    if not problem:
-        try:
-            install_client()
-        except DesktopError as error:
-            problem = str(error)
-    if problem:
-        if os.environ.get("CI"):
-            pytest.fail(f"real desktops cannot run here: {problem}", pytrace=False)
-        pytest.skip(f"real desktops cannot run here: {problem}")
-    assert kube.control_plane is not None
-    assert kube.control_plane.hosts_bridge
-    return kube.control_plane.hosts_bridge.split(":", 1)[0]
 
 
 class RequestWatch(threading.Thread):
@@ -176,10 +150,13 @@ class RequestWatch(threading.Thread):
 
 @pytest.fixture
 def desktops(
-    kube: Kube, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+    hosts_bridge: str,
+    rdp_client: None,
+    namespace: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> Iterator[tuple[XrdpHosts, dict[str, Host]]]:
-    bridge = need_desktops(kube)
-    hosts = XrdpHosts(tmp_path / "hosts", bridge)
+    hosts = XrdpHosts(tmp_path / "hosts", hosts_bridge)
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
     try:
         made = hosts.up(HOSTS, DESKTOP_USERS)
@@ -447,8 +424,8 @@ CONTAINER_HOST = "ct-1"
 IMAGE_COLOUR = "#0a7d6c"
 
 
+@pytest.mark.usefixtures("hosts_bridge", "rdp_client")
 def test_a_user_gets_the_desktop_of_a_session_host_container(
-    kube: Kube,
     cluster: Cluster,
     namespace: str,
     operator_process: OperatorProcess,
@@ -462,7 +439,6 @@ def test_a_user_gets_the_desktop_of_a_session_host_container(
     on podman's bridge network) as a host: its agent reports the address, alice connects
     through the broker and gets the container's desktop, her session is followed, and the
     container stops cleanly with her on it."""
-    need_desktops(kube)
     image = build_image("--session-host")
     config = agent_credentials([CONTAINER_HOST])[CONTAINER_HOST]
     users = tmp_path / "users"

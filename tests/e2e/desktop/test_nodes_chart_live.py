@@ -32,7 +32,7 @@ import pytest
 
 from support.agent_objects import run_tool
 from support.broker_helpers import CLIENT, REALM, BrokerProcess, keycloak_token
-from support.builders import session_host_pool
+from support.builders import desktop_users, session_host_pool
 from support.cluster import Cluster
 from support.conditions import condition, status
 from support.desktop import RdpClient, VirtualDisplay, install_client, pixel
@@ -300,12 +300,7 @@ def test_pod_backed_desktops_run_on_the_real_node(
     nodes.kube.call(
         "POST",
         f"/api/v1/namespaces/{ns}/secrets",
-        body={
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "desktop-users"},
-            "stringData": {"users": f"alice:{DESKTOP_PASSWORD}\n"},
-        },
+        body=desktop_users({"alice": DESKTOP_PASSWORD}),
     )
     nodes.kube.create(ns, desktop_pool(nodes))
 
