@@ -24,10 +24,17 @@ from typing import Any
 
 import jwt
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
-from support.broker_helpers import CLIENT, REALM, BrokerProcess, Obj, b64int, keycloak_token
+from support.agent_process import AgentProcess
+from support.broker_helpers import (
+    CLIENT,
+    REALM,
+    BrokerProcess,
+    Connecting,
+    Obj,
+    add_realm_key,
+    keycloak_token,
+)
 from support.cluster import Cluster
 from support.keycloak import Keycloak, KeycloakError, keycloak_home, suite_realms
 from support.kube import Kube
@@ -155,28 +162,7 @@ def _keycloak_log_on_failure(request: pytest.FixtureRequest) -> None:
 def realm_key(keycloak: Keycloak) -> tuple[str, Any]:
     """(kid, private key) of an RSA key the test adds to realm corp at low priority: it is
     published in the realm's key set, Keycloak keeps signing with its own."""
-    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = private.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption(),
-    ).decode()
-    status, _, body = keycloak.admin(
-        "POST",
-        f"/{REALM}/components",
-        {
-            "name": "e2e-test-key",
-            "providerId": "rsa",
-            "providerType": "org.keycloak.keys.KeyProvider",
-            "config": {"priority": ["1"], "privateKey": [pem], "algorithm": ["RS256"]},
-        },
-    )
-    assert status == 201, f"adding the test key: {status} {body}"
-    public = private.public_key().public_numbers()
-    for key in keycloak.jwks(REALM)["keys"]:
-        if key.get("kty") == "RSA" and b64int(key["n"]) == public.n:
-            return str(key["kid"]), private
-    raise AssertionError("the added key is not in the realm's key set")
+    return add_realm_key(keycloak, "e2e-test-key", priority=1)
 
 
 @pytest.fixture
@@ -251,3 +237,37 @@ def brokers(
     problems = [line for broker in made for line in broker.problems()]
     if problems:
         pytest.fail("a broker logged errors:\n" + "\n".join(problems[:20]), pytrace=False)
+
+
+@pytest.fixture
+def connecting(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    brokers: Callable[..., BrokerProcess],
+    tokens: Callable[[str], str],
+) -> Connecting:
+    """Users connecting through brokers: this test's namespace with its operator running
+    (it places the requests the brokers create), ``brokers`` and ``tokens``."""
+    del operator_process
+    return Connecting(cluster, brokers, tokens)
+
+
+@pytest.fixture
+def logoff_agent(
+    kube: Kube, namespace: str, tmp_path: Path
+) -> Iterator[Callable[[str], tuple[AgentProcess, Path]]]:
+    """Start the agent of a host of this test's namespace, reporting every 0.5 s, whose logoff
+    command writes the user's name to a file: (the agent, that file, written only once a
+    logoff ran). Stopped after the test if the test did not stop it."""
+    started: list[AgentProcess] = []
+
+    def start(host: str) -> tuple[AgentProcess, Path]:
+        logoffs = tmp_path / f"{host}-logged-off.txt"
+        agent = AgentProcess(kube.kubeconfig, namespace, host, tmp_path / f"{host}-agent.log")
+        started.append(agent)
+        agent.start("--logoff-command", f'echo "$HOSTPOOL_USER" >> {logoffs}', interval=0.5)
+        return agent, logoffs
+
+    yield start
+    for agent in started:
+        agent.stop()

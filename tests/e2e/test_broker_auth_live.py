@@ -10,9 +10,7 @@ exactly as it checks Keycloak's (the ``sign`` fixture).
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import http.client
-import ipaddress
 import json
 import ssl
 import time
@@ -23,25 +21,22 @@ from typing import Any
 
 import jwt
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import NameOID
 
 from support.broker_helpers import (
     CLIENT,
     POOL,
     REALM,
     BrokerProcess,
+    Connecting,
+    add_realm_key,
     assert_refused,
-    b64int,
     broker_requests,
     entitled_pool,
     keycloak_token,
 )
-from support.cluster import Cluster
 from support.keycloak import CLIENT_SECRET, Keycloak
-from support.operator_process import OperatorProcess
+from support.tls import self_signed
 
 Obj = dict[str, Any]
 
@@ -50,14 +45,9 @@ Obj = dict[str, Any]
 
 
 def test_tokens_the_broker_refuses_with_401_and_nothing_created(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    keycloak: Keycloak,
-    sign: Callable[..., str],
-    tokens: Callable[[str], str],
+    connecting: Connecting, keycloak: Keycloak, sign: Callable[..., str]
 ) -> None:
-    del operator_process
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], users=["alice"], groups=["/finance-desk"])
     broker = brokers()
     good = tokens("alice")
@@ -128,12 +118,9 @@ def test_tokens_the_broker_refuses_with_401_and_nothing_created(
 
 
 def test_a_token_with_10000_groups_is_refused_with_a_4xx(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    sign: Callable[..., str],
+    connecting: Connecting, sign: Callable[..., str]
 ) -> None:
-    del operator_process
+    cluster, brokers, _ = connecting
     entitled_pool(cluster, ["h1"], groups=["/finance-desk"])
     broker = brokers()
     huge = sign(groups=[f"group-{i}" for i in range(10_000)])
@@ -145,13 +132,9 @@ def test_a_token_with_10000_groups_is_refused_with_a_4xx(
 
 
 def test_the_issuer_rotating_its_key_is_followed_after_one_refetch(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    keycloak: Keycloak,
-    tokens: Callable[[str], str],
+    connecting: Connecting, keycloak: Keycloak
 ) -> None:
-    del operator_process
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], users=["alice", "bob"])
     broker = brokers("--oidc-key-refetch-seconds", "2")
     before = tokens("alice")
@@ -176,18 +159,14 @@ def test_the_issuer_rotating_its_key_is_followed_after_one_refetch(
 
 
 def test_a_key_removed_from_the_issuer_stops_verifying_after_the_max_age(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    keycloak: Keycloak,
-    tokens: Callable[[str], str],
+    connecting: Connecting, keycloak: Keycloak
 ) -> None:
     """A key the issuer stops publishing is not trusted for ever: the broker fetches the
     key set again once it is --oidc-keys-max-age-seconds old, and tokens signed with the
     removed key are refused from then on (Keycloak's own keys go on verifying)."""
-    del operator_process
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], users=["alice", "bob"])
-    kid, private = add_realm_key(keycloak, "e2e-removed-key")
+    kid, private = add_realm_key(keycloak, "e2e-removed-key", priority=0)
     broker = brokers("--oidc-keys-max-age-seconds", "2", "--oidc-key-refetch-seconds", "1")
     now = int(time.time())
     claims = {"iss": keycloak.issuer(REALM), "aud": CLIENT, "exp": now + 300, "iat": now}
@@ -224,15 +203,11 @@ def test_a_broker_whose_issuer_differs_by_a_slash_never_gets_ready(
 
 
 def test_authorized_parties_and_email_as_the_user(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    sign: Callable[..., str],
-    tokens: Callable[[str], str],
+    connecting: Connecting, sign: Callable[..., str]
 ) -> None:
     """--oidc-authorized-party: Keycloak's tokens name the client in azp; a broker that
     trusts another client refuses them. --user-claim email: only a verified address."""
-    del operator_process
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], users=["alice", "alice@corp.example"])
     alice = tokens("alice")
     other = brokers("--oidc-authorized-party", "another-portal")
@@ -250,15 +225,10 @@ def test_authorized_parties_and_email_as_the_user(
         assert_refused(by_email.pools(token), 401, "Unauthorized")
 
 
-def test_groups_are_matched_as_full_paths(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
-) -> None:
+def test_groups_are_matched_as_full_paths(connecting: Connecting) -> None:
     """Keycloak sends full group paths: heidi's /contractors/finance-desk does not open a
     pool of /finance-desk (alice's), and a pool naming the bare finance-desk opens to no one."""
-    del operator_process
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], groups=["/finance-desk"])
     entitled_pool(cluster, ["h2"], groups=["finance-desk"], name="bare")
     entitled_pool(cluster, ["h3"], groups=["/contractors/finance-desk"], name="contractors")
@@ -269,33 +239,6 @@ def test_groups_are_matched_as_full_paths(
     assert {p["name"] for p in broker.pools(alice).body["pools"]} == {POOL}
     assert {p["name"] for p in broker.pools(heidi).body["pools"]} == {"contractors"}
     assert broker.connect(cluster.namespace, "contractors", heidi).status == 200
-
-
-def add_realm_key(keycloak: Keycloak, name: str) -> tuple[str, Any]:
-    """(kid, private key) of an RSA key added to realm corp at the lowest priority: it is
-    published, Keycloak keeps signing with its own."""
-    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = private.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption(),
-    ).decode()
-    status, _, body = keycloak.admin(
-        "POST",
-        f"/{REALM}/components",
-        {
-            "name": name,
-            "providerId": "rsa",
-            "providerType": "org.keycloak.keys.KeyProvider",
-            "config": {"priority": ["0"], "privateKey": [pem], "algorithm": ["RS256"]},
-        },
-    )
-    assert status == 201, f"adding a key: {status} {body}"
-    n = private.public_key().public_numbers().n
-    for key in keycloak.jwks(REALM)["keys"]:
-        if key.get("kty") == "RSA" and b64int(key["n"]) == n:
-            return str(key["kid"]), private
-    raise AssertionError("the added key is not in the realm's key set")
 
 
 def key_fetches(broker: BrokerProcess) -> int:
@@ -312,13 +255,8 @@ def key_fetches(broker: BrokerProcess) -> int:
 # bad input
 
 
-def test_bad_input_gets_a_clear_4xx_and_creates_nothing(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
-) -> None:
-    del operator_process
+def test_bad_input_gets_a_clear_4xx_and_creates_nothing(connecting: Connecting) -> None:
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], users=["alice"])
     broker = brokers()
     token = tokens("alice")
@@ -355,13 +293,8 @@ def test_bad_input_gets_a_clear_4xx_and_creates_nothing(
     assert broker.connect(ns, POOL, token, body={"protocol": "RDP"}).status == 200
 
 
-def test_a_user_past_the_rate_limit_gets_429(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
-) -> None:
-    del operator_process
+def test_a_user_past_the_rate_limit_gets_429(connecting: Connecting) -> None:
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], users=["alice", "bob"])
     broker = brokers("--rate-limit", "1", "--rate-burst", "3")
     token = tokens("alice")
@@ -378,40 +311,11 @@ def test_a_user_past_the_rate_limit_gets_429(
 
 
 def test_the_broker_serves_https_with_the_certificate_it_is_given(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
-    tmp_path: Path,
+    connecting: Connecting, tmp_path: Path
 ) -> None:
-    del operator_process
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], users=["alice"])
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=1))
-        .not_valid_after(now + dt.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    cert_file, key_file, _ = self_signed("127.0.0.1", tmp_path)
     trust = ssl.create_default_context(cafile=str(cert_file))
     broker = brokers("--tls-cert", str(cert_file), "--tls-key", str(key_file), trust=trust)
     assert broker.url.startswith("https://")

@@ -9,9 +9,7 @@ The security review's findings 1, 11 and 12 (docs/reliability.md).
 
 from __future__ import annotations
 
-import datetime as dt
 import http.client
-import ipaddress
 import json
 import os
 import socket
@@ -27,10 +25,6 @@ from typing import Any
 
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import NameOID
 
 from hostpool_operator.broker.oidc import MAX_TOKEN
 from support.broker_helpers import (
@@ -38,6 +32,7 @@ from support.broker_helpers import (
     POOL,
     REALM,
     BrokerProcess,
+    Connecting,
     assert_refused,
     entitled_pool,
 )
@@ -45,10 +40,10 @@ from support.cluster import Cluster
 from support.controlplane import ControlPlane
 from support.keycloak import Keycloak
 from support.kube import Kube
-from support.operator_process import OperatorProcess
 from support.ports import free_port
 from support.proxy import CuttingProxy
 from support.report_logs import EXTRA_LOGS
+from support.tls import self_signed
 
 Obj = dict[str, Any]
 MIB = 1 << 20
@@ -223,12 +218,9 @@ FORGED = "1999-01-01 00:00:00,000 INFO hostpool_operator.broker.app: connect for
 
 
 def test_a_newline_in_the_path_forges_no_log_line_and_user_names_are_logged_only_when_asked(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
+    connecting: Connecting,
 ) -> None:
-    del operator_process
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], users=["alice"])
     broker = brokers("--connect-timeout-seconds", "1")
     token = tokens("alice")
@@ -260,38 +252,6 @@ def test_a_newline_in_the_path_forges_no_log_line_and_user_names_are_logged_only
 # hardening (item 12)
 
 
-def self_signed(common_name: str, directory: Path) -> tuple[Path, Path, bytes]:
-    """A certificate for 127.0.0.1 and its key, written to ``directory``; (cert, key, DER)."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=1))
-        .not_valid_after(now + dt.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    directory.mkdir(parents=True, exist_ok=True)
-    cert_file, key_file = directory / "tls.crt", directory / "tls.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file, cert.public_bytes(serialization.Encoding.DER)
-
-
 def served_certificate(port: int) -> bytes:
     """The certificate a new TLS connection to the port is shown (DER)."""
     context = ssl.create_default_context()
@@ -307,16 +267,12 @@ def served_certificate(port: int) -> bytes:
 
 
 def test_a_certificate_replaced_on_disk_is_served_to_new_connections(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
-    tmp_path: Path,
+    connecting: Connecting, tmp_path: Path
 ) -> None:
     """As the kubelet updates a Secret volume (cert-manager renewed the certificate): the
     files are swapped at once by a rename; new connections get the new certificate, and
     the broker answers calls over it."""
-    del operator_process
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], users=["alice"])
     live = tmp_path / "tls"
     cert_file, _, first = self_signed("first", tmp_path / "first")

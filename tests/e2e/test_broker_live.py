@@ -2,7 +2,8 @@
 process against the suite's API server, the operator places the requests it creates. Who
 gets in and where, one request per user and pool, waiting (a full pool, a pool that grows),
 a broker killed mid-connect, ending a session. Tokens, bad input and TLS:
-test_broker_auth_live.py. The fixtures (``brokers``, ``tokens``, ``sign``) are in conftest.py.
+test_broker_auth_live.py. The fixtures (``connecting``, ``brokers``, ``tokens``, ``sign``,
+``logoff_agent``) are in conftest.py.
 
 Users of the ``keycloak`` fixture's realm ``corp``: alice and carol are in group
 /finance-desk, bob in none (groups are full paths, as the tokens carry them). Pools name
@@ -28,17 +29,15 @@ from support.agent_process import AgentProcess
 from support.broker_helpers import (
     BROKER_LABEL,
     POOL,
-    BrokerProcess,
+    Connecting,
     Reply,
     assert_refused,
     broker_requests,
     entitled_pool,
     host_sessions,
 )
-from support.cluster import Cluster
 from support.conditions import phase
 from support.kube import Kube
-from support.operator_process import OperatorProcess
 
 Obj = dict[str, Any]
 
@@ -46,12 +45,9 @@ Obj = dict[str, Any]
 
 
 def test_entitled_users_get_the_host_depth_first_chose_and_others_a_404(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
+    connecting: Connecting,
 ) -> None:
-    del operator_process
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1", "h2"], limit=3, users=["bob"], groups=["/finance-desk"])
     # One session on h2 already: depth-first fills it before h1.
     cluster.create_request("by-hand", POOL, "zed")
@@ -89,13 +85,8 @@ def test_entitled_users_get_the_host_depth_first_chose_and_others_a_404(
     assert set(broker_requests(cluster)) == {alice.body["request"], bob.body["request"]}
 
 
-def test_pools_lists_only_entitled_pools_with_the_callers_session(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
-) -> None:
-    del operator_process
+def test_pools_lists_only_entitled_pools_with_the_callers_session(connecting: Connecting) -> None:
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], users=["alice"], name="desk")
     entitled_pool(cluster, ["h2"], groups=["/finance-desk"], name="finance")
     entitled_pool(cluster, ["h3"], users=["bob"], name="bobs")
@@ -117,13 +108,8 @@ def test_pools_lists_only_entitled_pools_with_the_callers_session(
     assert {p["name"] for p in broker.pools(tokens("dave")).body["pools"]} == set()
 
 
-def test_the_rdp_file_itself_with_the_pools_settings(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
-) -> None:
-    del operator_process
+def test_the_rdp_file_itself_with_the_pools_settings(connecting: Connecting) -> None:
+    cluster, brokers, tokens = connecting
     entitled_pool(
         cluster,
         ["h1"],
@@ -157,13 +143,8 @@ def test_the_rdp_file_itself_with_the_pools_settings(
 # one request per user and pool
 
 
-def test_a_second_connect_is_a_reconnect_to_the_same_host(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
-) -> None:
-    del operator_process
+def test_a_second_connect_is_a_reconnect_to_the_same_host(connecting: Connecting) -> None:
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1", "h2"], users=["alice"])
     broker = brokers()
     first = broker.connect(cluster.namespace, POOL, tokens("alice"))
@@ -177,13 +158,8 @@ def test_a_second_connect_is_a_reconnect_to_the_same_host(
     assert len(broker_requests(cluster)) == 1
 
 
-def test_twenty_concurrent_connects_of_one_user_make_one_request(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
-) -> None:
-    del operator_process
+def test_twenty_concurrent_connects_of_one_user_make_one_request(connecting: Connecting) -> None:
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1", "h2"], users=["alice"])
     broker = brokers()
     token = tokens("alice")
@@ -196,13 +172,8 @@ def test_twenty_concurrent_connects_of_one_user_make_one_request(
     assert len(cluster.requests()) == 1
 
 
-def test_two_broker_replicas_racing_for_one_user_make_one_request(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
-) -> None:
-    del operator_process
+def test_two_broker_replicas_racing_for_one_user_make_one_request(connecting: Connecting) -> None:
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1", "h2"], users=["alice", "bob"])
     one, two = brokers(), brokers()
     for user in ("alice", "bob"):
@@ -224,13 +195,8 @@ def test_two_broker_replicas_racing_for_one_user_make_one_request(
 # waiting: a full pool, hosts starting
 
 
-def test_a_full_pool_answers_202_until_a_slot_frees(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
-) -> None:
-    del operator_process
+def test_a_full_pool_answers_202_until_a_slot_frees(connecting: Connecting) -> None:
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], limit=1, users=["alice", "bob"])
     broker = brokers("--connect-timeout-seconds", "2")
     assert broker.connect(cluster.namespace, POOL, tokens("alice")).status == 200
@@ -251,12 +217,9 @@ def test_a_full_pool_answers_202_until_a_slot_frees(
 
 
 def test_a_broker_killed_mid_connect_gives_the_retry_the_same_request(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
+    connecting: Connecting,
 ) -> None:
-    del operator_process
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], limit=1, users=["alice", "bob"])
     cluster.create_request("by-hand", POOL, "zed")
     cluster.wait(lambda: phase(cluster.request("by-hand")) == "Assigned" or None, "by-hand placed")
@@ -283,13 +246,8 @@ def test_a_broker_killed_mid_connect_gives_the_retry_the_same_request(
 # ending a session
 
 
-def test_ending_a_session_without_an_agent_deletes_the_request(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
-) -> None:
-    del operator_process
+def test_ending_a_session_without_an_agent_deletes_the_request(connecting: Connecting) -> None:
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], users=["alice"])
     broker = brokers()
     token = tokens("alice")
@@ -302,34 +260,24 @@ def test_ending_a_session_without_an_agent_deletes_the_request(
 
 
 def test_ending_a_session_with_an_agent_is_a_logoff_by_the_agent(
-    kube: Kube,
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
-    tmp_path: Path,
+    connecting: Connecting, logoff_agent: Callable[[str], tuple[AgentProcess, Path]]
 ) -> None:
-    del operator_process
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], users=["alice"])
-    logoffs = tmp_path / "logged-off.txt"
-    agent = AgentProcess(kube.kubeconfig, cluster.namespace, "h1", tmp_path / "agent.log")
-    agent.start("--logoff-command", f'echo "$HOSTPOOL_USER" >> {logoffs}', interval=0.5)
-    try:
-        cluster.wait(lambda: "agent" in (cluster.host("h1").get("status") or {}) or None, "agent")
-        broker = brokers()
-        token = tokens("alice")
-        connected = broker.connect(cluster.namespace, POOL, token)
-        assert connected.status == 200, connected.text
-        name = connected.body["request"]
-        # The broker's cache sees the agent before it ends the session.
-        time.sleep(0.5)
-        ended = broker.end_session(cluster.namespace, POOL, token)
-        assert ended.status == 202, ended.text
-        cluster.wait(lambda: logoffs.exists() or None, "the agent's logoff", 30)
-        assert logoffs.read_text().splitlines() == ["alice"]
-        cluster.wait(lambda: name not in cluster.requests() or None, "the request deleted", 30)
-    finally:
-        agent.stop()
+    _, logoffs = logoff_agent("h1")
+    cluster.wait(lambda: "agent" in (cluster.host("h1").get("status") or {}) or None, "agent")
+    broker = brokers()
+    token = tokens("alice")
+    connected = broker.connect(cluster.namespace, POOL, token)
+    assert connected.status == 200, connected.text
+    name = connected.body["request"]
+    # The broker's cache sees the agent before it ends the session.
+    time.sleep(0.5)
+    ended = broker.end_session(cluster.namespace, POOL, token)
+    assert ended.status == 202, ended.text
+    cluster.wait(lambda: logoffs.exists() or None, "the agent's logoff", 30)
+    assert logoffs.read_text().splitlines() == ["alice"]
+    cluster.wait(lambda: name not in cluster.requests() or None, "the request deleted", 30)
 
 
 # ---------------------------------------------------------------------------------------
@@ -338,13 +286,10 @@ def test_ending_a_session_with_an_agent_is_a_logoff_by_the_agent(
 
 def test_a_pool_that_scales_up_answers_hosts_starting_then_the_new_host(
     kube: Kube,
-    cluster: Cluster,
     node_label: Callable[[], list[str]],  # noqa: F811  (the fixture imported above)
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
+    connecting: Connecting,
 ) -> None:
-    del operator_process
+    cluster, brokers, tokens = connecting
     # The pods can be scheduled only once the nodes are labelled: the starting phase is
     # seen for sure.
     template = workloads.pod_template(

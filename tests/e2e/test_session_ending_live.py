@@ -22,7 +22,14 @@ import pytest
 
 from hostpool_operator.api.timestamps import rfc3339
 from support.agent_process import AgentProcess
-from support.broker_helpers import POOL, BrokerProcess, Reply, assert_refused, entitled_pool
+from support.broker_helpers import (
+    POOL,
+    BrokerProcess,
+    Connecting,
+    Reply,
+    assert_refused,
+    entitled_pool,
+)
 from support.cluster import Cluster
 from support.conditions import phase
 from support.kube import Kube
@@ -60,12 +67,9 @@ def connected(broker: BrokerProcess, cluster: Cluster, token: str) -> Obj:
 
 
 def test_a_failed_request_with_a_logoff_is_replaced_and_can_be_ended(
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
+    connecting: Connecting,
 ) -> None:
-    del operator_process
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1", "h2"], limit=2, users=["alice", "carol"])
     broker = brokers()
     alice, carol = tokens("alice"), tokens("carol")
@@ -113,18 +117,11 @@ def test_a_failed_request_with_a_logoff_is_replaced_and_can_be_ended(
 
 
 def test_ending_a_session_on_a_host_whose_agent_went_silent_deletes_the_request(
-    kube: Kube,
-    cluster: Cluster,
-    operator_process: OperatorProcess,
-    brokers: Callable[..., BrokerProcess],
-    tokens: Callable[[str], str],
-    tmp_path: Path,
+    connecting: Connecting, logoff_agent: Callable[[str], tuple[AgentProcess, Path]]
 ) -> None:
-    del operator_process
+    cluster, brokers, tokens = connecting
     entitled_pool(cluster, ["h1"], users=["alice"])
-    logoffs = tmp_path / "logged-off.txt"
-    agent = AgentProcess(kube.kubeconfig, cluster.namespace, "h1", tmp_path / "agent.log")
-    agent.start("--logoff-command", f'echo "$HOSTPOOL_USER" >> {logoffs}', interval=0.5)
+    agent, logoffs = logoff_agent("h1")
     broker = brokers("--metrics-stale-after", "3")
     token = tokens("alice")
     try:

@@ -15,12 +15,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from support.cluster import Cluster
 from support.keycloak import CLIENT_SECRET, CORP_USERS, OTHER_USERS, Keycloak
@@ -217,6 +219,16 @@ class BrokerProcess:
 # what the broker tests share
 
 
+class Connecting(NamedTuple):
+    """What a test of users connecting through the broker works with (the ``connecting``
+    fixture): this test's namespace, with the operator running in it to place the requests
+    the brokers create; ``brokers`` to start brokers for it; ``tokens`` of realm users."""
+
+    cluster: Cluster
+    brokers: Callable[..., BrokerProcess]
+    tokens: Callable[[str], str]
+
+
 def b64int(text: str) -> int:
     return int.from_bytes(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)), "big")
 
@@ -225,6 +237,34 @@ def keycloak_token(keycloak: Keycloak, user: str, realm: str = REALM) -> str:
     users = CORP_USERS if realm == REALM else OTHER_USERS
     password = next(p for name, p, _ in users if name == user)
     return keycloak.token(realm, CLIENT, CLIENT_SECRET, user, password)
+
+
+def add_realm_key(keycloak: Keycloak, name: str, priority: int) -> tuple[str, Any]:
+    """(kid, private key) of an RSA key added to realm corp under ``name``, at a priority
+    below Keycloak's own keys: it is published in the realm's key set, Keycloak keeps
+    signing with its own."""
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = private.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    ).decode()
+    status, _, body = keycloak.admin(
+        "POST",
+        f"/{REALM}/components",
+        {
+            "name": name,
+            "providerId": "rsa",
+            "providerType": "org.keycloak.keys.KeyProvider",
+            "config": {"priority": [str(priority)], "privateKey": [pem], "algorithm": ["RS256"]},
+        },
+    )
+    assert status == 201, f"adding the key {name}: {status} {body}"
+    n = private.public_key().public_numbers().n
+    for key in keycloak.jwks(REALM)["keys"]:
+        if key.get("kty") == "RSA" and b64int(key["n"]) == n:
+            return str(key["kid"]), private
+    raise AssertionError(f"the added key {name} is not in the realm's key set")
 
 
 def entitled_pool(
