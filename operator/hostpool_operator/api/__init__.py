@@ -141,6 +141,15 @@ from .plan import (
     zone_of as zone_of,
 )
 from .pool import (
+    DEFAULT_WARNING_MINUTES as DEFAULT_WARNING_MINUTES,
+)
+from .pool import (
+    MAX_LIMIT_MESSAGE as MAX_LIMIT_MESSAGE,
+)
+from .pool import (
+    MAX_LIMIT_MINUTES as MAX_LIMIT_MINUTES,
+)
+from .pool import (
     MAX_SELECTOR as MAX_SELECTOR,
 )
 from .pool import (
@@ -182,8 +191,20 @@ from .pool import (
 from .pool import (
     SessionHostTemplateSpec as SessionHostTemplateSpec,
 )
+from .pool import (
+    SessionLimits as SessionLimits,
+)
+from .request import (
+    MAX_NOTICE as MAX_NOTICE,
+)
+from .request import (
+    Disconnect as Disconnect,
+)
 from .request import (
     Logoff as Logoff,
+)
+from .request import (
+    Notice as Notice,
 )
 from .request import (
     SessionRequest as SessionRequest,

@@ -119,6 +119,22 @@ class SessionState(enum.StrEnum):
     DISCONNECTED = "Disconnected"
 
 
+class SessionLimit(enum.StrEnum):
+    """Which of a pool's session limits acted (``spec.sessionLimits``): the ``limit`` label of
+    ``hostpool_session_limit_actions_total`` and of an operator-set action on a request."""
+
+    DISCONNECTED = "Disconnected"  # disconnectedMinutes
+    IDLE = "Idle"  # idleMinutes
+    MAX_SESSION = "MaxSession"  # maxSessionMinutes
+
+
+class LimitAction(enum.StrEnum):
+    """What a session limit does to a session."""
+
+    DISCONNECT = "Disconnect"
+    LOGOFF = "Logoff"
+
+
 class ConditionStatus(enum.StrEnum):
     TRUE = "True"
     FALSE = "False"
@@ -226,12 +242,14 @@ __all__ = [
     "Condition",
     "ConditionStatus",
     "Conditions",
+    "LimitAction",
     "LoadBalancerType",
     "Phase",
     "PoolRef",
     "Protocol",
     "Reason",
     "SessionCounts",
+    "SessionLimit",
     "SessionState",
     "describe_validation_error",
 ]

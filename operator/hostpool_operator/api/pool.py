@@ -23,6 +23,7 @@ from .base import (
     MAX_THRESHOLD,
     ApiModel,
     Conditions,
+    LimitAction,
     LoadBalancerType,
     SessionCounts,
 )
@@ -286,6 +287,86 @@ class Scaling(ApiModel):
         return self
 
 
+#: The longest a session limit may be: a week, in minutes.
+MAX_LIMIT_MINUTES = 10_080
+MAX_WARNING_MINUTES = 60
+DEFAULT_WARNING_MINUTES = 5
+#: The longest warning text a pool may set.
+MAX_LIMIT_MESSAGE = 512
+
+
+class SessionLimits(ApiModel):
+    """When sessions end by time: the disconnected, idle and session-time limits of RDS,
+    Horizon and AVD, declared on the pool. Absent fields never act."""
+
+    x_kubernetes_validations: ClassVar[list[dict[str, str]]] = [
+        {
+            "rule": "!has(self.idleMinutes) || self.warningMinutes < self.idleMinutes",
+            "message": "warningMinutes must be less than idleMinutes (the warning is given "
+            "that long before the idle limit acts)",
+            "fieldPath": ".warningMinutes",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": "!has(self.maxSessionMinutes) || self.warningMinutes < self.maxSessionMinutes",
+            "message": "warningMinutes must be less than maxSessionMinutes (the warning is "
+            "given that long before the session limit acts)",
+            "fieldPath": ".warningMinutes",
+            "reason": "FieldValueInvalid",
+        },
+    ]
+
+    disconnected_minutes: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_LIMIT_MINUTES,
+        description="A session Disconnected this long is logged off (0 = at once; absent = never).",
+    )
+    idle_minutes: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_LIMIT_MINUTES,
+        description="An Active session with no user input this long gets idleAction "
+        "(absent = never).",
+    )
+    idle_action: LimitAction = Field(
+        default=LimitAction.DISCONNECT,
+        description="What the idle limit does: Disconnect (the session stays) or Logoff.",
+    )
+    max_session_minutes: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_LIMIT_MINUTES,
+        description="A session this long after its logon gets maxSessionAction (absent = never).",
+    )
+    max_session_action: LimitAction = Field(
+        default=LimitAction.LOGOFF,
+        description="What the session-time limit does: Disconnect or Logoff (the default).",
+    )
+    warning_minutes: int = Field(
+        default=DEFAULT_WARNING_MINUTES,
+        ge=0,
+        le=MAX_WARNING_MINUTES,
+        description="Users of an Active session are told this long before the idle or "
+        "session-time limit acts (0 = no warning).",
+    )
+    message: str | None = Field(
+        default=None,
+        max_length=MAX_LIMIT_MESSAGE,
+        description="The warning's text; default: what will happen, and when.",
+    )
+
+    @model_validator(mode="after")
+    def _warning_before_limits(self) -> SessionLimits:
+        for name, minutes in (
+            ("idleMinutes", self.idle_minutes),
+            ("maxSessionMinutes", self.max_session_minutes),
+        ):
+            if minutes is not None and self.warning_minutes >= minutes:
+                raise ValueError(f"warningMinutes must be less than {name}")
+        return self
+
+
 class HostPoolSpec(ApiModel):
     """The desired state of a pool of session hosts."""
 
@@ -319,6 +400,11 @@ class HostPoolSpec(ApiModel):
     )
     connection: Connection | None = Field(
         default=None, description="What the broker hands a client: port, .rdp settings, gateway."
+    )
+    session_limits: SessionLimits | None = Field(
+        default=None,
+        description="When sessions end by time (disconnected, idle, session length); absent "
+        "= sessions never end by time.",
     )
 
     @model_validator(mode="after")

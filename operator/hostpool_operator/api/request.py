@@ -19,8 +19,12 @@ from .base import (
     PoolRef,
     Protocol,
     Reason,
+    SessionLimit,
     SessionState,
 )
+
+#: The longest text of a notice or a logoff message.
+MAX_NOTICE = 1024
 
 
 class SessionRequestSpec(ApiModel):
@@ -46,9 +50,45 @@ class Logoff(ApiModel):
     """A forced logoff of the session: notice, then logoff at the deadline."""
 
     message: str = Field(
-        default="", max_length=1024, description="What the user is told before the logoff."
+        default="", max_length=MAX_NOTICE, description="What the user is told before the logoff."
     )
     deadline: datetime = Field(description="When the user is logged off.")
+    limit: SessionLimit | None = Field(
+        default=None,
+        description="The pool's session limit that asked for it (absent: a person or a "
+        "scaling plan did). An Idle logoff is not done if the user was active since.",
+    )
+
+
+class Disconnect(ApiModel):
+    """Disconnect the session now and keep it: its slot stays, a reconnect returns to it."""
+
+    requested_at: datetime = Field(description="When the disconnect was asked for.")
+    limit: SessionLimit | None = Field(
+        default=None,
+        description="The pool's session limit that asked for it (absent: a person did). An "
+        "Idle disconnect is not done if the user was active since.",
+    )
+    done_at: datetime | None = Field(
+        default=None,
+        description="When the host's agent acted on it (set by the agent; a new request "
+        "clears it).",
+    )
+
+
+class Notice(ApiModel):
+    """A message shown once in the session's desktop."""
+
+    message: str = Field(min_length=1, max_length=MAX_NOTICE, description="What the user is told.")
+    sent_at: datetime = Field(description="When it was sent.")
+    limit: SessionLimit | None = Field(
+        default=None,
+        description="The pool's session limit this warns of (absent: a person sent it).",
+    )
+    shown_at: datetime | None = Field(
+        default=None,
+        description="When the host's agent showed it (set by the agent; a new notice clears it).",
+    )
 
 
 class SessionRequestStatus(ApiModel):
@@ -82,10 +122,32 @@ class SessionRequestStatus(ApiModel):
         description="Connecting (set on assignment), then Active or Disconnected from the agent.",
     )
     assigned_at: datetime | None = Field(default=None, description="When the host was assigned.")
+    state_changed_at: datetime | None = Field(
+        default=None,
+        description="When sessionState last changed (written with it, by whoever changes it).",
+    )
+    logon_at: datetime | None = Field(
+        default=None, description="When the host first reported the session (its agent)."
+    )
+    idle_since: datetime | None = Field(
+        default=None,
+        description="Since when the session has had no user input, once that is a minute or "
+        "more (its agent; absent while the user is active).",
+    )
     logoff: Logoff | None = Field(
         default=None,
         description="A forced logoff: the host's agent tells the user, and logs them off at "
-        "the deadline (set by a scaling plan's ramp-down).",
+        "the deadline (set by a scaling plan's ramp-down, a session limit or an "
+        "administrator).",
+    )
+    disconnect: Disconnect | None = Field(
+        default=None,
+        description="Disconnect the session and keep it (a session limit or an administrator).",
+    )
+    notice: Notice | None = Field(
+        default=None,
+        description="A message the host's agent shows once in the session (a session limit's "
+        "warning, or an administrator's message).",
     )
     conditions: Conditions
 
