@@ -386,6 +386,9 @@ def test_examples_cover_the_features() -> None:
     assert set(pools) == {"BreadthFirst", "DepthFirst", "Horizon"}
     assert "maxSessionLimit" in pools["DepthFirst"]["loadBalancer"]
     assert "hostTemplate" in pools["DepthFirst"]["scaling"]
+    limited = [d["spec"]["sessionLimits"] for d in docs if "sessionLimits" in d.get("spec", {})]
+    assert limited, "no pool example with sessionLimits"
+    assert {"disconnectedMinutes", "idleMinutes", "maxSessionMinutes"} <= set(limited[0])
     # One Horizon example shows every setting (others may show a few).
     complete = [
         d["spec"]["horizon"]
