@@ -4,16 +4,18 @@ the command's module. The defaults that a settings object already holds are take
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ..controller.settings import ControllerSettings
 from ..kube.program import add_logging_flags
 from ..recommend.recommender import Options
 from ..recommend.sources import prometheus
-from . import crds, recommend, run, simulate
+from . import crds, recommend, run, sessions, simulate
 from .errors import UsageError
 
 PROG = "hostpool-operator"
+#: The kubectl plugin's name as kubectl runs it (the console script ``kubectl-hostpool``).
+PLUGIN_PROG = "kubectl hostpool"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,7 +54,142 @@ def build_parser() -> argparse.ArgumentParser:
             "of a pool's history within a wait",
         )
     )
+    admin = sub.add_parser(
+        "sessions",
+        help="administer users' sessions: list, log off, disconnect, message, drain, top "
+        "(also the kubectl plugin `kubectl hostpool`)",
+    )
+    add_session_commands(admin.add_subparsers(dest="action", required=True, metavar="COMMAND"))
     return parser
+
+
+def build_plugin_parser() -> argparse.ArgumentParser:
+    """``kubectl hostpool``: the session commands at the top."""
+    parser = _Parser(
+        prog=PLUGIN_PROG,
+        description="Administer the sessions of hostpool.io pools: who is on which host, "
+        "log users off, disconnect them, send them a message, drain a host.",
+    )
+    add_session_commands(parser.add_subparsers(dest="action", required=True, metavar="COMMAND"))
+    return parser
+
+
+def _add_login(parser: argparse.ArgumentParser, *, all_namespaces: bool = False) -> None:
+    """kubectl's flags for where to work: the kubeconfig, the context, the namespace."""
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="the kubeconfig (default: $KUBECONFIG, else ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--context", metavar="NAME", help="the kubeconfig context (default: its current one)"
+    )
+    if not all_namespaces:
+        parser.add_argument(
+            "-n", "--namespace", metavar="NS", help="the namespace (default: the context's)"
+        )
+        return
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "-n", "--namespace", metavar="NS", help="the namespace (default: the context's)"
+    )
+    where.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+
+
+def add_session_commands(sub: argparse._SubParsersAction[Any]) -> None:
+    """The session commands (``kubectl hostpool COMMAND``, ``hostpool-operator sessions
+    COMMAND``)."""
+    listing = sub.add_parser(
+        "sessions",
+        aliases=["list"],
+        help="list sessions: who is on which host, in which state since when",
+    )
+    listing.add_argument("pool", nargs="?", metavar="POOL", help="only this pool's")
+    listing.add_argument("--host", metavar="HOST", help="only the sessions on this host")
+    listing.add_argument("--user", metavar="USER", help="only this user's sessions")
+    listing.add_argument(
+        "-o",
+        "--output",
+        choices=("wide", "json"),
+        help="wide: also idle time, notice, logoff, disconnect, request; json: for scripts",
+    )
+    _add_login(listing, all_namespaces=True)
+    listing.set_defaults(func=sessions.list_command)
+
+    logoff = sub.add_parser(
+        "logoff", help="log a user off (the host's agent tells them, then logs them off)"
+    )
+    logoff.add_argument("user", metavar="USER")
+    logoff.add_argument("--pool", required=True, metavar="POOL")
+    logoff.add_argument(
+        "--in",
+        dest="in_",
+        default="0s",
+        metavar="DURATION",
+        help="when, from now (e.g. 10m; default now)",
+    )
+    logoff.add_argument("--message", metavar="TEXT", help="what the user is told before")
+    _add_login(logoff)
+    logoff.set_defaults(func=sessions.logoff_command)
+
+    disconnect = sub.add_parser(
+        "disconnect", help="disconnect a user's session now and keep it (a reconnect returns to it)"
+    )
+    disconnect.add_argument("user", metavar="USER")
+    disconnect.add_argument("--pool", required=True, metavar="POOL")
+    _add_login(disconnect)
+    disconnect.set_defaults(func=sessions.disconnect_command)
+
+    message = sub.add_parser(
+        "message", help="show a message once in sessions: a pool's, a host's, or one user's"
+    )
+    message.add_argument("text", metavar="TEXT")
+    message.add_argument(
+        "--pool", metavar="POOL", help="every session in this pool (with --user: that user's)"
+    )
+    message.add_argument("--host", metavar="HOST", help="every session on this host")
+    message.add_argument("--user", metavar="USER", help="this user's session (needs --pool)")
+    _add_login(message)
+    message.set_defaults(func=sessions.message_command)
+
+    drain = sub.add_parser(
+        "drain",
+        help="give a host no new sessions; optionally log its users off and wait until it is empty",
+    )
+    drain.add_argument("host", metavar="HOST")
+    drain.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait until the host has no sessions, printing who leaves",
+    )
+    drain.add_argument(
+        "--timeout",
+        metavar="DURATION",
+        help="with --wait: give up after this long (exit 1; default: no limit)",
+    )
+    drain.add_argument(
+        "--logoff-after",
+        metavar="DURATION",
+        help="log the host's users off this long from now (e.g. 30m)",
+    )
+    drain.add_argument(
+        "--message", metavar="TEXT", help="with --logoff-after: what the users are told"
+    )
+    _add_login(drain)
+    drain.set_defaults(func=sessions.drain_command)
+
+    undrain = sub.add_parser("undrain", help="let a drained host take new sessions again")
+    undrain.add_argument("host", metavar="HOST")
+    _add_login(undrain)
+    undrain.set_defaults(func=sessions.undrain_command)
+
+    top = sub.add_parser(
+        "top",
+        help="pools (hosts, sessions by state, free slots, pending) and hosts (state, "
+        "sessions, load)",
+    )
+    _add_login(top, all_namespaces=True)
+    top.set_defaults(func=sessions.top_command)
 
 
 def _add_run(parser: argparse.ArgumentParser) -> None:
