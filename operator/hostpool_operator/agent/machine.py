@@ -19,28 +19,40 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import time
 from dataclasses import dataclass
 
 import psutil
 
 from .commands import CommandResult
+from .desktop import XServer, idle_seconds
+from .x11 import X11Error
 from .xrdp import (
     DELETED,
     MIXED_UIDS,
     SESSION_MANAGERS,
     Process,
+    SocketTableError,
+    UnixSocket,
+    XrdpSession,
     connected_displays,
+    display_peers,
+    is_xrdp,
     listening_displays,
     logoff_plan,
     on_this_host,
     parse_passwd,
+    parse_unix_diag,
+    protected_pids,
     session_states,
+    unix_diag_request,
     xorg_display,
     xrdp_sessions,
 )
 
 SESMAN = "xrdp-sesman"
+NETLINK_SOCK_DIAG = 4
 PROC_NET_UNIX = "/proc/net/unix"
 #: How long a logoff waits for the session's X server to exit after the window manager was
 #: asked to (TERM) before killing what is left, of the command timeout's share.
@@ -154,6 +166,58 @@ class XrdpMachine:
             return None, f"could not read {PROC_NET_UNIX}: {error}"
         return session_states(xrdp_sessions(processes), connected_displays(sockets)), ""
 
+    def user_sessions(self, users: set[str] | None = None) -> list[XrdpSession]:
+        """The xrdp sessions here (of ``users`` only, when given)."""
+        processes, _ = self.processes()
+        return [s for s in xrdp_sessions(processes) if users is None or s.user in users]
+
+    def idle(self, users: set[str]) -> tuple[dict[str, float], list[str]]:
+        """Seconds since each user's last input: the least over their sessions' X servers
+        (input in any of them is the user's). Users whose X servers could not be asked are
+        missing; the second item says why."""
+        idle: dict[str, float] = {}
+        problems: list[str] = []
+        for session in self.user_sessions(users):
+            try:
+                seconds = idle_seconds(server_of(session))
+            except X11Error as error:
+                problems.append(f"{session.user}: {error}")
+                continue
+            idle[session.user] = min(seconds, idle.get(session.user, seconds))
+        return idle, problems
+
+    def disconnect(self, user: str, timeout: float) -> CommandResult:
+        """End xrdp's connections to every session of ``user`` (the process xrdp forked for
+        each client): the clients are disconnected, the sessions stay."""
+        processes, _ = self.processes()
+        sessions = [s for s in xrdp_sessions(processes) if s.user == user]
+        if not sessions:
+            return CommandResult(True, "")  # no session: nothing to disconnect
+        try:
+            sockets = unix_sockets()
+        except (OSError, SocketTableError) as error:
+            return CommandResult(False, "", f"could not read the socket table: {error}")
+        peers: set[int] = set()
+        for session in sessions:
+            peers |= display_peers(sockets, session.display, socket_inodes(session.xorg))
+        if not peers:
+            return CommandResult(True, "")  # no client attached: Disconnected already
+        keep = protected_pids(processes, os.getpid())
+        targets = [
+            p.pid
+            for p in processes
+            if is_xrdp(p) and p.pid not in keep and socket_inodes(p.pid) & peers
+        ]
+        if not targets:
+            return CommandResult(False, "", f"no xrdp process holds the connection of {user}")
+        signal_all([(pid, 0) for pid in targets], signal.SIGTERM)
+        if wait_gone(targets, timeout * LOGOFF_TERM_SHARE):
+            return CommandResult(True, "")
+        signal_all([(pid, 0) for pid in targets if alive(pid)], signal.SIGKILL)
+        if wait_gone(targets, timeout * (1 - LOGOFF_TERM_SHARE)):
+            return CommandResult(True, "")
+        return CommandResult(False, "", f"xrdp's connection of {user} did not end")
+
     def logoff(self, user: str, timeout: float) -> CommandResult:
         """End every xrdp session of ``user`` here: TERM its window manager (sesman then
         stops the X server), and KILL what is left when that does not end it in time. Only
@@ -173,6 +237,36 @@ class XrdpMachine:
             return CommandResult(True, "")
         displays = ", ".join(f":{d}" for d in plan.displays)
         return CommandResult(False, "", f"the sessions of {user} ({displays}) did not end")
+
+
+def server_of(session: XrdpSession) -> XServer:
+    return XServer(session.display, session.xorg, session.uid, session.auth)
+
+
+def unix_sockets() -> list[UnixSocket]:
+    """Every unix socket of the agent's network namespace, with its peer (sock_diag)."""
+    found: list[UnixSocket] = []
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as sock:
+        sock.settimeout(5.0)
+        sock.sendall(unix_diag_request(1))
+        for _ in range(100_000):
+            batch, done = parse_unix_diag(sock.recv(1 << 16))
+            found.extend(batch)
+            if done:
+                return found
+    raise SocketTableError("the socket table did not end")
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """The inodes of the sockets a process holds (its descriptors ``socket:[N]``)."""
+    found: set[int] = set()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(entry.path)
+                if link.startswith("socket:[") and link.endswith("]"):
+                    found.add(int(link[8:-1]))
+    return found
 
 
 def users_beside(sesmen: list[int]) -> dict[int, str]:

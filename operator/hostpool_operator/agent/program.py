@@ -2,10 +2,13 @@
 
 Every ``--interval`` seconds (30 by default, as Horizon's agent samples) it writes its own
 host's ``status.metrics`` (figures over the interval, see ``agent.figures``) and
-``status.agent``, and nothing else of the host; it sets ``status.sessionState`` of the
-requests assigned to its host from what the machine reports, deletes a request whose user
-has logged off, and carries out forced logoffs (``status.logoff``). Every write is a merge
-patch of the agent's own fields only, so it can never overwrite what the operator writes.
+``status.agent``, and nothing else of the host; it sets ``status.sessionState`` (with
+``stateChangedAt``, and ``logonAt`` once) of the requests assigned to its host from what the
+machine reports, and ``idleSince`` from each session's idle time (sampled every few seconds);
+it deletes a request whose user has logged off, carries out forced logoffs
+(``status.logoff``) and disconnects (``status.disconnect``), and shows notices
+(``status.notice``) in the user's desktop. Every write is a merge patch of the agent's own
+fields only, so it can never overwrite what the operator writes.
 Errors (the API server away, a failing script) are logged and reported; the agent keeps
 running.
 """
@@ -18,8 +21,9 @@ import contextlib
 import logging
 import socket
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -36,9 +40,26 @@ from ..kube.errors import ApiError, ApiTransportError
 from ..kube.events import post_event
 from ..kube.program import Program, Running, add_logging_flags, run
 from .commands import CommandResult, run_command
+from .desktop import X_TIMEOUT, Message, Windows
 from .figures import Counters, custom_load_value, load_figures
-from .machine import XrdpMachine
-from .sessions import HostRequest, LogoffTracker, SessionTracker, parse_sessions
+from .machine import XrdpMachine, server_of
+from .sessions import (
+    HostRequest,
+    LogoffTracker,
+    SessionTracker,
+    Shown,
+    idle_fields,
+    idle_logoff_withdrawn,
+    logoff_message,
+    logoff_notice_record,
+    logoff_notice_shown,
+    notice_message,
+    parse_session_lines,
+    pending_disconnects,
+    pending_notices,
+    state_fields,
+)
+from .x11 import X11Error
 
 log = logging.getLogger("hostpool_operator.agent")
 
@@ -56,6 +77,12 @@ METRIC_KEYS = (
 #: A failing load script is reported again at most this often (seconds).
 EVENT_REPEAT = 300.0
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+#: How long a notice's window stays on the screen unless the user closes it (seconds); a
+#: forced logoff's stays until its deadline, between these bounds.
+NOTICE_SECONDS = 300.0
+LOGOFF_NOTICE_SECONDS = (30.0, 3600.0)
+#: Tries of a marking write (doneAt, shownAt) that meets a newer version of the request.
+MARK_TRIES = 3
 
 
 def version() -> str:
@@ -103,6 +130,7 @@ class AgentOptions:
     sessions_command: str | None = None
     notify_command: str | None = None
     logoff_command: str | None = None
+    disconnect_command: str | None = None
     command_timeout: float = 10.0
     address: str | None = None
     #: Where sessions come from without a sessions command: "users" (the machine's logged-in
@@ -130,6 +158,16 @@ class Agent:
     #: Request uids whose user the logoff command did log off (only the delete is left).
     _logged_off: set[str] = field(default_factory=set)
     _xrdp: XrdpMachine | None = None
+    #: The requests assigned to this host as last read (by uid), kept up to date with what
+    #: the agent's own writes return.
+    requests: dict[str, HostRequest] = field(default_factory=dict)
+    #: Seconds since each user's last input, as last measured (users measured only).
+    idle: dict[str, float] = field(default_factory=dict)
+    #: Notices and disconnects that could not be carried out: (kind, request uid) -> the
+    #: back-off and when the next try is due.
+    _retry: dict[tuple[str, str], tuple[Backoff, float]] = field(default_factory=dict)
+    _warned_at: dict[str, float] = field(default_factory=dict)
+    windows: Windows = field(default_factory=lambda: Windows(threading.Event()))
 
     @property
     def xrdp(self) -> XrdpMachine:
@@ -149,23 +187,31 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         interval = self.options.interval
-        step = min(5.0, interval)  # memory is sampled this often, logoff deadlines checked
-        before = read_counters()
-        memory = [psutil.virtual_memory().percent]
-        next_report = time.monotonic() + interval
-        requests: list[HostRequest] = []
+        # Memory and idle time are sampled this often, logoff deadlines checked.
+        step = min(5.0, interval)
         log.info(
             "agent for %s/%s: reporting every %.0fs",
             self.options.namespace,
             self.options.host,
             interval,
         )
+        try:
+            await self._loop(stop, step, interval)
+        finally:
+            self.windows.stop.set()
+
+    async def _loop(self, stop: asyncio.Event, step: float, interval: float) -> None:
+        before = read_counters()
+        memory = [psutil.virtual_memory().percent]
+        next_report = time.monotonic() + interval
         while not stop.is_set():
+            requests = list(self.requests.values())
             now = time.monotonic()
             wait = min(step, max(0.0, next_report - now))
             deadline = LogoffTracker.next_deadline(requests)
-            if deadline is not None:
-                wait = min(wait, max(0.0, (deadline - datetime.now(UTC)).total_seconds()))
+            until = (deadline - datetime.now(UTC)).total_seconds() if deadline else 0.0
+            if until > 0:  # a deadline passed already (a failing logoff) waits its back-off
+                wait = min(wait, until)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait)
             if stop.is_set():
@@ -183,7 +229,10 @@ class Agent:
                 await self.follow_sessions(requests)
             elif deadline is not None and deadline <= datetime.now(UTC):
                 requests = await self.host_requests()
-            await self.carry_out_logoffs(requests)
+            await self.follow_idle()
+            await self.carry_out_notices()
+            await self.carry_out_disconnects()
+            await self.carry_out_logoffs(list(self.requests.values()))
 
     # -------------------------------------------------------------- metrics
 
@@ -266,14 +315,17 @@ class Agent:
             listed.add(request.uid)
             if request.uid not in self._deleted:
                 found.append(request)
+        self.requests = {r.uid: r for r in found}
         # What is no longer listed needs no memory: these stay bounded by the host's requests.
+        self._retry = {k: r for k, r in self._retry.items() if k[1] in listed}
         self._deleted &= listed
         self._logged_off &= listed
         self._logoff_retry = {u: r for u, r in self._logoff_retry.items() if u in listed}
         return found
 
     async def machine_sessions(self) -> dict[str, str] | None:
-        """The users on this machine and their state (None: could not tell this time)."""
+        """The users on this machine and their state (None: could not tell this time); with
+        a sessions command, the idle times it reported are kept (``self.idle``)."""
         if not self.options.sessions_command:
             if self.options.sessions_from == "xrdp":
                 sessions, problem = await asyncio.to_thread(self.xrdp.sessions)
@@ -287,29 +339,230 @@ class Agent:
             log.warning("the sessions command %s", result.problem)
             await self.event("SessionsCommandFailed", f"the sessions command {result.problem}")
             return None  # a failed sample must not look like everyone logged off
-        sessions, problems = parse_sessions(result.output)
-        for problem in problems:
+        lines = parse_session_lines(result.output)
+        for problem in lines.problems:
             log.warning("sessions command output: %s", problem)
-        return sessions
+        self.idle = lines.idle
+        return lines.states
 
     async def follow_sessions(self, requests: Sequence[HostRequest]) -> None:
         reported = await self.machine_sessions()
         if reported is None:
             return
-        writes, deletes = self.sessions.sample(requests, reported)
-        for request, state in writes:
-            await self.write_state(request, state)
+        _, deletes = self.sessions.sample(requests, reported)
+        now = datetime.now(UTC)
+        for request in requests:
+            state = reported.get(request.user)
+            if state is None:
+                continue
+            fields = state_fields(request, state, now)
+            if self.options.sessions_command:
+                fields |= idle_fields(request.idle_since, self.idle.get(request.user), now)
+            if fields:
+                await self.write_fields(request, fields)
         for request in deletes:
             log.info("user %s logged off: deleting %s", request.user, request.name)
             await self.delete(request)
 
-    async def write_state(self, request: HostRequest, state: str) -> None:
+    async def write_fields(self, request: HostRequest, fields: Mapping[str, Any]) -> bool:
+        """Merge-patch the agent's own fields of the request's status; the request as the
+        API server then has it is kept."""
         try:
-            await self.client.patch_status(
-                REQUESTS, self.options.namespace, request.name, {"sessionState": state}
+            obj = await self.client.patch_status(
+                REQUESTS, self.options.namespace, request.name, fields
             )
         except (ApiError, ApiTransportError) as error:
-            log.warning("could not set %s to %s: %s", request.name, state, error)
+            log.warning("could not write %s of %s: %s", sorted(fields), request.name, error)
+            return False
+        self.keep(obj)
+        log.debug("wrote %s of %s", fields, request.name)
+        return True
+
+    def keep(self, obj: Mapping[str, Any]) -> None:
+        updated = HostRequest.of(obj)
+        if updated is not None and updated.uid in self.requests:
+            self.requests[updated.uid] = updated
+
+    # -------------------------------------------------------------- idle time
+
+    async def follow_idle(self) -> None:
+        """Each session's idle time (xrdp: its X server's, every step) into idleSince."""
+        if self.options.sessions_command or self.options.sessions_from != "xrdp":
+            return
+        users = {r.user for r in self.requests.values() if r.user in self.sessions.seen}
+        if not users:
+            return
+        self.idle, problems = await asyncio.to_thread(self.xrdp.idle, users)
+        for problem in problems:
+            self.warn_now_and_then(f"idle time unknown: {problem}")
+        now = datetime.now(UTC)
+        for request in list(self.requests.values()):
+            fields = idle_fields(request.idle_since, self.idle.get(request.user), now)
+            if fields:
+                await self.write_fields(request, fields)
+
+    def warn_now_and_then(self, message: str) -> None:
+        """Log a warning, the same one at most once per EVENT_REPEAT."""
+        now = time.monotonic()
+        if now - self._warned_at.get(message, -EVENT_REPEAT) < EVENT_REPEAT:
+            return
+        self._warned_at = {k: t for k, t in self._warned_at.items() if now - t < EVENT_REPEAT}
+        self._warned_at[message] = now
+        log.warning("%s", message)
+
+    # -------------------------------------------------------------- notices, disconnects
+
+    def due_again(self, kind: str, request: HostRequest) -> bool:
+        retry = self._retry.get((kind, request.uid))
+        return retry is None or time.monotonic() >= retry[1]
+
+    def failed(self, kind: str, request: HostRequest) -> float:
+        """Try again later, later each time."""
+        key = (kind, request.uid)
+        backoff = self._retry.get(key, (Backoff(first=5.0, cap=300.0), 0.0))[0]
+        wait = backoff.next()
+        self._retry[key] = (backoff, time.monotonic() + wait)
+        return wait
+
+    async def carry_out_notices(self) -> None:
+        """Show each notice not shown yet in its user's desktop, then set its shownAt."""
+        for request in pending_notices(list(self.requests.values())):
+            notice = request.notice
+            if notice is None or not self.due_again("notice", request):
+                continue
+            result = await self.show(request, notice_message(notice), NOTICE_SECONDS)
+            if not result.ok:
+                wait = self.failed("notice", request)
+                self.warn_now_and_then(
+                    f"could not show the notice of {request.name} to {request.user}: "
+                    f"{result.problem}; tried again in {wait:.0f}s"
+                )
+                continue
+            self._retry.pop(("notice", request.uid), None)
+            log.info("showed the notice of %s to %s", request.name, request.user)
+            stamp = rfc3339(datetime.now(UTC))
+            await self.mark(request, "notice", {"notice": {"shownAt": stamp}})
+
+    async def carry_out_disconnects(self) -> None:
+        """Disconnect each session asked to (not an Idle one whose user was active since),
+        then set the ask's doneAt."""
+        now = datetime.now(UTC)
+        for step in pending_disconnects(list(self.requests.values()), self.idle, now):
+            request = step.request
+            stamp = rfc3339(datetime.now(UTC))
+            if not step.act:
+                log.info(
+                    "not disconnecting %s (%s) for idleness: %s",
+                    request.user,
+                    request.name,
+                    step.why,
+                )
+                patch = {"disconnect": {"doneAt": stamp}, "idleSince": None}
+                await self.mark(request, "disconnect", patch)
+                continue
+            if not self.due_again("disconnect", request):
+                continue
+            result = await self.end_connection(request.user)
+            if not result.ok:
+                wait = self.failed("disconnect", request)
+                message = (
+                    f"could not disconnect {request.user} ({request.name}): {result.problem}; "
+                    f"tried again in {wait:.0f}s"
+                )
+                log.warning("%s", message)
+                await self.event("DisconnectFailed", message)
+                continue
+            self._retry.pop(("disconnect", request.uid), None)
+            log.info("disconnected %s (%s)", request.user, request.name)
+            await self.mark(request, "disconnect", {"disconnect": {"doneAt": stamp}})
+            await self.follow_sessions(list(self.requests.values()))
+
+    async def mark(self, request: HostRequest, kind: str, patch: Mapping[str, Any]) -> None:
+        """Write that a notice was shown or a disconnect done, onto the very ask it was
+        (the version read; a newer version still holding the same ask gets it too; a new ask
+        that replaced it meanwhile is left to be carried out)."""
+        current = request
+        for _ in range(MARK_TRIES):
+            try:
+                obj = await self.client.patch_status(
+                    REQUESTS,
+                    self.options.namespace,
+                    current.name,
+                    patch,
+                    resource_version=current.resource_version or None,
+                )
+            except ApiError as error:
+                if error.status != 409:
+                    log.warning("could not mark the %s of %s: %s", kind, request.name, error)
+                    return
+            except ApiTransportError as error:
+                log.warning("could not mark the %s of %s: %s", kind, request.name, error)
+                return
+            else:
+                self.keep(obj)
+                return
+            fresh = await self.reread(request)
+            if fresh is None or _ask(fresh, kind) != _ask(request, kind):
+                log.info("the %s of %s changed meanwhile: not marked", kind, request.name)
+                return
+            current = fresh
+
+    async def reread(self, request: HostRequest) -> HostRequest | None:
+        try:
+            obj = await self.client.get(REQUESTS, self.options.namespace, request.name)
+        except (ApiError, ApiTransportError):
+            return None
+        fresh = HostRequest.of(obj)
+        return fresh if fresh is not None and fresh.uid == request.uid else None
+
+    async def show(
+        self,
+        request: HostRequest,
+        shown: Shown,
+        seconds: float,
+        deadline: datetime | None = None,
+    ) -> CommandResult:
+        """Show a message to the request's user: the notify command where given, else a
+        window in each of the user's xrdp sessions (done when one was shown)."""
+        if self.options.notify_command:
+            env = {
+                "HOSTPOOL_USER": request.user,
+                "HOSTPOOL_MESSAGE": shown.text,
+                "HOSTPOOL_DEADLINE": rfc3339(deadline) if deadline else "",
+            }
+            return await run_command(self.options.notify_command, self.options.command_timeout, env)
+        if self.options.sessions_from != "xrdp":
+            return CommandResult(
+                False, "", "no --notify-command, and no desktop of this host to draw in"
+            )
+        sessions = await asyncio.to_thread(self.xrdp.user_sessions, {request.user})
+        if not sessions:
+            return CommandResult(False, "", "the user has no session here")
+        problems = []
+        for session in sessions:
+            future = self.windows.show(
+                server_of(session), Message(shown.title, shown.text, seconds)
+            )
+            try:
+                await asyncio.wait_for(asyncio.wrap_future(future), 4 * X_TIMEOUT)
+            except (TimeoutError, X11Error, OSError) as error:
+                problems.append(f":{session.display}: {error or 'no answer'}")
+        if len(problems) == len(sessions):
+            return CommandResult(False, "", "; ".join(problems))
+        return CommandResult(True, "")
+
+    async def end_connection(self, user: str) -> CommandResult:
+        """Disconnect ``user``: the disconnect command where given, else xrdp's connection
+        to the session ends (the session stays)."""
+        if self.options.disconnect_command:
+            return await run_command(
+                self.options.disconnect_command,
+                self.options.command_timeout,
+                {"HOSTPOOL_USER": user},
+            )
+        if self.options.sessions_from == "xrdp":
+            return await asyncio.to_thread(self.xrdp.disconnect, user, self.options.command_timeout)
+        return CommandResult(False, "", "no --disconnect-command, and no xrdp here to disconnect")
 
     async def delete(self, request: HostRequest) -> bool:
         """Delete exactly this request (never a namesake), once. True when it is gone."""
@@ -334,23 +587,18 @@ class Agent:
     async def carry_out_logoffs(self, requests: Sequence[HostRequest]) -> None:
         notify, logoff = self.logoffs.due(requests, datetime.now(UTC))
         for request in notify:
-            if self.options.notify_command:
-                env = {
-                    "HOSTPOOL_USER": request.user,
-                    "HOSTPOOL_MESSAGE": request.logoff_message or "",
-                    "HOSTPOOL_DEADLINE": rfc3339(request.logoff_deadline)
-                    if request.logoff_deadline
-                    else "",
-                }
-                result = await run_command(
-                    self.options.notify_command, self.options.command_timeout, env
-                )
-                if not result.ok:
-                    log.warning("notify command for %s %s", request.user, result.problem)
-            log.info("notified %s of the logoff at %s", request.user, request.logoff_deadline)
+            await self.notify_logoff(request)
         now = time.monotonic()
         for request in logoff:
             if request.uid in self._deleted:
+                continue
+            if idle_logoff_withdrawn(request, self.idle.get(request.user), datetime.now(UTC)):
+                log.info(
+                    "not logging %s (%s) off for idleness: the user has been active since",
+                    request.user,
+                    request.name,
+                )
+                await self.write_fields(request, {"logoff": None, "idleSince": None})
                 continue
             retry = self._logoff_retry.get(request.uid)
             if retry is not None and now < retry[1]:
@@ -381,6 +629,28 @@ class Agent:
                 self.sessions.forget(request.user)
             else:
                 self._logoff_failed(request, now)
+
+    async def notify_logoff(self, request: HostRequest) -> None:
+        """Tell the user of a forced logoff, once: the message shown is recorded as the
+        request's notice (shown), so an agent started again does not show it twice."""
+        if logoff_notice_shown(request):
+            return
+        seconds = 0.0
+        if request.logoff_deadline is not None:
+            seconds = (request.logoff_deadline - datetime.now(UTC)).total_seconds()
+        low, high = LOGOFF_NOTICE_SECONDS
+        result = await self.show(
+            request,
+            logoff_message(request),
+            min(high, max(low, seconds)),
+            deadline=request.logoff_deadline,
+        )
+        if not result.ok:
+            log.warning("could not tell %s of the logoff: %s", request.user, result.problem)
+            return
+        log.info("notified %s of the logoff at %s", request.user, request.logoff_deadline)
+        record = logoff_notice_record(request, datetime.now(UTC))
+        await self.mark(request, "logoff notice", {"notice": record})
 
     async def end_session(self, user: str) -> CommandResult:
         """Log ``user`` off: the logoff command where given, else the xrdp session ends."""
@@ -436,6 +706,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--notify-command", help="tells a user of a forced logoff")
     parser.add_argument("--logoff-command", help="logs a user off at the deadline")
     parser.add_argument(
+        "--disconnect-command",
+        help="disconnects a user and keeps the session (HOSTPOOL_USER); without it, on an "
+        "xrdp host, xrdp's connection to the session ends",
+    )
+    parser.add_argument(
         "--command-timeout", type=float, default=10.0, help="seconds any command may take"
     )
     parser.add_argument(
@@ -464,6 +739,7 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
         sessions_command=args.sessions_command,
         notify_command=args.notify_command,
         logoff_command=args.logoff_command,
+        disconnect_command=args.disconnect_command,
         command_timeout=args.command_timeout,
         address=args.address,
         sessions_from=args.sessions_from,
@@ -485,3 +761,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _ask(request: HostRequest, kind: str) -> object:
+    """What identifies the ask a marking write is about (the same ask: the same value)."""
+    if kind == "disconnect":
+        return request.disconnect.requested if request.disconnect else None
+    if kind == "notice":
+        return request.notice.sent if request.notice else None
+    return request.logoff_deadline

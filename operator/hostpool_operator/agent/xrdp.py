@@ -26,6 +26,7 @@ in.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -89,6 +90,7 @@ class XrdpSession:
     leader: int  # sesman's per-session process
     xorg: int
     uid: int = MIXED_UIDS
+    auth: str | None = None  # the X server's -auth file (relative: to its working directory)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +204,16 @@ def xrdp_sessions(processes: Iterable[Process]) -> list[XrdpSession]:
             continue
         leader = session_leader(process, by_pid)
         if leader is not None:
-            found.append(XrdpSession(display, process.user, leader, process.pid, process.uid))
+            found.append(
+                XrdpSession(
+                    display,
+                    process.user,
+                    leader,
+                    process.pid,
+                    process.uid,
+                    auth_argument(process.cmdline),
+                )
+            )
     return sorted(found, key=lambda s: s.display)
 
 
@@ -255,9 +266,7 @@ def logoff_plan(user: str, processes: Iterable[Process], agent: int) -> LogoffPl
     def allowed(pid: int, session: XrdpSession) -> bool:
         return pid not in keep and session.uid >= ROOT and uid_of.get(pid) == session.uid
 
-    term = sorted(
-        {pid for s in sessions for pid in window_managers(s, table) if allowed(pid, s)}
-    )
+    term = sorted({pid for s in sessions for pid in window_managers(s, table) if allowed(pid, s)})
     xorgs = {s.xorg for s in sessions if allowed(s.xorg, s)}
     return LogoffPlan(
         displays=tuple(s.display for s in sessions),
@@ -275,3 +284,111 @@ def parse_passwd(text: str) -> dict[int, str]:
         if len(fields) >= 3 and fields[0] and fields[2].isdigit():
             names.setdefault(int(fields[2]), fields[0])
     return names
+
+
+def auth_argument(cmdline: Sequence[str]) -> str | None:
+    """The file an X server was told to take its cookies from (``-auth FILE``)."""
+    args = list(cmdline[1:])
+    if "-auth" not in args:
+        return None
+    index = args.index("-auth")
+    value = args[index + 1] if index + 1 < len(args) else ""
+    return value or None
+
+
+# ------------------------------------------------------------------ xrdp's connections
+#
+# xrdp forks a process per client connection; it reaches the session's X server over the
+# unix socket xrdp_display_N. Ending that process ends the client's connection and leaves
+# the session (a disconnect). Which process it is: the kernel's socket table (sock_diag,
+# NETLINK_SOCK_DIAG) names each unix socket's peer; the X server's end of an established
+# xrdp_display_N connection is one of the X server's own descriptors, its peer is xrdp's.
+
+XRDP_BINARIES = frozenset({"/usr/sbin/xrdp", "/usr/local/sbin/xrdp", "/usr/bin/xrdp"})
+SOCK_DIAG_BY_FAMILY = 20
+NLM_F_REQUEST = 0x1
+NLM_F_DUMP = 0x300
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+UDIAG_SHOW_NAME, UDIAG_SHOW_PEER = 0x1, 0x4
+UNIX_DIAG_NAME, UNIX_DIAG_PEER = 0, 2
+AF_UNIX = 1
+ESTABLISHED = 1  # TCP_ESTABLISHED, as unix sockets report a connection
+
+
+@dataclass(frozen=True, slots=True)
+class UnixSocket:
+    inode: int
+    state: int
+    name: str  # the bound path ('' for none; abstract names start with '@')
+    peer: int  # the other end's inode (0: none)
+
+
+def unix_diag_request(sequence: int) -> bytes:
+    """A dump of every unix socket of the network namespace, with names and peers."""
+    request = struct.pack(
+        "<BBxxIIIII", AF_UNIX, 0, 0xFFFFFFFF, 0, UDIAG_SHOW_NAME | UDIAG_SHOW_PEER, 0, 0
+    )
+    header = struct.pack(
+        "<IHHII", 16 + len(request), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, sequence, 0
+    )
+    return header + request
+
+
+class SocketTableError(Exception):
+    """The kernel refused the dump, or sent what cannot be read."""
+
+
+def parse_unix_diag(data: bytes) -> tuple[list[UnixSocket], bool]:
+    """The sockets in one read of the dump's answer, and whether the dump is done."""
+    found: list[UnixSocket] = []
+    offset = 0
+    while offset + 16 <= len(data):
+        length, kind = struct.unpack_from("<IH", data, offset)
+        if length < 16 or offset + length > len(data):
+            raise SocketTableError("a truncated netlink message")
+        if kind == NLMSG_DONE:
+            return found, True
+        if kind == NLMSG_ERROR:
+            (code,) = struct.unpack_from("<i", data, offset + 16) if length >= 20 else (0,)
+            raise SocketTableError(f"the kernel answered error {-code}")
+        if kind == SOCK_DIAG_BY_FAMILY and length >= 32:
+            found.append(_unix_socket(data[offset + 16 : offset + length]))
+        offset += (length + 3) & ~3
+    return found, False
+
+
+def _unix_socket(message: bytes) -> UnixSocket:
+    _, _, state, inode = struct.unpack_from("<BBBxI", message, 0)
+    name, peer = "", 0
+    offset = 16
+    while offset + 4 <= len(message):
+        length, kind = struct.unpack_from("<HH", message, offset)
+        if length < 4 or offset + length > len(message):
+            break
+        payload = message[offset + 4 : offset + length]
+        if kind == UNIX_DIAG_NAME:
+            raw = payload.split(b"\0", 1)[0] if payload[:1] != b"\0" else b"@" + payload[1:]
+            name = raw.decode("utf-8", "replace")
+        elif kind == UNIX_DIAG_PEER and len(payload) >= 4:
+            (peer,) = struct.unpack_from("<I", payload, 0)
+        offset += (length + 3) & ~3
+    return UnixSocket(int(inode), int(state), name, int(peer))
+
+
+def display_peers(sockets: Iterable[UnixSocket], display: int, server_inodes: set[int]) -> set[int]:
+    """The inodes of xrdp's ends of the connections to ``display``: peers of the established
+    ``xrdp_display_N`` sockets that the session's X server holds (``server_inodes``)."""
+    suffix = f"/{DISPLAY_SOCKET}{display}"
+    return {
+        s.peer
+        for s in sockets
+        if s.state == ESTABLISHED
+        and s.name.endswith(suffix)
+        and s.inode in server_inodes
+        and s.peer
+    }
+
+
+def is_xrdp(process: Process) -> bool:
+    """xrdp itself (its listener or a connection's process): root's, the xrdp binary."""
+    return process.uid == ROOT and _binary(process.exe) in XRDP_BINARIES

@@ -72,8 +72,8 @@ def unreadable(table: list[Process]) -> list[Process]:
 
 def test_the_sessions_of_a_real_host() -> None:
     assert xrdp_sessions(HOST) == [
-        XrdpSession(10, "alice", 200, 201, 1000),
-        XrdpSession(11, "bob", 300, 301, 1001),
+        XrdpSession(10, "alice", 200, 201, 1000, ".Xauthority"),
+        XrdpSession(11, "bob", 300, 301, 1001, ".Xauthority"),
     ]
 
 

@@ -108,8 +108,8 @@ HOST = [
 def test_sessions_and_their_states() -> None:
     sessions = xrdp_sessions(HOST)
     assert sessions == [
-        XrdpSession(10, "alice", 200, 201, 1000),
-        XrdpSession(11, "bob", 300, 301, 1001),
+        XrdpSession(10, "alice", 200, 201, 1000, ".Xauthority"),
+        XrdpSession(11, "bob", 300, 301, 1001, ".Xauthority"),
     ]
     assert session_states(sessions, {10}) == {"alice": "Active", "bob": "Disconnected"}
     assert session_states(sessions, set()) == {"alice": "Disconnected", "bob": "Disconnected"}
