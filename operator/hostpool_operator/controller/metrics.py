@@ -18,6 +18,7 @@ from prometheus_client import (
     start_http_server,
 )
 
+from ..api import LimitAction, SessionLimit
 from ..api.conditions import find
 from ..api.plan import PlanPhase
 from ..kube.sinks import MetricsSink
@@ -163,6 +164,13 @@ class PrometheusMetrics(MetricsSink):
             labels,
             registry=self.registry,
         )
+        self.limit_actions = Counter(
+            "hostpool_session_limit_actions",
+            "Sessions a pool's session limit acted on, by limit (Disconnected, Idle, "
+            "MaxSession) and action (Disconnect, Logoff); warnings are not counted.",
+            (*labels, "limit", "action"),
+            registry=self.registry,
+        )
         self.scale_actions = Counter(
             "hostpool_scale_actions",
             "Hosts added (up) or removed (down) by the operator.",
@@ -194,6 +202,9 @@ class PrometheusMetrics(MetricsSink):
 
     def scaled(self, namespace: str, pool: str, direction: str, hosts: int) -> None:
         self.scale_actions.labels(namespace, pool, direction).inc(hosts)
+
+    def session_limit_action(self, namespace: str, pool: str, limit: str, action: str) -> None:
+        self.limit_actions.labels(namespace, pool, limit, action).inc()
 
     def host_started(self, namespace: str, pool: str, seconds: float) -> None:
         self.host_start.labels(namespace, pool).observe(seconds)
@@ -249,6 +260,11 @@ class PrometheusMetrics(MetricsSink):
         series += [(self.scale_actions, (way,)) for way in ("up", "down")]
         series += [(self.sessions, (state,)) for state in SESSION_STATES]
         series += [(self.plan_phase, (phase,)) for phase in PLAN_PHASES]
+        series += [
+            (self.limit_actions, (limit.value, action.value))
+            for limit in SessionLimit
+            for action in LimitAction
+        ]
         for metric, extra in series:
             with contextlib.suppress(KeyError):  # never observed for this pool
                 metric.remove(namespace, pool, *extra)

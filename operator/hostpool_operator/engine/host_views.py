@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from ..api import HostMetrics, HostPoolSpec
 from .balancing import PoolBalancer
 from .host_view import HostView
 from .ledger import SessionLedger
+from .limits import ZERO, host_clock_offset
 from .records import HostRecord, query_order
 from .workloads import Gate, WorkloadState
 
@@ -40,7 +41,14 @@ class PoolRecords(Protocol):
 class HostViews:
     """Each host of one pool as the engine sees it, and the balancer holding those views."""
 
-    __slots__ = ("_pool", "balancer", "metrics_stale_after", "samples_seen", "stale_hosts")
+    __slots__ = (
+        "_pool",
+        "balancer",
+        "clock_offsets",
+        "metrics_stale_after",
+        "samples_seen",
+        "stale_hosts",
+    )
 
     def __init__(self, pool: PoolRecords, *, metrics_stale_after: float) -> None:
         self._pool = pool
@@ -52,6 +60,9 @@ class HostViews:
         #: it died.
         self.samples_seen: dict[str, tuple[datetime, datetime]] = {}
         self.stale_hosts: set[str] = set()
+        #: Per host whose clock is estimated off the operator's: host minus operator (see
+        #: ``limits.host_clock_offset``); a host missing here is taken as on time.
+        self.clock_offsets: dict[str, timedelta] = {}
         #: None while the pool is missing or its spec invalid.
         self.balancer: PoolBalancer | None = None
 
@@ -65,11 +76,21 @@ class HostViews:
         name = host.meta.name
         if sampled is None:
             self.samples_seen.pop(name, None)
+            self.clock_offsets.pop(name, None)
             return
         known = self.samples_seen.get(name)
         if known is not None and known[0] == sampled:
             return
         self.samples_seen[name] = (sampled, now if known is not None else min(now, sampled))
+        offset = host_clock_offset(sampled, now)
+        if offset:
+            self.clock_offsets[name] = offset
+        else:
+            self.clock_offsets.pop(name, None)
+
+    def clock_offset(self, name: str) -> timedelta:
+        """The host's clock minus the operator's, as last estimated (0: no estimate)."""
+        return self.clock_offsets.get(name, ZERO)
 
     def sample_age(self, name: str, now: datetime) -> float | None:
         """Seconds since this operator saw the host's latest sample (None: none reported)."""
@@ -162,5 +183,6 @@ class HostViews:
     def forget(self, name: str) -> None:
         """The host is gone: out of the balancer, and its freshness forgotten."""
         self.samples_seen.pop(name, None)
+        self.clock_offsets.pop(name, None)
         self.stale_hosts.discard(name)
         self.withdraw(name)

@@ -21,12 +21,14 @@ from ..api import (
     LoadBalancerType,
     Phase,
     Reason,
+    SessionLimits,
     SessionState,
 )
 from ..api.timestamps import parse_time
 from .host_view import Placement
 from .host_views import HostViews
 from .ledger import LogoffDeadlines, Session, SessionLedger
+from .limits import BadFactsError, LimitLooks, LimitStep, decide, facts_of
 from .records import HostRecord, PoolRecord, RequestRecord, newer_or_same
 from .workloads import WorkloadRecord, WorkloadState, host_address, workload_state
 
@@ -47,6 +49,9 @@ class PoolState:
     ledger: SessionLedger = field(default_factory=SessionLedger)
     #: The requests' forced logoffs by deadline (those nobody carries out are finished).
     logoffs: LogoffDeadlines = field(default_factory=LogoffDeadlines)
+    #: When each session the pool's session limits may act on is looked at next (empty
+    #: while the pool has no sessionLimits: such a pool costs nothing per request).
+    limit_looks: LimitLooks = field(default_factory=LimitLooks)
     arrivals: dict[str, None] = field(default_factory=dict)  # request names, arrival order
     waiting: dict[str, None] = field(default_factory=dict)  # could not be placed yet
     inflight: set[str] = field(default_factory=set)  # assignment writes on their way
@@ -188,6 +193,11 @@ class PoolState:
         ):
             for session in self.ledger.retime(self.connecting_timeout(), now):
                 self._settled(session)
+        old_limits = None if old is None or old.spec is None else old.spec.session_limits
+        if self.session_limits != old_limits:
+            self.limit_looks.clear()
+            for request in self.requests.values():
+                self.note_limits(request, now)
         self.capacity_changed = True
 
     def put_host(self, record: HostRecord, now: datetime) -> None:
@@ -243,6 +253,7 @@ class PoolState:
         self.requests[name] = record
         if record.logoff or name in self.logoffs:
             self.logoffs.note(name, record.logoff_deadline)
+        self.note_limits(record, now)
         if name in self.inflight:
             return None  # our own write is on its way; its answer decides
         phase = record.phase
@@ -262,6 +273,7 @@ class PoolState:
         self.pending_said.pop(name, None)
         record = self.requests.pop(name, None)
         self.logoffs.forget(name)
+        self.limit_looks.forget(name)
         self.arrivals.pop(name, None)
         self.waiting.pop(name, None)
         if record is not None:
@@ -285,6 +297,56 @@ class PoolState:
         """When the earliest logoff becomes overdue (None: no logoff in the pool)."""
         return self.logoffs.next_due(grace)
 
+    # -------------------------------------------------------------- session limits
+
+    @property
+    def session_limits(self) -> SessionLimits | None:
+        spec = self.spec
+        return None if spec is None else spec.session_limits
+
+    def note_limits(self, record: RequestRecord, now: datetime) -> bool:
+        """A request's version is new: the pool's session limits look at it in the next pass
+        if they can act on it (an Assigned session its host reported, not ending). Read from
+        the record's own fields, so a request no limit can act on costs no decoding. True if
+        it is to be looked at."""
+        name = record.meta.name
+        if (
+            self.session_limits is None
+            or record.phase != Phase.ASSIGNED.value
+            or record.session_state not in _REPORTED
+            or record.logoff
+        ):
+            self.limit_looks.forget(name)
+            return False
+        self.limit_looks.note(name, now)
+        return True
+
+    def limits_due(self, now: datetime) -> list[tuple[RequestRecord, LimitStep | BadFactsError]]:
+        """The sessions whose look is due: what the limits do to each now (or the malformed
+        field that keeps them from deciding); the others are looked at again when their next
+        step is due. A request given a step is not looked at again until its next version
+        (the step's own write brings it)."""
+        limits = self.session_limits
+        found: list[tuple[RequestRecord, LimitStep | BadFactsError]] = []
+        for name in self.limit_looks.due(now):
+            record = self.requests.get(name)
+            if limits is None or record is None or name in self.inflight:
+                continue
+            try:
+                facts = facts_of(record.status)
+            except BadFactsError as bad:
+                found.append((record, bad))
+                continue
+            decision = decide(limits, facts, now, self.views.clock_offset(record.host or ""))
+            if decision.step is not None:
+                found.append((record, decision.step))
+            else:
+                self.limit_looks.note(name, decision.next_look)
+        return found
+
+    def next_limit_look(self) -> datetime | None:
+        return self.limit_looks.next_due()
+
     def forget_request(self, record: RequestRecord) -> None:
         """The request leaves the queues and its session (a Failed request, a namesake); the
         reason last written for it no longer holds either (a namesake starts afresh, and a
@@ -293,6 +355,7 @@ class PoolState:
         self.arrivals.pop(record.meta.name, None)
         self.waiting.pop(record.meta.name, None)
         self.pending_said.pop(record.meta.name, None)
+        self.limit_looks.forget(record.meta.name)
 
     # -------------------------------------------------------------- sessions
 
@@ -434,6 +497,10 @@ class PoolState:
         if record is not None:
             self.views.refresh_host(record, now)
             self.capacity_changed = True  # its slots are there again for waiting requests
+
+
+#: The session states an agent reports (the limits act on those only).
+_REPORTED = (SessionState.ACTIVE.value, SessionState.DISCONNECTED.value)
 
 
 # ------------------------------------------------------------------ for status

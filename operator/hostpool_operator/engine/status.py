@@ -58,6 +58,9 @@ def assigned_status(
         "message": message,
         "sessionState": SessionState.CONNECTING.value,
         "assignedAt": rfc3339(now),
+        # Written with sessionState, as whoever changes it does (the session limits time a
+        # state from it).
+        "stateChangedAt": rfc3339(now),
         "conditions": cond.merge(
             record.status.get("conditions"),
             [cond.Cond("Assigned", "True", reason, message)],

@@ -43,6 +43,10 @@ class MetricsSink:
         """A host the operator added has its workload Ready, ``seconds`` after the scale-up
         decision that made it."""
 
+    def session_limit_action(self, namespace: str, pool: str, limit: str, action: str) -> None:
+        """A pool's session limit (Disconnected, Idle, MaxSession) acted on a session:
+        ``action`` Disconnect or Logoff."""
+
     def pool_state(self, namespace: str, pool: str, status: Mapping[str, Any]) -> None:
         """The pool's latest status (hosts, sessions, capacity, pending)."""
 

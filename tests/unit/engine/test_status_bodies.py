@@ -155,6 +155,7 @@ def test_assigned_status_says_where_and_why(reason: Reason, message: str) -> Non
         "message": message,
         "sessionState": "Connecting",
         "assignedAt": NOW_TEXT,
+        "stateChangedAt": NOW_TEXT,  # written with sessionState
         "conditions": [
             {
                 "type": "Assigned",

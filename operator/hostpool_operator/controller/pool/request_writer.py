@@ -26,6 +26,7 @@ from ...api import Phase, Reason
 from ...api.timestamps import rfc3339
 from ...api.vocabulary import REQUESTS
 from ...engine.host_view import Placement
+from ...engine.limits import LimitStep, limit_patch
 from ...engine.pool_state import PoolState
 from ...engine.records import RequestRecord, newer_or_same
 from ...engine.status import assigned_status, failed_status, pending_status, says_pending
@@ -38,6 +39,9 @@ log = logging.getLogger(__name__)
 #: Seconds before an overdue logoff whose deletion failed (no answer, or refused) is tried
 #: again.
 LOGOFF_RETRY = 5.0
+#: Seconds before a session limit's write that failed (no answer, or an error other than a
+#: conflict) is decided again.
+LIMIT_RETRY = 5.0
 
 
 class RequestRouter(Protocol):
@@ -315,6 +319,53 @@ class RequestWriter:
         self.deps.events.post(
             record.meta.reference(), "SessionRequest", "LogoffOverdue", message, "Warning"
         )
+
+    async def write_limit(self, record: RequestRecord, step: LimitStep) -> None:
+        """Carry a session limit's step out: a merge patch of the request's status (a notice,
+        a disconnect or a logoff), on the version it was decided on, so a session that changed
+        meanwhile (the user came back) is decided again instead. Then an Event on the request
+        (``SessionLimitWarning``, or ``SessionLimitReached`` naming the limit) and, for an
+        action, ``hostpool_session_limit_actions_total``."""
+        state = self.state
+        name = record.meta.name
+        now = datetime.now(UTC)
+        try:
+            async with self.deps.write_slots.slot(self._key):
+                obj = await self.deps.client.patch_status(
+                    REQUESTS,
+                    state.namespace,
+                    name,
+                    limit_patch(step, now),
+                    resource_version=record.meta.resource_version,
+                )
+        except (ApiError, ApiTransportError) as error:
+            if isinstance(error, ApiError) and (error.not_found or error.conflict):
+                return  # gone, or changed: the version the watch brings is decided afresh
+            log.warning(
+                "%s/%s: the %s write failed: %s; deciding again in %.0fs",
+                state.namespace,
+                name,
+                step.event_message(),
+                error,
+                LIMIT_RETRY,
+            )
+            await asyncio.sleep(LIMIT_RETRY)
+            current = state.requests.get(name)
+            if current is not None and current.meta.uid == record.meta.uid:
+                state.note_limits(current, datetime.now(UTC))
+                self.router.wake()
+            return
+        # Decided afresh on the answer (the step shows in it now): the next step's look.
+        self.router.on_request(RequestRecord.of(obj))
+        reason = "SessionLimitWarning" if step.warning else "SessionLimitReached"
+        self.deps.events.post(
+            record.meta.reference(), "SessionRequest", reason, step.event_message(), "Normal"
+        )
+        if not step.warning:
+            self.deps.metrics.session_limit_action(
+                state.namespace, state.name, step.limit.value, step.action.value
+            )
+        log.info("%s/%s: %s", state.namespace, name, step.event_message())
 
     async def write_invalid(self, record: RequestRecord) -> None:
         if record.phase != Phase.FAILED.value:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from ...engine.limits import BadFactsError
 from ...engine.placement import Assign, Reject, Wait, place_pending
 from ...engine.pool_state import PoolState, reports_metrics
 from ...engine.records import HostRecord, PlanRecord, PoolRecord, RequestRecord
@@ -197,8 +198,11 @@ class PoolWorker:
         if lost is not None and lost.host is not None:
             self.deps.spawn(self.writer.write_host_lost(lost, lost.host))
         self.flusher.mark_dirty()
-        if record.meta.name in self.state.arrivals or self.state.capacity_changed:
+        name = record.meta.name
+        if name in self.state.arrivals or self.state.capacity_changed:
             self._wake.set()  # to be placed, or a released slot to fill
+        elif name in self.state.limit_looks:
+            self._wake.set()  # the session limits look at its new version
 
     def on_request_deleted(self, name: str) -> None:
         self.state.drop_request(name)
@@ -235,6 +239,7 @@ class PoolWorker:
         # Logoffs no agent carried out by their deadline plus the grace: finished here.
         for record, deadline in state.overdue_logoffs(now, self._logoff_grace):
             self.deps.spawn(self.writer.finish_logoff(record, deadline))
+        self._apply_limits(now)
         plan = self.plans.evaluate(now)  # first: the phase's algorithm places this pass
         # Hosts the plan drains now take no new session in this very pass.
         state.close_for_plan(plan.drain if plan is not None else (), now)
@@ -253,6 +258,24 @@ class PoolWorker:
         if ended:
             self.deps.metrics.sessions_ended(state.namespace, state.name, ended)
         self.flusher.maybe_flush()
+
+    def _apply_limits(self, now: datetime) -> None:
+        """The sessions whose session-limit look is due: each step written (the write slots
+        bound them), a malformed status reported once (a Warning Event) and left alone."""
+        for record, step in self.state.limits_due(now):
+            if isinstance(step, BadFactsError):
+                message = f"session limits not applied: {step}"
+                log.warning("%s/%s: %s", self.namespace, record.meta.name, message)
+                self.deps.events.post(
+                    record.meta.reference(),
+                    "SessionRequest",
+                    "InvalidSessionStatus",
+                    message,
+                    "Warning",
+                    once_per=("limits", self.namespace, record.meta.name, record.meta.uid),
+                )
+                continue
+            self.deps.spawn(self.writer.write_limit(record, step))
 
     def _report_not_ready(self, now: datetime) -> None:
         """A host whose workload did not become Ready in time: a Warning Event, once per
@@ -288,6 +311,9 @@ class PoolWorker:
         logoff = state.next_logoff_due(self._logoff_grace)
         if logoff is not None:
             timers.append((logoff - now).total_seconds() + 0.05)
+        look = state.next_limit_look()
+        if look is not None:
+            timers.append((look - now).total_seconds() + 0.05)
         if reports_metrics(state):
             timers.append(self.deps.settings.metrics_stale_after / 4)
         # While a plan's phase is in force only the plan removes hosts (rule 1).
