@@ -10,6 +10,7 @@ metrics the test writes itself, as that host's agent would.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -294,6 +295,98 @@ def test_forced_logoff_notifies_once_then_logs_off_at_the_deadline(
     assert gone_at >= deadline
     assert notes.read_text().splitlines() == [f"alice@corp|host maintenance|{stamp}"]
     assert logoffs.read_text().splitlines() == ["alice@corp"]
+
+
+def write_lines(path: Path, lines: list[Obj]) -> None:
+    temp = path.with_suffix(".tmp")
+    temp.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    temp.replace(path)
+
+
+def test_idle_seconds_notices_and_disconnects_through_commands(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    agents: dict[str, AgentProcess],
+    tmp_path: Path,
+) -> None:
+    """A host whose sessions come from a command: its idleSeconds become idleSince (once
+    a minute or more; null again on input); an administrator's notice runs the notify
+    command once (shownAt set), a disconnect the disconnect command (doneAt set); an Idle
+    disconnect of a user active since is not run, only marked."""
+    del operator_process
+    cluster.setup_pool(POOL, "DepthFirst", 2, hosts=["h1"])
+    cluster.create_request("alice", POOL, "alice@corp")
+    cluster.wait_request("alice", phase_="Assigned")
+    sessions = tmp_path / "sessions.jsonl"
+    notes, cuts = tmp_path / "notified.txt", tmp_path / "disconnected.txt"
+    write_lines(sessions, [{"user": "alice@corp", "state": "Active", "idleSeconds": 5}])
+    notify = f'echo "$HOSTPOOL_USER|$HOSTPOOL_MESSAGE|$HOSTPOOL_DEADLINE" >> {notes}'
+    agents["h1"].start(
+        "--sessions-command", f"cat {sessions}",
+        "--notify-command", notify,
+        "--disconnect-command", f'echo "$HOSTPOOL_USER" >> {cuts}',
+    )  # fmt: skip
+    first = cluster.wait(
+        lambda: status(cluster.request("alice")).get("logonAt"), "alice's logonAt", 15
+    )
+    st = status(cluster.request("alice"))
+    assert st["sessionState"] == "Active"
+    assert st["stateChangedAt"]
+    assert st.get("idleSince") is None  # 5 s idle is not idle
+    # No input for 10 minutes: idleSince = about now - 600 s.
+    write_lines(sessions, [{"user": "alice@corp", "state": "Active", "idleSeconds": 600}])
+    stored = cluster.wait(
+        lambda: status(cluster.request("alice")).get("idleSince"), "idleSince", 15
+    )
+    since = parse_time(stored)
+    assert abs((datetime.now(UTC) - since).total_seconds() - 600) < 10
+    # A sample of the same idle period writes nothing more.
+    version = cluster.request("alice")["metadata"]["resourceVersion"]
+    write_lines(sessions, [{"user": "alice@corp", "state": "Active", "idleSeconds": 602}])
+    time.sleep(3)
+    assert cluster.request("alice")["metadata"]["resourceVersion"] == version
+    # The administrator's notice: the notify command, once.
+    cluster.patch_status(
+        "SessionRequest",
+        "alice",
+        {"notice": {"message": "hello from IT", "sentAt": now_rfc3339()}},
+    )
+    cluster.wait(
+        lambda: (status(cluster.request("alice")).get("notice") or {}).get("shownAt"),
+        "notice.shownAt",
+        15,
+    )
+    # A disconnect: the disconnect command.
+    cluster.patch_status("SessionRequest", "alice", {"disconnect": {"requestedAt": now_rfc3339()}})
+    cluster.wait(
+        lambda: (status(cluster.request("alice")).get("disconnect") or {}).get("doneAt"),
+        "disconnect.doneAt",
+        15,
+    )
+    assert cuts.read_text().splitlines() == ["alice@corp"]
+    # Input again: idleSince cleared; an Idle disconnect decided before it is not run.
+    decided = now_rfc3339()
+    write_lines(sessions, [{"user": "alice@corp", "state": "Active", "idleSeconds": 1}])
+    cluster.wait(
+        lambda: (
+            "idleSince" not in status(cluster.request("alice"))
+            or status(cluster.request("alice"))["idleSince"] is None
+        ),
+        "idleSince cleared on input",
+        15,
+    )
+    cluster.patch_status(
+        "SessionRequest", "alice", {"disconnect": {"requestedAt": decided, "limit": "Idle"}}
+    )
+    cluster.wait(
+        lambda: (status(cluster.request("alice")).get("disconnect") or {}).get("doneAt"),
+        "the Idle disconnect marked done",
+        15,
+    )
+    time.sleep(2)
+    assert cuts.read_text().splitlines() == ["alice@corp"], "the Idle disconnect was run"
+    assert notes.read_text().splitlines() == ["alice@corp|hello from IT|"]
+    assert status(cluster.request("alice"))["logonAt"] == first
 
 
 def test_a_failing_logoff_command_keeps_the_request_and_is_retried_with_back_off(

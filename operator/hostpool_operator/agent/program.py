@@ -527,7 +527,7 @@ class Agent:
         if self.options.notify_command:
             env = {
                 "HOSTPOOL_USER": request.user,
-                "HOSTPOOL_MESSAGE": shown.text,
+                "HOSTPOOL_MESSAGE": shown.message,
                 "HOSTPOOL_DEADLINE": rfc3339(deadline) if deadline else "",
             }
             return await run_command(self.options.notify_command, self.options.command_timeout, env)

@@ -376,14 +376,16 @@ def pending_notices(requests: Iterable[HostRequest]) -> list[HostRequest]:
 
 @dataclass(frozen=True, slots=True)
 class Shown:
-    """What a message window says."""
+    """What a message window says, and the message alone (what a notify command is given
+    as HOSTPOOL_MESSAGE, with the deadline apart)."""
 
     title: str
     text: str
+    message: str
 
 
 def notice_message(notice: NoticeAsk) -> Shown:
-    return Shown(WARNING_TITLE if notice.limit else NOTICE_TITLE, notice.message)
+    return Shown(WARNING_TITLE if notice.limit else NOTICE_TITLE, notice.message, notice.message)
 
 
 def logoff_message(request: HostRequest) -> Shown:
@@ -391,7 +393,7 @@ def logoff_message(request: HostRequest) -> Shown:
     deadline = request.logoff_deadline
     when = f"Your session ends at {deadline:%H:%M} UTC." if deadline else ""
     text = "\n\n".join(part for part in (request.logoff_message or "", when) if part)
-    return Shown(LOGOFF_TITLE, text or "Your session will end.")
+    return Shown(LOGOFF_TITLE, text or "Your session will end.", request.logoff_message or "")
 
 
 def logoff_notice_shown(request: HostRequest) -> bool:
