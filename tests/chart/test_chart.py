@@ -137,12 +137,12 @@ def operator_rules(docs: list[Obj]) -> list[Obj]:
 
 def operator_objects(docs: list[Obj]) -> list[Obj]:
     """The operator's objects: everything but the host agents' (component ``agent``) and the
-    roles for other actors (components ``user-roles`` and ``broker``)."""
+    roles for other actors (components ``user-roles``, ``broker`` and ``session-admin``)."""
     return [d for d in docs if not is_agent(d) and component(d) not in OTHER_ACTORS]
 
 
 #: Components of the roles the chart renders for actors other than the operator.
-OTHER_ACTORS = ("user-roles", "broker")
+OTHER_ACTORS = ("user-roles", "broker", "session-admin")
 
 
 def component(doc: Obj) -> str | None:
@@ -246,6 +246,10 @@ def test_default_objects(render: Render) -> None:
             # the view and edit ClusterRoles aggregated into the built-in ones
             "ClusterRole",
             "ClusterRole",
+            # the session admin role and its admission policy
+            "ClusterRole",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
     )
     for doc in docs:
@@ -585,6 +589,10 @@ POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 UNCHANGED = re.compile(r"object\.\?status\.\?(\w+) == oldObject\.\?status\.\?(\w+)")
 
 
+def agent_docs(docs: list[Obj]) -> list[Obj]:
+    return [d for d in docs if is_agent(d)]
+
+
 def agent_objects(docs: list[Obj], kind: str) -> list[Obj]:
     return [d for d in by_kind(docs, kind) if is_agent(d)]
 
@@ -657,7 +665,7 @@ def test_agent_defaults_service_account_role_and_binding(render: Render) -> None
 
 def test_agent_policy_and_binding(render: Render) -> None:
     docs = render()
-    policy = one(docs, "ValidatingAdmissionPolicy")
+    policy = one(agent_docs(docs), "ValidatingAdmissionPolicy")
     assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"
     assert is_agent(policy)
     spec = policy["spec"]
@@ -698,7 +706,7 @@ def test_agent_policy_and_binding(render: Render) -> None:
         "oldObject.?status.?host.orValue('') == variables.host"
         in (policy_rule(policy, "own-requests")["expression"])
     )
-    binding = one(docs, "ValidatingAdmissionPolicyBinding")
+    binding = one(agent_docs(docs), "ValidatingAdmissionPolicyBinding")
     assert binding["apiVersion"] == "admissionregistration.k8s.io/v1"
     assert binding["metadata"]["name"] == policy["metadata"]["name"]
     assert binding["spec"] == {
@@ -707,17 +715,30 @@ def test_agent_policy_and_binding(render: Render) -> None:
     }
 
 
+#: What an agent writes of the requests assigned to its host.
+AGENT_REQUEST_FIELDS = {
+    "sessionState",
+    "stateChangedAt",
+    "logonAt",
+    "idleSince",
+    "notice",
+    "disconnect",
+    "logoff",
+}
+
+
 def test_agent_policy_holds_every_other_status_field(render: Render) -> None:
     """The field rules compare every status field of the CRDs except the agent's own: for
-    hosts all but metrics and agent, for requests all but sessionState."""
-    policy = one(render(), "ValidatingAdmissionPolicy")
+    hosts all but metrics and agent, for requests all but those the agent measures and acts
+    on."""
+    policy = one(agent_docs(render()), "ValidatingAdmissionPolicy")
     host_fields = unchanged_fields(policy_rule(policy, "host-status-fields")["expression"])
     assert host_fields == crd_status_fields("sessionhosts") - {"metrics", "agent"}
     assert {"observedGeneration", "sessions", "address", "loadIndex", "bucket"} <= host_fields
     assert "conditions" in host_fields
     request_fields = unchanged_fields(policy_rule(policy, "request-status-fields")["expression"])
-    assert request_fields == crd_status_fields("sessionrequests") - {"sessionState"}
-    assert {"phase", "host", "hostAddress", "assignedAt", "logoff", "conditions"} <= (
+    assert request_fields == crd_status_fields("sessionrequests") - AGENT_REQUEST_FIELDS
+    assert {"phase", "host", "hostAddress", "reason", "assignedAt", "conditions"} <= (
         request_fields
     )
 
@@ -742,7 +763,7 @@ def test_agent_policy_follows_the_crd(helm: Path, tmp_path: Path) -> None:
     chart = chart_with_a_status_field(tmp_path, "sessionhosts", "drainedBy")
     proc = run_helm(helm, "template", "hp", str(chart))
     docs = [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
-    policy = one(docs, "ValidatingAdmissionPolicy")
+    policy = one(agent_docs(docs), "ValidatingAdmissionPolicy")
     fields = unchanged_fields(policy_rule(policy, "host-status-fields")["expression"])
     assert "drainedBy" in fields
     assert fields == crd_status_fields("sessionhosts", chart / "files" / "crds") - {
@@ -800,7 +821,7 @@ def test_agent_namespaces_and_hosts(render: Render) -> None:
             for name in names(accounts[namespace])
         ]
     # One policy for all of them.
-    assert len(by_kind(docs, "ValidatingAdmissionPolicy")) == 1
+    assert len(by_kind(agent_docs(docs), "ValidatingAdmissionPolicy")) == 1
 
 
 def test_agent_host_as_a_plain_name(render: Render) -> None:
@@ -815,7 +836,7 @@ def test_agent_host_as_a_plain_name(render: Render) -> None:
 def test_agent_service_account_name(render: Render) -> None:
     docs = render(**{"agents.serviceAccountName": "vdi-agent", "agents.hosts": ["rds-01"]})
     assert names(agent_objects(docs, "ServiceAccount")) == ["vdi-agent", "vdi-agent-rds-01"]
-    spec = one(docs, "ValidatingAdmissionPolicy")["spec"]
+    spec = one(agent_docs(docs), "ValidatingAdmissionPolicy")["spec"]
     (condition,) = spec["matchConditions"]
     assert "[3] == 'vdi-agent' ||" in condition["expression"]
     assert "[3].startsWith('vdi-agent-')" in condition["expression"]
@@ -827,7 +848,7 @@ def test_agent_service_account_name(render: Render) -> None:
 def test_agents_disabled_renders_nothing_of_theirs(render: Render) -> None:
     docs = render(**{"agents.enabled": False, "agents.hosts": ["rds-01"]})
     assert not [d for d in docs if is_agent(d)]
-    kinds = {d["kind"] for d in docs}
+    kinds = {d["kind"] for d in docs if component(d) != "session-admin"}
     assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     # The operator's objects are the same either way.
     assert operator_objects(docs) == operator_objects(render())
@@ -848,9 +869,8 @@ def test_the_agents_command_of_the_docs(helm: Path) -> None:
     (role,) = agent_objects(rendered, "Role")
     assert role["metadata"]["name"] == "hostpool-hostpool-operator-agent"
     assert "--role hostpool-hostpool-operator-agent" in docs
-    assert (
-        one(rendered, "ValidatingAdmissionPolicy")["metadata"]["name"] == role["metadata"]["name"]
-    )
+    agent_policy = one(agent_docs(rendered), "ValidatingAdmissionPolicy")
+    assert agent_policy["metadata"]["name"] == role["metadata"]["name"]
     for rule in AGENT_POLICY_RULES:
         assert f"| `{rule}` |" in docs, rule
 

@@ -87,24 +87,32 @@ a status field added to the CRD is protected without touching this chart.
 Arguments: .root (the chart's context), .plural, .writable (a list of field names).
 */}}
 {{- define "hostpool-operator.agentUnchangedStatus" -}}
+{{- include "hostpool-operator.unchangedFields" (merge (dict "section" "status") .) }}
+{{- end }}
+
+{{/*
+The same for any top-level section of the kind's schema (.section: "status" or "spec").
+*/}}
+{{- define "hostpool-operator.unchangedFields" -}}
 {{- $crd := .root.Files.Get (printf "files/crds/hostpool.io_%s.yaml" .plural) | fromYaml }}
 {{- if not $crd.spec }}
 {{- fail (printf "files/crds/hostpool.io_%s.yaml: no CRD" .plural) }}
 {{- end }}
+{{- $section := .section }}
 {{- $fields := dict }}
 {{- range $crd.spec.versions }}
-{{- range $name, $_ := ((.schema.openAPIV3Schema.properties.status).properties) }}
+{{- range $name, $_ := ((get .schema.openAPIV3Schema.properties $section).properties) }}
 {{- $_ := set $fields $name true }}
 {{- end }}
 {{- end }}
 {{- $parts := list }}
 {{- range $name := keys $fields | sortAlpha }}
 {{- if not (has $name $.writable) }}
-{{- $parts = append $parts (printf "object.?status.?%s == oldObject.?status.?%s" $name $name) }}
+{{- $parts = append $parts (printf "object.?%s.?%s == oldObject.?%s.?%s" $section $name $section $name) }}
 {{- end }}
 {{- end }}
 {{- if not $parts }}
-{{- fail (printf "files/crds/hostpool.io_%s.yaml: no status fields" .plural) }}
+{{- fail (printf "files/crds/hostpool.io_%s.yaml: no %s fields" .plural $section) }}
 {{- end }}
 {{- join " &&\n" $parts }}
 {{- end }}
