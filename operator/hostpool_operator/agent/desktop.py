@@ -17,7 +17,7 @@ Blocking I/O with timeouts: the agent calls it in threads.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
+import logging
 import os
 import socket
 import stat
@@ -80,6 +80,8 @@ from .x11 import (
     size_hints,
     wrap,
 )
+
+log = logging.getLogger(__name__)
 
 #: Seconds any one exchange with an X server may take.
 X_TIMEOUT = 3.0
@@ -434,19 +436,17 @@ class Windows:
     def _serve(
         self, server: XServer, message: Message, shown: concurrent.futures.Future[None]
     ) -> None:
+        """The window's life: open, show (the future says so), wait, close. Whatever the X
+        server answers, the thread ends and the future is done."""
         try:
-            conn = XConnection.open(server)
-        except (X11Error, OSError) as error:
-            shown.set_exception(X11Error(str(error)))
-            return
-        with conn, contextlib.suppress(X11Error, OSError):
-            try:
+            with XConnection.open(server) as conn:
                 window = MessageWindow(conn, message)
                 window.create()
-            except (X11Error, OSError) as error:
+                shown.set_result(None)
+                why = window.wait(self.stop)
+                log.debug("the message window on :%d closed: %s", server.display, why)
+        except (X11Error, OSError, ValueError, IndexError, struct.error) as error:
+            if not shown.done():
                 shown.set_exception(X11Error(f"display :{server.display}: {error}"))
-                return
-            shown.set_result(None)
-            window.wait(self.stop)
-        if not shown.done():
-            shown.set_exception(X11Error(f"display :{server.display}: closed"))
+            else:
+                log.debug("the message window on :%d ended: %s", server.display, error)
