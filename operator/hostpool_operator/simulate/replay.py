@@ -14,7 +14,7 @@ import math
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from ..api import LoadBalancerType
+from ..api import LoadBalancerType, StopHostsWhen
 from ..scaling.plans import (
     PhaseInForce,
     PlanHost,
@@ -26,7 +26,18 @@ from ..scaling.plans import (
     phase_in_force,
 )
 from ..scaling.rules import decide_scaling, hosts_to_add
-from .replay_state import CONNECTED, END, LOGOFF, ReplayInput, ReplayResult, State
+from .replay_state import (
+    CONNECTED,
+    DISCONNECT,
+    DISCONNECTED_LIMIT,
+    END,
+    LOGOFF,
+    MAX_SESSION,
+    READY,
+    ReplayInput,
+    ReplayResult,
+    State,
+)
 
 #: Passes at one instant while they add capacity (each adds a host at least).
 MAX_PASSES = 16
@@ -99,7 +110,8 @@ class _Run:
         """The pass of ``follow_plan`` told from the counters (and, to drain, the hosts'
         session counts) rather than through ``decide_plan``'s inputs for every host; False
         (nothing done) when it must run: logoffs are involved, or the pool must grow while
-        the plan has drained hosts (which to undrain first is per host). As
+        the plan has drained hosts (which to undrain first is per host), or a drained host
+        holds Disconnected sessions under ZeroActiveSessions (it may go with them). As
         ``decide_plan``: grow (rules 3-4) by adding hosts; else in ramp-down and off-peak
         drain the emptiest hosts while one fewer keeps within the threshold (rule 5, not
         while requests wait; ties: the last in query order) and delete the drained hosts
@@ -107,6 +119,10 @@ class _Run:
         as ``follow_plan``."""
         state = self.state
         if state.logoffs or phase.force_logoff_users:
+            return False
+        if phase.stop_hosts_when is StopHostsWhen.ZERO_ACTIVE_SESSIONS and any(
+            state.disconnected_on.get(name) for name in state.drained
+        ):
             return False
         scaling = state.pool.scaling
         assert scaling is not None
@@ -272,12 +288,12 @@ class _Run:
             view = view_of(host.name)
             assert view is not None
             # Positional, in PlanHost's field order: this runs for every host on busy passes.
-            # Simulated users never disconnect: all sessions are active.
+            # Active: all but the Disconnected ones (connecting ones count as active).
             out.append(
                 PlanHost(
                     host.name,
                     view.sessions,
-                    view.sessions,
+                    view.sessions - state.disconnected_on.get(host.name, 0),
                     view.drain_mode,
                     host.drained_by_plan,
                     host.drained_at,
@@ -315,7 +331,17 @@ class _Run:
             for placed, logon in zip(state.placed_at[:arrived], logons, strict=False)
         ]
         # Requests only start waiting on arrival, so no step's end has more than the peak.
-        return ReplayResult(steps, host_seconds, state.placed, state.peak_pending, waits, hosts)
+        return ReplayResult(
+            steps,
+            host_seconds,
+            state.placed,
+            state.peak_pending,
+            waits,
+            hosts,
+            ended_by=dict(state.ended_by),
+            disconnected_by=dict(state.disconnected_by),
+            disconnected_seconds=state.disconnected_until(total),
+        )
 
     def events_until(self, end: float, arrived: int) -> int:
         """The events and logons up to ``end`` in time order (ties: events first), from
@@ -330,17 +356,29 @@ class _Run:
                 return arrived
             if event <= arrival:
                 at, kind, _, name = heapq.heappop(events)
-                if kind == END:
-                    state.end(name, at)
-                elif kind == LOGOFF:
-                    state.forced_logoff(name, at)
-                elif kind == CONNECTED:
-                    state.connected(name)
-                else:
-                    state.host_ready(name, at)
+                self.event(kind, name, at)
             else:
                 arrived += 1
                 state.arrive(arrived - 1, arrival)
+
+    def event(self, kind: int, name: str, at: float) -> None:
+        """One event of the queue, at its time."""
+        state = self.state
+        if kind == END:
+            state.end(name, at)
+        elif kind == LOGOFF:
+            state.forced_logoff(name, at)
+        elif kind == CONNECTED:
+            state.connected(name)
+        elif kind == READY:
+            state.host_ready(name, at)
+        elif kind == DISCONNECT:
+            state.disconnect(name, at)
+        elif kind == MAX_SESSION:
+            state.max_session_reached(name, at)
+        else:
+            assert kind == DISCONNECTED_LIMIT
+            state.disconnected_limit_reached(name, at)
 
 
 def replay(given: ReplayInput) -> ReplayResult:

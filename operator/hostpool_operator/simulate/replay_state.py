@@ -1,7 +1,17 @@
 """The state of a replay (``replay``): its input and result, the hosts, the sessions, the
 waiting requests and the event queue, and the bookkeeping that keeps them and the counters
-in step (sessions, hosts taking sessions, starting hosts, the plan's drained hosts). The
-passes that decide (the plan's rules, the pool's own scaling) are ``replay``'s. Pure.
+in step (sessions, hosts taking sessions, starting hosts, the plan's drained hosts, the
+Disconnected sessions). The passes that decide (the plan's rules, the pool's own scaling)
+are ``replay``'s. Pure.
+
+A session's life once placed: it ends ``Logon.seconds`` later; with ``disconnect_after``
+it is Disconnected from that long after its placement until then (it keeps its slot, as
+on a real host). The pool's session limits, when the input gives them, act as the
+operator's would: ``maxSessionMinutes`` after the placement (the logon) the session is
+logged off, or (``maxSessionAction: Disconnect``) disconnected if it is not already; a
+session Disconnected ``disconnectedMinutes`` is logged off. Only what ends a session
+before its own end counts as a limit's doing. ``idleMinutes`` is not replayed: a history
+says nothing of a user's input.
 """
 
 from __future__ import annotations
@@ -15,7 +25,9 @@ from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from ..api import HostPoolSpec, LoadBalancerType
+from ..api.base import LimitAction, SessionLimit
 from ..api.plan import PlanRules
+from ..api.pool import SessionLimits
 from ..engine.balancing import PoolBalancer
 from ..engine.demand import Demand
 from ..engine.host_view import HostView
@@ -27,16 +39,23 @@ END = 0
 LOGOFF = 1
 CONNECTED = 2
 READY = 3
+#: A recorded session is left Disconnected; a session limit acts.
+DISCONNECT = 4
+MAX_SESSION = 5
+DISCONNECTED_LIMIT = 6
 
 
 @dataclass(frozen=True, slots=True)
 class Logon:
     """One logon: when (seconds after the origin), how long its session lasts once placed,
-    and whose it is (for reports; the engine knows each logon by its index)."""
+    whose it is (for reports; the engine knows each logon by its index), and how long
+    after its placement the session is left Disconnected (None: never; it stays
+    Disconnected until its end)."""
 
     at: float
     seconds: float
     user: str = ""
+    disconnect_after: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +76,8 @@ class ReplayInput:
     host_start_seconds: float = 0.0
     #: False: no step objects, only the hosts at each step's end (weeks of minutes).
     record_steps: bool = True
+    #: The pool's session limits to replay (None: sessions end only when they end).
+    session_limits: SessionLimits | None = None
 
 
 @dataclass(slots=True)
@@ -72,6 +93,12 @@ class ReplayResult:
     waits: list[float]
     #: Hosts (all, starting ones included) at the end of each step.
     hosts: list[int] = field(default_factory=list)
+    #: Sessions logged off by a session limit before their own end, by limit.
+    ended_by: dict[SessionLimit, int] = field(default_factory=dict)
+    #: Sessions a limit disconnected (maxSessionAction: Disconnect), by limit.
+    disconnected_by: dict[SessionLimit, int] = field(default_factory=dict)
+    #: Session-seconds spent Disconnected within the run (each holding a slot).
+    disconnected_seconds: float = 0.0
 
 
 def _key(index: int) -> str:
@@ -133,6 +160,22 @@ class State:
         # phases are never Horizon): other pools skip their bookkeeping.
         self.track_connecting = self.pool.load_balancer.type is LoadBalancerType.HORIZON
         self.start_seconds = given.host_start_seconds
+        #: Disconnected sessions: user -> since (offset), and how many on each host.
+        self.disconnected: dict[str, float] = {}
+        self.disconnected_on: dict[str, int] = {}
+        self.disconnected_seconds = 0.0
+        self.ended_by: dict[SessionLimit, int] = {}
+        self.disconnected_by: dict[SessionLimit, int] = {}
+        limits = given.session_limits
+        self.max_session_seconds: float | None = None
+        self.disconnected_limit_seconds: float | None = None
+        self.max_session_logs_off = True
+        if limits is not None:
+            if limits.max_session_minutes is not None:
+                self.max_session_seconds = limits.max_session_minutes * 60.0
+                self.max_session_logs_off = limits.max_session_action is LimitAction.LOGOFF
+            if limits.disconnected_minutes is not None:
+                self.disconnected_limit_seconds = limits.disconnected_minutes * 60.0
 
     # -------------------------------------------------------------- time
 
@@ -176,7 +219,9 @@ class State:
             self.starting -= 1  # never in practice: only empty, ready hosts are removed
             return
         for user in sorted(self.balancer.ledger.users_on(name)):
-            self.end(user, now)  # none in practice: only empty hosts are removed
+            # Only empty hosts are removed, but for a plan's ZeroActiveSessions: its host
+            # goes with its Disconnected sessions.
+            self.end(user, now)
         view = self.balancer.host(name)
         if view is not None and not view.drain_mode:
             self.taking_count -= 1
@@ -257,8 +302,13 @@ class State:
         self.sessions_total += 1
         self.placed += 1
         self.placed_at[index] = now
-        seconds = self.logons[index].seconds
+        logon = self.logons[index]
+        seconds = logon.seconds
         self.push(now + seconds, END, user)
+        if logon.disconnect_after is not None and logon.disconnect_after < seconds:
+            self.push(now + logon.disconnect_after, DISCONNECT, user)
+        if self.max_session_seconds is not None and self.max_session_seconds < seconds:
+            self.push(now + self.max_session_seconds, MAX_SESSION, user)
         if self.track_connecting:
             self.connecting.add(user)
             if self.connecting_seconds < seconds:
@@ -280,6 +330,10 @@ class State:
         self.logoffs.pop(user, None)
         if host is None:
             return
+        since = self.disconnected.pop(user, None)
+        if since is not None:
+            self.disconnected_seconds += now - since
+            self.disconnected_on[host] -= 1
         self.sessions_total -= 1
         if host in self.drained:
             self.sessions_drained -= 1
@@ -292,6 +346,45 @@ class State:
     def forced_logoff(self, user: str, now: float) -> None:
         if self.logoffs.get(user) == now:
             self.end(user, now)
+
+    def disconnect(self, user: str, now: float, limit: SessionLimit | None = None) -> None:
+        """The session is left Disconnected (by its user, or by ``limit``); it keeps its
+        slot, and the disconnected limit, if any, counts from now. One already
+        Disconnected, or ended, is left as it is."""
+        host = self.balancer.session_host(user)
+        if host is None or user in self.disconnected:
+            return
+        self.disconnected[user] = now
+        self.disconnected_on[host] = self.disconnected_on.get(host, 0) + 1
+        if limit is not None:
+            self.disconnected_by[limit] = self.disconnected_by.get(limit, 0) + 1
+        if self.disconnected_limit_seconds is not None:
+            self.push(now + self.disconnected_limit_seconds, DISCONNECTED_LIMIT, user)
+
+    def max_session_reached(self, user: str, now: float) -> None:
+        """maxSessionMinutes since the logon: logged off, or disconnected."""
+        if self.balancer.session_host(user) is None:
+            return
+        if self.max_session_logs_off:
+            self.logged_off_by(SessionLimit.MAX_SESSION, user, now)
+        else:
+            self.disconnect(user, now, SessionLimit.MAX_SESSION)
+
+    def disconnected_limit_reached(self, user: str, now: float) -> None:
+        """disconnectedMinutes since the session was left: logged off (a session is only
+        ever disconnected once here: nobody reconnects in a replay)."""
+        if user in self.disconnected:
+            self.logged_off_by(SessionLimit.DISCONNECTED, user, now)
+
+    def logged_off_by(self, limit: SessionLimit, user: str, now: float) -> None:
+        self.ended_by[limit] = self.ended_by.get(limit, 0) + 1
+        self.end(user, now)
+
+    def disconnected_until(self, now: float) -> float:
+        """Session-seconds spent Disconnected up to ``now``, the sessions still
+        Disconnected included."""
+        still = sum(now - since for since in self.disconnected.values())
+        return self.disconnected_seconds + still
 
     def connected(self, user: str) -> None:
         if user not in self.connecting:
@@ -322,4 +415,5 @@ class State:
             "sessions": self.sessions_total,
             "pending": len(self.waiting),
             "usedCapacityPercent": self.used_capacity_percent(),
+            "disconnected": len(self.disconnected),
         }

@@ -13,9 +13,13 @@ from typing import Any
 
 def format_timeline_table(result: dict[str, Any]) -> str:
     """One line per simulated hour (the first step at or after each full hour, and the
-    last step), then a summary line."""
+    last step), then a summary line. A run with Disconnected sessions has a DISC column
+    (Disconnected sessions at that step), and what the session limits did and the notes
+    come before the summary."""
     steps = result["steps"]
-    lines = [f"{'AT':<19}  {'PHASE':<8}  {'ALGORITHM':<12}  HOSTS  SESSIONS  PENDING  USED%"]
+    with_disconnected = any(s.get("disconnected") for s in steps)
+    header = f"{'AT':<19}  {'PHASE':<8}  {'ALGORITHM':<12}  HOSTS  SESSIONS  PENDING  USED%"
+    lines = [header + ("   DISC" if with_disconnected else "")]
     mark: datetime | None = None
     for i, step in enumerate(steps):
         at = datetime.fromisoformat(step["at"])
@@ -25,18 +29,39 @@ def format_timeline_table(result: dict[str, Any]) -> str:
         if at < mark and i != len(steps) - 1:
             continue
         mark = at.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-        lines.append(
+        line = (
             f"{step['at']:<19}  {step['phase'] or '-':<8}  {step['loadBalancerType']:<12}  "
             f"{step['hosts']:>5}  {step['sessions']:>8}  {step['pending']:>7}  "
             f"{step['usedCapacityPercent']:>5}"
         )
+        lines.append(line + (f"  {step.get('disconnected', 0):>5}" if with_disconnected else ""))
     lines.append("")
+    lines.extend(_limit_lines(result))
     peak_hosts = max((s["hosts"] for s in steps), default=0)
     lines.append(
         f"host-hours {result['hostHours']:g}; placed {result['placed']} sessions; "
         f"peak pending {result['peakPending']}; peak hosts {peak_hosts}"
     )
     return "\n".join(lines)
+
+
+def _limit_lines(result: dict[str, Any]) -> list[str]:
+    """What the session limits did (when they did anything, or sessions were left
+    Disconnected) and the run's notes."""
+    ended: dict[str, int] = result.get("sessionsEndedByLimits", {})
+    disconnected: dict[str, int] = result.get("sessionsDisconnectedByLimits", {})
+    hours = result.get("disconnectedSessionHours", 0)
+    lines: list[str] = []
+    if any(ended.values()) or any(disconnected.values()) or hours:
+        by_limit = ", ".join(f"{limit} {count}" for limit, count in ended.items())
+        line = f"session-hours Disconnected {hours:g}; "
+        line += f"logged off by limits {sum(ended.values())} ({by_limit})"
+        if any(disconnected.values()):
+            by_limit = ", ".join(f"{limit} {count}" for limit, count in disconnected.items())
+            line += f"; disconnected by limits {sum(disconnected.values())} ({by_limit})"
+        lines.append(line)
+    lines.extend(f"note: {note}" for note in result.get("notes", []))
+    return lines
 
 
 def plot_timeline(result: dict[str, Any], out: Path, *, title: str) -> None:
@@ -66,6 +91,11 @@ def plot_timeline(result: dict[str, Any], out: Path, *, title: str) -> None:
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
         ax.grid(axis="y", alpha=0.3)
+    if any(s.get("disconnected") for s in steps):
+        # Of the sessions, those left Disconnected (still holding their slots).
+        disconnected = [s.get("disconnected", 0) for s in steps]
+        axes[1].step(times, disconnected, where="pre", color="#999933", linestyle="--")
+        axes[1].legend(["all", "disconnected"], loc="upper left", fontsize="small", frameon=False)
     if bands:
         from matplotlib.patches import Patch
 

@@ -19,7 +19,7 @@ How a step ``(t0, t1]`` runs:
   (``plans.phase_in_force``): the pool places with the phase's algorithm from then on, and
   ``plans.decide_plan`` keeps the minimum, undrains or adds over the capacity threshold,
   drains the emptiest hosts in ramp-down and off-peak and deletes drained hosts once empty
-  (simulated users never disconnect, so both stopHostsWhen settings wait for no session);
+  (with ZeroActiveSessions, once only Disconnected sessions are left: they go with it);
   with forceLogoffUsers the users of a drained host are logged off at drain +
   waitTimeMinutes. Requests still waiting get hosts from the pool's own scaling (the plan's
   minimum in place of minHosts; it removes nothing while a plan is in force). Without a
@@ -29,6 +29,16 @@ How a step ``(t0, t1]`` runs:
   they count as capacity on its way, so the same demand never adds twice, and cost
   host-hours). Then the waiting requests are retried, and the pass runs again while it adds
   capacity (the requests it placed change what the next one sees).
+* Session limits (the pool's ``sessionLimits``): a recorded session with ``disconnectedAt``
+  is Disconnected from then (counted from its placement, as its end is) until its end,
+  holding its slot; ``disconnectedMinutes`` logs it off that long after it was left.
+  ``maxSessionMinutes`` after its placement a session is logged off, or with
+  ``maxSessionAction: Disconnect`` disconnected (nobody reconnects in a replay: it stays
+  Disconnected until its end, or until the disconnected limit logs it off). Synthetic
+  arrivals are never left Disconnected. ``idleMinutes`` is not replayed: neither form says
+  when a user last typed; ``notes`` says so. ``sessionsEndedByLimits`` counts the sessions
+  a limit ended before their own end, ``sessionsDisconnectedByLimits`` those it
+  disconnected, ``disconnectedSessionHours`` the session-hours spent Disconnected.
 * The step reports the state at ``t1``; ``hostHours`` sums hosts x step length.
   ``peakPending`` is the most requests waiting at any moment: a request that finds no room
   waits for the next pass at a step's end (or a slot set free before it), so it may exceed
@@ -46,10 +56,14 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Any
 
+from ..api.base import LimitAction, SessionLimit
 from .replay import replay
 from .replay_state import Logon, ReplayInput, ReplayResult
 from .timeline_document import Timeline, parse_timeline
 from .waits import wait_table, waited_over_percent
+
+#: The limits a replay can act on (``idleMinutes`` needs input times no document has).
+_REPLAYED_LIMITS = (SessionLimit.DISCONNECTED, SessionLimit.MAX_SESSION)
 
 
 def _utc_offset(day: date, minutes: int, zone: tzinfo, origin: datetime) -> float:
@@ -94,12 +108,14 @@ def _recorded_logons(
     assert timeline.sessions is not None
     out: list[Logon] = []
     for session in timeline.sessions:
-        start, end = session.start, session.end
+        start, end, left = session.start, session.end, session.disconnected_at
         if start.tzinfo is None:
             start, end = start.replace(tzinfo=zone), end.replace(tzinfo=zone)
+            left = None if left is None else left.replace(tzinfo=zone)
         at = (start - origin).total_seconds()
         if 0 <= at <= total:
-            out.append(Logon(at, (end - start).total_seconds(), session.user))
+            after = None if left is None else (left - start).total_seconds()
+            out.append(Logon(at, (end - start).total_seconds(), session.user, after))
     out.sort(key=lambda logon: logon.at)
     return out
 
@@ -126,12 +142,57 @@ def replay_input(timeline: Timeline) -> ReplayInput:
         hosts=timeline.hosts,
         seed=timeline.seed,
         host_start_seconds=timeline.host_start_minutes * 60.0,
+        session_limits=timeline.pool.session_limits,
     )
 
 
-def timeline_result(run: ReplayResult, max_wait_minutes: float | None) -> dict[str, Any]:
-    """The contract's result of a run: steps, hostHours, placed, peakPending, and the
-    waits (``waitMinutes``; ``waitedOverMaxPercent``, null without a bound)."""
+def limit_notes(timeline: Timeline) -> list[str]:
+    """What the run could not replay of the pool's session limits, or where a limit can
+    change nothing, in words."""
+    limits = timeline.pool.session_limits
+    if limits is None:
+        return []
+    notes: list[str] = []
+    if limits.idle_minutes is not None:
+        notes.append(
+            "idleMinutes: not replayed: neither a recorded history nor arrivals say when a "
+            "user last gave input, so no session here is disconnected or logged off for "
+            "being idle"
+        )
+    disconnects_by_limit = (
+        limits.max_session_minutes is not None
+        and limits.max_session_action is LimitAction.DISCONNECT
+    )
+    if disconnects_by_limit:
+        notes.append(
+            "maxSessionAction Disconnect: nobody reconnects in a replay; a session it "
+            "disconnects stays Disconnected, holding its slot, until its own end or "
+            "disconnectedMinutes"
+        )
+    if limits.disconnected_minutes is not None and not disconnects_by_limit:
+        if timeline.sessions is None:
+            notes.append(
+                "disconnectedMinutes: arrivals are never left Disconnected, so it changes "
+                "nothing here; replay sessions with disconnectedAt to see its effect"
+            )
+        elif all(s.disconnected_at is None for s in timeline.sessions):
+            notes.append(
+                "disconnectedMinutes: no session has disconnectedAt, so it changes nothing here"
+            )
+    return notes
+
+
+def timeline_result(
+    run: ReplayResult, max_wait_minutes: float | None, notes: list[str] | None = None
+) -> dict[str, Any]:
+    """The contract's result of a run: steps, hostHours, placed, peakPending, the waits
+    (``waitMinutes``; ``waitedOverMaxPercent``, null without a bound), and what the
+    session limits did (``sessionsEndedByLimits``, ``sessionsDisconnectedByLimits``,
+    ``disconnectedSessionHours``; ``notes``: what was not replayed)."""
+    ended = {limit.value: run.ended_by.get(limit, 0) for limit in _REPLAYED_LIMITS}
+    disconnected = {
+        SessionLimit.MAX_SESSION.value: run.disconnected_by.get(SessionLimit.MAX_SESSION, 0)
+    }
     return {
         "steps": run.steps,
         "hostHours": round(run.host_seconds / 3600, 4),
@@ -141,11 +202,16 @@ def timeline_result(run: ReplayResult, max_wait_minutes: float | None) -> dict[s
         "waitedOverMaxPercent": (
             None if max_wait_minutes is None else waited_over_percent(run.waits, max_wait_minutes)
         ),
+        "sessionsEndedByLimits": ended,
+        "sessionsDisconnectedByLimits": disconnected,
+        "disconnectedSessionHours": round(run.disconnected_seconds / 3600, 4),
+        "notes": list(notes or []),
     }
 
 
 def run_timeline(document: dict[str, Any]) -> dict[str, Any]:
     """Run a timeline document; return its steps, hostHours, placed, peakPending,
-    waitMinutes and waitedOverMaxPercent."""
+    waitMinutes, waitedOverMaxPercent and what the session limits did."""
     timeline = parse_timeline(document)
-    return timeline_result(replay(replay_input(timeline)), timeline.max_wait_minutes)
+    run = replay(replay_input(timeline))
+    return timeline_result(run, timeline.max_wait_minutes, limit_notes(timeline))

@@ -12,7 +12,7 @@ import math
 from datetime import datetime
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..api import MAX_HOSTS, ApiModel, HostPoolSpec, describe_validation_error
 from ..api.base import MAX_USER
@@ -73,12 +73,34 @@ class ArrivalWindow(ApiModel):
 
 
 class RecordedSession(ApiModel):
-    """One session of a recorded history: who, when it started and when it ended. Times
-    without an offset are local times (like ``start``); with one, instants."""
+    """One session of a recorded history: who, when it started and when it ended, and
+    optionally when it was left Disconnected (``disconnectedAt``: from then until ``end``
+    it held its slot with nobody at it). Times without an offset are local times (like
+    ``start``); with one, instants."""
 
     user: str = Field(min_length=1, max_length=MAX_USER)
     start: datetime
     end: datetime
+    disconnected_at: datetime | None = None
+
+    @field_validator("disconnected_at")
+    @classmethod
+    def _within_the_session(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        start, end = info.data.get("start"), info.data.get("end")
+        if value is None or not isinstance(start, datetime) or not isinstance(end, datetime):
+            return value  # start or end is invalid: that error is the one reported
+        if (start.tzinfo is None) != (end.tzinfo is None) or end <= start:
+            return value  # as above, from _ends_after_it_starts
+        if (value.tzinfo is None) != (start.tzinfo is None):
+            raise ValueError(
+                "must have an offset when start and end have one, and none when they have none"
+            )
+        if not start <= value <= end:
+            raise ValueError(
+                f"must be within the session, from start ({start.isoformat()}) "
+                f"to end ({end.isoformat()})"
+            )
+        return value
 
     @model_validator(mode="after")
     def _ends_after_it_starts(self) -> RecordedSession:

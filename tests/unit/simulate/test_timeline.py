@@ -30,6 +30,19 @@ STEP_KEYS = {
     "sessions",
     "pending",
     "usedCapacityPercent",
+    "disconnected",
+}
+RESULT_KEYS = {
+    "steps",
+    "hostHours",
+    "placed",
+    "peakPending",
+    "waitMinutes",
+    "waitedOverMaxPercent",
+    "sessionsEndedByLimits",
+    "sessionsDisconnectedByLimits",
+    "disconnectedSessionHours",
+    "notes",
 }
 
 
@@ -67,15 +80,9 @@ def day(**changes: Any) -> dict[str, Any]:
 
 def test_result_has_the_contract_shape() -> None:
     result = run_timeline(day())
-    # The contract's four keys, and the waits added with recorded histories.
-    assert set(result) == {
-        "steps",
-        "hostHours",
-        "placed",
-        "peakPending",
-        "waitMinutes",
-        "waitedOverMaxPercent",
-    }
+    # The contract's four keys, the waits added with recorded histories, and what the
+    # session limits did.
+    assert set(result) == RESULT_KEYS
     assert set(result["waitMinutes"]) == {"p50", "p90", "p95", "p99", "max"}
     assert result["waitedOverMaxPercent"] is None  # no maxWaitMinutes given
     assert len(result["steps"]) == 24 * 60 // 5
@@ -281,15 +288,9 @@ def test_shipped_timelines_run_as_json(path: Path) -> None:
     done = cli("simulate", "--timeline", str(path), "--output", "json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    # The contract's four keys, and the waits added with recorded histories.
-    assert set(result) == {
-        "steps",
-        "hostHours",
-        "placed",
-        "peakPending",
-        "waitMinutes",
-        "waitedOverMaxPercent",
-    }
+    # The contract's four keys, the waits added with recorded histories, and what the
+    # session limits did.
+    assert set(result) == RESULT_KEYS
     assert set(result["waitMinutes"]) == {"p50", "p90", "p95", "p99", "max"}
     assert result["waitedOverMaxPercent"] is None  # no maxWaitMinutes given
     assert all(set(step) == STEP_KEYS for step in result["steps"])
