@@ -1,0 +1,652 @@
+"""The agent in real desktops, on its own (no operator): an administrator's notice appears
+as a window in the users' desktops, a disconnect ends the RDP connection and keeps the
+session (a reconnect returns to the same X server), the idle time of a session is its X
+server's, a forced logoff's message is shown once even across an agent restart, and the
+logoff is still carried out.
+
+One xrdp host (a network namespace of hack/cluster/xrdp-hosts.sh) with its agent
+(``--sessions-from xrdp``) inside it as root; FreeRDP clients on virtual displays. The test
+writes the requests' status as the operator and an administrator would (Assigned to the
+host; ``status.notice``, ``status.disconnect``, ``status.logoff``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hostpool_operator.agent.x11 import (
+    extension_opcode,
+    parse_setup,
+    query_extension,
+    setup_length,
+    setup_request,
+)
+from hostpool_operator.api.timestamps import parse_time
+from support.cluster import Cluster
+from support.desktop import (
+    NetnsAgent,
+    RdpClient,
+    VirtualDisplay,
+    XrdpHosts,
+    xorg_displays,
+)
+from support.kube import Kube, wait_for
+from support.operator_process import OperatorProcess
+from support.report_logs import EXTRA_LOGS
+
+POOL = "msg"
+HOST = "msg-1"
+USERS = {"alice": "alice-desk-pw", "bob": "bob-desk-pw"}
+AGENT_INTERVAL = 1.0
+NOTICE_TITLE = "Message from your administrator"
+LOGOFF_TITLE = "Your session will end"
+#: The message window's heading band (agent.desktop.HEADER), as a screenshot shows it.
+HEADER_COLOUR = "#1f3a5f"
+Obj = dict[str, Any]
+
+
+def stamp(moment: datetime | None = None) -> str:
+    return (moment or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.fixture
+def host(
+    kube: Kube,
+    hosts_bridge: str,
+    rdp_client: None,
+    cluster: Cluster,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[tuple[XrdpHosts, NetnsAgent]]:
+    """One xrdp host with the users, its SessionHost, and its agent running inside it."""
+    hosts = XrdpHosts(tmp_path / "hosts", hosts_bridge, first=41)
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+    agent: NetnsAgent | None = None
+    try:
+        made = hosts.up([HOST], USERS)
+        logs.append((f"xrdp host {HOST} logs", lambda: hosts.logs(HOST)))
+        cluster.create_pool(POOL, "DepthFirst", 4)
+        cluster.create_host(HOST, POOL, address=made[HOST].address)
+        agent = NetnsAgent(
+            hosts, HOST, cluster.namespace, kube.kubeconfig, tmp_path / "agent.log", AGENT_INTERVAL
+        )
+        logs.append(("agent log", lambda a=agent: a.text()[-8000:]))
+        agent.start()
+        yield hosts, agent
+    finally:
+        code = agent.stop() if agent is not None else None
+        hosts.down()
+        assert code in (0, None), f"the agent exited with {code}"
+
+
+def assign(cluster: Cluster, user: str) -> None:
+    """A request of ``user`` on the host, as the operator would place it."""
+    cluster.create_request(user, POOL, user)
+    cluster.patch_status(
+        "SessionRequest",
+        user,
+        {"phase": "Assigned", "host": HOST, "sessionState": "Connecting",
+         "stateChangedAt": stamp()},
+    )  # fmt: skip
+
+
+def status_of(cluster: Cluster, user: str) -> Obj:
+    return cluster.request(user).get("status") or {}
+
+
+class Desktop:
+    """A user's RDP client on a virtual display of its own."""
+
+    def __init__(
+        self,
+        hosts: XrdpHosts,
+        user: str,
+        number: int,
+        tmp_path: Path,
+        *,
+        host: str = HOST,
+        password: str | None = None,
+    ) -> None:
+        self.user = user
+        self.password = password or USERS[user]
+        self.tmp_path = tmp_path
+        self.rdp = tmp_path / f"{user}.rdp"
+        self.rdp.write_text(
+            f"full address:s:{hosts.hosts[host].address}:3389\r\nusername:s:{user}\r\n"
+        )
+        self.display = VirtualDisplay(number, tmp_path / f"xvfb-{user}.log")
+        self.clients: list[RdpClient] = []
+
+    def connect(self, logs: list[Any]) -> RdpClient:
+        n = len(self.clients)
+        client = RdpClient(
+            self.display,
+            self.rdp,
+            self.password,
+            self.tmp_path / f"xfreerdp-{self.user}-{n}.log",
+            self.tmp_path / f"home-{self.user}",
+        )
+        logs.append((f"xfreerdp {self.user} #{n} log", client.log_text))
+        self.clients.append(client)
+        client.start()
+        return client
+
+    def stop(self) -> None:
+        for client in self.clients:
+            client.kill()
+
+
+def xorg_pid(user: str) -> int:
+    out = subprocess.run(
+        ["pgrep", "-u", user, "-f", "Xorg :[0-9]+ .*xrdp/xorg.conf"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    assert len(out) == 1, f"{user} has X servers {out}"
+    return int(out[0])
+
+
+def session_env(user: str) -> dict[str, str]:
+    (display,) = xorg_displays(user)
+    return {**os.environ, "DISPLAY": f":{display}", "XAUTHORITY": f"/home/{user}/.Xauthority"}
+
+
+def windows_titled(user: str, title: str) -> int:
+    """How many top-level windows of the user's session carry this title (xwininfo)."""
+    out = subprocess.run(
+        ["xwininfo", "-root", "-tree"],
+        capture_output=True,
+        text=True,
+        env=session_env(user),
+        check=True,
+        timeout=20,
+    ).stdout
+    return len(re.findall(rf'^\s+0x[0-9a-f]+ "{re.escape(title)}":', out, re.MULTILINE))
+
+
+def session_screenshot(user: str, path: Path) -> Path:
+    """The session's own screen (its X server's root window), as the user sees it."""
+    subprocess.run(
+        ["import", "-window", "root", str(path)],
+        env=session_env(user),
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    return path
+
+
+def header_pixels(png: Path) -> int:
+    """Pixels of the message window's heading colour in a screenshot."""
+    out = subprocess.run(
+        ["convert", str(png), "-fill", "black", "+opaque", HEADER_COLOUR,
+         "-fill", "white", "-opaque", HEADER_COLOUR, "-format", "%[fx:mean*w*h]", "info:"],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+    return round(float(out))
+
+
+def move_pointer(display: VirtualDisplay, x: int, y: int) -> None:
+    """Input in the client's display (XTEST, as a user moving the mouse): FreeRDP sends it to
+    the session."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        sock.connect(f"/tmp/.X11-unix/X{display.number}")
+        sock.sendall(setup_request(None))
+        head = sock.recv(8, socket.MSG_WAITALL)
+        setup = parse_setup(head, sock.recv(setup_length(head), socket.MSG_WAITALL))
+        sock.sendall(query_extension(b"XTEST"))
+        opcode = extension_opcode(sock.recv(32, socket.MSG_WAITALL))
+        assert opcode is not None, "the virtual display has no XTEST"
+        # FakeInput: MotionNotify (6), absolute, on the root window; then a round trip.
+        fake = struct.pack("<BBHBBxxII8xhh7xB", opcode, 2, 9, 6, 0, 0, setup.root, x, y, 0)
+        sock.sendall(fake + struct.pack("<BxH", 43, 1))
+        sock.recv(32, socket.MSG_WAITALL)
+
+
+def test_a_notice_shows_in_desktops_and_a_disconnect_keeps_the_session(
+    cluster: Cluster,
+    host: tuple[XrdpHosts, NetnsAgent],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    hosts, agent = host
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+    timings: dict[str, float] = {}
+    base = 50 + os.getpid() % 5 * 2
+    desktops = {u: Desktop(hosts, u, base + i, tmp_path) for i, u in enumerate(USERS)}
+    try:
+        for desktop in desktops.values():
+            desktop.display.__enter__()
+        # 1. alice and bob log on: Active, with stateChangedAt and logonAt.
+        for user, desktop in desktops.items():
+            assign(cluster, user)
+            desktop.connect(logs)
+        for user in USERS:
+            cluster.wait(
+                lambda u=user: status_of(cluster, u).get("sessionState") == "Active",  # type: ignore[misc]
+                f"the agent to report {user}'s session Active",
+                timeout=45,
+            )
+        alice = status_of(cluster, "alice")
+        assert parse_time(alice.get("logonAt")) is not None, alice
+        assert parse_time(alice.get("stateChangedAt")) is not None, alice
+        logon_at = alice["logonAt"]
+        xorg = xorg_pid("alice")
+        (display,) = xorg_displays("alice")
+
+        # 2. An administrator's message to both: a window in each desktop, shown once.
+        sent = time.monotonic()
+        for user in USERS:
+            cluster.patch_status(
+                "SessionRequest",
+                user,
+                {"notice": {"message": f"Hello {user}: the host restarts at 22:00 tonight. "
+                            "Please save your work before then.", "sentAt": stamp()}},
+            )  # fmt: skip
+        for user in USERS:
+            cluster.wait(
+                lambda u=user: (status_of(cluster, u).get("notice") or {}).get("shownAt"),  # type: ignore[misc]
+                f"the agent to show {user} the notice (notice.shownAt)",
+                timeout=20,
+            )
+        timings["notice set -> shownAt (both users)"] = time.monotonic() - sent
+        for user in USERS:
+            count = wait_for(
+                lambda u=user: windows_titled(u, NOTICE_TITLE),  # type: ignore[misc]
+                10,
+                what=f"the message window in {user}'s desktop",
+            )
+            assert count == 1, f"{user}'s desktop has {count} message windows"
+        shot = session_screenshot("alice", tmp_path / "notice-alice-session.png")
+        assert header_pixels(shot) > 2000, "the session's screen shows no message window"
+        # What alice sees: her client's screen shows the window too.
+        client_shot = tmp_path / "notice-alice-client.png"
+        wait_for(
+            lambda: header_pixels(desktops["alice"].display.screenshot(client_shot)) > 2000,
+            15,
+            what="alice's RDP client to show the message window",
+        )
+        shutil.copy(client_shot, tmp_path / "warning.png")
+
+        # 3. alice is disconnected: her client's connection ends, her session stays.
+        asked = time.monotonic()
+        cluster.patch_status("SessionRequest", "alice", {"disconnect": {"requestedAt": stamp()}})
+        cluster.wait(
+            lambda: (status_of(cluster, "alice").get("disconnect") or {}).get("doneAt"),
+            "the agent to carry out the disconnect (disconnect.doneAt)",
+            timeout=20,
+        )
+        timings["disconnect set -> doneAt"] = time.monotonic() - asked
+        first = desktops["alice"].clients[0]
+        assert first.wait_exit(15) is not None, "alice's client is still connected"
+        cluster.wait(
+            lambda: status_of(cluster, "alice").get("sessionState") == "Disconnected",
+            "alice's request to show Disconnected",
+            timeout=15,
+        )
+        timings["disconnect set -> Disconnected"] = time.monotonic() - asked
+        assert xorg_pid("alice") == xorg, "alice's X server changed at the disconnect"
+        assert hosts.established(HOST) == 1, "bob's connection went too"
+        assert desktops["bob"].clients[0].running, "bob's client was disconnected"
+        assert status_of(cluster, "bob").get("sessionState") == "Active"
+
+        # 4. She reconnects: the same X server, Active again; logonAt unchanged; the notice
+        #    is not shown a second time.
+        changed = status_of(cluster, "alice")["stateChangedAt"]
+        again = time.monotonic()
+        desktops["alice"].connect(logs)
+        cluster.wait(
+            lambda: status_of(cluster, "alice").get("sessionState") == "Active",
+            "alice's reconnected session to be Active",
+            timeout=45,
+        )
+        timings["reconnect -> Active"] = time.monotonic() - again
+        assert xorg_displays("alice") == [display]
+        assert xorg_pid("alice") == xorg, "alice got a new X server on reconnecting"
+        after = status_of(cluster, "alice")
+        assert after["logonAt"] == logon_at
+        assert after["stateChangedAt"] >= changed
+        assert windows_titled("alice", NOTICE_TITLE) == 1
+
+        # 5. The agent restarts: no notice is shown again (shownAt is on the request).
+        agent.stop()
+        agent.start()
+        reports_since = stamp()
+        cluster.wait(
+            lambda: (
+                (cluster.host(HOST).get("status") or {}).get("metrics", {}).get("sampledAt", "")
+                > reports_since
+            ),
+            "the restarted agent to report",
+        )
+        time.sleep(3 * AGENT_INTERVAL)
+        for user in USERS:
+            assert windows_titled(user, NOTICE_TITLE) == 0, (
+                f"the restarted agent showed {user} the notice again"
+            )
+        print(
+            "session messages: "
+            + "; ".join(f"{k} {v:.2f} s" for k, v in timings.items())
+            + f"; screenshot {tmp_path / 'warning.png'}"
+        )
+    finally:
+        for desktop in desktops.values():
+            desktop.stop()
+            desktop.display.__exit__()
+
+
+def test_idle_time_is_the_x_servers_and_an_idle_disconnect_respects_input(
+    cluster: Cluster,
+    host: tuple[XrdpHosts, NetnsAgent],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """No input for a minute: idleSince (about when the input stopped). Input: idleSince
+    cleared within seconds. An Idle disconnect decided before that input is not carried
+    out: doneAt set, the client stays connected."""
+    hosts, _ = host
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+    desktop = Desktop(hosts, "alice", 56 + os.getpid() % 3, tmp_path)
+    with desktop.display:
+        try:
+            assign(cluster, "alice")
+            client = desktop.connect(logs)
+            cluster.wait(
+                lambda: status_of(cluster, "alice").get("sessionState") == "Active",
+                "alice's session to be Active",
+                timeout=45,
+            )
+            move_pointer(desktop.display, 300, 300)
+            last_input = datetime.now(UTC)
+            since = cluster.wait(
+                lambda: parse_time(status_of(cluster, "alice").get("idleSince")),
+                "idleSince after a minute without input",
+                timeout=90,
+            )
+            seen = datetime.now(UTC)
+            assert seen - last_input >= timedelta(seconds=59), (
+                f"idleSince set {seen - last_input} after the last input"
+            )
+            assert abs((since - last_input).total_seconds()) <= 5, (since, last_input)
+
+            # The operator decided (earlier) to disconnect her for idleness; she moves the
+            # mouse before the agent acts.
+            decided = datetime.now(UTC) - timedelta(seconds=20)
+            move_pointer(desktop.display, 500, 400)
+            moved = time.monotonic()
+            cluster.patch_status(
+                "SessionRequest",
+                "alice",
+                {"disconnect": {"requestedAt": stamp(decided), "limit": "Idle"}},
+            )
+            cluster.wait(
+                lambda: (status_of(cluster, "alice").get("disconnect") or {}).get("doneAt"),
+                "the agent to settle the Idle disconnect",
+                timeout=20,
+            )
+            status = status_of(cluster, "alice")
+            assert status.get("idleSince") is None, status
+            assert client.running, "alice was disconnected although she was active"
+            assert hosts.established(HOST) == 1
+            assert status.get("sessionState") == "Active"
+            print(f"idle: settled {time.monotonic() - moved:.2f} s after the input")
+        finally:
+            desktop.stop()
+
+
+def test_a_forced_logoffs_message_is_shown_once_across_a_restart(
+    cluster: Cluster,
+    host: tuple[XrdpHosts, NetnsAgent],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    hosts, agent = host
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+    desktop = Desktop(hosts, "bob", 58 + os.getpid() % 3, tmp_path)
+    with desktop.display:
+        try:
+            assign(cluster, "bob")
+            client = desktop.connect(logs)
+            cluster.wait(
+                lambda: status_of(cluster, "bob").get("sessionState") == "Active",
+                "bob's session to be Active",
+                timeout=45,
+            )
+            deadline = datetime.now(UTC) + timedelta(seconds=25)
+            cluster.patch_status(
+                "SessionRequest",
+                "bob",
+                {"logoff": {"message": "Maintenance: this host restarts.",
+                            "deadline": stamp(deadline)}},
+            )  # fmt: skip
+            wait_for(
+                lambda: windows_titled("bob", LOGOFF_TITLE),
+                15,
+                what="the logoff's message in bob's desktop",
+            )
+            notice = cluster.wait(
+                lambda: (
+                    (status_of(cluster, "bob").get("notice") or {}).get("shownAt")
+                    and status_of(cluster, "bob")["notice"]
+                ),
+                "the shown logoff message recorded as the notice",
+            )
+            assert "Maintenance: this host restarts." in notice["message"]
+            session_screenshot("bob", tmp_path / "logoff-bob.png")
+            agent.stop()
+            agent.start()
+            time.sleep(4 * AGENT_INTERVAL)
+            assert windows_titled("bob", LOGOFF_TITLE) == 0, "the message was shown again"
+            assert (status_of(cluster, "bob").get("notice") or {}) == notice
+            cluster.wait(
+                lambda: "bob" not in cluster.requests() and not xorg_displays("bob"),
+                "bob's session to end at the deadline and his request to go",
+                timeout=60,
+            )
+            assert client.wait_exit(10) is not None, "bob's client is still connected"
+        finally:
+            desktop.stop()
+
+
+# ---------------------------------------------------------------------------------------
+# the operator's session limits, carried out by the agents in real desktops
+
+LIMIT_HOSTS = ("lim-1", "lim-2")
+LIMIT_USERS = {"alice": "alice-desk-pw", "bob": "bob-desk-pw", "carol": "carol-desk-pw"}
+WARNING_TITLE = "Session time limit"
+
+
+class KeepsBusy(threading.Thread):
+    """A user who works: the pointer moves in their client every few seconds."""
+
+    def __init__(self, display: VirtualDisplay) -> None:
+        super().__init__(daemon=True)
+        self.display = display
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        step = 0
+        while not self.stopping.wait(10):
+            step += 1
+            try:
+                move_pointer(self.display, 200 + 40 * (step % 5), 300)
+            except BaseException as error:  # reported by the test
+                self.error = error
+                return
+
+
+@pytest.fixture
+def limit_hosts(
+    kube: Kube,
+    hosts_bridge: str,
+    rdp_client: None,
+    namespace: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[tuple[XrdpHosts, dict[str, NetnsAgent]]]:
+    """Two xrdp hosts, each with its agent inside it (started by the test)."""
+    hosts = XrdpHosts(tmp_path / "hosts", hosts_bridge, first=45)
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+    agents: dict[str, NetnsAgent] = {}
+    try:
+        hosts.up(LIMIT_HOSTS, LIMIT_USERS)
+        for name in LIMIT_HOSTS:
+            logs.append((f"xrdp host {name} logs", lambda n=name: hosts.logs(n)))
+            agents[name] = NetnsAgent(
+                hosts, name, namespace, kube.kubeconfig, tmp_path / f"agent-{name}.log",
+                AGENT_INTERVAL,
+            )  # fmt: skip
+            logs.append((f"agent {name} log", lambda a=agents[name]: a.text()[-6000:]))
+        yield hosts, agents
+    finally:
+        codes = {name: agent.stop() for name, agent in agents.items()}
+        hosts.down()
+        bad = {n: c for n, c in codes.items() if c not in (0, None)}
+        assert not bad, f"agents exited uncleanly: {bad}"
+
+
+def test_session_limits_warn_then_disconnect_or_log_off_real_desktops(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    limit_hosts: tuple[XrdpHosts, dict[str, NetnsAgent]],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Pool "idle" (lim-1): idleMinutes 2, warning 1 minute before. alice leaves her desktop
+    alone: warned in her desktop, then disconnected; she reconnects to the same X server.
+    carol works on the same host: untouched. Pool "max" (lim-2): maxSessionMinutes 2,
+    warning 1 minute before: bob is warned in his desktop, then logged off."""
+    del operator_process
+    hosts, agents = limit_hosts
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+    limits = {"warningMinutes": 1}
+    cluster.setup_pool(
+        "idle", "DepthFirst", 4, hosts=[LIMIT_HOSTS[0]],
+        sessionLimits={**limits, "idleMinutes": 2, "idleAction": "Disconnect"},
+    )  # fmt: skip
+    cluster.setup_pool(
+        "max", "DepthFirst", 4, hosts=[LIMIT_HOSTS[1]],
+        sessionLimits={**limits, "maxSessionMinutes": 2},
+    )  # fmt: skip
+    for agent in agents.values():
+        agent.start()
+    pools = {"alice": "idle", "carol": "idle", "bob": "max"}
+    for user, pool in pools.items():
+        cluster.create_request(user, pool, user)
+    cluster.wait_assigned(pools)
+    base = 70 + os.getpid() % 4 * 3
+    desktops = {}
+    for i, user in enumerate(pools):
+        host = (cluster.request(user).get("status") or {})["host"]
+        desktop = Desktop(hosts, user, base + i, tmp_path, host=host, password=LIMIT_USERS[user])
+        desktops[user] = desktop
+    busy: KeepsBusy | None = None
+    timings: dict[str, float] = {}
+    try:
+        for desktop in desktops.values():
+            desktop.display.__enter__()
+            desktop.connect(logs)
+        for user in pools:
+            cluster.wait(
+                lambda u=user: status_of(cluster, u).get("sessionState") == "Active",  # type: ignore[misc]
+                f"{user}'s session to be Active",
+                timeout=45,
+            )
+        start = time.monotonic()
+        busy = KeepsBusy(desktops["carol"].display)
+        busy.start()
+        xorg = xorg_pid("alice")
+
+        # bob (max session) and alice (idle) are warned in their desktops.
+        for user, limit in (("bob", "MaxSession"), ("alice", "Idle")):
+            notice = cluster.wait(
+                lambda u=user: (  # type: ignore[misc]
+                    (status_of(cluster, u).get("notice") or {}).get("shownAt")
+                    and status_of(cluster, u)["notice"]
+                ),
+                f"{user}'s {limit} warning shown",
+                timeout=150,
+            )
+            assert notice["limit"] == limit, notice
+            timings[f"{user}: Active -> {limit} warning shown"] = time.monotonic() - start
+            assert (
+                wait_for(
+                    lambda u=user: windows_titled(u, WARNING_TITLE),  # type: ignore[misc]
+                    10,
+                    what=f"the warning window in {user}'s desktop",
+                )
+                == 1
+            )
+        shot = tmp_path / "idle-warning-alice-client.png"
+        wait_for(
+            lambda: header_pixels(desktops["alice"].display.screenshot(shot)) > 2000,
+            15,
+            what="alice's RDP client to show the warning",
+        )
+        shutil.copy(shot, tmp_path / "warning.png")
+
+        # alice is disconnected for idleness; her session stays; she comes back to it.
+        cluster.wait(
+            lambda: (status_of(cluster, "alice").get("disconnect") or {}).get("doneAt"),
+            "alice's idle disconnect carried out",
+            timeout=120,
+        )
+        timings["alice: Active -> disconnected for idleness"] = time.monotonic() - start
+        assert status_of(cluster, "alice")["disconnect"]["limit"] == "Idle"
+        assert desktops["alice"].clients[0].wait_exit(15) is not None, "alice still connected"
+        cluster.wait(
+            lambda: status_of(cluster, "alice").get("sessionState") == "Disconnected",
+            "alice Disconnected",
+        )
+        assert xorg_pid("alice") == xorg
+        desktops["alice"].connect(logs)
+        cluster.wait(
+            lambda: status_of(cluster, "alice").get("sessionState") == "Active",
+            "alice's reconnected session Active",
+            timeout=45,
+        )
+        assert xorg_pid("alice") == xorg, "alice got a new X server"
+        reasons = [e.get("reason") for e in cluster.events_for("alice")]
+        assert "SessionLimitReached" in reasons, reasons
+
+        # bob is logged off at his session's limit: his session ends, his request goes.
+        cluster.wait(
+            lambda: "bob" not in cluster.requests() and not xorg_displays("bob"),
+            "bob logged off at his session limit",
+            timeout=120,
+        )
+        timings["bob: Active -> logged off (max session)"] = time.monotonic() - start
+        assert desktops["bob"].clients[0].wait_exit(10) is not None
+
+        # carol worked all along: no warning, no disconnect, still connected.
+        assert busy.error is None, f"moving carol's pointer failed: {busy.error!r}"
+        carol = status_of(cluster, "carol")
+        assert carol.get("sessionState") == "Active", carol
+        touched = {
+            k: carol[k] for k in ("notice", "disconnect", "logoff", "idleSince") if carol.get(k)
+        }
+        assert not touched, f"carol was active, yet: {touched}"
+        assert desktops["carol"].clients[0].running
+        print("session limits: " + "; ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+    finally:
+        if busy is not None:
+            busy.stopping.set()
+        for desktop in desktops.values():
+            desktop.stop()
+            desktop.display.__exit__()
