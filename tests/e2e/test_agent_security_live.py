@@ -41,6 +41,7 @@ AGENT_SA = "hostpool-agent"
 MERGE_PATCH = "application/merge-patch+json"
 WAIT_SECONDS = 45
 NOW = "2026-01-05T08:00:00Z"
+LATER = "2026-01-05T08:01:00Z"
 
 #: The host names (pods are named the same); B's machine also has its own ServiceAccount.
 HOST_A = "desk-a"
@@ -306,8 +307,9 @@ def wait_default_service_account(kube: Kube, namespace: str) -> None:
 def test_sidecar_token_touches_only_its_own_host(
     kube: Kube, namespace: str, install_agents: Callable[[str, dict[str, Any]], Installed]
 ) -> None:
-    """A pod-bound token of hostpool-agent for pod A: A's metrics and agent fields, the
-    sessionState of A's requests, deleting A's requests; nothing else."""
+    """A pod-bound token of hostpool-agent for pod A: A's metrics and agent fields; of A's
+    requests, sessionState, stateChangedAt, logonAt, idleSince, notice, disconnect and
+    logoff, and deleting them; nothing else."""
     installed = install_agents(namespace, {})
     wait_default_service_account(kube, namespace)
     create_world(kube, namespace, [HOST_A, HOST_B])
@@ -359,7 +361,8 @@ def test_sidecar_token_touches_only_its_own_host(
     agent.refused("own-host", "PATCH", host_b, {"status": {"agent": {"address": "10.6.6.6"}}})
     assert status(kube, "SessionHost", namespace, HOST_B) == before_b
 
-    # Its requests: sessionState only.
+    # Its requests: what it measures (sessionState, stateChangedAt, logonAt, idleSince) and
+    # what it carries out (a notice shown, a disconnect done, a logoff cleared).
     ra1 = request_status(namespace, "ra1")
     code, answer = agent.patch_request("ra1", {"sessionState": "Active"})
     assert code == 200, answer
@@ -367,7 +370,46 @@ def test_sidecar_token_touches_only_its_own_host(
         **assigned(HOST_A),
         "sessionState": "Active",
     }
-    agent.ok("PATCH", ra1, {"status": {"sessionState": "Disconnected"}})
+    # The operator (here the admin) asks: a notice, a disconnect, a logoff.
+    asked = {
+        "notice": {"message": "idle for 25 minutes", "sentAt": NOW, "limit": "Idle"},
+        "disconnect": {"requestedAt": NOW, "limit": "Idle"},
+        "logoff": {"message": "bye", "deadline": NOW, "limit": "Idle"},
+    }
+    kube.merge_patch("SessionRequest", namespace, "ra1", {"status": asked}, status=True)
+    measured = {
+        "sessionState": "Disconnected",
+        "stateChangedAt": LATER,
+        "logonAt": NOW,
+        "idleSince": NOW,
+    }
+    agent.ok("PATCH", ra1, {"status": measured})
+    acted = {
+        "notice": {**asked["notice"], "shownAt": LATER},
+        "disconnect": {**asked["disconnect"], "doneAt": LATER},
+        "logoff": None,
+        "idleSince": None,
+    }
+    agent.ok("PATCH", ra1, {"status": acted})
+    expected = {
+        **assigned(HOST_A),
+        **measured,
+        "notice": acted["notice"],
+        "disconnect": acted["disconnect"],
+    }
+    del expected["idleSince"]
+    assert status(kube, "SessionRequest", namespace, "ra1") == expected
+    # One write per new field, each alone: every one is the agent's.
+    for write in (
+        {"stateChangedAt": NOW},
+        {"logonAt": LATER},
+        {"idleSince": LATER},
+        {"notice": {"message": "hi", "sentAt": NOW}},
+        {"disconnect": {"requestedAt": NOW}},
+        {"logoff": {"message": "bye", "deadline": NOW}},
+    ):
+        code, answer = agent.call("PATCH", ra1, {"status": write}, dryRun="All")
+        assert code == 200, (write, answer)
     for change in (
         {"phase": "Failed"},
         {"host": HOST_B},
@@ -375,20 +417,25 @@ def test_sidecar_token_touches_only_its_own_host(
         {"reason": "Reconnected"},
         {"message": "moved"},
         {"assignedAt": "2026-01-05T09:00:00Z"},
-        {"logoff": {"deadline": NOW}},
         {"conditions": None},
+        {"observedGeneration": 7},
         {"sessionState": "Active", "phase": "Pending"},
+        {"notice": None, "host": HOST_B},
     ):
         agent.refused("request-status-fields", "PATCH", ra1, {"status": change})
-    assert status(kube, "SessionRequest", namespace, "ra1") == {
-        **assigned(HOST_A),
-        "sessionState": "Disconnected",
-    }
+    assert status(kube, "SessionRequest", namespace, "ra1") == expected
 
-    # Requests on another host, or on none: refused.
+    # Requests on another host, or on none: refused, whichever field.
     for name in ("rb1", "pending1"):
         path = request_status(namespace, name)
-        agent.refused("own-requests", "PATCH", path, {"status": {"sessionState": "Active"}})
+        for write in (
+            {"sessionState": "Active"},
+            {"idleSince": NOW},
+            {"notice": {"message": "hi", "sentAt": NOW, "shownAt": NOW}},
+            {"disconnect": {"requestedAt": NOW, "doneAt": NOW}},
+            {"logoff": {"message": "bye", "deadline": NOW}},
+        ):
+            agent.refused("own-requests", "PATCH", path, {"status": write})
     assert status(kube, "SessionRequest", namespace, "rb1") == assigned(HOST_B)
     assert status(kube, "SessionRequest", namespace, "pending1") == PENDING
 
@@ -701,8 +748,9 @@ def test_the_user_reaches_notify_and_logoff_commands_only_as_an_environment_vari
     )  # fmt: skip
     try:
         wait_for(
-            lambda: kube.request("GET", resource_path("SessionRequest", namespace, "odd"))[0]
-            == 404,
+            lambda: (
+                kube.request("GET", resource_path("SessionRequest", namespace, "odd"))[0] == 404
+            ),
             WAIT_SECONDS,
             what="the agent to log the user off and delete the request",
         )

@@ -168,12 +168,13 @@ def install_identity(
         release = unique_name("rbac", max_length=20)
         # The operator's objects only: the host agents' (component "agent": their
         # ServiceAccounts, Role and admission policy) are tests/e2e/test_agent_security_live.py's,
-        # the roles for people and brokers (user-roles, broker) test_roles_live.py's.
+        # the roles for people and brokers (user-roles, broker, session-admin)
+        # test_roles_live.py's.
         docs = [
             d
             for d in helm_template(bin_dir, release, release_namespace, values)
             if d["metadata"].get("labels", {}).get("app.kubernetes.io/component")
-            not in ("agent", "user-roles", "broker")
+            not in ("agent", "user-roles", "broker", "session-admin")
         ]
         rbac = [d for d in docs if d["kind"] in RBAC_KINDS]
         manifest = yaml.safe_dump_all(rbac)

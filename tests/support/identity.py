@@ -103,7 +103,13 @@ def _rendered_rbac(kube: Kube, release: str, namespace: str) -> list[Obj]:
     if proc.returncode != 0:
         raise AssertionError(f"helm template failed: {proc.stderr}")
     docs = [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
-    return [d for d in docs if d.get("kind") in RBAC_PATHS]
+    # Not the session admin role: one per cluster (a fixed name), and not the operator's.
+    return [
+        d
+        for d in docs
+        if d.get("kind") in RBAC_PATHS
+        and d["metadata"].get("labels", {}).get("app.kubernetes.io/component") != "session-admin"
+    ]
 
 
 def install_identity(kube: Kube, namespace: str, directory: Path) -> Identity:
