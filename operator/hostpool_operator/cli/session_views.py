@@ -338,10 +338,15 @@ def _sessions_word(n: int) -> str:
 
 def drain_progress(host: str, before: set[str], after: set[str]) -> list[str]:
     """The lines a waiting drain prints when the host's users change from ``before`` to
-    ``after``: one per user gone (how many are left), one per user that came (a reconnect
-    is still allowed on a draining host)."""
-    lines = [
-        f"{user} left {host} ({_sessions_word(len(after))} left)" for user in sorted(before - after)
-    ]
-    lines += [f"{user} is on {host} again (reconnected)" for user in sorted(after - before)]
+    ``after``: one per user gone, counting down to what is left (users who left together
+    are told one by one), one per user that came (a reconnect is still allowed on a
+    draining host)."""
+    gone = sorted(before - after)
+    came = sorted(after - before)
+    left = len(before) + len(came)
+    lines = []
+    for user in gone:
+        left -= 1
+        lines.append(f"{user} left {host} ({_sessions_word(left)} left)")
+    lines += [f"{user} is on {host} again (reconnected)" for user in came]
     return lines

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -81,10 +82,14 @@ def run(args: argparse.Namespace, body: Body) -> int:
     except KubeconfigError as error:
         raise CliError(str(error)) from None
     server = login.info.server
+    try:
+        client = KubeClient(login.info, max_connections=8, token_file=login.token_file)
+    except (OSError, ssl.SSLError, ValueError) as error:
+        raise CliError(f"context {login.context!r}: cannot use its TLS settings: {error}") from None
 
     async def main() -> int:
-        async with KubeClient(login.info, max_connections=8, token_file=login.token_file) as c:
-            return await body(Target(c, login, _namespace(args, login)), args)
+        async with client:
+            return await body(Target(client, login, _namespace(args, login)), args)
 
     try:
         return asyncio.run(main())

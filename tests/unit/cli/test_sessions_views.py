@@ -292,8 +292,13 @@ def test_top_shows_the_pools_counts_and_each_hosts_state() -> None:
 def test_a_drains_progress_names_who_left_and_who_came_back() -> None:
     assert users_on(REQUESTS, "rds-01") == {"alice@corp", "carol@corp"}
     assert drain_progress("rds-01", {"a", "b", "c"}, {"c"}) == [
-        "a left rds-01 (1 session left)",
+        "a left rds-01 (2 sessions left)",
         "b left rds-01 (1 session left)",
+    ]
+    assert drain_progress("rds-01", {"a", "b"}, {"d"}) == [
+        "a left rds-01 (2 sessions left)",
+        "b left rds-01 (1 session left)",
+        "d is on rds-01 again (reconnected)",
     ]
     assert drain_progress("rds-01", {"c"}, set()) == ["c left rds-01 (0 sessions left)"]
     assert drain_progress("rds-01", {"c"}, {"c", "d"}) == ["d is on rds-01 again (reconnected)"]
