@@ -132,6 +132,14 @@ def test_the_policy_holds_all_but_three_request_fields_and_drain(render: Render)
     assert binding["spec"] == {"policyName": POLICY, "validationActions": ["Deny"]}
 
 
+def test_not_aggregated_when_aggregation_is_off(render: Render) -> None:
+    """rbac.aggregateClusterRoles=false: the role is still rendered, for binding directly,
+    but not folded into admin."""
+    role = objects(render(**{"rbac.aggregateClusterRoles": False}))["ClusterRole"]
+    assert not [k for k in role["metadata"]["labels"] if k.startswith(AGGREGATE)]
+    assert role["rules"] == ROLE_RULES
+
+
 def test_knobs(render: Render) -> None:
     assert not objects(render(**{"sessionAdmin.enabled": False}))
     without_policy = objects(render(**{"sessionAdmin.admissionPolicy": False}))
