@@ -562,6 +562,7 @@ def test_session_admins_set_notice_disconnect_and_logoff_and_nothing_else(
     # Not held: the operator (the chart's ServiceAccount and Role for this namespace) ...
     operator = install_identity(kube, namespace, tmp_path)
     try:
+        assert operator.username.endswith("-hostpool-operator"), operator.username
         operator_api = Kube.connect(operator.kubeconfig)
         as_operator = Identity([], operator.kubeconfig, operator_api, operator.username)
         moved = {"status": {"phase": "Assigned", "host": "rds-02", "sessionState": "Connecting"}}
