@@ -297,7 +297,7 @@ def test_sessions_message_logoff_disconnect_and_errors_as_a_session_admin(
         f"no pool 'nopool' in namespace '{ns}'",
     )
     failed(plugin("drain", "nohost", kubeconfig=admin_kubeconfig), "no host 'nohost'")
-    failed(plugin("sessions", "-A", kubeconfig=admin_kubeconfig), "forbidden: ")
+    failed(plugin("sessions", "-A", kubeconfig=admin_kubeconfig), "is forbidden: User ")
     refused = plugin("sessions", "-A", kubeconfig=admin_kubeconfig).err
     assert (
         'cannot list resource "sessionrequests" in API group "hostpool.io" at the cluster scope'

@@ -108,7 +108,8 @@ def refusal(error: ApiError, context: str) -> str:
     if error.status == 401:
         return f"the API server does not accept the credentials of context {context!r} (401)"
     if error.status == 403:
-        return f"forbidden: {error.message}"
+        said = error.message
+        return said if "forbidden" in said.lower() else f"forbidden: {said}"
     return f"the API server answered {error.status} {error.reason}: {error.message}"
 
 
