@@ -18,6 +18,8 @@ import yaml
 
 from hostpool_operator.cli.main import main, plugin_main
 from hostpool_operator.cli.parser import build_plugin_parser
+from hostpool_operator.cli.sessions import refusal
+from hostpool_operator.kube.errors import ApiError
 from hostpool_operator.kube.kubeconfig import KubeconfigError, load_login
 
 PLUGIN = "kubectl hostpool: error: "
@@ -242,3 +244,18 @@ def test_an_exec_plugin_gives_the_token(tmp_path: Path) -> None:
     plugin.write_text("#!/bin/sh\necho 'not logged in' >&2\nexit 3\n")
     with pytest.raises(KubeconfigError, match="exited with 3: not logged in"):
         load_login(str(kubeconfig(tmp_path / "c", "https://x", user=user)), environ={})
+
+
+def test_the_api_servers_refusals_in_one_line() -> None:
+    said = (
+        'sessionrequests.hostpool.io "alice" is forbidden: User "jo" cannot patch resource '
+        '"sessionrequests/status" in API group "hostpool.io" in the namespace "vdi"'
+    )
+    assert refusal(ApiError(403, "Forbidden", said), "prod") == said
+    assert refusal(ApiError(403, "Forbidden", "denied"), "prod") == "forbidden: denied"
+    assert refusal(ApiError(401, "Unauthorized", "Unauthorized"), "prod") == (
+        "the API server does not accept the credentials of context 'prod' (401)"
+    )
+    assert refusal(ApiError(422, "Invalid", "status.notice.message: Too long"), "prod") == (
+        "the API server answered 422 Invalid: status.notice.message: Too long"
+    )
