@@ -99,6 +99,9 @@ class XrdpMachine:
     """This host's xrdp sessions and their logoff."""
 
     netns: int | None = None
+    #: The sessions as the last reading of them found (``sessions``): the idle time, sampled
+    #: more often than the sessions are read, is asked of these X servers.
+    known: list[XrdpSession] | None = None
 
     def __post_init__(self) -> None:
         if self.netns is None:
@@ -164,7 +167,8 @@ class XrdpMachine:
                 sockets = handle.read()
         except OSError as error:
             return None, f"could not read {PROC_NET_UNIX}: {error}"
-        return session_states(xrdp_sessions(processes), connected_displays(sockets)), ""
+        self.known = xrdp_sessions(processes)
+        return session_states(self.known, connected_displays(sockets)), ""
 
     def user_sessions(self, users: set[str] | None = None) -> list[XrdpSession]:
         """The xrdp sessions here (of ``users`` only, when given)."""
@@ -177,7 +181,13 @@ class XrdpMachine:
         missing; the second item says why."""
         idle: dict[str, float] = {}
         problems: list[str] = []
-        for session in self.user_sessions(users):
+        if self.known is None:
+            sessions = self.user_sessions(users)
+        else:  # those still running (a session gone since is no problem)
+            sessions = [
+                s for s in self.known if s.user in users and os.path.exists(f"/proc/{s.xorg}")
+            ]
+        for session in sessions:
             try:
                 seconds = idle_seconds(server_of(session))
             except X11Error as error:

@@ -643,7 +643,17 @@ def test_session_limits_warn_then_disconnect_or_log_off_real_desktops(
         }
         assert not touched, f"carol was active, yet: {touched}"
         assert desktops["carol"].clients[0].running
-        print("session limits: " + "; ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+        usage = [
+            f"agent {name}: {cpu:.2f} CPU-s in {up:.0f} s ({100 * cpu / up:.1f} % of a core), "
+            f"{rss / 2**20:.1f} MiB RSS"
+            for name, (cpu, rss, up) in ((n, a.cpu_and_memory()) for n, a in agents.items())
+        ]
+        print(
+            "session limits: "
+            + "; ".join(f"{k} {v:.1f} s" for k, v in timings.items())
+            + "; "
+            + "; ".join(usage)
+        )
     finally:
         if busy is not None:
             busy.stopping.set()
