@@ -200,9 +200,9 @@ def header_pixels(png: Path) -> int:
     return round(float(out))
 
 
-def move_pointer(display: VirtualDisplay, x: int, y: int) -> None:
-    """Input in the client's display (XTEST, as a user moving the mouse): FreeRDP sends it to
-    the session."""
+def fake_input(display: VirtualDisplay, x: int, y: int, *, click: bool = False) -> None:
+    """Input in the client's display (XTEST), as a user moving the mouse there (and
+    clicking): FreeRDP sends it to the session."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(5)
         sock.connect(f"/tmp/.X11-unix/X{display.number}")
@@ -212,10 +212,37 @@ def move_pointer(display: VirtualDisplay, x: int, y: int) -> None:
         sock.sendall(query_extension(b"XTEST"))
         opcode = extension_opcode(sock.recv(32, socket.MSG_WAITALL))
         assert opcode is not None, "the virtual display has no XTEST"
-        # FakeInput: MotionNotify (6), absolute, on the root window; then a round trip.
-        fake = struct.pack("<BBHBBxxII8xhh7xB", opcode, 2, 9, 6, 0, 0, setup.root, x, y, 0)
-        sock.sendall(fake + struct.pack("<BxH", 43, 1))
+
+        def fake(kind: int, detail: int) -> bytes:  # FakeInput, absolute, on the root
+            return struct.pack("<BBHBBxxII8xhh7xB", opcode, 2, 9, kind, detail, 0, setup.root,
+                               x, y, 0)  # fmt: skip
+
+        events = [fake(6, 0)]  # MotionNotify
+        if click:
+            events += [fake(4, 1), fake(5, 1)]  # ButtonPress, ButtonRelease of button 1
+        sock.sendall(b"".join(events) + struct.pack("<BxH", 43, 1))  # then a round trip
         sock.recv(32, socket.MSG_WAITALL)
+
+
+def move_pointer(display: VirtualDisplay, x: int, y: int) -> None:
+    fake_input(display, x, y)
+
+
+def window_position(user: str, title: str) -> tuple[int, int, int, int]:
+    """(x, y, width, height) on the screen of the user's window with this title."""
+    out = subprocess.run(
+        ["xwininfo", "-root", "-tree"], capture_output=True, text=True, env=session_env(user),
+        check=True, timeout=20,
+    ).stdout  # fmt: skip
+    found = re.search(
+        rf'^\s+0x[0-9a-f]+ "{re.escape(title)}":.*?'
+        r"(\d+)x(\d+)[+-]-?\d+[+-]-?\d+\s+\+(-?\d+)\+(-?\d+)",
+        out,
+        re.MULTILINE,
+    )
+    assert found, f"no window {title!r} in {user}'s session:\n{out[-2000:]}"
+    width, height, x, y = (int(v) for v in found.groups())
+    return x, y, width, height
 
 
 def test_a_notice_shows_in_desktops_and_a_disconnect_keeps_the_session(
@@ -283,6 +310,16 @@ def test_a_notice_shows_in_desktops_and_a_disconnect_keeps_the_session(
         )
         shutil.copy(client_shot, tmp_path / "warning.png")
 
+        # bob reads his and clicks it away; it stays shown (no second window).
+        bob_shown = status_of(cluster, "bob")["notice"]["shownAt"]
+        x, y, width, height = window_position("bob", NOTICE_TITLE)
+        fake_input(desktops["bob"].display, x + width // 2, y + height // 2, click=True)
+        wait_for(
+            lambda: windows_titled("bob", NOTICE_TITLE) == 0,
+            10,
+            what="bob's click to close his message window",
+        )
+
         # 3. alice is disconnected: her client's connection ends, her session stays.
         asked = time.monotonic()
         cluster.patch_status("SessionRequest", "alice", {"disconnect": {"requestedAt": stamp()}})
@@ -339,6 +376,7 @@ def test_a_notice_shows_in_desktops_and_a_disconnect_keeps_the_session(
             assert windows_titled(user, NOTICE_TITLE) == 0, (
                 f"the restarted agent showed {user} the notice again"
             )
+        assert (status_of(cluster, "bob").get("notice") or {}).get("shownAt") == bob_shown
         print(
             "session messages: "
             + "; ".join(f"{k} {v:.2f} s" for k, v in timings.items())
