@@ -49,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +57,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import storm
 from bench.storm import ROOT, log, percentile, proc_stats
+from hostpool_operator.api.timestamps import rfc3339
 from hostpool_operator.kube.client import KubeClient
 from hostpool_operator.kube.errors import ApiError, ApiTransportError
 
 GROUP_VERSION = storm.GROUP_VERSION
+#: The pools' spec.sessionLimits with SCALE_SESSION_LIMITS=1 (none come due during a run).
+SESSION_LIMITS = {"disconnectedMinutes": 60, "idleMinutes": 30, "maxSessionMinutes": 600}
 SYNC_LINE = re.compile(
     r"initial sync: list ([0-9.]+)s, decode ([0-9.]+)s, rebuild ([0-9.]+)s, ([0-9]+) objects"
 )
@@ -100,6 +103,7 @@ async def loadgen(args: argparse.Namespace) -> None:
     began_setup = time.time()
     if args.setup:
         lb = {"type": args.algorithm, "maxSessionLimit": args.limit}
+        limits = {"sessionLimits": SESSION_LIMITS} if args.session_limits else {}
 
         async def make(plural: str, kind: str, name: str, spec: dict[str, Any]) -> None:
             async with sem:
@@ -111,7 +115,7 @@ async def loadgen(args: argparse.Namespace) -> None:
 
         pools = range(args.first_pool, args.first_pool + args.pools)
         await asyncio.gather(
-            *(make("hostpools", "HostPool", pool(p), {"loadBalancer": lb}) for p in pools)
+            *(make("hostpools", "HostPool", pool(p), {"loadBalancer": lb, **limits}) for p in pools)
         )
         await asyncio.gather(
             *(
@@ -135,8 +139,16 @@ async def loadgen(args: argparse.Namespace) -> None:
         }
         return body, host(p, h)
 
+    # With session limits, each pre-filled session is one its host's agent has reported
+    # Active (stateChangedAt, logonAt): every one of them is a session the limits look at.
+    now = rfc3339(datetime.now(UTC))
+    reported = (
+        {"sessionState": "Active", "stateChangedAt": now, "logonAt": now}
+        if args.session_limits
+        else None
+    )
     result = await storm.create_requests(
-        client, ns, args.count, args.concurrency, layout, assign=args.assign
+        client, ns, args.count, args.concurrency, layout, assign=args.assign, reported=reported
     )
     await client.close()
     result["errors"] = (errors + result["errors"])[:20]
@@ -185,7 +197,11 @@ def run_loadgen(
         str(out),
     ]
     subprocess.run(
-        argv + (["--assign"] if assign else []) + (["--setup"] if setup else []), check=True
+        argv
+        + (["--assign"] if assign else [])
+        + (["--setup"] if setup else [])
+        + (["--session-limits"] if args.session_limits else []),
+        check=True,
     )
     result: dict[str, Any] = json.loads(out.read_text())
     if result["errorCount"]:
@@ -823,6 +839,7 @@ async def bench_filled(
 
     summary = {
         "prefill": prefill_summary,
+        "sessionLimits": SESSION_LIMITS if args.session_limits else None,
         "cluster": figures,
         "start": {k: round(v, 2) if isinstance(v, float) else v for k, v in start.items()},
         "ceiling": {k: round(v, 1) for k, v in ceiling.items()},
@@ -875,6 +892,12 @@ async def bench_filled(
             "pre-filled",
             f"{args.pools} pools x {args.hosts_per_pool} hosts ({args.algorithm}, limit "
             f"{args.limit}), {prefill_summary['sessions']} Assigned sessions",
+        ),
+        (
+            "  session limits",
+            f"every pool {json.dumps(SESSION_LIMITS)}, pre-filled sessions Active"
+            if args.session_limits
+            else "none",
         ),
         ("  how", how),
         (
@@ -965,6 +988,7 @@ def main() -> int:
         gen.add_argument(flag, type=int, required=True)
     gen.add_argument("--concurrency", type=int, required=True)
     gen.add_argument("--assign", action="store_true")
+    gen.add_argument("--session-limits", action="store_true")
     gen.add_argument("--setup", action="store_true")
     env = os.environ.get
     parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""))
@@ -981,6 +1005,13 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=int(env("SCALE_CONCURRENCY", "256")))
     parser.add_argument(
         "--storm-concurrency", type=int, default=int(env("SCALE_STORM_CONCURRENCY", "64"))
+    )
+    parser.add_argument(
+        "--session-limits",
+        action="store_true",
+        default=bool(env("SCALE_SESSION_LIMITS")),
+        help="every pool with spec.sessionLimits (SESSION_LIMITS), and every pre-filled "
+        "session reported Active by its host (sessionState, stateChangedAt, logonAt)",
     )
     parser.add_argument("--status-interval", type=float, default=1.0)
     parser.add_argument("--write-concurrency", type=int, default=128)

@@ -121,10 +121,12 @@ async def create_requests(
     layout: Layout,
     *,
     assign: bool,
+    reported: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Create ``count`` requests with ``concurrency`` workers; with ``assign`` write each
-    one's status (Assigned to its layout's host) right after. When each was sent (created),
-    answered (returned) and assigned, the span, and the errors."""
+    one's status (Assigned to its layout's host) right after, with ``reported`` on top (the
+    fields a host's agent writes, as if it had reported the session already). When each was
+    sent (created), answered (returned) and assigned, the span, and the errors."""
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(count):
         queue.put_nowait(i)
@@ -153,7 +155,7 @@ async def create_requests(
                         "SessionRequest",
                         namespace,
                         name,
-                        assigned_status(host, meta.get("generation", 1)),
+                        assigned_status(host, meta.get("generation", 1)) | (reported or {}),
                         resource_version=meta["resourceVersion"],
                         uid=meta["uid"],
                     )
