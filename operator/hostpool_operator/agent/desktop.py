@@ -112,39 +112,71 @@ WINDOW_CLASS = b"hostpool-message\0Hostpool\0"
 
 @dataclass(frozen=True, slots=True)
 class XServer:
-    """A session's X server: its display, process, user (uid) and auth file argument."""
+    """A session's X server: its display, process, user (uid) and auth file argument; the
+    session's root process (sesman's) and the user's home, for when the X server's own
+    ``/proc`` entries cannot be followed (a container's root without CAP_SYS_PTRACE may not
+    follow another user's; root's own, sesman's, it may)."""
 
     display: int
     pid: int
     uid: int
     auth: str | None
+    leader: int = 0
+    home: str | None = None
+
+    def auth_paths(self) -> list[str]:
+        """Where the auth file is, seen through the X server's file system (sesman starts
+        the X server in the user's home: a relative name is there)."""
+        if not self.auth:
+            return []
+        if self.auth.startswith("/"):
+            paths = [f"/proc/{self.pid}/root{self.auth}"]
+            if self.leader:
+                paths.append(f"/proc/{self.leader}/root{self.auth}")
+            return paths
+        paths = [f"/proc/{self.pid}/cwd/{self.auth}"]
+        if self.leader and self.home and self.home.startswith("/"):
+            paths.append(f"/proc/{self.leader}/root{self.home.rstrip('/')}/{self.auth}")
+        return paths
+
+    def socket_paths(self) -> list[str]:
+        """The display's socket: its abstract name (this network namespace), then its file."""
+        name = f"/tmp/.X11-unix/X{self.display}"
+        paths = [f"\0{name}", f"/proc/{self.pid}/root{name}"]
+        if self.leader:
+            paths.append(f"/proc/{self.leader}/root{name}")
+        return paths
 
 
 def read_cookie(server: XServer) -> bytes | None:
     """The server's cookie from its auth file, read as described above; None without one."""
-    if not server.auth:
+    paths = server.auth_paths()
+    if not paths:
         return None
-    if server.auth.startswith("/"):
-        path = f"/proc/{server.pid}/root{server.auth}"
-    else:
-        path = f"/proc/{server.pid}/cwd/{server.auth}"
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-    try:
-        handle = os.open(path, flags)
-    except OSError as error:
-        problem = f"cannot open the auth file of display :{server.display}: {error}"
-        raise X11Error(problem) from error
-    try:
-        info = os.fstat(handle)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != server.uid:
-            raise X11Error(
-                f"the auth file of display :{server.display} is not a file of the session's user"
-            )
-        if info.st_size > MAX_AUTHORITY:
-            raise X11Error(f"the auth file of display :{server.display} is too large")
-        data = os.read(handle, MAX_AUTHORITY + 1)
-    finally:
-        os.close(handle)
+    problems = []
+    for path in paths:
+        try:
+            handle = os.open(path, flags)
+        except OSError as error:
+            problems.append(f"{path}: {error.strerror}")
+            continue
+        try:
+            return _cookie_from(handle, server)
+        finally:
+            os.close(handle)
+    raise X11Error(f"cannot open the auth file of display :{server.display}: {'; '.join(problems)}")
+
+
+def _cookie_from(handle: int, server: XServer) -> bytes | None:
+    info = os.fstat(handle)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != server.uid:
+        raise X11Error(
+            f"the auth file of display :{server.display} is not a file of the session's user"
+        )
+    if info.st_size > MAX_AUTHORITY:
+        raise X11Error(f"the auth file of display :{server.display} is too large")
+    data = os.read(handle, MAX_AUTHORITY + 1)
     return cookie_for(parse_xauthority(data[:MAX_AUTHORITY]), server.display)
 
 
@@ -156,10 +188,7 @@ def peer_pid(sock: socket.socket) -> int:
 
 def connect_socket(server: XServer, timeout: float) -> socket.socket:
     """A connection to the server's display whose other end is the server itself."""
-    paths = (
-        f"\0/tmp/.X11-unix/X{server.display}",
-        f"/proc/{server.pid}/root/tmp/.X11-unix/X{server.display}",
-    )
+    paths = server.socket_paths()
     problems = []
     for path in paths:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -42,6 +42,7 @@ from .xrdp import (
     listening_displays,
     logoff_plan,
     on_this_host,
+    parse_homes,
     parse_passwd,
     parse_unix_diag,
     protected_pids,
@@ -250,7 +251,23 @@ class XrdpMachine:
 
 
 def server_of(session: XrdpSession) -> XServer:
-    return XServer(session.display, session.xorg, session.uid, session.auth)
+    return XServer(
+        session.display,
+        session.xorg,
+        session.uid,
+        session.auth,
+        leader=session.leader,
+        home=homes_beside(session.leader).get(session.uid),
+    )
+
+
+def homes_beside(leader: int) -> dict[int, str]:
+    """Home directories by uid as the session's own file system has them (see
+    ``users_beside``)."""
+    path = f"/proc/{leader}/root/etc/passwd"
+    with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as f:
+        return parse_homes(f.read())
+    return {}
 
 
 def unix_sockets() -> list[UnixSocket]:

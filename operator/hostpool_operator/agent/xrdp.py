@@ -286,6 +286,16 @@ def parse_passwd(text: str) -> dict[int, str]:
     return names
 
 
+def parse_homes(text: str) -> dict[int, str]:
+    """Home directories by uid from an /etc/passwd (malformed lines skipped)."""
+    homes: dict[int, str] = {}
+    for line in text.splitlines():
+        fields = line.split(":")
+        if len(fields) >= 6 and fields[2].isdigit() and fields[5].startswith("/"):
+            homes.setdefault(int(fields[2]), fields[5])
+    return homes
+
+
 def auth_argument(cmdline: Sequence[str]) -> str | None:
     """The file an X server was told to take its cookies from (``-auth FILE``)."""
     args = list(cmdline[1:])

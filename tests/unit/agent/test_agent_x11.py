@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hostpool_operator.agent.desktop import XServer
 from hostpool_operator.agent.x11 import (
     COOKIE_NAME,
     FAMILY_LOCAL,
@@ -48,6 +49,7 @@ from hostpool_operator.agent.xrdp import (
     UnixSocket,
     auth_argument,
     display_peers,
+    parse_homes,
     parse_unix_diag,
     unix_diag_request,
 )
@@ -288,3 +290,32 @@ def test_the_auth_argument() -> None:
     assert auth_argument(xorg) == ".Xauthority"
     assert auth_argument(xorg[:3]) is None
     assert auth_argument(["Xorg", ":10"]) is None
+
+
+def test_where_the_cookie_and_the_socket_are_looked_for() -> None:
+    relative = XServer(10, 201, 1000, ".Xauthority", leader=200, home="/home/alice")
+    assert relative.auth_paths() == [
+        "/proc/201/cwd/.Xauthority",  # the X server's working directory
+        "/proc/200/root/home/alice/.Xauthority",  # sesman's view: the user's home
+    ]
+    absolute = XServer(10, 201, 1000, "/run/auth/x10", leader=200)
+    assert absolute.auth_paths() == ["/proc/201/root/run/auth/x10", "/proc/200/root/run/auth/x10"]
+    assert XServer(10, 201, 1000, None).auth_paths() == []
+    assert XServer(10, 201, 1000, ".Xauthority", home="relative").auth_paths() == [
+        "/proc/201/cwd/.Xauthority"
+    ]
+    assert relative.socket_paths() == [
+        "\0/tmp/.X11-unix/X10",
+        "/proc/201/root/tmp/.X11-unix/X10",
+        "/proc/200/root/tmp/.X11-unix/X10",
+    ]
+
+
+def test_homes_from_passwd() -> None:
+    text = (
+        "root:x:0:0:root:/root:/bin/bash\n"
+        "alice:x:1000:1000::/home/alice:/bin/sh\n"
+        "bad\n"
+        "x:x:7:7::rel:/bin/sh\n"
+    )
+    assert parse_homes(text) == {0: "/root", 1000: "/home/alice"}
