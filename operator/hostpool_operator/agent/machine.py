@@ -20,6 +20,8 @@ import dataclasses
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
@@ -38,9 +40,9 @@ from .xrdp import (
     XrdpSession,
     connected_displays,
     display_peers,
-    is_xrdp,
     listening_displays,
     logoff_plan,
+    may_be_xrdp,
     on_this_host,
     parse_homes,
     parse_passwd,
@@ -49,6 +51,7 @@ from .xrdp import (
     session_states,
     unix_diag_request,
     xorg_display,
+    xrdp_binary,
     xrdp_sessions,
 )
 
@@ -210,21 +213,28 @@ class XrdpMachine:
             return CommandResult(False, "", f"could not read the socket table: {error}")
         peers: set[int] = set()
         for session in sessions:
-            peers |= display_peers(sockets, session.display, socket_inodes(session.xorg))
+            inodes = socket_inodes(session.xorg)
+            if not inodes:  # another user's descriptors: read as the session's user
+                inodes = {
+                    i
+                    for _, _, found in read_as(session.uid, [session.xorg], timeout)
+                    for i in found
+                }
+            peers |= display_peers(sockets, session.display, inodes)
         if not peers:
+            if connected_displays(read_unix_table()) & {s.display for s in sessions}:
+                return CommandResult(False, "", f"could not find xrdp's connection of {user}")
             return CommandResult(True, "")  # no client attached: Disconnected already
         keep = protected_pids(processes, os.getpid())
-        targets = [
-            p.pid
-            for p in processes
-            if is_xrdp(p) and p.pid not in keep and socket_inodes(p.pid) & peers
-        ]
-        if not targets:
+        candidates = [p for p in processes if p.pid not in keep and may_be_xrdp(p)]
+        held = holders(candidates, peers, timeout)
+        if not held:
             return CommandResult(False, "", f"no xrdp process holds the connection of {user}")
-        signal_all([(pid, 0) for pid in targets], signal.SIGTERM)
+        targets = [pid for pid, _ in held]
+        signal_all(held, signal.SIGTERM)
         if wait_gone(targets, timeout * LOGOFF_TERM_SHARE):
             return CommandResult(True, "")
-        signal_all([(pid, 0) for pid in targets if alive(pid)], signal.SIGKILL)
+        signal_all([(pid, uid) for pid, uid in held if alive(pid)], signal.SIGKILL)
         if wait_gone(targets, timeout * (1 - LOGOFF_TERM_SHARE)):
             return CommandResult(True, "")
         return CommandResult(False, "", f"xrdp's connection of {user} did not end")
@@ -282,6 +292,79 @@ def unix_sockets() -> list[UnixSocket]:
             if done:
                 return found
     raise SocketTableError("the socket table did not end")
+
+
+#: Run as the user of processes whose /proc entries the agent may not follow (a container's
+#: root without CAP_SYS_PTRACE; xrdp drops to its own user): each pid's exe and socket inodes.
+AS_THEIR_USER = """
+import os, sys
+for pid in sys.argv[1:]:
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        continue
+    print(pid, exe.replace(" ", "_"), *[l[8:-1] for l in links if l.startswith("socket:[")])
+"""
+
+
+def holders(candidates: list[Process], peers: set[int], timeout: float) -> list[tuple[int, int]]:
+    """(pid, uid) of the xrdp processes among ``candidates`` holding one of ``peers``. A
+    process whose entries the agent may not follow is read by a helper run as its user."""
+    found = [
+        (p.pid, p.uid) for p in candidates if p.exe is not None and socket_inodes(p.pid) & peers
+    ]
+    unread: dict[int, list[int]] = {}
+    for p in candidates:
+        if p.exe is None:
+            unread.setdefault(p.uid, []).append(p.pid)
+    for uid, pids in unread.items():
+        for pid, exe, inodes in read_as(uid, pids, timeout):
+            if xrdp_binary(exe) and inodes & peers:
+                found.append((pid, uid))
+    return found
+
+
+def read_as(uid: int, pids: list[int], timeout: float) -> list[tuple[int, str, set[int]]]:
+    """What ``AS_THEIR_USER`` reads of ``pids`` as ``uid`` (its primary group, no others)."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-I", "-c", AS_THEIR_USER, *map(str, pids)],
+            user=uid,
+            group=gid_of(pids[0]),
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            cwd="/",
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = []
+    for line in proc.stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0].isdigit():
+            inodes = {int(f) for f in fields[2:] if f.isdigit()}
+            found.append((int(fields[0]), fields[1].replace("_", " "), inodes))
+    return found
+
+
+def gid_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("Gid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 65534  # nogroup
+
+
+def read_unix_table() -> str:
+    with contextlib.suppress(OSError), open(PROC_NET_UNIX, encoding="utf-8", errors="replace") as f:
+        return f.read()
+    return ""
 
 
 def socket_inodes(pid: int) -> set[int]:

@@ -399,6 +399,22 @@ def display_peers(sockets: Iterable[UnixSocket], display: int, server_inodes: se
     }
 
 
+XRDP_NAME = "xrdp"
+
+
 def is_xrdp(process: Process) -> bool:
-    """xrdp itself (its listener or a connection's process): root's, the xrdp binary."""
-    return process.uid == ROOT and _binary(process.exe) in XRDP_BINARIES
+    """xrdp itself (its listener or a connection's process): the xrdp binary, run by root or
+    by the user xrdp drops to."""
+    return process.uid != MIXED_UIDS and _binary(process.exe) in XRDP_BINARIES
+
+
+def may_be_xrdp(process: Process) -> bool:
+    """xrdp, or a process of another user named xrdp whose exe could not be read (to be
+    read as its user: see ``agent.machine``)."""
+    return is_xrdp(process) or (
+        process.exe is None and process.name == XRDP_NAME and process.uid not in (ROOT, MIXED_UIDS)
+    )
+
+
+def xrdp_binary(exe: str) -> bool:
+    return _binary(exe) in XRDP_BINARIES

@@ -43,8 +43,9 @@ from support.desktop import (
     XrdpHosts,
     xorg_displays,
 )
-from support.kube import Kube, wait_for
+from support.kube import Kube, unique_name, wait_for
 from support.operator_process import OperatorProcess
+from support.podman import build_image, podman
 from support.report_logs import EXTRA_LOGS
 
 POOL = "msg"
@@ -698,3 +699,104 @@ def test_session_limits_warn_then_disconnect_or_log_off_real_desktops(
         for desktop in desktops.values():
             desktop.stop()
             desktop.display.__exit__()
+
+
+# ---------------------------------------------------------------------------------------
+# the agent in the session-host image (a container's root: no CAP_SYS_PTRACE)
+
+CONTAINER_HOST = "ctm-1"
+
+
+@pytest.mark.usefixtures("hosts_bridge", "rdp_client")
+def test_the_agent_in_the_session_host_image_shows_a_notice_and_disconnects(
+    kube: Kube,
+    cluster: Cluster,
+    namespace: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """The agent inside the session-host container (xrdp and the agent in one container,
+    podman's default capabilities: root there may not follow another user's /proc entries)
+    finds alice's X server's cookie, draws the notice in her desktop (seen in her FreeRDP
+    client) and disconnects her, her session kept."""
+    image = build_image("--session-host")
+    users = tmp_path / "users"
+    users.write_text(f"alice:{USERS['alice']}\n")
+    users.chmod(0o600)
+    cluster.create_pool(POOL, "DepthFirst", 4)
+    cluster.create_host(CONTAINER_HOST, POOL)
+    name = unique_name("msg-desktop", max_length=30)
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+    kept: list[str] = []  # the container's log, read before the container is removed
+    logs.append((f"container {name} log", lambda: "".join(kept)[-8000:]))
+    display = VirtualDisplay(62 + os.getpid() % 3, tmp_path / "xvfb.log")
+    client: RdpClient | None = None
+    podman(
+        "run", "-d", "--name", name,
+        "-v", f"{users}:/etc/hostpool/users:ro",
+        "-v", f"{kube.kubeconfig}:/etc/hostpool/kubeconfig:ro",
+        "-e", "KUBECONFIG=/etc/hostpool/kubeconfig",
+        "-e", f"HOSTPOOL_AGENT_HOST={CONTAINER_HOST}",
+        "-e", f"HOSTPOOL_AGENT_ARGS=--namespace {namespace} --interval {AGENT_INTERVAL} --verbose",
+        image,
+    )  # fmt: skip
+    try:
+        address = cluster.wait(
+            lambda: ((cluster.host(CONTAINER_HOST).get("status") or {}).get("agent") or {}).get(
+                "address"
+            ),
+            "the container's agent to report its address",
+            timeout=60,
+        )
+        cluster.create_request("alice", POOL, "alice")
+        cluster.patch_status(
+            "SessionRequest", "alice", {"phase": "Assigned", "host": CONTAINER_HOST}
+        )
+        rdp = tmp_path / "alice.rdp"
+        rdp.write_text(f"full address:s:{address}:3389\r\nusername:s:alice\r\n")
+        with display:
+            client = RdpClient(
+                display, rdp, USERS["alice"], tmp_path / "xfreerdp.log", tmp_path / "home"
+            )
+            logs.append(("xfreerdp log", client.log_text))
+            client.start()
+            cluster.wait(
+                lambda: status_of(cluster, "alice").get("sessionState") == "Active",
+                "the container's agent to report alice Active",
+                timeout=45,
+            )
+            cluster.patch_status(
+                "SessionRequest",
+                "alice",
+                {"notice": {"message": "Hello from the container's agent.", "sentAt": stamp()}},
+            )
+            cluster.wait(
+                lambda: (status_of(cluster, "alice").get("notice") or {}).get("shownAt"),
+                "the notice shown (shownAt)",
+                timeout=20,
+            )
+            shot = tmp_path / "container-notice.png"
+            wait_for(
+                lambda: header_pixels(display.screenshot(shot)) > 2000,
+                15,
+                what="alice's client to show the message window",
+            )
+            cluster.patch_status(
+                "SessionRequest", "alice", {"disconnect": {"requestedAt": stamp()}}
+            )
+            cluster.wait(
+                lambda: (
+                    status_of(cluster, "alice").get("sessionState") == "Disconnected"
+                    and (status_of(cluster, "alice").get("disconnect") or {}).get("doneAt")
+                ),
+                "alice disconnected by the container's agent",
+                timeout=20,
+            )
+            assert client.wait_exit(15) is not None, "alice's client is still connected"
+        log_text = podman("logs", name, check=False)
+        assert "idle time unknown" not in log_text, log_text[-3000:]
+    finally:
+        if client is not None:
+            client.kill()
+        kept.append(podman("logs", name, check=False))
+        podman("rm", "--force", "--time", "5", name, check=False)
