@@ -40,18 +40,23 @@ from hostpool_operator.agent.x11 import (
     wrap,
 )
 from hostpool_operator.agent.xrdp import (
+    MIXED_UIDS,
     NLMSG_DONE,
     NLMSG_ERROR,
     SOCK_DIAG_BY_FAMILY,
     UNIX_DIAG_NAME,
     UNIX_DIAG_PEER,
+    Process,
     SocketTableError,
     UnixSocket,
     auth_argument,
     display_peers,
+    is_xrdp,
+    may_be_xrdp,
     parse_homes,
     parse_unix_diag,
     unix_diag_request,
+    xrdp_binary,
 )
 
 
@@ -319,3 +324,18 @@ def test_homes_from_passwd() -> None:
         "x:x:7:7::rel:/bin/sh\n"
     )
     assert parse_homes(text) == {0: "/root", 1000: "/home/alice"}
+
+
+def test_which_processes_may_be_xrdps() -> None:
+    def proc(uid: int, exe: str | None, name: str = "xrdp") -> Process:
+        return Process(pid=10, parent=1, user="", name=name, cmdline=("xrdp",), uid=uid, exe=exe)
+
+    assert is_xrdp(proc(0, "/usr/sbin/xrdp"))
+    assert is_xrdp(proc(108, "/usr/sbin/xrdp"))  # xrdp as its own user
+    assert not is_xrdp(proc(1000, "/home/mallory/xrdp"))  # a look-alike
+    assert not is_xrdp(proc(MIXED_UIDS, "/usr/sbin/xrdp"))
+    # unreadable: only another user's process named xrdp is read (as that user) to be sure
+    assert may_be_xrdp(proc(108, None))
+    assert not may_be_xrdp(proc(108, None, name="bash"))
+    assert not may_be_xrdp(proc(0, None))
+    assert xrdp_binary("/usr/sbin/xrdp (deleted)")
