@@ -51,8 +51,6 @@ from .sessions import (
     idle_fields,
     idle_logoff_withdrawn,
     logoff_message,
-    logoff_notice_record,
-    logoff_notice_shown,
     notice_message,
     parse_session_lines,
     pending_disconnects,
@@ -631,9 +629,9 @@ class Agent:
                 self._logoff_failed(request, now)
 
     async def notify_logoff(self, request: HostRequest) -> None:
-        """Tell the user of a forced logoff, once: the message shown is recorded as the
-        request's notice (shown), so an agent started again does not show it twice."""
-        if logoff_notice_shown(request):
+        """Tell the user of a forced logoff, once: ``logoff.shownAt`` records it, so an agent
+        started again does not tell them twice."""
+        if request.logoff_shown:
             return
         seconds = 0.0
         if request.logoff_deadline is not None:
@@ -649,8 +647,8 @@ class Agent:
             log.warning("could not tell %s of the logoff: %s", request.user, result.problem)
             return
         log.info("notified %s of the logoff at %s", request.user, request.logoff_deadline)
-        record = logoff_notice_record(request, datetime.now(UTC))
-        await self.mark(request, "logoff notice", {"notice": record})
+        shown = {"shownAt": rfc3339(datetime.now(UTC))}
+        await self.mark(request, "logoff notice", {"logoff": shown})
 
     async def end_session(self, user: str) -> CommandResult:
         """Log ``user`` off: the logoff command where given, else the xrdp session ends."""

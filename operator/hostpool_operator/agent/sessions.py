@@ -162,6 +162,8 @@ class HostRequest:
     logoff_message: str | None = None
     logoff_deadline: datetime | None = None
     logoff_limit: str | None = None
+    #: ``status.logoff.shownAt`` is set: the user was told of this logoff already.
+    logoff_shown: bool = False
     logon_at: datetime | None = None
     idle_since: datetime | None = None
     disconnect: DisconnectAsk | None = None
@@ -180,7 +182,9 @@ class HostRequest:
             return None
         logoff = status.get("logoff")
         message = deadline = limit = None
+        shown = False
         if isinstance(logoff, Mapping):
+            shown = logoff.get("shownAt") is not None
             message = str(logoff.get("message") or "")
             deadline = parse_time(logoff.get("deadline"))
             limit = logoff.get("limit") if isinstance(logoff.get("limit"), str) else None
@@ -193,6 +197,7 @@ class HostRequest:
             logoff_message=message,
             logoff_deadline=deadline,
             logoff_limit=limit,
+            logoff_shown=shown,
             logon_at=parse_time(status.get("logonAt")),
             idle_since=parse_time(status.get("idleSince")),
             disconnect=_disconnect_ask(status.get("disconnect")),
@@ -394,21 +399,3 @@ def logoff_message(request: HostRequest) -> Shown:
     when = f"Your session ends at {deadline:%H:%M} UTC." if deadline else ""
     text = "\n\n".join(part for part in (request.logoff_message or "", when) if part)
     return Shown(LOGOFF_TITLE, text or "Your session will end.", request.logoff_message or "")
-
-
-def logoff_notice_shown(request: HostRequest) -> bool:
-    """Was this logoff's message shown already (by this agent or one before it)? The agent
-    records a logoff's message it showed as the request's notice, shown: the same text
-    (which names the deadline) shown once is this logoff's."""
-    notice = request.notice
-    return (
-        notice is not None
-        and notice.shown_at is not None
-        and notice.message == logoff_message(request).text
-    )
-
-
-def logoff_notice_record(request: HostRequest, now: datetime) -> dict[str, Any]:
-    """The notice that records a logoff's message as shown."""
-    stamp = rfc3339(now)
-    return {"message": logoff_message(request).text, "sentAt": stamp, "shownAt": stamp}

@@ -58,6 +58,11 @@ class Logoff(ApiModel):
         description="The pool's session limit that asked for it (absent: a person or a "
         "scaling plan did). An Idle logoff is not done if the user was active since.",
     )
+    shown_at: datetime | None = Field(
+        default=None,
+        description="When the host's agent told the user (set by the agent; a new logoff "
+        "clears it).",
+    )
 
 
 class Disconnect(ApiModel):

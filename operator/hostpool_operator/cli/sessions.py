@@ -210,7 +210,7 @@ async def _logoff(target: Target, args: argparse.Namespace) -> int:
     found = await _user_sessions(target, args.user, args.pool)
     deadline = now() + wait
     for session in found:
-        body = {"message": message, "deadline": rfc3339(deadline), "limit": None}
+        body = {"message": message, "deadline": rfc3339(deadline), "limit": None, "shownAt": None}
         await _patch_status(target, session, {"logoff": body})
         when = f"in {human_duration(wait)}" if wait else "now"
         print(f"{session.user} on {session.host}: logoff {when} ({rfc3339(deadline)})")
@@ -284,7 +284,7 @@ async def _logoff_host(target: Target, host: str, after: timedelta, message: str
         if earlier is not None and earlier <= deadline:
             kept += 1
             continue
-        body = {"message": message, "deadline": rfc3339(deadline), "limit": None}
+        body = {"message": message, "deadline": rfc3339(deadline), "limit": None, "shownAt": None}
         await _patch_status(target, session, {"logoff": body})
     given = len(found) - kept
     print(

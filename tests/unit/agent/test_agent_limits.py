@@ -25,8 +25,6 @@ from hostpool_operator.agent.sessions import (
     idle_fields,
     idle_logoff_withdrawn,
     logoff_message,
-    logoff_notice_record,
-    logoff_notice_shown,
     notice_message,
     parse_session_lines,
     pending_disconnects,
@@ -264,15 +262,11 @@ def test_a_logoffs_message_is_recorded_once() -> None:
     shown = logoff_message(r)
     assert shown.title == LOGOFF_TITLE
     assert shown.text == "Maintenance.\n\nYour session ends at 09:10 UTC."
-    assert not logoff_notice_shown(r)
-    record = logoff_notice_record(r, T0)
-    assert record == {"message": shown.text, "sentAt": at(0), "shownAt": at(0)}
-    assert logoff_notice_shown(request(logoff=logoff, notice=record))
-    # another logoff (a new deadline) is another message
-    later = {"message": "Maintenance.", "deadline": at(1200)}
-    assert not logoff_notice_shown(request(logoff=later, notice=record))
-    # an admin's notice, not yet shown, is not this logoff's
-    assert not logoff_notice_shown(request(logoff=logoff, notice={**record, "shownAt": None}))
+    assert not r.logoff_shown
+    # the agent marks logoff.shownAt once it told the user: an agent started again reads it
+    assert request(logoff={**logoff, "shownAt": at(1)}).logoff_shown
+    # a new logoff (the CLI, a plan) clears shownAt
+    assert not request(logoff={**logoff, "shownAt": None}).logoff_shown
     assert logoff_message(request(logoff={"deadline": at(60)})).text == (
         "Your session ends at 09:01 UTC."
     )
