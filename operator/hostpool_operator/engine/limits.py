@@ -412,11 +412,12 @@ class LimitLooks:
         self._prune()
         return self._heap[0][0] if self._heap else None
 
-    def due(self, now: datetime) -> list[str]:
-        """The requests to look at by ``now``, each given once (no longer kept)."""
+    def due(self, now: datetime, most: int | None = None) -> list[str]:
+        """The requests to look at by ``now``, each given once (no longer kept); at most
+        ``most`` of them, the earliest (the rest stay due)."""
         found: list[str] = []
         self._prune()
-        while self._heap and self._heap[0][0] <= now:
+        while self._heap and self._heap[0][0] <= now and (most is None or len(found) < most):
             _, request = heapq.heappop(self._heap)
             del self._by_request[request]
             found.append(request)

@@ -321,14 +321,17 @@ class PoolState:
         self.limit_looks.note(name, now)
         return True
 
-    def limits_due(self, now: datetime) -> list[tuple[RequestRecord, LimitStep | BadFactsError]]:
-        """The sessions whose look is due: what the limits do to each now (or the malformed
-        field that keeps them from deciding); the others are looked at again when their next
-        step is due. A request given a step is not looked at again until its next version
-        (the step's own write brings it)."""
+    def limits_due(
+        self, now: datetime, most: int | None = None
+    ) -> list[tuple[RequestRecord, LimitStep | BadFactsError]]:
+        """The sessions whose look is due (at most ``most``, the earliest; the rest stay due):
+        what the limits do to each now (or the malformed field that keeps them from
+        deciding); the others are looked at again when their next step is due. A request
+        given a step is not looked at again until its next version (the step's own write
+        brings it)."""
         limits = self.session_limits
         found: list[tuple[RequestRecord, LimitStep | BadFactsError]] = []
-        for name in self.limit_looks.due(now):
+        for name in self.limit_looks.due(now, most):
             record = self.requests.get(name)
             if limits is None or record is None or name in self.inflight:
                 continue

@@ -428,6 +428,24 @@ def test_looks_come_due_once_in_time_order_and_moved_ones_are_skipped() -> None:
     assert len(looks) == 0
 
 
+def test_at_most_so_many_looks_at_once_the_earliest_first_the_rest_stay_due() -> None:
+    looks = LimitLooks()
+    for i in range(5):
+        looks.note(f"r{i}", at(10 - i))
+    assert looks.due(at(10), 2) == ["r4", "r3"]
+    assert looks.next_due() == at(8)
+    assert looks.due(at(10)) == ["r2", "r1", "r0"]
+
+
+def test_a_pass_looks_at_so_many_sessions_and_the_next_pass_at_the_rest() -> None:
+    pool = limited_pool(disconnectedMinutes=0)
+    for i in range(3):
+        pool.put(request_obj(f"r{i}", f"u{i}", status=with_state(DISCONNECTED, T0)))
+    assert len(pool.state.limits_due(T0, 2)) == 2
+    assert pool.state.next_limit_look() == T0  # due still: the next pass follows at once
+    assert len(pool.state.limits_due(T0, 2)) == 1
+
+
 # ---------------------------------------------------------------------------- the pool's state
 
 

@@ -32,6 +32,10 @@ from .workload_keeper import WorkloadKeeper
 
 log = logging.getLogger(__name__)
 
+#: Sessions the session limits look at in one pass, at most (at a start, every held session
+#: of a pool with limits is due at once; the pass must not keep placements waiting).
+LIMIT_LOOKS_PER_PASS = 1_000
+
 
 def _now() -> datetime:
     return datetime.now(UTC)
@@ -239,7 +243,6 @@ class PoolWorker:
         # Logoffs no agent carried out by their deadline plus the grace: finished here.
         for record, deadline in state.overdue_logoffs(now, self._logoff_grace):
             self.deps.spawn(self.writer.finish_logoff(record, deadline))
-        self._apply_limits(now)
         plan = self.plans.evaluate(now)  # first: the phase's algorithm places this pass
         # Hosts the plan drains now take no new session in this very pass.
         state.close_for_plan(plan.drain if plan is not None else (), now)
@@ -251,6 +254,9 @@ class PoolWorker:
                 self.writer.wait(intent.record, intent.reason, intent.message)
             elif isinstance(intent, Reject):
                 self.deps.spawn(self.writer.write_invalid(intent.record))
+        # After placement: a start with every held session to look at must not hold up the
+        # first placements (a pass looks at LIMIT_LOOKS_PER_PASS; the next pass follows at once).
+        self._apply_limits(now)
         self.scaler.scale(now, plan)
         self.plans.apply(plan, now)
         self._report_not_ready(now)
@@ -262,7 +268,7 @@ class PoolWorker:
     def _apply_limits(self, now: datetime) -> None:
         """The sessions whose session-limit look is due: each step written (the write slots
         bound them), a malformed status reported once (a Warning Event) and left alone."""
-        for record, step in self.state.limits_due(now):
+        for record, step in self.state.limits_due(now, LIMIT_LOOKS_PER_PASS):
             if isinstance(step, BadFactsError):
                 message = f"session limits not applied: {step}"
                 log.warning("%s/%s: %s", self.namespace, record.meta.name, message)
