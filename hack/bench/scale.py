@@ -25,7 +25,9 @@
 It reuses ``storm.py`` (client, status body, write counting, /proc figures). The last line of
 stdout is one JSON object. Environment: SCALE_POOLS (1000), SCALE_HOSTS_PER_POOL (10),
 SCALE_LIMIT (12), SCALE_SESSIONS (100000), SCALE_STORM (2000), SCALE_STORM_POOLS (100),
-SCALE_ALGORITHM (DepthFirst), SCALE_CONCURRENCY (pre-fill, 256), SCALE_STORM_CONCURRENCY (64);
+SCALE_ALGORITHM (DepthFirst), SCALE_CONCURRENCY (pre-fill, 256), SCALE_STORM_CONCURRENCY (64),
+SCALE_SESSION_LIMITS (1: every pool with sessionLimits, pre-filled sessions reported Active),
+SCALE_SESSIONS_ACTIVE (1: pre-filled sessions reported Active, no limits);
 KUBECONFIG, and SCALE_CLUSTER_DIR (the local control plane's directory: pids and ports of etcd
 and kube-apiserver; without it their figures are not reported).
 
@@ -139,12 +141,13 @@ async def loadgen(args: argparse.Namespace) -> None:
         }
         return body, host(p, h)
 
-    # With session limits, each pre-filled session is one its host's agent has reported
-    # Active (stateChangedAt, logonAt): every one of them is a session the limits look at.
+    # With session limits (or SCALE_SESSIONS_ACTIVE), each pre-filled session is one its
+    # host's agent has reported Active (stateChangedAt, logonAt): every one of them is a
+    # session the limits look at.
     now = rfc3339(datetime.now(UTC))
     reported = (
         {"sessionState": "Active", "stateChangedAt": now, "logonAt": now}
-        if args.session_limits
+        if args.session_limits or args.sessions_active
         else None
     )
     result = await storm.create_requests(
@@ -200,7 +203,8 @@ def run_loadgen(
         argv
         + (["--assign"] if assign else [])
         + (["--setup"] if setup else [])
-        + (["--session-limits"] if args.session_limits else []),
+        + (["--session-limits"] if args.session_limits else [])
+        + (["--sessions-active"] if args.sessions_active else []),
         check=True,
     )
     result: dict[str, Any] = json.loads(out.read_text())
@@ -897,7 +901,7 @@ async def bench_filled(
             "  session limits",
             f"every pool {json.dumps(SESSION_LIMITS)}, pre-filled sessions Active"
             if args.session_limits
-            else "none",
+            else "none" + (", pre-filled sessions Active" if args.sessions_active else ""),
         ),
         ("  how", how),
         (
@@ -989,6 +993,7 @@ def main() -> int:
     gen.add_argument("--concurrency", type=int, required=True)
     gen.add_argument("--assign", action="store_true")
     gen.add_argument("--session-limits", action="store_true")
+    gen.add_argument("--sessions-active", action="store_true")
     gen.add_argument("--setup", action="store_true")
     env = os.environ.get
     parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""))
@@ -1012,6 +1017,13 @@ def main() -> int:
         default=bool(env("SCALE_SESSION_LIMITS")),
         help="every pool with spec.sessionLimits (SESSION_LIMITS), and every pre-filled "
         "session reported Active by its host (sessionState, stateChangedAt, logonAt)",
+    )
+    parser.add_argument(
+        "--sessions-active",
+        action="store_true",
+        default=bool(env("SCALE_SESSIONS_ACTIVE")),
+        help="every pre-filled session reported Active by its host, without session limits "
+        "(the other half of the comparison with --session-limits)",
     )
     parser.add_argument("--status-interval", type=float, default=1.0)
     parser.add_argument("--write-concurrency", type=int, default=128)
