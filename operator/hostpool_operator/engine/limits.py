@@ -363,7 +363,7 @@ def limit_patch(step: LimitStep, now: datetime) -> dict[str, Any]:
         return {"notice": {"message": step.message, "sentAt": at, "limit": limit, "shownAt": None}}
     if step.kind is StepKind.DISCONNECT:
         return {"disconnect": {"requestedAt": at, "limit": limit, "doneAt": None}}
-    return {"logoff": {"message": step.message, "deadline": at, "limit": limit}}
+    return {"logoff": {"message": step.message, "deadline": at, "limit": limit, "shownAt": None}}
 
 
 # ---------------------------------------------------------------------------- looks

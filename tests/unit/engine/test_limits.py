@@ -347,6 +347,7 @@ def test_the_pools_message_is_the_warning() -> None:
                     "message": "gone",
                     "deadline": "2026-01-01T12:25:00Z",
                     "limit": "Disconnected",
+                    "shownAt": None,
                 }
             },
         ),
