@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from .due import DueTimes
+
 
 @dataclass(slots=True)
 class Session:
@@ -191,53 +193,34 @@ def logoff_overdue(deadline: datetime, now: datetime, grace: timedelta) -> bool:
 
 
 class LogoffDeadlines:
-    """The forced logoffs of one pool (``status.logoff``) by deadline: each request's
-    latest deadline, in a heap so the earliest is known in O(1) (a moved or cancelled one
-    leaves a stale entry behind, skipped when it comes up, as the connecting deadlines)."""
+    """The forced logoffs of one pool (``status.logoff``): each request's latest deadline
+    (a moved or cancelled one is noted again, as the connecting deadlines)."""
 
-    __slots__ = ("_by_request", "_heap")
+    __slots__ = ("_deadlines",)
 
     def __init__(self) -> None:
-        self._by_request: dict[str, datetime] = {}
-        self._heap: list[tuple[datetime, str]] = []
+        self._deadlines = DueTimes()
 
     def __len__(self) -> int:
-        return len(self._by_request)
+        return len(self._deadlines)
 
     def __contains__(self, request: object) -> bool:
-        return request in self._by_request
+        return request in self._deadlines
 
     def note(self, request: str, deadline: datetime | None) -> None:
         """The request's latest version: its logoff deadline, or None (none, or cancelled)."""
-        if deadline is None:
-            self._by_request.pop(request, None)
-            return
-        if self._by_request.get(request) == deadline:
-            return
-        self._by_request[request] = deadline
-        heapq.heappush(self._heap, (deadline, request))
+        self._deadlines.note(request, deadline)
 
     def forget(self, request: str) -> None:
-        self._by_request.pop(request, None)
-
-    def _prune(self) -> None:
-        heap = self._heap
-        while heap and self._by_request.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)
+        self._deadlines.forget(request)
 
     def next_due(self, grace: timedelta) -> datetime | None:
         """When the earliest logoff becomes overdue (None: no logoff)."""
-        self._prune()
-        return self._heap[0][0] + grace if self._heap else None
+        deadline = self._deadlines.next_due()
+        return deadline + grace if deadline is not None else None
 
     def overdue(self, now: datetime, grace: timedelta) -> list[tuple[str, datetime]]:
-        """The logoffs overdue at ``now``, each given once (the request and its deadline):
-        they are no longer kept, a later version of the request notes them again."""
-        due: list[tuple[str, datetime]] = []
-        self._prune()
-        while self._heap and logoff_overdue(self._heap[0][0], now, grace):
-            deadline, request = heapq.heappop(self._heap)
-            del self._by_request[request]
-            due.append((request, deadline))
-            self._prune()
-        return due
+        """The logoffs overdue at ``now`` (see :func:`logoff_overdue`), each given once (the
+        request and its deadline): they are no longer kept, a later version of the request
+        notes them again."""
+        return self._deadlines.due(now - grace)

@@ -24,7 +24,6 @@ request's status, so a restarted agent or operator never repeats or loses one.
 from __future__ import annotations
 
 import enum
-import heapq
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -367,59 +366,3 @@ def limit_patch(step: LimitStep, now: datetime) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- looks
-
-
-class LimitLooks:
-    """When each request of a pool with session limits is looked at next (the worker sleeps
-    until the earliest): a time per request, in a heap so the earliest is known in O(1) (a
-    moved or dropped one leaves a stale entry, skipped when it comes up)."""
-
-    __slots__ = ("_by_request", "_heap")
-
-    def __init__(self) -> None:
-        self._by_request: dict[str, datetime] = {}
-        self._heap: list[tuple[datetime, str]] = []
-
-    def __len__(self) -> int:
-        return len(self._by_request)
-
-    def __contains__(self, request: object) -> bool:
-        return request in self._by_request
-
-    def note(self, request: str, when: datetime | None) -> None:
-        """Look at ``request`` at ``when`` (None: not until it changes)."""
-        if when is None:
-            self._by_request.pop(request, None)
-            return
-        if self._by_request.get(request) == when:
-            return
-        self._by_request[request] = when
-        heapq.heappush(self._heap, (when, request))
-
-    def forget(self, request: str) -> None:
-        self._by_request.pop(request, None)
-
-    def clear(self) -> None:
-        self._by_request.clear()
-        self._heap.clear()
-
-    def _prune(self) -> None:
-        heap = self._heap
-        while heap and self._by_request.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)
-
-    def next_due(self) -> datetime | None:
-        self._prune()
-        return self._heap[0][0] if self._heap else None
-
-    def due(self, now: datetime, most: int | None = None) -> list[str]:
-        """The requests to look at by ``now``, each given once (no longer kept); at most
-        ``most`` of them, the earliest (the rest stay due)."""
-        found: list[str] = []
-        self._prune()
-        while self._heap and self._heap[0][0] <= now and (most is None or len(found) < most):
-            _, request = heapq.heappop(self._heap)
-            del self._by_request[request]
-            found.append(request)
-            self._prune()
-        return found

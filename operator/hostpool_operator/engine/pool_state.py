@@ -25,10 +25,11 @@ from ..api import (
     SessionState,
 )
 from ..api.timestamps import parse_time
+from .due import DueTimes
 from .host_view import Placement
 from .host_views import HostViews
 from .ledger import LogoffDeadlines, Session, SessionLedger
-from .limits import BadFactsError, LimitLooks, LimitStep, decide, facts_of
+from .limits import BadFactsError, LimitStep, decide, facts_of
 from .records import HostRecord, PoolRecord, RequestRecord, newer_or_same
 from .workloads import WorkloadRecord, WorkloadState, host_address, workload_state
 
@@ -51,7 +52,7 @@ class PoolState:
     logoffs: LogoffDeadlines = field(default_factory=LogoffDeadlines)
     #: When each session the pool's session limits may act on is looked at next (empty
     #: while the pool has no sessionLimits: such a pool costs nothing per request).
-    limit_looks: LimitLooks = field(default_factory=LimitLooks)
+    limit_looks: DueTimes = field(default_factory=DueTimes)
     arrivals: dict[str, None] = field(default_factory=dict)  # request names, arrival order
     waiting: dict[str, None] = field(default_factory=dict)  # could not be placed yet
     inflight: set[str] = field(default_factory=set)  # assignment writes on their way
@@ -331,7 +332,7 @@ class PoolState:
         brings it)."""
         limits = self.session_limits
         found: list[tuple[RequestRecord, LimitStep | BadFactsError]] = []
-        for name in self.limit_looks.due(now, most):
+        for name, _ in self.limit_looks.due(now, most):
             record = self.requests.get(name)
             if limits is None or record is None or name in self.inflight:
                 continue

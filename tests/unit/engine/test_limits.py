@@ -12,11 +12,11 @@ import pytest
 
 from hostpool_operator.api import LimitAction, SessionLimit, SessionLimits
 from hostpool_operator.api.timestamps import rfc3339
+from hostpool_operator.engine.due import DueTimes
 from hostpool_operator.engine.limits import (
     MAX_HOST_OFFSET,
     BadFactsError,
     LimitDecision,
-    LimitLooks,
     LimitStep,
     SessionFacts,
     StepKind,
@@ -414,14 +414,14 @@ def test_a_malformed_field_is_named(status: dict[str, Any], field: str) -> None:
 
 
 def test_looks_come_due_once_in_time_order_and_moved_ones_are_skipped() -> None:
-    looks = LimitLooks()
+    looks = DueTimes()
     looks.note("a", at(30))
     looks.note("b", at(10))
     looks.note("c", at(20))
     looks.note("c", at(40))  # moved
     looks.note("b", None)  # dropped
     assert looks.next_due() == at(30)
-    assert looks.due(at(35)) == ["a"]
+    assert looks.due(at(35)) == [("a", at(30))]
     assert looks.due(at(35)) == []
     assert looks.next_due() == at(40)
     looks.forget("c")
@@ -430,12 +430,12 @@ def test_looks_come_due_once_in_time_order_and_moved_ones_are_skipped() -> None:
 
 
 def test_at_most_so_many_looks_at_once_the_earliest_first_the_rest_stay_due() -> None:
-    looks = LimitLooks()
+    looks = DueTimes()
     for i in range(5):
         looks.note(f"r{i}", at(10 - i))
-    assert looks.due(at(10), 2) == ["r4", "r3"]
+    assert [k for k, _ in looks.due(at(10), 2)] == ["r4", "r3"]
     assert looks.next_due() == at(8)
-    assert looks.due(at(10)) == ["r2", "r1", "r0"]
+    assert [k for k, _ in looks.due(at(10))] == ["r2", "r1", "r0"]
 
 
 def test_a_pass_looks_at_so_many_sessions_and_the_next_pass_at_the_rest() -> None:
