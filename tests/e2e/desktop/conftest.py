@@ -5,12 +5,19 @@ there) and skips elsewhere, saying why, when it cannot be had."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
 
-from support.desktop import why_no_client, why_not
+from support.desktop import NetnsAgent, XrdpHosts, why_no_client, why_not
+from support.desktop_sessions import AgentHosts
 from support.kube import Kube
+from support.report_logs import EXTRA_LOGS
+
+#: How often the agents of the desktop tests report and act (seconds).
+AGENT_INTERVAL = 1.0
 
 
 def cannot_run(reason: str) -> NoReturn:
@@ -42,3 +49,47 @@ def rdp_client() -> None:
     problem = why_no_client()
     if problem:
         cannot_run(f"the RDP client cannot run here: {problem}")
+
+
+@pytest.fixture
+def agent_hosts(
+    kube: Kube,
+    hosts_bridge: str,
+    rdp_client: None,
+    namespace: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[AgentHosts]:
+    """Brings up xrdp hosts (network namespaces from address ``first`` on, with these users
+    and passwords) and an agent for each, in this test's namespace, not yet started (the
+    test creates the SessionHosts first). The hosts' and agents' logs go with a failure;
+    after the test the agents are stopped (an agent that exited uncleanly fails it) and the
+    hosts taken down."""
+    made: list[tuple[XrdpHosts, dict[str, NetnsAgent]]] = []
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+
+    def up(
+        names: Sequence[str], users: Mapping[str, str], *, first: int
+    ) -> tuple[XrdpHosts, dict[str, NetnsAgent]]:
+        hosts = XrdpHosts(tmp_path / f"hosts-{first}", hosts_bridge, first=first)
+        agents: dict[str, NetnsAgent] = {}
+        made.append((hosts, agents))
+        hosts.up(names, users)
+        for name in names:
+            logs.append((f"xrdp host {name} logs", lambda n=name: hosts.logs(n)))
+            agents[name] = NetnsAgent(
+                hosts, name, namespace, kube.kubeconfig, tmp_path / f"agent-{name}.log",
+                AGENT_INTERVAL,
+            )  # fmt: skip
+            logs.append((f"agent {name} log", lambda a=agents[name]: a.text()[-6000:]))
+        return hosts, agents
+
+    try:
+        yield up
+    finally:
+        codes = {}
+        for hosts, agents in made:
+            codes.update({name: agent.stop() for name, agent in agents.items()})
+            hosts.down()
+        bad = {n: c for n, c in codes.items() if c not in (0, None)}
+        assert not bad, f"agents exited uncleanly: {bad}"

@@ -43,6 +43,17 @@ from support.desktop import (
     XrdpHosts,
     xorg_displays,
 )
+from support.desktop_sessions import (
+    LOGOFF_TITLE,
+    NOTICE_TITLE,
+    AgentHosts,
+    Desktop,
+    session_env,
+    stamp,
+    status_of,
+    windows_titled,
+    xorg_pid,
+)
 from support.kube import Kube, unique_name, wait_for
 from support.operator_process import OperatorProcess
 from support.podman import build_image, podman
@@ -52,15 +63,9 @@ POOL = "msg"
 HOST = "msg-1"
 USERS = {"alice": "alice-desk-pw", "bob": "bob-desk-pw"}
 AGENT_INTERVAL = 1.0
-NOTICE_TITLE = "Message from your administrator"
-LOGOFF_TITLE = "Your session will end"
 #: The message window's heading band (agent.desktop.HEADER), as a screenshot shows it.
 HEADER_COLOUR = "#1f3a5f"
 Obj = dict[str, Any]
-
-
-def stamp(moment: datetime | None = None) -> str:
-    return (moment or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @pytest.fixture
@@ -102,81 +107,6 @@ def assign(cluster: Cluster, user: str) -> None:
         {"phase": "Assigned", "host": HOST, "sessionState": "Connecting",
          "stateChangedAt": stamp()},
     )  # fmt: skip
-
-
-def status_of(cluster: Cluster, user: str) -> Obj:
-    return cluster.request(user).get("status") or {}
-
-
-class Desktop:
-    """A user's RDP client on a virtual display of its own."""
-
-    def __init__(
-        self,
-        hosts: XrdpHosts,
-        user: str,
-        number: int,
-        tmp_path: Path,
-        *,
-        host: str = HOST,
-        password: str | None = None,
-    ) -> None:
-        self.user = user
-        self.password = password or USERS[user]
-        self.tmp_path = tmp_path
-        self.rdp = tmp_path / f"{user}.rdp"
-        self.rdp.write_text(
-            f"full address:s:{hosts.hosts[host].address}:3389\r\nusername:s:{user}\r\n"
-        )
-        self.display = VirtualDisplay(number, tmp_path / f"xvfb-{user}.log")
-        self.clients: list[RdpClient] = []
-
-    def connect(self, logs: list[Any]) -> RdpClient:
-        n = len(self.clients)
-        client = RdpClient(
-            self.display,
-            self.rdp,
-            self.password,
-            self.tmp_path / f"xfreerdp-{self.user}-{n}.log",
-            self.tmp_path / f"home-{self.user}",
-        )
-        logs.append((f"xfreerdp {self.user} #{n} log", client.log_text))
-        self.clients.append(client)
-        client.start()
-        return client
-
-    def stop(self) -> None:
-        for client in self.clients:
-            client.kill()
-
-
-def xorg_pid(user: str) -> int:
-    out = subprocess.run(
-        ["pgrep", "-u", user, "-f", "Xorg :[0-9]+ .*xrdp/xorg.conf"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.split()
-    assert len(out) == 1, f"{user} has X servers {out}"
-    return int(out[0])
-
-
-def session_env(user: str) -> dict[str, str]:
-    (display,) = xorg_displays(user)
-    return {**os.environ, "DISPLAY": f":{display}", "XAUTHORITY": f"/home/{user}/.Xauthority"}
-
-
-def windows_titled(user: str, title: str) -> int:
-    """How many top-level windows of the user's session carry this title (xwininfo)."""
-    out = subprocess.run(
-        ["xwininfo", "-root", "-tree"],
-        capture_output=True,
-        text=True,
-        env=session_env(user),
-        check=True,
-        timeout=20,
-    ).stdout
-    return len(re.findall(rf'^\s+0x[0-9a-f]+ "{re.escape(title)}":', out, re.MULTILINE))
 
 
 def session_screenshot(user: str, path: Path) -> Path:
@@ -256,7 +186,10 @@ def test_a_notice_shows_in_desktops_and_a_disconnect_keeps_the_session(
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
     timings: dict[str, float] = {}
     base = 50 + os.getpid() % 5 * 2
-    desktops = {u: Desktop(hosts, u, base + i, tmp_path) for i, u in enumerate(USERS)}
+    desktops = {
+        u: Desktop(hosts, u, base + i, tmp_path, host=HOST, password=USERS[u])
+        for i, u in enumerate(USERS)
+    }
     try:
         for desktop in desktops.values():
             desktop.display.__enter__()
@@ -400,7 +333,9 @@ def test_idle_time_is_the_x_servers_and_an_idle_disconnect_respects_input(
     out: doneAt set, the client stays connected."""
     hosts, _ = host
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
-    desktop = Desktop(hosts, "alice", 56 + os.getpid() % 3, tmp_path)
+    desktop = Desktop(
+        hosts, "alice", 56 + os.getpid() % 3, tmp_path, host=HOST, password=USERS["alice"]
+    )
     with desktop.display:
         try:
             assign(cluster, "alice")
@@ -456,7 +391,9 @@ def test_a_forced_logoffs_message_is_shown_once_across_a_restart(
 ) -> None:
     hosts, agent = host
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
-    desktop = Desktop(hosts, "bob", 58 + os.getpid() % 3, tmp_path)
+    desktop = Desktop(
+        hosts, "bob", 58 + os.getpid() % 3, tmp_path, host=HOST, password=USERS["bob"]
+    )
     with desktop.display:
         try:
             assign(cluster, "bob")
@@ -532,33 +469,9 @@ class KeepsBusy(threading.Thread):
 
 
 @pytest.fixture
-def limit_hosts(
-    kube: Kube,
-    hosts_bridge: str,
-    rdp_client: None,
-    namespace: str,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> Iterator[tuple[XrdpHosts, dict[str, NetnsAgent]]]:
+def limit_hosts(agent_hosts: AgentHosts) -> tuple[XrdpHosts, dict[str, NetnsAgent]]:
     """Two xrdp hosts, each with its agent inside it (started by the test)."""
-    hosts = XrdpHosts(tmp_path / "hosts", hosts_bridge, first=45)
-    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
-    agents: dict[str, NetnsAgent] = {}
-    try:
-        hosts.up(LIMIT_HOSTS, LIMIT_USERS)
-        for name in LIMIT_HOSTS:
-            logs.append((f"xrdp host {name} logs", lambda n=name: hosts.logs(n)))
-            agents[name] = NetnsAgent(
-                hosts, name, namespace, kube.kubeconfig, tmp_path / f"agent-{name}.log",
-                AGENT_INTERVAL,
-            )  # fmt: skip
-            logs.append((f"agent {name} log", lambda a=agents[name]: a.text()[-6000:]))
-        yield hosts, agents
-    finally:
-        codes = {name: agent.stop() for name, agent in agents.items()}
-        hosts.down()
-        bad = {n: c for n, c in codes.items() if c not in (0, None)}
-        assert not bad, f"agents exited uncleanly: {bad}"
+    return agent_hosts(LIMIT_HOSTS, LIMIT_USERS, first=45)
 
 
 def test_session_limits_warn_then_disconnect_or_log_off_real_desktops(
