@@ -529,6 +529,13 @@ def test_session_admins_set_notice_disconnect_and_logoff_and_nothing_else(
         {"spec": {"features": {"multiSession": False}}},
     )
     assert_held(helpdesk, chart_roles, host_rule, host_path, {"metadata": {"labels": {"x": "y"}}})
+    assert_held(
+        helpdesk,
+        chart_roles,
+        host_rule,
+        host_path,
+        {"metadata": {"annotations": {"hostpool.io/drained-by-plan": "2026-12-02T00:00:00Z"}}},
+    )
     code, answer = patch(ops, host_path, {"spec": {"address": "10.0.0.9"}}, dryRun="All")
     assert code == 200, answer
     # The garbage collector's role (patch and delete on anything, create on nothing) is held
