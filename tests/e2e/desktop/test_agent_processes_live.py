@@ -40,8 +40,7 @@ from support.desktop import (
     install_client,
     xorg_displays,
 )
-from support.kube import Kube
-from support.report_logs import EXTRA_LOGS
+from support.desktop_sessions import AgentHosts
 
 POOL = "sec"
 HOST = "sec-1"
@@ -53,33 +52,14 @@ Obj = dict[str, Any]
 
 
 @pytest.fixture
-def host(
-    kube: Kube,
-    hosts_bridge: str,
-    cluster: Cluster,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> Iterator[tuple[XrdpHosts, NetnsAgent]]:
+def host(agent_hosts: AgentHosts, cluster: Cluster) -> tuple[XrdpHosts, NetnsAgent]:
     """One xrdp host with the users, its SessionHost, and its agent running inside it."""
-    hosts = XrdpHosts(tmp_path / "hosts", hosts_bridge, first=31)
-    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
-    agent: NetnsAgent | None = None
-    try:
-        made = hosts.up([HOST], USERS)
-        logs.append((f"xrdp host {HOST} logs", lambda: hosts.logs(HOST)))
-        cluster.create_pool(POOL, "DepthFirst", 4)
-        cluster.create_host(HOST, POOL, address=made[HOST].address)
-        agent = NetnsAgent(
-            hosts, HOST, cluster.namespace, kube.kubeconfig, tmp_path / "agent.log", AGENT_INTERVAL
-        )
-        logs.append(("agent log", lambda a=agent: a.text()[-6000:]))
-        agent.start()
-        reports(cluster, 1)
-        yield hosts, agent
-    finally:
-        code = agent.stop() if agent is not None else None
-        hosts.down()
-        assert code in (0, None), f"the agent exited with {code}"
+    hosts, agents = agent_hosts([HOST], USERS, first=31)
+    cluster.create_pool(POOL, "DepthFirst", 4)
+    cluster.create_host(HOST, POOL, address=hosts.hosts[HOST].address)
+    agents[HOST].start()
+    reports(cluster, 1)
+    return hosts, agents[HOST]
 
 
 def sampled_at(cluster: Cluster) -> str | None:

@@ -20,7 +20,6 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -69,33 +68,13 @@ Obj = dict[str, Any]
 
 
 @pytest.fixture
-def host(
-    kube: Kube,
-    hosts_bridge: str,
-    rdp_client: None,
-    cluster: Cluster,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> Iterator[tuple[XrdpHosts, NetnsAgent]]:
+def host(agent_hosts: AgentHosts, cluster: Cluster) -> tuple[XrdpHosts, NetnsAgent]:
     """One xrdp host with the users, its SessionHost, and its agent running inside it."""
-    hosts = XrdpHosts(tmp_path / "hosts", hosts_bridge, first=41)
-    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
-    agent: NetnsAgent | None = None
-    try:
-        made = hosts.up([HOST], USERS)
-        logs.append((f"xrdp host {HOST} logs", lambda: hosts.logs(HOST)))
-        cluster.create_pool(POOL, "DepthFirst", 4)
-        cluster.create_host(HOST, POOL, address=made[HOST].address)
-        agent = NetnsAgent(
-            hosts, HOST, cluster.namespace, kube.kubeconfig, tmp_path / "agent.log", AGENT_INTERVAL
-        )
-        logs.append(("agent log", lambda a=agent: a.text()[-8000:]))
-        agent.start()
-        yield hosts, agent
-    finally:
-        code = agent.stop() if agent is not None else None
-        hosts.down()
-        assert code in (0, None), f"the agent exited with {code}"
+    hosts, agents = agent_hosts([HOST], USERS, first=41)
+    cluster.create_pool(POOL, "DepthFirst", 4)
+    cluster.create_host(HOST, POOL, address=hosts.hosts[HOST].address)
+    agents[HOST].start()
+    return hosts, agents[HOST]
 
 
 def assign(cluster: Cluster, user: str) -> None:
