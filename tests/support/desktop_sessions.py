@@ -48,6 +48,13 @@ def status_of(cluster: Cluster, name: str) -> Obj:
     return cluster.request(name).get("status") or {}
 
 
+def wait_state(cluster: Cluster, name: str, state: str, what: str, timeout: float = 45) -> None:
+    """Wait until the agent reports the session of request ``name`` in ``state``."""
+    cluster.wait(
+        lambda: status_of(cluster, name).get("sessionState") == state, what, timeout=timeout
+    )
+
+
 class Desktop:
     """A user's RDP client on a virtual display of its own, for a session on ``host``."""
 

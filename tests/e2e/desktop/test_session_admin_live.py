@@ -37,6 +37,7 @@ from support.desktop_sessions import (
     AgentHosts,
     Desktop,
     status_of,
+    wait_state,
     windows_titled,
 )
 from support.kube import Kube, wait_for
@@ -120,10 +121,8 @@ def test_a_disconnected_session_is_logged_off_after_the_limit_and_its_slot_reuse
 
             # alice's client goes away: her session stays, Disconnected.
             desktops["alice"].stop()
-            cluster.wait(
-                lambda: status_of(cluster, "alice").get("sessionState") == "Disconnected",
-                "alice's request to show Disconnected",
-                timeout=30,
+            wait_state(
+                cluster, "alice", "Disconnected", "alice's request to show Disconnected", 30
             )
             disconnected = time.monotonic()
             changed_at = parse_time(status_of(cluster, "alice").get("stateChangedAt"))

@@ -50,6 +50,7 @@ from support.desktop_sessions import (
     session_env,
     stamp,
     status_of,
+    wait_state,
     windows_titled,
     xorg_pid,
 )
@@ -177,11 +178,7 @@ def test_a_notice_shows_in_desktops_and_a_disconnect_keeps_the_session(
             assign(cluster, user)
             desktop.connect(logs)
         for user in USERS:
-            cluster.wait(
-                lambda u=user: status_of(cluster, u).get("sessionState") == "Active",  # type: ignore[misc]
-                f"the agent to report {user}'s session Active",
-                timeout=45,
-            )
+            wait_state(cluster, user, "Active", f"the agent to report {user}'s session Active")
         alice = status_of(cluster, "alice")
         assert parse_time(alice.get("logonAt")) is not None, alice
         assert parse_time(alice.get("stateChangedAt")) is not None, alice
@@ -244,10 +241,8 @@ def test_a_notice_shows_in_desktops_and_a_disconnect_keeps_the_session(
         timings["disconnect set -> doneAt"] = time.monotonic() - asked
         first = desktops["alice"].clients[0]
         assert first.wait_exit(15) is not None, "alice's client is still connected"
-        cluster.wait(
-            lambda: status_of(cluster, "alice").get("sessionState") == "Disconnected",
-            "alice's request to show Disconnected",
-            timeout=15,
+        wait_state(
+            cluster, "alice", "Disconnected", "alice's request to show Disconnected", timeout=15,
         )
         timings["disconnect set -> Disconnected"] = time.monotonic() - asked
         assert xorg_pid("alice") == xorg, "alice's X server changed at the disconnect"
@@ -260,11 +255,7 @@ def test_a_notice_shows_in_desktops_and_a_disconnect_keeps_the_session(
         changed = status_of(cluster, "alice")["stateChangedAt"]
         again = time.monotonic()
         desktops["alice"].connect(logs)
-        cluster.wait(
-            lambda: status_of(cluster, "alice").get("sessionState") == "Active",
-            "alice's reconnected session to be Active",
-            timeout=45,
-        )
+        wait_state(cluster, "alice", "Active", "alice's reconnected session to be Active")
         timings["reconnect -> Active"] = time.monotonic() - again
         assert xorg_displays("alice") == [display]
         assert xorg_pid("alice") == xorg, "alice got a new X server on reconnecting"
@@ -319,11 +310,7 @@ def test_idle_time_is_the_x_servers_and_an_idle_disconnect_respects_input(
         try:
             assign(cluster, "alice")
             client = desktop.connect(logs)
-            cluster.wait(
-                lambda: status_of(cluster, "alice").get("sessionState") == "Active",
-                "alice's session to be Active",
-                timeout=45,
-            )
+            wait_state(cluster, "alice", "Active", "alice's session to be Active")
             move_pointer(desktop.display, 300, 300)
             last_input = datetime.now(UTC)
             since = cluster.wait(
@@ -377,11 +364,7 @@ def test_a_forced_logoffs_message_is_shown_once_across_a_restart(
         try:
             assign(cluster, "bob")
             client = desktop.connect(logs)
-            cluster.wait(
-                lambda: status_of(cluster, "bob").get("sessionState") == "Active",
-                "bob's session to be Active",
-                timeout=45,
-            )
+            wait_state(cluster, "bob", "Active", "bob's session to be Active")
             deadline = datetime.now(UTC) + timedelta(seconds=25)
             cluster.patch_status(
                 "SessionRequest",
@@ -495,11 +478,7 @@ def test_session_limits_warn_then_disconnect_or_log_off_real_desktops(
             desktop.display.__enter__()
             desktop.connect(logs)
         for user in pools:
-            cluster.wait(
-                lambda u=user: status_of(cluster, u).get("sessionState") == "Active",  # type: ignore[misc]
-                f"{user}'s session to be Active",
-                timeout=45,
-            )
+            wait_state(cluster, user, "Active", f"{user}'s session to be Active")
         start = time.monotonic()
         busy = KeepsBusy(desktops["carol"].display)
         busy.start()
@@ -542,17 +521,10 @@ def test_session_limits_warn_then_disconnect_or_log_off_real_desktops(
         timings["alice: Active -> disconnected for idleness"] = time.monotonic() - start
         assert status_of(cluster, "alice")["disconnect"]["limit"] == "Idle"
         assert desktops["alice"].clients[0].wait_exit(15) is not None, "alice still connected"
-        cluster.wait(
-            lambda: status_of(cluster, "alice").get("sessionState") == "Disconnected",
-            "alice Disconnected",
-        )
+        wait_state(cluster, "alice", "Disconnected", "alice Disconnected")
         assert xorg_pid("alice") == xorg
         desktops["alice"].connect(logs)
-        cluster.wait(
-            lambda: status_of(cluster, "alice").get("sessionState") == "Active",
-            "alice's reconnected session Active",
-            timeout=45,
-        )
+        wait_state(cluster, "alice", "Active", "alice's reconnected session Active")
         assert xorg_pid("alice") == xorg, "alice got a new X server"
         reasons = [e.get("reason") for e in cluster.events_for("alice")]
         assert "SessionLimitReached" in reasons, reasons
@@ -653,11 +625,7 @@ def test_the_agent_in_the_session_host_image_shows_a_notice_and_disconnects(
             )
             logs.append(("xfreerdp log", client.log_text))
             client.start()
-            cluster.wait(
-                lambda: status_of(cluster, "alice").get("sessionState") == "Active",
-                "the container's agent to report alice Active",
-                timeout=45,
-            )
+            wait_state(cluster, "alice", "Active", "the container's agent to report alice Active")
             cluster.patch_status(
                 "SessionRequest",
                 "alice",
