@@ -33,7 +33,8 @@ async def run_command(
     except OSError as error:
         return CommandResult(False, "", f"could not start: {error}")
     try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout)
+        async with asyncio.timeout(timeout):
+            out, err = await process.communicate()
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)

@@ -211,7 +211,8 @@ class Agent:
             if until > 0:  # a deadline passed already (a failing logoff) waits its back-off
                 wait = min(wait, until)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), wait)
+                async with asyncio.timeout(wait):  # not wait_for: it can swallow a cancel
+                    await stop.wait()
             if stop.is_set():
                 break
             memory.append(psutil.virtual_memory().percent)
@@ -542,7 +543,8 @@ class Agent:
                 server_of(session), Message(shown.title, shown.text, seconds)
             )
             try:
-                await asyncio.wait_for(asyncio.wrap_future(future), 4 * X_TIMEOUT)
+                async with asyncio.timeout(4 * X_TIMEOUT):
+                    await asyncio.wrap_future(future)
             except (TimeoutError, X11Error, OSError) as error:
                 problems.append(f":{session.display}: {error or 'no answer'}")
         if len(problems) == len(sessions):

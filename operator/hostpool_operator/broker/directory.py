@@ -183,7 +183,8 @@ class Directory:
                     return view
                 event.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), left)
+                    async with asyncio.timeout(left):  # not wait_for: it can swallow a cancel
+                        await event.wait()
         finally:
             waiters.discard(event)
             if not waiters:

@@ -174,7 +174,8 @@ class PlanWatch:
         while True:
             timeout = self._next_phase(datetime.now(UTC))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel
+                    await self._wake.wait()
             if timeout is not None and not self._wake.is_set():
                 self.dirty.update(self.plans)  # a phase began
             self._wake.clear()

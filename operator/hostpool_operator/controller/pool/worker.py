@@ -219,8 +219,11 @@ class PoolWorker:
         while True:
             timeout = self._next_timer()
             if timeout is None or timeout > 0:
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel
+                # that lands as the wake is set, and stop() then waits for ever.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await self._wake.wait()
             else:
                 await asyncio.sleep(0)  # something is due now; still let every other task run
             self._wake.clear()
