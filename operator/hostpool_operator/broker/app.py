@@ -28,6 +28,7 @@ from ..kube.errors import ApiError, ApiTransportError
 from .directory import Directory
 from .metrics import BrokerMetrics
 from .oidc import InvalidTokenError, TokenVerifier
+from .portal.signin import SAFE_METHODS, Portal
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +67,12 @@ class Broker:
         verifier: TokenVerifier,
         settings: BrokerSettings,
         metrics: BrokerMetrics | None = None,
+        portal: Portal | None = None,
     ) -> None:
         self.directory = directory
         self.verifier = verifier
+        #: The portal's sign-in and cookie sessions (None: bearer tokens only).
+        self.portal = portal
         self.settings = settings
         self.metrics = metrics or BrokerMetrics()
         self.limit = RateLimit(settings.rate, settings.burst)
@@ -84,6 +88,9 @@ class Broker:
                 web.get("/readyz", self.readyz),
             ]
         )
+        if self.portal is not None:
+            app.add_routes(self.portal.routes())
+            app.on_response_prepare.append(self.portal.on_response_prepare)
         return app
 
     def metrics_app(self) -> web.Application:
@@ -139,16 +146,31 @@ class Broker:
         )
 
     async def _caller(self, request: web.Request) -> Caller:
-        try:
-            caller = await self.verifier.verify(request.headers.get("Authorization"))
-        except InvalidTokenError as exc:
-            raise _RefusalError(error(401, "Unauthorized", str(exc))) from None
+        if self.portal is not None and "Authorization" not in request.headers:
+            caller = await self._cookie_caller(request, self.portal)
+        else:
+            try:
+                caller = await self.verifier.verify(request.headers.get("Authorization"))
+            except InvalidTokenError as exc:
+                raise _RefusalError(error(401, "Unauthorized", str(exc))) from None
         wait = self.limit.take(caller.user, time.monotonic())
         if wait > 0:
             raise _RefusalError(
                 error(429, "TooManyRequests", "too many calls; slow down", max(1, round(wait)))
             )
         return caller
+
+    async def _cookie_caller(self, request: web.Request, portal: Portal) -> Caller:
+        """The caller of the portal's session cookie; a change (any method but GET/HEAD)
+        also needs the session's CSRF token and the portal's own origin."""
+        session = await portal.session(request)
+        if session is None:
+            raise _RefusalError(error(401, "Unauthorized", "no bearer token or portal session"))
+        if request.method not in SAFE_METHODS and not portal.csrf_ok(request, session):
+            raise _RefusalError(
+                error(403, "CsrfRefused", "a change needs the page's CSRF token and origin")
+            )
+        return session.caller
 
     def _names(self, request: web.Request) -> tuple[str, str]:
         namespace, pool = request.match_info["namespace"], request.match_info["pool"]

@@ -93,6 +93,7 @@ class TokenVerifier:
         )
         self._session: aiohttp.ClientSession | None = None
         self._jwks_uri: str | None = None
+        self._metadata: dict[str, Any] = {}
         self._keys: dict[str, jwt.PyJWK] = {}
         self._keys_at = float("-inf")  # when the set was fetched (monotonic)
         self._tried_at = float("-inf")  # when a fetch last began
@@ -103,6 +104,10 @@ class TokenVerifier:
             self._fetching.cancel()
         if self._session is not None:
             await self._session.close()
+
+    def http(self) -> aiohttp.ClientSession:
+        """The HTTP client for the issuer (its CA, a 10 s timeout), shared with the portal."""
+        return self._http()
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -168,8 +173,14 @@ class TokenVerifier:
                 raise OSError("discovery has no jwks_uri")
             if self.issuer.startswith("https://") and not uri.startswith("https://"):
                 raise OSError(f"discovery names a jwks_uri that is not https: {uri[:200]!r}")
-            self._jwks_uri = uri
+            self._jwks_uri, self._metadata = uri, found
         return self._jwks_uri
+
+    async def metadata(self) -> dict[str, Any]:
+        """The issuer's discovery document (fetched once, its issuer checked); OSError or
+        aiohttp.ClientError when it cannot be had."""
+        await self._discover()
+        return self._metadata
 
     async def refresh(self) -> bool:
         """Fetch the key set now (discovery once); whether it worked. A failure keeps the
@@ -241,6 +252,13 @@ class TokenVerifier:
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise InvalidTokenError("the Authorization header is not a bearer token")
+        claims = await self.signed_claims(token)
+        self.check_claims(claims, time.time())
+        return self.caller(claims)
+
+    async def signed_claims(self, token: str) -> dict[str, Any]:
+        """The payload of a token signed by one of the issuer's keys (its header as an access
+        token's); InvalidTokenError otherwise. The claims are not checked here."""
         if len(token) > MAX_TOKEN:
             raise InvalidTokenError("the token is too long")
         signing_input, header, payload, signature = _split(token)
@@ -263,23 +281,31 @@ class TokenVerifier:
             signed = False
         if not signed:
             raise InvalidTokenError("the signature does not verify")
-        claims = _json_object(payload, "payload")
-        self.check_claims(claims, time.time())
-        return self.caller(claims)
+        return _json_object(payload, "payload")
 
-    def check_claims(self, claims: dict[str, Any], now: float) -> None:
+    def check_claims(
+        self,
+        claims: dict[str, Any],
+        now: float,
+        audiences: tuple[str, ...] = (),
+        parties: tuple[str, ...] = (),
+    ) -> None:
         """An access token (typ, when present) from exactly this issuer, for this audience
-        (and one of the authorized parties, when there are any), within its time."""
+        or one of ``audiences`` (and one of the authorized parties or ``parties``, when there
+        are any), within its time."""
         if claims.get("iss") != self.issuer:
             raise InvalidTokenError("the token is from another issuer")
         if "typ" in claims and claims["typ"] != ACCESS_TOKEN_TYP:
             raise InvalidTokenError(f"not an access token (typ {str(claims['typ'])[:16]!r})")
         audience = claims.get("aud")
-        audiences = [audience] if isinstance(audience, str) else audience
-        if not isinstance(audiences, list) or self.settings.audience not in audiences:
+        named = [audience] if isinstance(audience, str) else audience
+        accepted = (self.settings.audience, *audiences)
+        if not isinstance(named, list) or not any(a in named for a in accepted):
             raise InvalidTokenError("the token is not for this audience")
-        parties = self.settings.authorized_parties
-        if parties and not (isinstance(claims.get("azp"), str) and claims["azp"] in parties):
+        # Extra parties widen a configured list; no list means any party.
+        allowed = self.settings.authorized_parties
+        allowed = (*allowed, *parties) if allowed else ()
+        if allowed and not (isinstance(claims.get("azp"), str) and claims["azp"] in allowed):
             raise InvalidTokenError("the token's authorized party (azp) is not accepted")
         _check_time(claims, now)
 
@@ -320,6 +346,11 @@ def _check_header(header: dict[str, Any]) -> tuple[str, str]:
     if "crit" in header:
         raise InvalidTokenError("the token has critical header extensions (crit)")
     return str(alg), kid
+
+
+def check_time(claims: dict[str, Any], now: float) -> None:
+    """A token's exp (required) and nbf (when present), with LEEWAY_SECONDS."""
+    _check_time(claims, now)
 
 
 def _check_time(claims: dict[str, Any], now: float) -> None:

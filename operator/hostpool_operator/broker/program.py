@@ -7,7 +7,9 @@ import argparse
 import asyncio
 import logging
 import sys
+import urllib.parse
 from collections.abc import Sequence
+from pathlib import Path
 
 from aiohttp import web
 
@@ -16,6 +18,9 @@ from .app import Broker, BrokerSettings
 from .directory import Directory
 from .metrics import BrokerMetrics
 from .oidc import OidcSettings, TokenVerifier
+from .portal.cookies import derive_key
+from .portal.signin import Portal, PortalSettings
+from .portal.urls import origin_of
 from .serving import HEAD_TIMEOUT, HeadLimits, ReloadingCertificate, serve
 
 log = logging.getLogger("hostpool_operator.broker")
@@ -90,6 +95,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--rate-limit", type=float, default=5.0, help="calls per second per user (after burst)"
     )
     parser.add_argument("--rate-burst", type=int, default=20, help="calls at once per user")
+    _add_portal_flags(parser)
     add_logging_flags(parser)
     args = parser.parse_args(argv)
     if bool(args.tls_cert) != bool(args.tls_key):
@@ -111,7 +117,82 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--oidc-authorized-party must not be empty")
     if args.rate_limit <= 0 or args.rate_burst < 1:
         parser.error("--rate-limit must be > 0 and --rate-burst >= 1")
+    _check_portal_flags(parser, args)
     return args
+
+
+def _add_portal_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--portal-client-id",
+        help="serve the portal (sign-in at /auth/login): the OIDC client id it signs in with; "
+        "with --portal-client-secret-file and --cookie-secret-file",
+    )
+    parser.add_argument(
+        "--portal-client-secret-file", help="file holding the portal client's secret"
+    )
+    parser.add_argument(
+        "--cookie-secret-file",
+        help="file holding the cookie secret (at least 32 random bytes; the same for every "
+        "replica): the portal's session cookies are sealed with it",
+    )
+    parser.add_argument(
+        "--public-url",
+        help="the URL browsers reach the broker at, scheme://host[:port] (default: "
+        "http(s)://<--listen>); its /auth/callback is the redirect URI to register",
+    )
+    parser.add_argument(
+        "--portal-session-hours",
+        type=float,
+        default=10.0,
+        help="a portal session ends this long after sign-in, refreshed or not",
+    )
+
+
+def _check_portal_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """All three portal flags or none; the public URL an origin (default from --listen)."""
+    given = [
+        bool(args.portal_client_id),
+        bool(args.portal_client_secret_file),
+        bool(args.cookie_secret_file),
+    ]
+    if any(given) and not all(given):
+        parser.error(
+            "--portal-client-id, --portal-client-secret-file and --cookie-secret-file go together"
+        )
+    args.portal = all(given)
+    if not 0 < args.portal_session_hours <= 24 * 30:
+        parser.error("--portal-session-hours must be in (0, 720]")
+    if args.public_url is None:
+        scheme = "https" if args.tls_cert else "http"
+        host = args.listen_host
+        host = f"[{host}]" if ":" in host else host
+        args.public_url = f"{scheme}://{host}:{args.listen_port}"
+    public = args.public_url.rstrip("/")
+    if origin_of(public) is None or urllib.parse.urlsplit(public).path not in ("", "/"):
+        parser.error("--public-url must be http(s)://host[:port], without a path")
+    args.public_url = origin_of(public)
+    args.portal_settings = None
+    if args.portal:
+        try:
+            args.portal_settings = portal_settings(args)
+        except (OSError, ValueError) as exc:
+            parser.error(f"portal: {exc}")
+
+
+def portal_settings(args: argparse.Namespace) -> PortalSettings:
+    """The portal's settings from the parsed flags and the secret files (OSError, ValueError
+    when a file cannot be read or the cookie secret is too short)."""
+    client_secret = Path(args.portal_client_secret_file).read_text().strip()
+    if not client_secret:
+        raise ValueError(f"{args.portal_client_secret_file} is empty")
+    return PortalSettings(
+        client_id=args.portal_client_id,
+        client_secret=client_secret,
+        cookie_key=derive_key(Path(args.cookie_secret_file).read_bytes()),
+        public_url=args.public_url,
+        session_seconds=args.portal_session_hours * 3600.0,
+        log_users=args.log_users,
+    )
 
 
 def _add_serving_flags(parser: argparse.ArgumentParser) -> None:
@@ -201,6 +282,7 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
     # Read again for new connections when the files change (cert-manager renews it).
     tls = ReloadingCertificate(args.tls_cert, args.tls_key) if args.tls_cert else None
     directory = Directory(running.client, args.namespace or None)
+    portal = Portal(verifier, args.portal_settings) if args.portal_settings else None
     broker = Broker(
         directory,
         verifier,
@@ -212,6 +294,7 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
             log_users=args.log_users,
         ),
         metrics,
+        portal,
     )
     listening = await _listen(broker, args, tls)
     log.info(
@@ -223,6 +306,8 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
         verifier.issuer,
         ", ".join(args.namespace) or "all",
     )
+    if portal is not None:
+        log.info("portal at %s (client %s)", args.public_url, args.portal_client_id)
     tasks = [
         asyncio.create_task(directory.run(), name="watches"),
         asyncio.create_task(verifier.keep_fresh(), name="issuer-keys"),
