@@ -10,7 +10,7 @@ import datetime as dt
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -28,6 +28,7 @@ from ..kube.errors import ApiError, ApiTransportError
 from .directory import Directory
 from .metrics import BrokerMetrics
 from .oidc import InvalidTokenError, TokenVerifier
+from .portal.relay import WebDesktops, WebSettings
 from .portal.signin import SAFE_METHODS, Portal
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,8 @@ class BrokerSettings:
     #: Name the user in each connect's log line (--log-users); off, a user's name is not
     #: logged at all.
     log_users: bool = False
+    #: Desktops in the browser: the web client's files and the tickets' secret.
+    web: WebSettings = field(default_factory=WebSettings)
 
 
 class _RefusalError(Exception):
@@ -76,6 +79,7 @@ class Broker:
         self.settings = settings
         self.metrics = metrics or BrokerMetrics()
         self.limit = RateLimit(settings.rate, settings.burst)
+        self.desktops = WebDesktops(self, settings.web)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors])
@@ -88,6 +92,7 @@ class Broker:
                 web.get("/readyz", self.readyz),
             ]
         )
+        app.add_routes(self.desktops.routes())
         if self.portal is not None:
             app.add_routes(self.portal.routes())
             app.on_response_prepare.append(self.portal.on_response_prepare)

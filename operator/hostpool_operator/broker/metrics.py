@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 CONNECT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+FIRST_FRAME_BUCKETS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 120.0)
 
 
 class BrokerMetrics:
@@ -40,5 +41,29 @@ class BrokerMetrics:
         self.skipped = Gauge(
             "hostpool_broker_skipped_objects",
             "Watched objects the broker could not read (left out of its answers).",
+            registry=self.registry,
+        )
+        # Desktops in the browser (broker/portal/relay.py).
+        self.web_open = Gauge(
+            "hostpool_broker_web_sessions",
+            "Browser desktops relayed right now (open WebSockets of the relay).",
+            registry=self.registry,
+        )
+        self.web_bytes = Counter(
+            "hostpool_broker_web_relayed_bytes",
+            "Bytes the desktop relay passed on, by direction (to_host, to_browser).",
+            ["direction"],
+            registry=self.registry,
+        )
+        self.web_relays = Counter(
+            "hostpool_broker_web_relays",
+            "Relayed browser desktops that ended, by outcome (Closed, or why refused).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.web_first_frame = Histogram(
+            "hostpool_broker_web_first_frame_seconds",
+            "From the click on Connect to the desktop's first frame, as the page reports it.",
+            buckets=FIRST_FRAME_BUCKETS,
             registry=self.registry,
         )

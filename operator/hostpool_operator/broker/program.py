@@ -19,6 +19,7 @@ from .directory import Directory
 from .metrics import BrokerMetrics
 from .oidc import OidcSettings, TokenVerifier
 from .portal.cookies import derive_key
+from .portal.relay import WebSettings, web_client_files
 from .portal.signin import Portal, PortalSettings
 from .portal.urls import origin_of
 from .serving import HEAD_TIMEOUT, HeadLimits, ReloadingCertificate, serve
@@ -96,6 +97,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--rate-burst", type=int, default=20, help="calls at once per user")
     _add_portal_flags(parser)
+    _add_web_flags(parser)
     add_logging_flags(parser)
     args = parser.parse_args(argv)
     if bool(args.tls_cert) != bool(args.tls_key):
@@ -118,7 +120,38 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.rate_limit <= 0 or args.rate_burst < 1:
         parser.error("--rate-limit must be > 0 and --rate-burst >= 1")
     _check_portal_flags(parser, args)
+    _check_web_flags(parser, args)
     return args
+
+
+def _add_web_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--web-client-dir",
+        help="the browser's RDP client as hack/portal/web-client.sh installs it: serve it "
+        "and relay pools with connection.web to their hosts (default: no browser desktops)",
+    )
+    parser.add_argument(
+        "--ticket-secret-file",
+        help="file holding the desktop relay's ticket secret (32+ random bytes, the same for "
+        "every replica); default: the cookie secret, else a random one of this replica",
+    )
+
+
+def _check_web_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The web client's directory and the tickets' secret as args.web (WebSettings)."""
+    client_dir = Path(args.web_client_dir) if args.web_client_dir else None
+    if client_dir is not None and not web_client_files(client_dir):
+        parser.error(f"--web-client-dir {args.web_client_dir}: no web client there")
+    secret_file = args.ticket_secret_file or args.cookie_secret_file
+    secret = None
+    if secret_file:
+        try:
+            secret = Path(secret_file).read_bytes().strip()
+        except OSError as exc:
+            parser.error(f"--ticket-secret-file: {exc}")
+        if len(secret) < 32:
+            parser.error(f"{secret_file}: the ticket secret must be at least 32 bytes")
+    args.web = WebSettings(client_dir=client_dir, ticket_secret=secret)
 
 
 def _add_portal_flags(parser: argparse.ArgumentParser) -> None:
@@ -292,6 +325,7 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
             rate=args.rate_limit,
             burst=args.rate_burst,
             log_users=args.log_users,
+            web=args.web,
         ),
         metrics,
         portal,

@@ -1,0 +1,421 @@
+"""RDCleanPath, the one message a browser's RDP client (IronRDP's web client) sends its
+WebSocket relay before speaking RDP through it, and the relay's answer; and the one change
+the relay makes to what the browser sends: the auto-logon flag of the Client Info PDU.
+
+The PDU is a DER ``SEQUENCE`` of EXPLICIT context-tagged fields (IronRDP's
+``ironrdp-rdcleanpath``): ``[0] version INTEGER`` (3390 only), ``[1] error``, ``[2]
+destination``, ``[3] proxy_auth``, ``[4] server_auth``, ``[5] preconnection_blob`` (UTF8
+strings), ``[6] x224_connection_pdu OCTET STRING``, ``[7] server_cert_chain SEQUENCE OF
+OCTET STRING``, ``[9] server_addr UTF8String``. Reading is bounded (the PDU's size, each
+field's) and never raises anything but :class:`RdCleanPathError` on bad input."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+VERSION = 3390
+#: The largest PDU read or written (a request is a few hundred bytes; a response carries the
+#: host's certificate chain).
+MAX_PDU = 64 * 1024
+#: The largest string field of a request (destination, ticket, blobs).
+MAX_TEXT = 4096
+#: The largest X.224 connection PDU either way.
+MAX_X224 = 1024
+MAX_CERTS = 8
+GENERAL_ERROR = 1
+NEGOTIATION_ERROR = 2
+
+_SEQUENCE = 0x30
+_INTEGER = 0x02
+_OCTETS = 0x04
+_UTF8 = 0x0C
+_TEXT_FIELDS = {2: "destination", 3: "proxy_auth", 4: "server_auth", 5: "preconnection_blob"}
+
+#: TS_INFO_PACKET flags: INFO_AUTOLOGON (xrdp logs the user on with the PDU's password).
+INFO_AUTOLOGON = 0x8
+#: Basic security header flag: the PDU is a Client Info PDU.
+SEC_INFO_PKT = 0x40
+SEC_ENCRYPT = 0x8
+#: MCS Send Data Request's PER choice byte (DomainMCSPDU 25, shifted left by 2).
+_MCS_SEND_DATA_REQUEST = 0x64
+#: X.224 TPDU codes (with the top nibble only): Connection Request, Confirm, Data.
+_X224_CR, _X224_CC, _X224_DT = 0xE0, 0xD0, 0xF0
+#: RDP_NEG_RSP / RDP_NEG_FAILURE types in a Connection Confirm; PROTOCOL_SSL.
+_NEG_RSP, _NEG_FAILURE = 0x02, 0x03
+PROTOCOL_SSL = 0x1
+
+
+class RdCleanPathError(ValueError):
+    """Bytes that are not an RDCleanPath PDU this relay takes (the message says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorField:
+    code: int
+    http_status: int | None = None
+    wsa_error: int | None = None
+    tls_alert: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pdu:
+    version: int = VERSION
+    error: ErrorField | None = None
+    destination: str | None = None
+    proxy_auth: str | None = None
+    server_auth: str | None = None
+    preconnection_blob: str | None = None
+    x224: bytes | None = None
+    cert_chain: tuple[bytes, ...] | None = None
+    server_addr: str | None = None
+    extra: tuple[int, ...] = field(default=())
+
+
+# ---------------------------------------------------------------------- DER primitives
+
+
+def _header(data: bytes, at: int, end: int) -> tuple[int, int, int]:
+    """(tag, start of the content, end of the content) of the element at ``at``."""
+    if at + 2 > end:
+        raise RdCleanPathError("truncated element")
+    tag, first = data[at], data[at + 1]
+    at += 2
+    if first < 0x80:
+        length = first
+    else:
+        count = first & 0x7F
+        if count == 0 or count > 3 or at + count > end:
+            raise RdCleanPathError("unsupported length")
+        length = int.from_bytes(data[at : at + count], "big")
+        at += count
+    if at + length > end:
+        raise RdCleanPathError("element longer than its container")
+    return tag, at, at + length
+
+
+def _length(n: int) -> bytes:
+    if n < 0x80:
+        return bytes([n])
+    raw = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([0x80 | len(raw)]) + raw
+
+
+def _tlv(tag: int, content: bytes) -> bytes:
+    return bytes([tag]) + _length(len(content)) + content
+
+
+def _integer(value: int) -> bytes:
+    raw = value.to_bytes(max(1, (value.bit_length() + 8) // 8), "big", signed=False)
+    return _tlv(_INTEGER, raw)
+
+
+def _read_integer(data: bytes, at: int, end: int, limit: int) -> int:
+    tag, start, stop = _header(data, at, end)
+    if tag != _INTEGER or not 0 < stop - start <= 4 or stop != end:
+        raise RdCleanPathError("not a small INTEGER")
+    value = int.from_bytes(data[start:stop], "big", signed=True)
+    if not 0 <= value <= limit:
+        raise RdCleanPathError("INTEGER out of range")
+    return value
+
+
+def _read_text(data: bytes, at: int, end: int) -> str:
+    tag, start, stop = _header(data, at, end)
+    if tag != _UTF8 or stop != end or stop - start > MAX_TEXT:
+        raise RdCleanPathError("not a UTF8String of at most 4096 bytes")
+    try:
+        return data[start:stop].decode("utf-8")
+    except UnicodeDecodeError:
+        raise RdCleanPathError("not UTF-8") from None
+
+
+def _read_octets(data: bytes, at: int, end: int, limit: int) -> bytes:
+    tag, start, stop = _header(data, at, end)
+    if tag != _OCTETS or stop != end or stop - start > limit:
+        raise RdCleanPathError("not an OCTET STRING within bounds")
+    return bytes(data[start:stop])
+
+
+def _read_chain(data: bytes, at: int, end: int) -> tuple[bytes, ...]:
+    tag, start, stop = _header(data, at, end)
+    if tag != _SEQUENCE or stop != end:
+        raise RdCleanPathError("not a SEQUENCE OF certificates")
+    certs = []
+    while start < stop:
+        _, _, cert_end = _header(data, start, stop)
+        certs.append(_read_octets(data, start, cert_end, MAX_PDU))
+        if len(certs) > MAX_CERTS:
+            raise RdCleanPathError("too many certificates")
+        start = cert_end
+    return tuple(certs)
+
+
+def _read_error(data: bytes, at: int, end: int) -> ErrorField:
+    tag, start, stop = _header(data, at, end)
+    if tag != _SEQUENCE or stop != end:
+        raise RdCleanPathError("not an error SEQUENCE")
+    values: dict[int, int] = {}
+    while start < stop:
+        tag, inner, field_end = _header(data, start, stop)
+        number = tag - 0xA0
+        if not 0 <= number <= 3 or number in values:
+            raise RdCleanPathError("unknown or repeated error field")
+        values[number] = _read_integer(data, inner, field_end, 0xFFFF)
+        start = field_end
+    if 0 not in values:
+        raise RdCleanPathError("error without a code")
+    return ErrorField(values[0], values.get(1), values.get(2), values.get(3))
+
+
+# ---------------------------------------------------------------------- the PDU
+
+
+def total_length(data: bytes) -> int | None:
+    """The PDU's full length once its header is in ``data`` (None: not yet); raises when
+    the start cannot be a PDU or it would be larger than :data:`MAX_PDU`."""
+    if len(data) < 2:
+        return None
+    if data[0] != _SEQUENCE:
+        raise RdCleanPathError("not a DER SEQUENCE")
+    first = data[1]
+    if first < 0x80:
+        return 2 + first
+    count = first & 0x7F
+    if count == 0 or count > 3:
+        raise RdCleanPathError("unsupported length")
+    if len(data) < 2 + count:
+        return None
+    size = 2 + count + int.from_bytes(data[2 : 2 + count], "big")
+    if size > MAX_PDU:
+        raise RdCleanPathError("PDU too large")
+    return size
+
+
+def decode(data: bytes) -> Pdu:
+    """The PDU in ``data`` (exactly one, nothing after it)."""
+    if len(data) > MAX_PDU:
+        raise RdCleanPathError("PDU too large")
+    tag, at, end = _header(data, 0, len(data))
+    if tag != _SEQUENCE or end != len(data):
+        raise RdCleanPathError("not one DER SEQUENCE")
+    values: dict[str, object] = {}
+    extra: list[int] = []
+    last = -1
+    while at < end:
+        tag, inner, field_end = _header(data, at, end)
+        number = tag - 0xA0
+        if not 0 <= number <= 30 or number <= last:
+            raise RdCleanPathError("fields out of order or not context-tagged")
+        last = number
+        if number == 0:
+            values["version"] = _read_integer(data, inner, field_end, 0xFFFFFFFF)
+        elif number == 1:
+            values["error"] = _read_error(data, inner, field_end)
+        elif number in _TEXT_FIELDS:
+            values[_TEXT_FIELDS[number]] = _read_text(data, inner, field_end)
+        elif number == 6:
+            values["x224"] = _read_octets(data, inner, field_end, MAX_X224)
+        elif number == 7:
+            values["cert_chain"] = _read_chain(data, inner, field_end)
+        elif number == 9:
+            values["server_addr"] = _read_text(data, inner, field_end)
+        else:
+            extra.append(number)
+        at = field_end
+    if values.get("version") != VERSION:
+        raise RdCleanPathError(f"version is not {VERSION}")
+    return Pdu(extra=tuple(extra), **values)  # type: ignore[arg-type]
+
+
+def encode(pdu: Pdu) -> bytes:
+    """The DER bytes of ``pdu`` (its ``extra`` field numbers are not written)."""
+    parts = [_tlv(0xA0, _integer(pdu.version))]
+    if pdu.error is not None:
+        e = pdu.error
+        inner = [
+            _tlv(0xA0 + n, _integer(v))
+            for n, v in enumerate((e.code, e.http_status, e.wsa_error, e.tls_alert))
+            if v is not None
+        ]
+        parts.append(_tlv(0xA1, _tlv(_SEQUENCE, b"".join(inner))))
+    texts = (pdu.destination, pdu.proxy_auth, pdu.server_auth, pdu.preconnection_blob)
+    for number, text in zip(_TEXT_FIELDS, texts, strict=True):
+        if text is not None:
+            parts.append(_tlv(0xA0 + number, _tlv(_UTF8, text.encode())))
+    if pdu.x224 is not None:
+        parts.append(_tlv(0xA6, _tlv(_OCTETS, pdu.x224)))
+    if pdu.cert_chain is not None:
+        chain = b"".join(_tlv(_OCTETS, c) for c in pdu.cert_chain)
+        parts.append(_tlv(0xA7, _tlv(_SEQUENCE, chain)))
+    if pdu.server_addr is not None:
+        parts.append(_tlv(0xA9, _tlv(_UTF8, pdu.server_addr.encode())))
+    return _tlv(_SEQUENCE, b"".join(parts))
+
+
+def request_problem(pdu: Pdu) -> str:
+    """Why ``pdu`` is not a request this relay serves ('' when it is)."""
+    if pdu.error is not None or pdu.cert_chain is not None or pdu.server_addr is not None:
+        return "a response, not a request"
+    if not pdu.proxy_auth:
+        return "no ticket (proxy_auth)"
+    if pdu.x224 is None or x224_code(pdu.x224) != _X224_CR:
+        return "no X.224 Connection Request"
+    if pdu.preconnection_blob is not None:
+        return "preconnection blobs are not relayed"
+    return ""
+
+
+def response(x224: bytes, certs: tuple[bytes, ...], server_addr: str) -> bytes:
+    return encode(Pdu(x224=x224, cert_chain=certs, server_addr=server_addr))
+
+
+def error_response(http_status: int | None = None, *, x224: bytes | None = None) -> bytes:
+    """A general error (with an HTTP status), or a negotiation error carrying the host's
+    X.224 answer."""
+    if x224 is not None:
+        return encode(Pdu(error=ErrorField(NEGOTIATION_ERROR), x224=x224))
+    return encode(Pdu(error=ErrorField(GENERAL_ERROR, http_status)))
+
+
+# ---------------------------------------------------------------------- RDP: X.224, Client Info
+
+
+def tpkt_length(data: bytes) -> int | None:
+    """The length of the TPKT packet at the start of ``data`` (None: header incomplete);
+    raises when ``data`` does not start with a TPKT header."""
+    if len(data) < 4:
+        return None
+    if data[0] != 0x03 or data[1] != 0x00:
+        raise RdCleanPathError("not a TPKT packet")
+    length = int.from_bytes(data[2:4], "big")
+    if length < 7:
+        raise RdCleanPathError("TPKT packet too short")
+    return length
+
+
+def x224_code(packet: bytes) -> int | None:
+    """The X.224 TPDU code (CR, CC, DT) of one whole TPKT packet, or None."""
+    try:
+        length = tpkt_length(packet)
+    except RdCleanPathError:
+        return None
+    if length is None or length != len(packet) or packet[4] + 5 > length:
+        return None
+    return packet[5] & 0xF0
+
+
+def selected_protocol(confirm: bytes) -> int | None:
+    """The protocol a Connection Confirm selects (None: a negotiation failure, or no
+    negotiation answer in it)."""
+    if x224_code(confirm) != _X224_CC or len(confirm) < 19 or confirm[4] < 14:
+        return None
+    if confirm[11] != _NEG_RSP:
+        return None
+    return int.from_bytes(confirm[15:19], "little")
+
+
+def autologon(packet: bytes) -> bytes | None:
+    """``packet`` (one whole TPKT packet) with INFO_AUTOLOGON set when it is the Client
+    Info PDU (TPKT, X.224 Data, MCS Send Data Request, a basic security header with
+    SEC_INFO_PKT, then TS_INFO_PACKET: CodePage, flags); every other byte the same. None
+    when it is not that PDU."""
+    if x224_code(packet) != _X224_DT or packet[4] != 2:
+        return None
+    at = 7  # after TPKT (4) and X.224 Data (LI=2, code, EOT)
+    if len(packet) < at + 7 or packet[at] != _MCS_SEND_DATA_REQUEST:
+        return None
+    at += 6  # choice, initiator (2), channel id (2), priority and segmentation (1)
+    first = packet[at]
+    if first & 0xC0 == 0xC0:
+        return None  # a fragmented PER length: never a Client Info PDU
+    if first & 0x80:
+        if len(packet) < at + 2:
+            return None
+        length = ((first & 0x3F) << 8) | packet[at + 1]
+        at += 2
+    else:
+        length = first
+        at += 1
+    if at + length != len(packet) or length < 12:
+        return None
+    security = int.from_bytes(packet[at : at + 2], "little")
+    high = int.from_bytes(packet[at + 2 : at + 4], "little")
+    # Under TLS the header is flags and flagsHi (0), nothing encrypted: a Share Control
+    # header in the same place (totalLength, pduType) has a pduType in flagsHi.
+    if not security & SEC_INFO_PKT or security & SEC_ENCRYPT or high != 0:
+        return None
+    flags_at = at + 4 + 4  # basic security header, then CodePage
+    flags = int.from_bytes(packet[flags_at : flags_at + 4], "little")
+    patched = bytearray(packet)
+    patched[flags_at : flags_at + 4] = (flags | INFO_AUTOLOGON).to_bytes(4, "little")
+    return bytes(patched)
+
+
+@dataclass
+class ClientInfoPatcher:
+    """Follows what the browser sends until its Client Info PDU has passed: cuts the
+    stream into TPKT packets, sets auto-logon on that one PDU, then passes everything on
+    untouched. Gives up (passes the rest on as it comes) on anything that is not TPKT
+    or after :attr:`limit` bytes without it."""
+
+    limit: int = 256 * 1024
+    done: bool = False
+    patched: bool = False
+    seen: int = 0
+    buffer: bytearray = field(default_factory=bytearray)
+
+    def feed(self, data: bytes) -> bytes:
+        """What to send on to the host for ``data`` (possibly held back, until a packet
+        is whole)."""
+        if self.done:
+            return data
+        self.buffer += data
+        self.seen += len(data)
+        out = bytearray()
+        while not self.done:
+            try:
+                length = tpkt_length(bytes(self.buffer[:4]))
+            except RdCleanPathError:
+                self._give_up(out)
+                break
+            if length is None or len(self.buffer) < length:
+                if self.seen > self.limit:
+                    self._give_up(out)
+                break
+            packet = bytes(self.buffer[:length])
+            del self.buffer[:length]
+            changed = autologon(packet)
+            if changed is not None:
+                out += changed
+                self.patched = self.done = True
+                out += self.buffer
+                self.buffer.clear()
+            else:
+                out += packet
+        return bytes(out)
+
+    def _give_up(self, out: bytearray) -> None:
+        out += self.buffer
+        self.buffer.clear()
+        self.done = True
+
+
+__all__ = [
+    "MAX_PDU",
+    "PROTOCOL_SSL",
+    "VERSION",
+    "ClientInfoPatcher",
+    "ErrorField",
+    "Pdu",
+    "RdCleanPathError",
+    "autologon",
+    "decode",
+    "encode",
+    "error_response",
+    "request_problem",
+    "response",
+    "selected_protocol",
+    "total_length",
+    "tpkt_length",
+    "x224_code",
+]

@@ -1,0 +1,263 @@
+"""The RDCleanPath codec and the Client Info PDU's auto-logon flag: round trips, the bytes
+IronRDP's web client and an xrdp host really sent, bounds, and garbage that never raises
+anything but RdCleanPathError."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hostpool_operator.access import rdcleanpath as rcp
+
+#: The Connection Confirm of xrdp 0.9.21 selecting PROTOCOL_SSL, as the relay saw it.
+CONFIRM = bytes.fromhex("030000130ed000001234000201080001000000")
+
+
+def x224_request() -> bytes:
+    """An X.224 Connection Request asking for TLS (RDP_NEG_REQ, PROTOCOL_SSL)."""
+    body = bytes([0x0E, 0xE0, 0, 0, 0, 0, 0]) + bytes([0x01, 0x00, 0x08, 0x00, 1, 0, 0, 0])
+    return bytes([3, 0]) + (len(body) + 4).to_bytes(2, "big") + body
+
+
+def client_info(flags: int, rest: bytes = b"\x00" * 300, security: int = 0x40) -> bytes:
+    """A Client Info PDU as IronRDP sends it under TLS: TPKT, X.224 Data, MCS Send Data
+    Request (user 1002 on the I/O channel 1003), a PER length of two bytes, the basic
+    security header, then TS_INFO_PACKET (CodePage, flags, the rest)."""
+    info = (0).to_bytes(4, "little") + flags.to_bytes(4, "little") + rest
+    data = security.to_bytes(2, "little") + b"\x00\x00" + info
+    mcs = bytes([0x64, 0x00, 0x01, 0x03, 0xEB, 0x70]) + (0x8000 | len(data)).to_bytes(2, "big")
+    payload = bytes([0x02, 0xF0, 0x80]) + mcs + data
+    return bytes([3, 0]) + (len(payload) + 4).to_bytes(2, "big") + payload
+
+
+def confirm_active() -> bytes:
+    """A PDU on the same channel whose Share Control header sets 0x40 in its totalLength
+    (as a real Confirm Active did): not the Client Info PDU."""
+    return client_info(0x173, security=0x01F1)[:15] + b"\x13\x00" + b"\x00" * 40
+
+
+# ---------------------------------------------------------------------- the PDU
+
+
+def test_a_request_round_trips_and_is_one_the_relay_serves() -> None:
+    pdu = rcp.Pdu(destination="10.0.0.5:3389", proxy_auth="t1.abc.def", x224=x224_request())
+    raw = rcp.encode(pdu)
+    assert raw[0] == 0x30
+    assert rcp.total_length(raw) == len(raw)
+    back = rcp.decode(raw)
+    assert back == pdu
+    assert rcp.request_problem(back) == ""
+
+
+def test_known_bytes_of_a_small_request() -> None:
+    """DER written by hand: SEQUENCE { [0] INTEGER 3390, [3] UTF8String "t" }."""
+    raw = bytes.fromhex("300ba00402020d3ea3030c0174")
+    assert rcp.decode(raw) == rcp.Pdu(proxy_auth="t")
+    assert rcp.encode(rcp.Pdu(proxy_auth="t")) == raw
+
+
+def test_a_response_carries_the_confirm_the_chain_and_the_address() -> None:
+    raw = rcp.response(CONFIRM, (b"\x30\x82cert-one", b"cert-two"), "10.0.0.5")
+    pdu = rcp.decode(raw)
+    assert pdu.x224 == CONFIRM
+    assert pdu.cert_chain == (b"\x30\x82cert-one", b"cert-two")
+    assert pdu.server_addr == "10.0.0.5"
+    assert rcp.request_problem(pdu) == "a response, not a request"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (rcp.error_response(403), rcp.ErrorField(rcp.GENERAL_ERROR, 403)),
+        (rcp.error_response(), rcp.ErrorField(rcp.GENERAL_ERROR)),
+        (rcp.error_response(x224=CONFIRM), rcp.ErrorField(rcp.NEGOTIATION_ERROR)),
+    ],
+)
+def test_errors(raw: bytes, expected: rcp.ErrorField) -> None:
+    assert rcp.decode(raw).error == expected
+
+
+@pytest.mark.parametrize(
+    ("pdu", "problem"),
+    [
+        (rcp.Pdu(x224=x224_request()), "no ticket (proxy_auth)"),
+        (rcp.Pdu(proxy_auth="t"), "no X.224 Connection Request"),
+        (rcp.Pdu(proxy_auth="t", x224=CONFIRM), "no X.224 Connection Request"),
+        (
+            rcp.Pdu(proxy_auth="t", x224=x224_request(), preconnection_blob="x"),
+            "preconnection blobs are not relayed",
+        ),
+    ],
+)
+def test_requests_the_relay_refuses(pdu: rcp.Pdu, problem: str) -> None:
+    assert rcp.request_problem(rcp.decode(rcp.encode(pdu))) == problem
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"\x30",
+        b"\x31\x00",
+        rcp.encode(rcp.Pdu(version=3389)),  # the old version
+        rcp.encode(rcp.Pdu(version=3390, proxy_auth="t")) + b"\x00",  # trailing bytes
+        b"\x30\x84\xff\xff\xff\xff",  # a length past the bounds
+        rcp.encode(rcp.Pdu(proxy_auth="x" * 5000)),  # a field past MAX_TEXT
+        bytes.fromhex("3009a3030c0174a0020200"),  # fields out of order
+        bytes.fromhex("3008a0060204ffffffff"),  # a negative version
+    ],
+)
+def test_what_is_refused(raw: bytes) -> None:
+    with pytest.raises(rcp.RdCleanPathError):
+        rcp.decode(raw)
+
+
+def test_a_pdu_over_the_size_bound_is_refused_from_its_header() -> None:
+    with pytest.raises(rcp.RdCleanPathError):
+        rcp.total_length(b"\x30\x83\x10\x00\x00")
+    assert rcp.total_length(b"\x30\x82\x01") is None  # header not whole yet
+    assert rcp.total_length(b"\x30\x82\x01\x00") == 260
+
+
+texts = st.text(max_size=200)
+
+
+@given(
+    destination=st.none() | texts,
+    proxy_auth=st.none() | texts,
+    server_auth=st.none() | texts,
+    x224=st.none() | st.binary(max_size=300),
+    chain=st.none() | st.lists(st.binary(max_size=300), max_size=4).map(tuple),
+    server_addr=st.none() | texts,
+    error=st.none()
+    | st.builds(
+        rcp.ErrorField,
+        st.integers(0, 0xFFFF),
+        st.none() | st.integers(0, 0xFFFF),
+        st.none() | st.integers(0, 0xFFFF),
+        st.none() | st.integers(0, 255),
+    ),
+)
+def test_every_pdu_round_trips(
+    destination: str | None,
+    proxy_auth: str | None,
+    server_auth: str | None,
+    x224: bytes | None,
+    chain: tuple[bytes, ...] | None,
+    server_addr: str | None,
+    error: rcp.ErrorField | None,
+) -> None:
+    pdu = rcp.Pdu(
+        error=error,
+        destination=destination,
+        proxy_auth=proxy_auth,
+        server_auth=server_auth,
+        x224=x224,
+        cert_chain=chain,
+        server_addr=server_addr,
+    )
+    raw = rcp.encode(pdu)
+    assert rcp.total_length(raw) == len(raw)
+    assert rcp.decode(raw) == pdu
+
+
+@given(st.binary(max_size=400))
+def test_garbage_never_raises_anything_else(raw: bytes) -> None:
+    try:
+        rcp.decode(raw)
+        rcp.total_length(raw)
+    except rcp.RdCleanPathError:
+        pass
+
+
+@given(st.binary(min_size=1, max_size=200), st.integers(0, 199))
+def test_a_corrupted_request_is_refused_or_read(noise: bytes, at: int) -> None:
+    raw = bytearray(rcp.encode(rcp.Pdu(proxy_auth="ticket", x224=x224_request())))
+    at %= len(raw)
+    raw[at : at + len(noise)] = noise
+    with contextlib.suppress(rcp.RdCleanPathError):
+        rcp.request_problem(rcp.decode(bytes(raw)))
+
+
+# ---------------------------------------------------------------------- RDP
+
+
+def test_the_confirm_of_xrdp_selects_tls() -> None:
+    assert rcp.selected_protocol(CONFIRM) == rcp.PROTOCOL_SSL
+    failure = bytearray(CONFIRM)
+    failure[11] = 0x03  # RDP_NEG_FAILURE
+    assert rcp.selected_protocol(bytes(failure)) is None
+    assert rcp.selected_protocol(x224_request()) is None
+
+
+def test_autologon_sets_one_bit_of_the_client_info_pdu() -> None:
+    packet = client_info(0x4B0173)
+    patched = rcp.autologon(packet)
+    assert patched is not None
+    assert len(patched) == len(packet)
+    differing = [i for i in range(len(packet)) if packet[i] != patched[i]]
+    assert differing == [23]  # the flags' low byte: 0x73 -> 0x7b, as the web client's
+    assert int.from_bytes(patched[23:27], "little") == 0x4B017B
+    assert rcp.autologon(patched) == patched  # set already: the same bytes
+
+
+@pytest.mark.parametrize(
+    "packet",
+    [
+        confirm_active(),
+        client_info(0x173, security=0x0048),  # encrypted: never under TLS
+        x224_request(),
+        CONFIRM,
+        bytes.fromhex("0300000c02f0800401000100"),  # MCS Erect Domain Request
+        client_info(0x173)[:-1],  # a length that does not add up
+    ],
+)
+def test_autologon_leaves_other_packets(packet: bytes) -> None:
+    assert rcp.autologon(packet) is None
+
+
+@given(st.binary(max_size=400))
+def test_autologon_never_raises(packet: bytes) -> None:
+    patched = rcp.autologon(packet)
+    if patched is not None:
+        assert len(patched) == len(packet)
+        assert sum(a != b for a, b in zip(packet, patched, strict=True)) <= 1
+
+
+def stream() -> bytes:
+    erect = bytes.fromhex("0300000c02f0800401000100")
+    attach = bytes.fromhex("0300000802f08028")
+    return erect + attach + client_info(0x4B0173) + confirm_active() + b"\x44" * 30
+
+
+@given(st.lists(st.integers(1, 600), max_size=12))
+def test_the_patcher_patches_once_however_the_stream_is_cut(cuts: list[int]) -> None:
+    whole = stream()
+    expected = whole.replace(client_info(0x4B0173), client_info(0x4B017B))
+    patcher = rcp.ClientInfoPatcher()
+    out, at = b"", 0
+    for cut in [*cuts, len(whole)]:
+        out += patcher.feed(whole[at : at + cut])
+        at += cut
+    out += patcher.feed(whole[at:])
+    assert patcher.patched
+    assert out == expected
+
+
+def test_the_patcher_gives_up_on_what_is_not_tpkt_and_passes_it_on() -> None:
+    patcher = rcp.ClientInfoPatcher()
+    assert patcher.feed(b"\x44\x00garbage") == b"\x44\x00garbage"
+    assert patcher.done
+    assert not patcher.patched
+    assert patcher.feed(client_info(0x173)) == client_info(0x173)
+
+
+def test_the_patcher_gives_up_past_its_limit() -> None:
+    patcher = rcp.ClientInfoPatcher(limit=100)
+    head = client_info(0x173)[:90]
+    assert patcher.feed(head) == b""
+    assert patcher.feed(b"\x00" * 20) == head + b"\x00" * 20
+    assert patcher.done
