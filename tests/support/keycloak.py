@@ -140,6 +140,30 @@ def client(
     return rep
 
 
+def portal_client(
+    client_id: str,
+    secret: str,
+    *,
+    redirect_uris: Sequence[str] = ("http://127.0.0.1/*",),
+    access_token_lifespan: int | None = None,
+) -> dict[str, Any]:
+    """The portal's client: confidential (``secret``), authorization code flow only, PKCE
+    S256 required, the ``groups`` and audience mappers of :func:`client`. Keycloak takes a
+    loopback redirect URI with any port (RFC 8252 7.3), so ``http://127.0.0.1/*`` fits every
+    test broker's ``<public-url>/auth/callback``; after sign-out the same URIs are allowed."""
+    rep = client(client_id, secret, access_token_lifespan=access_token_lifespan)
+    rep.update(
+        standardFlowEnabled=True,
+        directAccessGrantsEnabled=False,
+        redirectUris=list(redirect_uris),
+        webOrigins=[],
+    )
+    attributes = rep.setdefault("attributes", {})
+    attributes["pkce.code.challenge.method"] = "S256"
+    attributes["post.logout.redirect.uris"] = "+"
+    return rep
+
+
 def realm(
     name: str,
     users: Iterable[User],
@@ -258,11 +282,41 @@ CORP_USERS: list[User] = [
 OTHER_USERS: list[User] = [("alice", "alice-other-pw", ["/finance-desk"])]
 
 
-def suite_realms() -> list[dict[str, Any]]:
-    """Realms ``corp`` and ``other`` (see :data:`CORP_USERS`, :data:`OTHER_USERS`)."""
+#: The portal's client in both suite realms (a test value, not a secret), and one whose
+#: access tokens live :data:`SHORT_LIFESPAN` seconds (the refresh tests).
+PORTAL_CLIENT_ID = "hostpool-portal"
+PORTAL_CLIENT_SECRET = "hostpool-portal-test-secret"
+PORTAL_SHORT_CLIENT_ID = "hostpool-portal-short"
+SHORT_LIFESPAN = 65
+
+
+def suite_portal_clients() -> list[dict[str, Any]]:
     return [
-        realm(CORP, CORP_USERS, client_id=CLIENT_ID, client_secret=CLIENT_SECRET),
-        realm(OTHER, OTHER_USERS, client_id=CLIENT_ID, client_secret=CLIENT_SECRET),
+        portal_client(PORTAL_CLIENT_ID, PORTAL_CLIENT_SECRET),
+        portal_client(
+            PORTAL_SHORT_CLIENT_ID, PORTAL_CLIENT_SECRET, access_token_lifespan=SHORT_LIFESPAN
+        ),
+    ]
+
+
+def suite_realms() -> list[dict[str, Any]]:
+    """Realms ``corp`` and ``other`` (see :data:`CORP_USERS`, :data:`OTHER_USERS`), each with
+    the portal's clients (:func:`suite_portal_clients`)."""
+    return [
+        realm(
+            CORP,
+            CORP_USERS,
+            client_id=CLIENT_ID,
+            client_secret=CLIENT_SECRET,
+            more_clients=suite_portal_clients(),
+        ),
+        realm(
+            OTHER,
+            OTHER_USERS,
+            client_id=CLIENT_ID,
+            client_secret=CLIENT_SECRET,
+            more_clients=suite_portal_clients(),
+        ),
     ]
 
 

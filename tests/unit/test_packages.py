@@ -90,6 +90,11 @@ def installed_by_the_scripts() -> dict[str, list[str]]:
     client = re.search(r"^CLIENT_PACKAGES = \(([^)]*)\)", desktop, re.MULTILINE)
     assert client
     resolved["tests/support/desktop.py: CLIENT_PACKAGES"] = re.findall(r'"([^"]+)"', client[1])
+    # The portal's browser tests' chromium (tests/support/browser.py, from Python too).
+    browser = (REPO_ROOT / "tests" / "support" / "browser.py").read_text()
+    chromium = re.search(r"^BROWSER_PACKAGES = \(([^)]*)\)", browser, re.MULTILINE)
+    assert chromium
+    resolved["tests/support/browser.py: BROWSER_PACKAGES"] = re.findall(r'"([^"]+)"', chromium[1])
     return resolved
 
 

@@ -147,6 +147,7 @@ class Portal:
             web.get("/auth/login", self.login),
             web.get("/auth/callback", self.callback),
             web.post("/auth/logout", self.logout),
+            web.get("/auth/session", self.whoami),
         ]
 
     # ------------------------------------------------------------------ the session
@@ -436,6 +437,23 @@ class Portal:
         # client_secret_basic (RFC 6749 2.3.1: both parts form-encoded first).
         quote = urllib.parse.quote_plus
         return aiohttp.BasicAuth(quote(self.settings.client_id), quote(self.settings.client_secret))
+
+    # ------------------------------------------------------------------ /auth/session
+
+    async def whoami(self, request: web.Request) -> web.Response:
+        """The session for the page's script: user, groups, CSRF token, end (never a token).
+        Another origin's script cannot read it (no CORS headers)."""
+        session = await self.session(request)
+        if session is None:
+            refusal = {"reason": "Unauthorized", "message": "not signed in"}
+            return web.json_response(refusal, status=401, headers={"Cache-Control": "no-store"})
+        body: dict[str, Any] = {
+            "user": session.caller.user,
+            "groups": sorted(session.caller.groups),
+            "csrf": session.csrf,
+            "expiresAt": int(session.expires_at),
+        }
+        return web.json_response(body, headers={"Cache-Control": "no-store"})
 
     # ------------------------------------------------------------------ /auth/logout
 
