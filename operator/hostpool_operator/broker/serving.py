@@ -105,6 +105,10 @@ class GuardedHandler(web.RequestHandler):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return  # read and dropped until the connection closes
+        if self._upgraded:
+            # A WebSocket (the desktop relay): its frames are no request heads.
+            super().data_received(data)
+            return
         if (self._body is None or self._body.is_eof()) and data:
             if self._deadline is None:
                 self._start_deadline()
