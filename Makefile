@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 SHELL_SCRIPTS = $(shell git ls-files '*.sh' 2>/dev/null)
 GO_CHECK := cd hack/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
 
-.PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-packages test-prepare test test-faults test-unit lint shellcheck crds bench-engine bench-recommend bench bench-hosts bench-scale tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-down clean
+.PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-packages test-prepare test test-faults test-unit lint shellcheck crds bench-engine bench-recommend bench bench-hosts bench-scale bench-portal web-client tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-down clean
 
 ##@ Getting started
 
@@ -104,6 +104,9 @@ bench-hosts: $(STAMP) tools-cluster ## 50 pod-backed hosts started on demand by 
 bench-scale: $(STAMP) tools-cluster ## 100,000 assigned sessions over 1,000 pools: operator start, storm, kill -9 (SCALE_* to scale down)
 	@BENCH_KUBECONFIG="$(BENCH_KUBECONFIG)" HOSTPOOL_PYTHON=$(PY) hack/bench/scale.sh
 
+bench-portal: $(STAMP) tools-cluster web-client ## (root) browser desktops through one broker: click -> first frame, relay CPU per MiB, 20 at once
+	@$(PY) hack/bench/portal.py
+
 bench-recommend: $(STAMP) ## recommend-plan over four weeks of 5,000 sessions a day: run time and the plan's figures
 	$(PY) hack/bench/recommend.py
 
@@ -126,6 +129,10 @@ tools: ## build kube-apiserver, etcd, kube-controller-manager, kube-scheduler, k
 	hack/cluster/tools.sh
 
 # The control plane alone: promtool is for the alert-rule tests (make test), not for a demo.
+# The browser's RDP client (npm, from hack/portal/package-lock.json) in the tools' cache.
+web-client: ## fetch the browser RDP client the broker serves with --web-client-dir (prints its directory)
+	@hack/portal/web-client.sh
+
 tools-cluster: ## the same without promtool and prometheus (what the demo, the benches and cluster-up need)
 	hack/cluster/tools.sh --control-plane
 

@@ -176,5 +176,9 @@ disconnectButton.addEventListener("click", () => {
   if (ui !== null) ui.shutdown();
 });
 
-// Load the client while the user types the password.
-loadClient().catch((error) => show("error", `the desktop client did not load: ${describe(error)}`));
+// Load the client while the user types the password (data-client="ready" once it is).
+loadClient()
+  .then(() => {
+    root.dataset.client = "ready";
+  })
+  .catch((error) => show("error", `the desktop client did not load: ${describe(error)}`));

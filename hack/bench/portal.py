@@ -1,0 +1,36 @@
+"""`make bench-portal`: desktops in the browser through one broker (as root, with real xrdp
+hosts): click -> first frame (median and p95 over BENCH_PORTAL_RUNS runs), the relay's CPU
+per MiB relayed while a desktop draws, and BENCH_PORTAL_DESKTOPS (default 20) browser
+desktops at once without a dropped session.
+
+The set-up is the end-to-end suite's (its control plane, operator, Keycloak, xrdp hosts and
+agents, the broker with the portal, chromium): the bench itself is
+tests/e2e/desktop/bench_portal.py, run here by pytest. The last line of stdout is one JSON
+object with the figures.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "tests" / "e2e" / "desktop" / "bench_portal.py"
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="bench-portal-") as work:
+        out = Path(work) / "result.json"
+        env = {**os.environ, "BENCH_PORTAL_OUT": str(out)}
+        argv = [sys.executable, "-m", "pytest", str(BENCH), "-s", "-q", "-p", "no:cacheprovider"]
+        code = subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
+        if out.exists():
+            print(out.read_text().replace("\n", " "))
+        return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
