@@ -227,12 +227,17 @@ def pool_entry(pool: PoolView, mine: list[RequestView]) -> dict[str, Any]:
             "host": r.host,
             "state": r.session_state or (str(r.phase) if r.phase else str(Phase.PENDING)),
         }
+    available = bool(pool.free)
     return {
         "namespace": pool.namespace,
         "name": pool.name,
         "loadBalancerType": str(pool.load_balancer_type),
-        "available": bool(pool.free),
+        "available": available,
         "session": session,
+        "displayName": pool.display_name or pool.name,
+        "web": pool.connection.web,
+        # No free slot now, but hosts are on their way: a connect waits for one.
+        "hostsStarting": not available and pool.hosts_starting,
     }
 
 

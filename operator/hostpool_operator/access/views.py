@@ -24,6 +24,12 @@ class PoolView:
     connection: Connection
     #: Free session slots by the pool's last status; None before the operator wrote one.
     free: int | None
+    #: The name the portal shows (spec.displayName); None: the pool's name.
+    display_name: str | None = None
+    #: Hosts are starting for the pool by its last status: hosts whose workload is not
+    #: Ready yet (status.hosts.notReady), or requests waiting for hosts being started
+    #: (condition Saturated, reason HostsStarting).
+    hosts_starting: bool = False
 
     @classmethod
     def from_api(cls, obj: JSON) -> PoolView:
@@ -36,8 +42,9 @@ class PoolView:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             raise ValueError(f"spec.{where}: {first['msg']}") from None
-        status = obj.get("status") or {}
-        free = (status.get("capacity") or {}).get("free")
+        status = obj.get("status")
+        status = status if isinstance(status, dict) else {}
+        free = _field(status, "capacity", "free")
         return cls(
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
@@ -45,6 +52,8 @@ class PoolView:
             entitlements=spec.entitlements,
             connection=spec.connection or Connection(),
             free=free if isinstance(free, int) else None,
+            display_name=spec.display_name,
+            hosts_starting=_hosts_starting(status),
         )
 
     def admits(self, user: str, groups: frozenset[str]) -> bool:
@@ -137,6 +146,26 @@ class RequestView:
     def live(self) -> bool:
         """Counts as the user's session in the pool: not failed, not ending."""
         return self.phase is not Phase.FAILED and not self.ending
+
+
+def _field(status: JSON, part: str, name: str) -> Any:
+    section = status.get(part)
+    return section.get(name) if isinstance(section, dict) else None
+
+
+def _hosts_starting(status: JSON) -> bool:
+    """Whether the pool's status says hosts are on their way (see PoolView.hosts_starting)."""
+    not_ready = _field(status, "hosts", "notReady")
+    if isinstance(not_ready, int) and not_ready > 0:
+        return True
+    conditions = status.get("conditions")
+    return isinstance(conditions, list) and any(
+        isinstance(c, dict)
+        and c.get("type") == "Saturated"
+        and c.get("status") == "True"
+        and c.get("reason") == Reason.HOSTS_STARTING.value
+        for c in conditions
+    )
 
 
 _E = TypeVar("_E", Phase, Reason)

@@ -149,6 +149,11 @@ class Connection(ApiModel):
         ),
     )
     gateway: Gateway | None = Field(default=None, description="An optional RD Gateway.")
+    web: bool = Field(
+        default=False,
+        description="The portal may open the pool's sessions in the browser: the broker relays "
+        "the browser's connection to the user's own assigned host (a WebSocket).",
+    )
 
     @field_validator("rdp_properties")
     @classmethod

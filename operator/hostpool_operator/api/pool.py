@@ -13,7 +13,7 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 
 from .access import Connection, Entitlements
-from .address import HOST_ADDRESS_PATTERN
+from .address import HOST_ADDRESS_PATTERN, NO_CONTROL_PATTERN
 from .base import (
     DEFAULT_CONNECTING_TIMEOUT_SECONDS,
     MAX_ADDRESS,
@@ -34,6 +34,8 @@ from .workload import TemplateMetadata, WorkloadTemplate
 # ---------------------------------------------------------------------------------------
 # HostPool
 
+#: The longest display name the portal shows for a pool.
+MAX_DISPLAY_NAME = 64
 #: The longest pool selector: the label key, "=" and a name of up to 253 characters.
 MAX_SELECTOR = 300
 
@@ -379,6 +381,14 @@ class HostPoolSpec(ApiModel):
         }
     ]
 
+    display_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_DISPLAY_NAME,
+        pattern=NO_CONTROL_PATTERN,
+        description="The name the portal shows users (absent: the pool's name); up to 64 "
+        "characters, no control characters.",
+    )
     load_balancer: LoadBalancer = Field(description="The algorithm and the session limit.")
     connecting_timeout_seconds: int = Field(
         default=DEFAULT_CONNECTING_TIMEOUT_SECONDS,

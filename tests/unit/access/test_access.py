@@ -193,6 +193,9 @@ def test_pool_entry() -> None:
         "loadBalancerType": "DepthFirst",
         "available": False,
         "session": None,
+        "displayName": "desk",
+        "web": False,
+        "hostsStarting": False,
     }
     placed = request_view("r", phase="Assigned", host="h1", address="a")
     entry = connect.pool_entry(pool_view(["alice"], free=None), [placed])
