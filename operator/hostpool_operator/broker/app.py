@@ -28,6 +28,7 @@ from ..kube.errors import ApiError, ApiTransportError
 from .directory import Directory
 from .metrics import BrokerMetrics
 from .oidc import InvalidTokenError, TokenVerifier
+from .portal.page import PortalPage
 from .portal.relay import WebDesktops, WebSettings
 from .portal.signin import SAFE_METHODS, Portal
 
@@ -96,6 +97,7 @@ class Broker:
         if self.portal is not None:
             app.add_routes(self.portal.routes())
             app.on_response_prepare.append(self.portal.on_response_prepare)
+        PortalPage(self).install(app)
         return app
 
     def metrics_app(self) -> web.Application:
@@ -217,11 +219,7 @@ class Broker:
             self._ready()
         except _RefusalError as refusal:
             return self._send(request, "pools", refusal.answer)
-        listed = [
-            decisions.pool_entry(p, self.directory.mine(p.namespace, p.name, caller.user))
-            for p in self.directory.pools_of()
-            if p.admits(caller.user, caller.groups)
-        ]
+        listed = self.directory.listing(caller.user, caller.groups)
         return self._send(request, "pools", Answer(200, "OK", {"pools": listed}))
 
     # ------------------------------------------------------------------ connect

@@ -12,8 +12,10 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
+from ..access.connect import pool_entry
 from ..access.views import HostView, PoolView, RequestView
 from ..api.vocabulary import HOSTS, POOLS, REQUESTS
 from ..kube.client import JSON, KubeClient
@@ -23,6 +25,22 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, name)
 UserKey = tuple[str, str, str]  # (namespace, pool, user)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """Something ``GET /v1/pools`` may show differently now: a pool (``user`` None; as it
+    was and as it is, None where it is not there) or one user's request in a pool."""
+
+    namespace: str
+    pool: str
+    user: str | None = None
+    before: PoolView | None = None
+    after: PoolView | None = None
+
+
+#: Told of each change, synchronously, on the event loop (it must not block).
+Listener = Callable[[Change], None]
 
 
 class Directory:
@@ -39,6 +57,8 @@ class Directory:
         self._locks: dict[UserKey, list[Any]] = {}
         #: Objects that could not be read (the metrics and the log say which).
         self.skipped = 0
+        #: Told of every change to a pool or a request (the portal's live updates).
+        self.listeners: list[Listener] = []
         self._synced = False
         self.informers: list[Informer] = []
         for namespace in namespaces or [None]:  # type: ignore[list-item]
@@ -73,6 +93,14 @@ class Directory:
         names = self._mine.get((namespace, pool, user), ())
         return [self.requests[(namespace, n)] for n in names if (namespace, n) in self.requests]
 
+    def listing(self, user: str, groups: frozenset[str]) -> list[dict[str, Any]]:
+        """The pools this user may use, each with their session there: ``GET /v1/pools``."""
+        return [
+            pool_entry(p, self.mine(p.namespace, p.name, user))
+            for p in self.pools_of()
+            if p.admits(user, groups)
+        ]
+
     def pools_of(self, namespace: str | None = None) -> list[PoolView]:
         return sorted(
             (p for p in self.pools.values() if namespace is None or p.namespace == namespace),
@@ -101,16 +129,20 @@ class Directory:
     def _on_pool(self, kind: str, obj: JSON) -> None:
         meta = obj.get("metadata") or {}
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        before = self.pools.get(key)
         if kind == "DELETED":
             self.pools.pop(key, None)
-            return
-        try:
-            self.pools[key] = PoolView.from_api(obj)
-        except ValueError as error:
-            # Unreadable: no one may connect to it until it is fixed.
-            self.pools.pop(key, None)
-            self.skipped += 1
-            log.warning("pool %s/%s left out: %s", key[0], key[1], error)
+        else:
+            try:
+                self.pools[key] = PoolView.from_api(obj)
+            except ValueError as error:
+                # Unreadable: no one may connect to it until it is fixed.
+                self.pools.pop(key, None)
+                self.skipped += 1
+                log.warning("pool %s/%s left out: %s", key[0], key[1], error)
+        after = self.pools.get(key)
+        if after != before:  # most status writes change nothing the broker keeps
+            self._tell(Change(key[0], key[1], None, before, after))
 
     def _on_host(self, kind: str, obj: JSON) -> None:
         meta = obj.get("metadata") or {}
@@ -149,6 +181,7 @@ class Directory:
             self._forget(old)  # a namesake of another user (deleted and made again)
         self.requests[key] = view
         self._mine[(view.namespace, view.pool, view.user)].add(view.name)
+        self._tell(Change(view.namespace, view.pool, view.user))
 
     def _forget(self, view: RequestView) -> None:
         key = (view.namespace, view.name)
@@ -159,6 +192,14 @@ class Directory:
             names.discard(view.name)
             if not names:
                 del self._mine[user_key]
+        self._tell(Change(view.namespace, view.pool, view.user))
+
+    def _tell(self, change: Change) -> None:
+        for listener in self.listeners:
+            try:
+                listener(change)
+            except Exception:  # a listener's bug must not end the watch
+                log.exception("a listener of the directory failed")
 
     def _wake(self, key: Key) -> None:
         for event in self._waiters.get(key, ()):

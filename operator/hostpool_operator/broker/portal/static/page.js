@@ -1,0 +1,251 @@
+// The portal page: one tile per pool the user may use, drawn from the /v1/pools answer the
+// server put in the page, then kept current by /v1/events (server-sent events; polling
+// /v1/pools every 5 s while the stream is down). Connect downloads the .rdp file, Open in
+// browser opens /desktop/NS/POOL, Log off ends the session. Every change carries the page's
+// CSRF token (the meta element); no token of the identity provider ever reaches this script.
+"use strict";
+
+(() => {
+  const POLL_MS = 5000;
+  const MAX_WAIT_ROUNDS = 120;
+  const csrf = document.querySelector('meta[name="hostpool-csrf"]').content;
+  const text = JSON.parse(document.getElementById("hostpool-strings").textContent);
+  const list = document.getElementById("pools");
+  const noPools = document.getElementById("no-pools");
+  const paused = document.getElementById("live-paused");
+  const announce = document.getElementById("announce");
+  const tiles = new Map();
+  let events = null;
+  let pollTimer = null;
+  let signedOut = false;
+
+  const say = (key, values = {}) =>
+    (text[key] ?? key).replace(/\{(\w+)\}/g, (place, name) => (name in values ? values[name] : place));
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  const keyOf = (pool) => `${pool.namespace}/${pool.name}`;
+  const base = (pool) =>
+    `/v1/namespaces/${encodeURIComponent(pool.namespace)}/pools/${encodeURIComponent(pool.name)}`;
+
+  function availability(pool) {
+    if (pool.available) return "ready";
+    return pool.hostsStarting ? "starting" : "full";
+  }
+
+  function sessionText(session) {
+    if (!session) return say("no_session");
+    const state = text[`state_${session.state}`] ?? session.state;
+    return session.host ? say("session_on", { state, host: session.host }) : say("session", { state });
+  }
+
+  // A button whose accessible name is its visible label and the pool's name.
+  function button(action, label, extra) {
+    const element = document.createElement("button");
+    element.type = "button";
+    element.dataset.action = action;
+    element.append(label);
+    const hidden = document.createElement("span");
+    hidden.className = "visually-hidden";
+    element.append(hidden);
+    element._extra = extra;
+    return element;
+  }
+
+  function newTile(pool) {
+    const tile = document.createElement("li");
+    tile.className = "tile";
+    tile.dataset.pool = keyOf(pool);
+    const heading = document.createElement("h3");
+    const avail = document.createElement("p");
+    avail.className = "availability";
+    const session = document.createElement("p");
+    session.className = "session";
+    const actions = document.createElement("div");
+    actions.className = "actions";
+    const connect = button("connect", say("connect"), "");
+    const browser = button("browser", say("browser"), ` ${say("new_tab")}`);
+    const logoff = button("logoff", say("logoff"), "");
+    logoff.classList.add("secondary");
+    browser.classList.add("secondary");
+    actions.append(connect, browser, logoff);
+    const message = document.createElement("p");
+    message.className = "message";
+    message.setAttribute("role", "status");
+    tile.append(heading, avail, session, actions, message);
+    const parts = { tile, heading, avail, session, connect, browser, logoff, message, pool };
+    connect.addEventListener("click", () => runConnect(parts));
+    browser.addEventListener("click", () => openInBrowser(parts.pool));
+    logoff.addEventListener("click", () => runLogoff(parts));
+    return parts;
+  }
+
+  function update(parts, pool, first) {
+    parts.pool = pool;
+    const name = pool.displayName || pool.name;
+    parts.heading.textContent = name;
+    for (const control of [parts.connect, parts.browser, parts.logoff]) {
+      control.lastChild.textContent = ` ${name}${control._extra}`;
+    }
+    const kind = availability(pool);
+    parts.avail.dataset.availability = kind;
+    parts.avail.textContent = say(kind);
+    const state = pool.session ? pool.session.state : "";
+    const described = sessionText(pool.session);
+    if (!first && (parts.tile.dataset.state !== state || parts.session.textContent !== described)) {
+      announce.textContent = `${name}: ${described}`;
+    }
+    parts.tile.dataset.state = state;
+    parts.session.textContent = described;
+    parts.browser.hidden = !pool.web;
+    parts.logoff.hidden = !pool.session;
+  }
+
+  function render(body, first = false) {
+    const seen = new Set();
+    for (const pool of body.pools) {
+      const key = keyOf(pool);
+      seen.add(key);
+      let parts = tiles.get(key);
+      const fresh = !parts;
+      if (fresh) {
+        parts = newTile(pool);
+        tiles.set(key, parts);
+      }
+      update(parts, pool, first || fresh);
+      list.append(parts.tile); // in the answer's order; a tile kept keeps its focus
+    }
+    for (const [key, parts] of tiles) {
+      if (!seen.has(key)) {
+        parts.tile.remove();
+        tiles.delete(key);
+      }
+    }
+    noPools.hidden = body.pools.length > 0;
+  }
+
+  function showSignedOut() {
+    signedOut = true;
+    if (events) events.close();
+    clearInterval(pollTimer);
+    document.getElementById("main").hidden = true;
+    document.getElementById("signed-out").hidden = false;
+  }
+
+  async function reason(response) {
+    try {
+      const body = await response.json();
+      return body.message || body.reason || `HTTP ${response.status}`;
+    } catch (_) {
+      return `HTTP ${response.status}`;
+    }
+  }
+
+  async function call(method, path, accept) {
+    const response = await fetch(path, {
+      method,
+      credentials: "same-origin",
+      headers: { Accept: accept, "X-Hostpool-CSRF": csrf },
+    });
+    if (response.status === 401) showSignedOut();
+    return response;
+  }
+
+  function download(blob, name) {
+    const url = URL.createObjectURL(blob);
+    const link = document.createElement("a");
+    link.href = url;
+    link.download = name;
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+  }
+
+  async function runConnect(parts) {
+    parts.connect.disabled = true;
+    try {
+      for (let round = 0; round < MAX_WAIT_ROUNDS && !signedOut; round++) {
+        const response = await call("POST", `${base(parts.pool)}/connect`, "application/x-rdp");
+        if (response.status === 200) {
+          const file = `${parts.pool.name}.rdp`;
+          download(new Blob([await response.blob()], { type: "application/x-rdp" }), file);
+          parts.message.textContent = say("downloaded", { file });
+          return;
+        }
+        if (response.status !== 202 && response.status !== 503) {
+          if (response.status !== 401) {
+            parts.message.textContent = say("failed", { message: await reason(response) });
+          }
+          return;
+        }
+        parts.message.textContent = say("waiting");
+        const wait = Number(response.headers.get("Retry-After")) || 2;
+        await sleep(Math.min(Math.max(wait, 1), 60) * 1000);
+      }
+    } catch (error) {
+      parts.message.textContent = say("failed", { message: String(error.message || error) });
+    } finally {
+      parts.connect.disabled = false;
+    }
+  }
+
+  function openInBrowser(pool) {
+    const path = `/desktop/${encodeURIComponent(pool.namespace)}/${encodeURIComponent(pool.name)}`;
+    window.open(path, "_blank", "noopener");
+  }
+
+  async function runLogoff(parts) {
+    parts.logoff.disabled = true;
+    try {
+      const response = await call("DELETE", `${base(parts.pool)}/session`, "application/json");
+      if (response.status === 202 || response.status === 404) {
+        parts.message.textContent = say("logging_off");
+      } else if (response.status !== 401) {
+        parts.message.textContent = say("failed", { message: await reason(response) });
+      }
+    } catch (error) {
+      parts.message.textContent = say("failed", { message: String(error.message || error) });
+    } finally {
+      parts.logoff.disabled = false;
+    }
+  }
+
+  async function poll() {
+    try {
+      const response = await call("GET", "/v1/pools", "application/json");
+      if (response.ok) render(await response.json());
+    } catch (_) {
+      // the broker is out of reach: the next round tries again
+    }
+  }
+
+  function startPolling() {
+    if (pollTimer === null && !signedOut) {
+      paused.hidden = false;
+      document.documentElement.dataset.live = "polling";
+      pollTimer = setInterval(poll, POLL_MS);
+    }
+  }
+
+  function stopPolling() {
+    clearInterval(pollTimer);
+    pollTimer = null;
+    paused.hidden = true;
+    document.documentElement.dataset.live = "events";
+  }
+
+  function listen() {
+    if (!("EventSource" in window)) {
+      startPolling();
+      return;
+    }
+    events = new EventSource("/v1/events");
+    events.addEventListener("open", stopPolling);
+    events.addEventListener("pools", (event) => render(JSON.parse(event.data)));
+    // The browser reconnects by itself after a dropped stream; until it has, and for
+    // good when the stream was refused (closed), the page polls.
+    events.addEventListener("error", startPolling);
+  }
+
+  render(JSON.parse(document.getElementById("hostpool-pools").textContent), true);
+  listen();
+})();
