@@ -51,6 +51,20 @@ else http. */}}
 {{/* Where the OIDC CA and the TLS key pair are mounted. */}}
 {{- define "hostpool-operator.broker.caDir" -}}/etc/hostpool-broker/oidc-ca{{- end }}
 {{- define "hostpool-operator.broker.tlsDir" -}}/etc/hostpool-broker/tls{{- end }}
+{{/* The portal's two secrets (one projected volume) and the image's browser RDP client. */}}
+{{- define "hostpool-operator.broker.portalDir" -}}/etc/hostpool-broker/portal{{- end }}
+{{- define "hostpool-operator.broker.webClientDir" -}}/usr/share/hostpool-operator/web-client{{- end }}
+
+{{/* The portal's public URL: broker.portal.publicURL, else the Ingress's host (https with
+the Ingress's TLS Secret, else http); empty when neither is set. */}}
+{{- define "hostpool-operator.broker.publicURL" -}}
+{{- $b := .Values.broker }}
+{{- if $b.portal.publicURL }}
+{{- trimSuffix "/" $b.portal.publicURL }}
+{{- else if and $b.ingress.enabled $b.ingress.host }}
+{{- printf "%s://%s" (ternary "https" "http" (not (empty $b.ingress.tls.secretName))) $b.ingress.host }}
+{{- end }}
+{{- end }}
 
 {{/* Refuses values the broker cannot run with (only when broker.enabled). */}}
 {{- define "hostpool-operator.broker.validate" -}}
@@ -62,6 +76,21 @@ else http. */}}
 {{- $_ := required "broker.oidc.audience is required when broker.enabled is true: the OIDC client ID the tokens must be issued for (--oidc-audience)" $b.oidc.audience }}
 {{- if and $b.oidc.caConfigMap.name $b.oidc.caSecret.name }}
 {{- fail "broker.oidc.caConfigMap and broker.oidc.caSecret: set one of them, not both (the broker takes one --oidc-ca-file)" }}
+{{- end }}
+{{- if $b.ingress.enabled }}
+{{- $_ := required "broker.ingress.host is required when broker.ingress.enabled is true: the host name the Ingress routes to the broker" $b.ingress.host }}
+{{- end }}
+{{- if $b.portal.enabled }}
+{{- $_ := required "broker.portal.clientId is required when broker.portal.enabled is true: the portal's confidential client at the issuer (--portal-client-id)" $b.portal.clientId }}
+{{- $_ := required "broker.portal.clientSecret.secretName is required when broker.portal.enabled is true: the Secret holding the portal client's secret (--portal-client-secret-file)" $b.portal.clientSecret.secretName }}
+{{- $_ := required "broker.portal.cookieSecret.secretName is required when broker.portal.enabled is true: the Secret holding the key that seals the session cookies (--cookie-secret-file)" $b.portal.cookieSecret.secretName }}
+{{- $url := include "hostpool-operator.broker.publicURL" . }}
+{{- if not $url }}
+{{- fail "broker.portal.publicURL is required when broker.portal.enabled is true and there is no broker.ingress.host: the address people open (--public-url; the redirect URI is <publicURL>/auth/callback)" }}
+{{- end }}
+{{- if and (hasPrefix "http://" $url) (not $b.portal.allowInsecurePublicURL) }}
+{{- fail (printf "the portal's public URL %s is plain http: session cookies and desktop passwords would cross the network unencrypted; use https (set broker.portal.allowInsecurePublicURL=true only for a test cluster)" $url) }}
+{{- end }}
 {{- end }}
 {{- $saNamespace := include "hostpool-operator.broker.serviceAccountNamespace" . }}
 {{- if ne $saNamespace .Release.Namespace }}
