@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 SHELL_SCRIPTS = $(shell git ls-files '*.sh' 2>/dev/null)
 GO_CHECK := cd hack/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
 
-.PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-packages test-prepare test test-faults test-unit lint shellcheck crds bench-engine bench-recommend bench bench-hosts bench-scale bench-portal web-client tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-down clean
+.PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-packages test-prepare test test-faults test-unit lint shellcheck crds bench-engine bench-recommend bench bench-hosts bench-scale bench-portal web-client tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-portal demo-down clean
 
 ##@ Getting started
 
@@ -34,6 +34,9 @@ demo-broker: $(STAMP) ## after make demo: Keycloak and hostpool-broker; users si
 
 demo-desktop: $(STAMP) ## after make demo (as root): an xrdp host, a desktop Pod on a real node, three users on real desktops via the broker and FreeRDP
 	$(PY) hack/demo/desktop.py
+
+demo-portal: $(STAMP) ## after make demo: Keycloak and the broker's portal in your browser (as root also make demo-desktop's desktops, opened in the page); prints the URL, users and passwords
+	$(PY) hack/demo/portal.py
 
 demo-down: ## stop the demo's operator, agents, broker and Keycloak, desktops, and the local control plane
 	-test -x $(PY) && $(PY) hack/demo/desktop.py down

@@ -19,6 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,19 +62,26 @@ def stop_previous(name: str) -> None:
         pid_file.unlink()
 
 
-def start_keycloak() -> str:
+def start_keycloak(more_clients: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Keycloak in the background with the realm corp: USERS and the client CLIENT_ID, then
+    ``more_clients`` (make demo-portal's portal client); returns the issuer."""
     stop_previous("keycloak")
     say(f"starting Keycloak on 127.0.0.1:{KEYCLOAK_PORT} (first run: fetch and build, ~1 min)")
     work = CLUSTER / "keycloak"
     work.mkdir(parents=True, exist_ok=True)
     server = Keycloak(keycloak_home(), work)
-    server.start([realm("corp", USERS, client_id=CLIENT_ID, client_secret=SECRET)], KEYCLOAK_PORT)
+    corp = realm(
+        "corp", USERS, client_id=CLIENT_ID, client_secret=SECRET, more_clients=more_clients
+    )
+    server.start([corp], KEYCLOAK_PORT)
     (CLUSTER / "keycloak.pid").write_text(str(server.detach()))
     say(f"Keycloak ready; log: {os.path.relpath(server.log_path, Path.cwd())}")
     return server.issuer("corp")
 
 
-def start_broker(kubeconfig: Path, issuer: str) -> None:
+def start_broker(kubeconfig: Path, issuer: str, extra: Sequence[str] = ()) -> None:
+    """hostpool-broker in the background on 127.0.0.1:BROKER_PORT, with ``extra`` flags
+    (make demo-portal's portal)."""
     stop_previous("broker")
     log_path = CLUSTER / "logs" / "broker.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,6 +101,7 @@ def start_broker(kubeconfig: Path, issuer: str) -> None:
             f"127.0.0.1:{BROKER_METRICS_PORT}",
             "--namespace",
             NAMESPACE,
+            *extra,
         ],
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
