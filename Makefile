@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 SHELL_SCRIPTS = $(shell git ls-files '*.sh' 2>/dev/null)
 GO_CHECK := cd hack/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
 
-.PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-packages test-prepare test test-faults test-unit lint shellcheck crds bench-engine bench-recommend bench bench-hosts bench-scale bench-portal web-client tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-portal demo-down clean
+.PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-packages test-prepare test test-faults test-unit lint shellcheck crds bench-engine bench-recommend bench bench-hosts bench-scale bench-portal bench-portal-events web-client tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-portal demo-down clean
 
 ##@ Getting started
 
@@ -109,6 +109,9 @@ bench-scale: $(STAMP) tools-cluster ## 100,000 assigned sessions over 1,000 pool
 
 bench-portal: $(STAMP) tools-cluster web-client ## (root) browser desktops through one broker: click -> first frame, relay CPU per MiB, 20 at once
 	@$(PY) hack/bench/portal.py
+
+bench-portal-events: $(STAMP) tools-cluster ## what open portal pages cost the broker: memory and CPU for 100..1,000 event streams
+	@$(PY) hack/bench/portal_events.py
 
 bench-recommend: $(STAMP) ## recommend-plan over four weeks of 5,000 sessions a day: run time and the plan's figures
 	$(PY) hack/bench/recommend.py
