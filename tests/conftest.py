@@ -26,6 +26,10 @@ import pytest
 from support.controlplane import ControlPlane, ensure_tools
 from support.kube import REPO_ROOT, Kube, crd_files, make_api_client, unique_name
 
+#: The browser fixtures (``browser``, ``new_page``) for any test that asks for them; nothing
+#: starts until one does.
+pytest_plugins = ["support.browser"]
+
 KUBECONFIG_ENV = "HOSTPOOL_TEST_KUBECONFIG"
 #: The suite's bridge for xrdp session hosts in network namespaces (tests/desktop); the API
 #: server serves on its address so the hosts' agents reach it. Its own /24, which nothing

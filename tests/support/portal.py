@@ -70,8 +70,9 @@ def sign_in(
     query = f"?{urllib.parse.urlencode({'next': next_path})}" if next_path else ""
     page.goto(f"{broker_url}/auth/login{query}", timeout=SIGN_IN_TIMEOUT_MS)
     fill_keycloak_form(page, user, password)
+    steps = (f"{broker_url}/auth/login", f"{broker_url}/auth/callback")
     page.wait_for_url(
-        lambda url: url.startswith(broker_url) and "/auth/" not in url,
+        lambda url: url.startswith(broker_url) and not url.startswith(steps),
         timeout=SIGN_IN_TIMEOUT_MS,
     )
 

@@ -37,6 +37,7 @@ import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from http.cookies import SimpleCookie
 from typing import Any
 
 import aiohttp
@@ -259,15 +260,23 @@ class Portal:
 
     # ------------------------------------------------------------------ cookies
 
-    def _cookie(self, response: web.StreamResponse, name: str, value: str, path: str) -> None:
-        response.set_cookie(
-            name,
-            value,
-            path=path,
-            httponly=True,
-            samesite="Lax",
-            secure=self.settings.secure,
-        )
+    def _cookie(
+        self, response: web.StreamResponse, name: str, value: str, path: str, *, drop: bool = False
+    ) -> None:
+        """A Set-Cookie header, written into the headers themselves: aiohttp serialises its
+        own cookie jar before on_response_prepare runs, where refreshed sessions are set."""
+        jar: SimpleCookie = SimpleCookie()
+        jar[name] = value
+        morsel = jar[name]
+        morsel["path"] = path
+        morsel["httponly"] = True
+        morsel["samesite"] = "Lax"
+        if self.settings.secure:
+            morsel["secure"] = True
+        if drop:
+            morsel["max-age"] = "0"
+            morsel["expires"] = "Thu, 01 Jan 1970 00:00:00 GMT"
+        response.headers.add("Set-Cookie", morsel.OutputString())
 
     def _set_session(self, request: web.Request, response: web.StreamResponse, value: str) -> None:
         parts = cookies.split(SESSION_COOKIE, value)
@@ -275,14 +284,14 @@ class Portal:
             self._cookie(response, name, part, "/")
         for name in cookies.names(SESSION_COOKIE):
             if name in request.cookies and name not in parts:
-                response.del_cookie(name, path="/")
+                self._cookie(response, name, "", "/", drop=True)
 
     def _clear(
         self, request: web.Request, response: web.StreamResponse, base: str, path: str
     ) -> None:
         for name in cookies.names(base):
             if name in request.cookies:
-                response.del_cookie(name, path=path)
+                self._cookie(response, name, "", path, drop=True)
 
     # ------------------------------------------------------------------ /auth/login
 
