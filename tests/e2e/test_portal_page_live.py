@@ -286,8 +286,8 @@ class EventStream:
                     self.events.append((time.monotonic(), orjson.loads(line[6:])))
                 elif line.startswith(":"):
                     self.comments += 1
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError, AttributeError):
+            pass  # closed by the test (http.client drops its file under the reader)
         self.ended.set()
 
     def wait(self, check: Callable[[Obj], bool], timeout: float = 30.0) -> Obj:
