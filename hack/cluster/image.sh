@@ -12,8 +12,13 @@
 #      (`pip wheel`), pinned to the versions installed in the venv (the ones the tests ran).
 #      Debian bookworm's python3 is 3.11, like the venv, so cp311 manylinux wheels fit.
 #      Cached by the project's sources and the pins.
-#   4. The operator image from operator/Containerfile on that base, the wheels as the build
-#      context, installed offline. Skipped when an image of the same inputs exists.
+#   4. The browser's RDP client (hack/portal/web-client.sh: npm ci of the committed lockfile
+#      into the cache; a second run only prints its directory), for the broker's desktops in
+#      the browser. HOSTPOOL_IMAGE_WEB_CLIENT=0 leaves it out (no npm needed; install the chart
+#      with broker.portal.webClient=false then).
+#   5. The operator image from operator/Containerfile on that base, the wheels and the web
+#      client as the build context, installed offline. Skipped when an image of the same
+#      inputs exists.
 # Prints the image, its size and the build time. Nothing is written into the repository.
 #
 # With --session-host it builds the session-host image instead (operator/session-host.Containerfile:
@@ -35,6 +40,7 @@
 #        HOSTPOOL_SESSION_HOST_IMAGE  the session-host image's name (default
 #                               localhost/hostpool-session-host:<version>)
 #        HOSTPOOL_PYTHON        the Python whose pip builds the wheels (default <repo>/.venv/bin/python)
+#        HOSTPOOL_IMAGE_WEB_CLIENT  0: the operator image without the browser's RDP client
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -172,7 +178,8 @@ fi
 pins="$("$PY" -m pip freeze --exclude-editable --disable-pip-version-check | grep -v ' @ ' | sort)"
 src_files=(pyproject.toml README.md)
 while IFS= read -r f; do src_files+=("$f"); done < <(
-  cd "$REPO_ROOT" && find operator/hostpool_operator -type f \( -name '*.py' -o -name py.typed \) | sort
+  # Every file of the package: the modules and their data (the portal's page, its languages).
+  cd "$REPO_ROOT" && find operator/hostpool_operator -type f ! -name '*.pyc' ! -path '*/__pycache__/*' | sort
 )
 wheels_key="$(
   {
@@ -211,9 +218,18 @@ if [[ $target == session-host ]]; then
 else
   IMAGE="${HOSTPOOL_IMAGE:-localhost/hostpool-operator:$version}"
   CONTAINERFILE=operator/Containerfile
-  extra_inputs=""
+  # The browser's RDP client, served by the broker from the image (the chart's
+  # broker.portal.webClient); its files are inputs too.
+  web_client=""
+  if [[ "${HOSTPOOL_IMAGE_WEB_CLIENT:-1}" != 0 ]]; then
+    web_client="$("$REPO_ROOT/hack/portal/web-client.sh" | tail -1)" ||
+      die "fetching the browser's RDP client failed (hack/portal/web-client.sh, above); HOSTPOOL_IMAGE_WEB_CLIENT=0 builds the image without it"
+    [[ -d "$web_client/node_modules" ]] || die "hack/portal/web-client.sh printed no web client directory: $web_client"
+  fi
+  extra_inputs="web-client: $(
+    [[ -z "$web_client" ]] || (cd "$web_client" && find node_modules package.json package-lock.json -type f | sort | xargs sha256sum)
+  )"
 fi
-# (Nothing extra for the operator image: its key stays what it was, no needless rebuild.)
 image_key="$(
   {
     echo "$BASE_IMAGE $wheels_key $SOURCE_DATE_EPOCH"
@@ -232,15 +248,23 @@ if [[ "$current" != "$image_key" ]]; then
     cp -l "$WHEELS"/*.whl "$context/wheels/" 2>/dev/null || cp "$WHEELS"/*.whl "$context/wheels/"
     cp -r "$REPO_ROOT/operator/session-host" "$context/session-host"
   else
-    context="$WHEELS"
+    # Build context: the wheels and web-client/ (empty without HOSTPOOL_IMAGE_WEB_CLIENT).
+    context="$CACHE/operator-context"
+    rm -rf "$context"
+    mkdir -p "$context/web-client"
+    cp -l "$WHEELS"/*.whl "$context/" 2>/dev/null || cp "$WHEELS"/*.whl "$context/"
+    if [[ -n "$web_client" ]]; then
+      cp -rL "$web_client/node_modules" "$web_client/package.json" "$web_client/package-lock.json" \
+        "$context/web-client/"
+    fi
   fi
   old="$("${PODMAN[@]}" image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
   # --layers=false: no intermediate images left behind (an unchanged build is skipped above).
   "${PODMAN[@]}" build --quiet --layers=false --network=none --timestamp "$SOURCE_DATE_EPOCH" \
     --build-arg "BASE_IMAGE=$BASE_IMAGE" --label "io.hostpool.inputs=$image_key" \
     -f "$REPO_ROOT/$CONTAINERFILE" -t "$IMAGE" "$context" >/dev/null ||
-    { [[ $context == "$WHEELS" ]] || rm -rf "$context"; die "podman build failed"; }
-  [[ $context == "$WHEELS" ]] || rm -rf "$context"
+    { rm -rf "$context"; die "podman build failed"; }
+  rm -rf "$context"
   built=built
   # The image this one replaces, now untagged (kept if a container still uses it).
   [[ -z "$old" ]] || "${PODMAN[@]}" image rm "$old" >/dev/null 2>&1 || true

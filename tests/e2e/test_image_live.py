@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -34,11 +36,20 @@ import yaml
 from e2e import test_rbac_live as rbac
 from support import builders
 from support.conditions import status
-from support.keycloak import CLIENT_ID, CLIENT_SECRET, CORP, Keycloak
+from support.keycloak import (
+    CLIENT_ID,
+    CLIENT_SECRET,
+    CORP,
+    PORTAL_CLIENT_ID,
+    PORTAL_CLIENT_SECRET,
+    Keycloak,
+)
 from support.kube import Kube, unique_name, wait_for
+from support.monitoring import render_chart
 from support.podman import PODMAN, build_image, podman, podman_env
 from support.ports import free_port
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Where the kubeconfig is mounted in the container.
 KUBECONFIG_IN_CONTAINER = "/var/run/hostpool/kubeconfig"
 UID = "65532"
@@ -72,10 +83,19 @@ def self_contained(kubeconfig: Path, target: Path) -> Path:
 class Container:
     """A detached ``podman run`` of the image; removed (its log kept) at the end."""
 
-    def __init__(self, image: str, kubeconfig: Path, *, entrypoint: str | None = None) -> None:
+    def __init__(
+        self,
+        image: str,
+        kubeconfig: Path,
+        *,
+        entrypoint: str | None = None,
+        mounts: dict[str, Path] | None = None,
+    ) -> None:
         self.image = image
         self.kubeconfig = kubeconfig
         self.entrypoint = entrypoint
+        #: more read-only mounts: the path in the container -> the local file or directory
+        self.mounts = mounts or {}
         self.name = unique_name("hostpool-image", max_length=40)
         self.started = False
 
@@ -87,6 +107,8 @@ class Container:
         argv += ["--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp:rw,size=16m"]
         argv += ["--cap-drop=all", "--security-opt=no-new-privileges"]
         argv += ["-v", f"{self.kubeconfig}:{KUBECONFIG_IN_CONTAINER}:ro"]
+        for inside, local in self.mounts.items():
+            argv += ["-v", f"{local}:{inside}:ro"]
         argv += ["-e", f"KUBECONFIG={KUBECONFIG_IN_CONTAINER}"]
         if self.entrypoint:
             argv += ["--entrypoint", self.entrypoint]
@@ -283,3 +305,105 @@ def test_image_runs_the_broker(
         urllib.request.urlopen(f"{base}/v1/pools", timeout=10)
     assert refused.value.code == 401
     assert token not in broker.logs()
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def test_image_serves_the_portal_as_the_chart_mounts_it(
+    image: str,
+    kube: Kube,
+    namespace: str,
+    bin_dir: Path,
+    containers: list[Container],
+    tmp_path: Path,
+    keycloak: Keycloak,
+) -> None:
+    """The broker with the chart's portal values: the args ``helm template`` renders, the
+    two secrets as files at the chart's mount path, the image's own browser RDP client at
+    ``--web-client-dir``. The page answers, the sign-in goes to Keycloak with the portal's
+    redirect URI, the web client's modules are served from the image, no secret is logged."""
+    port = free_port()
+    public = f"http://127.0.0.1:{port}"
+    values: dict[str, Any] = {
+        "broker.enabled": True,
+        "broker.namespace": namespace,
+        "broker.port": port,
+        "broker.metrics.enabled": False,
+        "broker.logFormat": "text",
+        "broker.oidc.issuer": keycloak.issuer(CORP),
+        "broker.oidc.allowInsecureIssuer": True,  # the suite's Keycloak is plain http
+        "broker.oidc.audience": CLIENT_ID,
+        "broker.portal.enabled": True,
+        "broker.portal.clientId": PORTAL_CLIENT_ID,
+        "broker.portal.clientSecret.secretName": "hostpool-portal",
+        "broker.portal.cookieSecret.secretName": "hostpool-portal",
+        "broker.portal.publicURL": public,
+        "broker.portal.allowInsecurePublicURL": True,
+    }
+    docs = render_chart(bin_dir / "helm", values)
+    (deployment,) = [
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-broker")
+    ]
+    (spec,) = deployment["spec"]["template"]["spec"]["containers"]
+    (mount,) = [m for m in spec["volumeMounts"] if m["name"] == "portal"]
+    # The Secret's two keys, as the projected volume lays them out (readable by 65532).
+    secret_dir = tmp_path / "portal"
+    secret_dir.mkdir()
+    cookie = base64.b64encode(os.urandom(48)).decode()
+    for name, value in (("client-secret", PORTAL_CLIENT_SECRET), ("cookie-secret", cookie)):
+        (secret_dir / name).write_text(value)
+        (secret_dir / name).chmod(0o644)
+    secret_dir.chmod(0o755)
+    args = [a.replace(f"0.0.0.0:{port}", f"127.0.0.1:{port}") for a in spec["args"]]
+    web_client_dir = args[args.index("--web-client-dir") + 1]
+    broker = Container(
+        image,
+        self_contained(kube.kubeconfig, tmp_path / "kubeconfig"),
+        entrypoint="hostpool-broker",
+        mounts={mount["mountPath"]: secret_dir},
+    )
+    containers.append(broker)
+    broker.start(args)
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"{public}/readyz", timeout=5) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+    wait_for(ready, 60, what="the broker with the portal in the image ready", show=broker.logs)
+    with urllib.request.urlopen(f"{public}/", timeout=10) as answer:
+        assert answer.status == 200
+        assert answer.headers["Content-Type"].startswith("text/html")
+        assert "/auth/login" in answer.read().decode()
+    with pytest.raises(urllib.error.HTTPError) as redirect:
+        urllib.request.build_opener(_NoRedirect).open(f"{public}/auth/login", timeout=10)
+    assert redirect.value.code in (302, 303)
+    location = redirect.value.headers["Location"]
+    assert location.startswith(f"{keycloak.issuer(CORP)}/protocol/openid-connect/auth?")
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(location).query)
+    assert query["client_id"] == [PORTAL_CLIENT_ID]
+    assert query["redirect_uri"] == [f"{public}/auth/callback"]
+    assert query["code_challenge_method"] == ["S256"]
+
+    # The browser RDP client, from the image's directory (read-only, the lockfile's versions).
+    listed = broker.exec("ls", f"{web_client_dir}/node_modules/@devolutions")
+    assert listed.stdout.split() == ["iron-remote-desktop", "iron-remote-desktop-rdp"], listed
+    wrote = broker.exec("touch", f"{web_client_dir}/x")
+    assert wrote.returncode != 0
+    versions = json.loads((REPO_ROOT / "hack" / "portal" / "package.json").read_text())
+    for package, version in versions["dependencies"].items():
+        name = package.split("/")[1]
+        url = f"{public}/web-client/{name}@{version}/{name}.js"
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            assert answer.status == 200
+            assert answer.headers["Content-Type"].startswith("text/javascript")
+            assert "immutable" in answer.headers["Cache-Control"]
+            assert len(answer.read()) > 10_000, url
+    log = broker.logs()
+    assert PORTAL_CLIENT_SECRET not in log
+    assert cookie not in log
