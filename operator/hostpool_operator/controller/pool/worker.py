@@ -111,8 +111,9 @@ class PoolWorker:
         self.plans.stop()
         if self.task is not None:
             self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+            # wait, not `await task` under suppress(CancelledError): that would also swallow
+            # a cancel of whoever is stopping the pool.
+            await asyncio.wait({self.task})
             self.task = None
 
     def wake(self) -> None:
