@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+
 import pytest
 
 from hostpool_operator.controller.manager import Controller
