@@ -140,8 +140,9 @@ def check_portal(issuer: str) -> None:
 
 
 def sign_in_check(user: str, password: str) -> None:
-    """One user signs in as a person would (headless chromium, Keycloak's own form) and the
-    pools on their page are shown; skipped, saying why, where chromium cannot run."""
+    """One user signs in as a person would (headless chromium, Keycloak's own form), the
+    pools on their page are shown, and Connect on the first one downloads its .rdp file;
+    skipped, saying why, where chromium cannot run."""
     try:
         from playwright.sync_api import sync_playwright
 
@@ -160,16 +161,27 @@ def sign_in_check(user: str, password: str) -> None:
         try:
             page = browser.new_context().new_page()
             sign_in(page, PUBLIC_URL, user, password)
-            page.wait_for_selector("[data-pool]", timeout=30_000)
+            page.wait_for_selector("[data-pool] h3:not(:empty)", timeout=30_000)
             tiles = page.eval_on_selector_all(
-                "[data-pool]", "tiles => tiles.map(t => t.getAttribute('data-pool'))"
+                "[data-pool] h3", "headings => headings.map(h => h.textContent)"
             )
+            say(
+                f"{user} signed in with headless chromium through Keycloak's form in "
+                f"{time.monotonic() - started:.1f} s; the page shows {', '.join(tiles)}"
+            )
+            tile = f'[data-pool="{NAMESPACE}/{demo_broker.POOL}"]'
+            with page.expect_download(timeout=60_000) as download:
+                page.click(f'{tile} [data-action="connect"]')
+            rdp = WORK / download.value.suggested_filename
+            download.value.save_as(rdp)
+            address = next(
+                (line for line in rdp.read_text().splitlines() if line.startswith("full address")),
+                "no full address",
+            )
+            name = page.text_content(f"{tile} h3")
+            say(f"{user} clicked Connect on {name}: {rdp.name} downloaded ({address})")
         finally:
             browser.close()
-    say(
-        f"{user} signed in with headless chromium through Keycloak's form in "
-        f"{time.monotonic() - started:.1f} s; the page shows {', '.join(tiles)}"
-    )
 
 
 def show_pools(objects: Any) -> None:
@@ -235,9 +247,9 @@ def print_users(desktops: bool, web_client: str | None) -> None:
             pools.append(linux + (" (also in the browser)" if web_client else ""))
         print(f"  {user:<6} {password:<17} {desk or '-':<17} {', '.join(pools) or '(none)'}")
     print(
-        "\nThe sign-in password is Keycloak's; the desktop password is the host's, asked by the"
-        "\ndesktop page (xrdp has no single sign-on). "
-        f"{finance} are names only (Connect gives an .rdp file)."
+        "\nThe sign-in password is Keycloak's; the desktop password is the host's, which the"
+        "\ndesktop page asks for (xrdp has no single sign-on). The hosts of"
+        f" {finance} are names\nonly: Connect gives an .rdp file, nothing answers it."
     )
     if not desktops:
         print(f"No real desktops this time: {linux} is not there.")
