@@ -25,7 +25,7 @@ import pytest
 from playwright.sync_api import Page, Request, Route
 
 from hostpool_operator.broker.portal import cookies
-from support.broker_helpers import POOL, REALM, BrokerProcess, Reply, entitled_pool
+from support.broker_helpers import POOL, REALM, BrokerProcess, Connecting, Reply, entitled_pool
 from support.cluster import Cluster
 from support.keycloak import PORTAL_SHORT_CLIENT_ID, SHORT_LIFESPAN, Keycloak
 from support.portal import (
@@ -70,11 +70,10 @@ class Portal:
 
 
 @pytest.fixture
-def portal(
-    cluster: Cluster, brokers: Callable[..., BrokerProcess], tmp_path: Path
-) -> Callable[..., Portal]:
+def portal(connecting: Connecting, tmp_path: Path) -> Callable[..., Portal]:
     """``portal(client_id=..., cookie_secret=...)``: a broker with the portal, the pool
-    ``desk`` entitled to /finance-desk in this test's namespace."""
+    ``desk`` entitled to /finance-desk in this test's namespace (the operator running)."""
+    cluster, brokers, _ = connecting
     entitled_pool(cluster, ["h1"], groups=["/finance-desk"])
 
     def start(**options: Any) -> Portal:
@@ -128,7 +127,11 @@ def test_sign_in_through_keycloaks_form_and_call_v1_with_the_cookie(
     assert query["redirect_uri"] == [f"{site.url}/auth/callback"]
     assert "code_verifier" not in authorize
     assert any(u.startswith(f"{site.url}/auth/callback?") and "code=" in u for u in urls)
-    leaked = [u for u in urls if JWT_MARK in u or "token" in u.lower()]
+    # No token in a URL: no token parameter anywhere, nothing JWT-like in the broker's URLs
+    # (Keycloak's own login URLs carry a base64 JSON of its own, no token).
+    named = ("access_token", "id_token", "refresh_token", "code_verifier")
+    leaked = [u for u in urls if any(n in u for n in named)]
+    leaked += [u for u in urls if u.startswith(site.url) and JWT_MARK in u]
     assert not leaked, leaked
 
     jar = {c["name"]: c for c in page.context.cookies(site.url)}
@@ -139,6 +142,7 @@ def test_sign_in_through_keycloaks_form_and_call_v1_with_the_cookie(
     assert session["path"] == "/"
     assert "hostpool_signin" not in jar  # the sign-in step's cookie is gone
     assert JWT_MARK not in session["value"]
+    assert not [u for u in urls if session["value"][3:40] in u]
     assert page.evaluate("document.cookie") == ""  # nothing for the page's script
 
     pools = page.request.get(f"{site.url}/v1/pools")
