@@ -38,10 +38,11 @@ sys.path.insert(0, str(ROOT / "hack"))
 from bench import broker_arm
 from support import builders
 from support.broker_helpers import BrokerProcess
-from support.kube import ApiError, Kube
+from support.kube import Kube
 
 CLUSTER = ROOT / ".cluster" / "bench-portal-events"
-NAMESPACE = "bench-portal-events"
+#: A namespace of its own each run (the last run's may still be terminating).
+NAMESPACE = f"bench-portal-events-{int(time.time())}"
 POOL = "desk"
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -82,13 +83,9 @@ def prepare(kube: Kube, users: list[str]) -> None:
     """A fresh namespace: the pool (entitled to the bench group, one host) and a request of
     each user, Assigned and Active."""
     kube.install_crds(sorted((ROOT / "crds").glob("*.yaml")))
-    try:
-        kube.create_namespace(NAMESPACE)
-    except ApiError as error:
-        if error.status != 409:
-            raise
+    kube.create_namespace(NAMESPACE)
     pool = builders.pool(
-        POOL, "BreadthFirst", 10_000, entitlements={"groups": [broker_arm.GROUP]}
+        POOL, "BreadthFirst", 10_000, entitlements={"groups": [f"/{broker_arm.GROUP}"]}
     )
     kube.create(NAMESPACE, pool)
     kube.create(NAMESPACE, builders.host("h1", POOL, address="10.0.0.1"))
@@ -223,6 +220,8 @@ async def one_size(
     began = time.monotonic()
     await streams.open()
     opened_in = time.monotonic() - began
+    if not all(seen[0][1]["pools"] for seen in streams.arrived):
+        raise RuntimeError("a stream's first event lists no pool: the entitlements are wrong")
     await asyncio.sleep(2.0)
     rss_open = rss_mib(pid)
     cpu = cpu_seconds(pid)

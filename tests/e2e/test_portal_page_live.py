@@ -362,6 +362,10 @@ def test_events_for_a_bearer_caller_coalesced_and_capped(
     # Another user's stream tells them nothing of alice's pool.
     bob = streams(broker, {"Authorization": f"Bearer {site.tokens('bob')}"})
     assert bob.wait(lambda body: True) == {"pools": []}
+    metrics = broker.metrics()
+    assert "hostpool_broker_event_streams 9.0" in metrics  # alice's eight and bob's
+    refused = '{code="429",endpoint="events",reason="TooManyStreams"} 1.0'
+    assert f"hostpool_broker_answers_total{refused}" in metrics
 
 
 def test_a_broker_with_streams_open_stops_at_once(

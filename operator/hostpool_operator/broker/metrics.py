@@ -43,6 +43,17 @@ class BrokerMetrics:
             "Watched objects the broker could not read (left out of its answers).",
             registry=self.registry,
         )
+        # The portal page's live updates (broker/portal/live.py).
+        self.event_streams = Gauge(
+            "hostpool_broker_event_streams",
+            "Open /v1/events streams (about one per open portal page).",
+            registry=self.registry,
+        )
+        self.events_sent = Counter(
+            "hostpool_broker_events_sent",
+            "Events sent on /v1/events streams (a caller's /v1/pools body that changed).",
+            registry=self.registry,
+        )
         # Desktops in the browser (broker/portal/relay.py).
         self.web_open = Gauge(
             "hostpool_broker_web_sessions",

@@ -112,6 +112,7 @@ class LiveUpdates:
         stream = _Stream(caller)
         self.streams.setdefault(caller.user, set()).add(stream)
         self.open += 1
+        broker.metrics.event_streams.inc()
         broker.metrics.answers.labels("events", "200", "OK").inc()
         try:
             response = web.StreamResponse(
@@ -128,6 +129,7 @@ class LiveUpdates:
             return response
         finally:
             self.open -= 1
+            broker.metrics.event_streams.dec()
             mine = self.streams.get(caller.user)
             if mine is not None:
                 mine.discard(stream)
@@ -155,6 +157,7 @@ class LiveUpdates:
             body = self._body(stream.caller)
             if body != last:
                 await response.write(b"event: pools\ndata: " + body + b"\n\n")
+                self.broker.metrics.events_sent.inc()
                 last = body
                 await asyncio.sleep(settings.coalesce)  # changes meanwhile: one event
                 if stream.wake.is_set():
