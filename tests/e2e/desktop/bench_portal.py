@@ -1,0 +1,270 @@
+"""`make bench-portal` (run by hack/bench/portal.py; not part of the suite: pytest collects
+only test_*.py): desktops in the browser through one broker, with real parts (the local
+control plane, the operator, Keycloak, xrdp hosts with their agents, the broker with the
+portal and the web client, headless chromium).
+
+Measured:
+- click → first frame: the desktop page's own timing (from the click on Connect to the
+  first drawn pixel), over BENCH_PORTAL_RUNS runs of one user (the first a new session, the
+  others reconnects: the tab closed and opened again), median and p95;
+- the relay's CPU per MiB relayed: the broker process's CPU time over the relayed bytes
+  (both ways) while a desktop draws (an xterm listing /usr over and over on it);
+- BENCH_PORTAL_DESKTOPS (default 20) browser desktops at once through the one broker: all
+  connected, held BENCH_PORTAL_HOLD seconds while they draw, none dropped (every page still
+  connected, the relay's open sessions gauge, the hosts' established connections, no relay
+  ended), the broker's CPU and memory meanwhile.
+The figures go to BENCH_PORTAL_OUT (JSON) and to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+from playwright.sync_api import Page, ViewportSize
+
+from hostpool_operator.access.names import request_name
+from support.broker_helpers import BrokerProcess
+from support.browser import browser, new_page  # noqa: F401
+from support.cluster import Cluster
+from support.desktop_sessions import AgentHosts, session_env, wait_state
+from support.keycloak import Keycloak, KeycloakError
+from support.kube import wait_for
+from support.operator_process import OperatorProcess
+from support.portal import portal_args, sign_in
+from support.web_desktop import WebClientError, cannot_run, metric, web_client_dir
+
+POOL = "benchweb"
+FIRST_ADDRESS = 71
+PER_HOST = 10
+DESKTOPS = int(os.environ.get("BENCH_PORTAL_DESKTOPS", "20"))
+RUNS = int(os.environ.get("BENCH_PORTAL_RUNS", "10"))
+HOLD = float(os.environ.get("BENCH_PORTAL_HOLD", "30"))
+DRAW_SECONDS = float(os.environ.get("BENCH_PORTAL_DRAW_SECONDS", "15"))
+VIEWPORT: ViewportSize = {"width": 1024, "height": 768}
+MIB = 1024 * 1024
+
+
+def users() -> dict[str, str]:
+    return {f"webu{i:02d}": f"webu{i:02d}-desk-pw" for i in range(1, DESKTOPS + 1)}
+
+
+def sign_in_password(user: str) -> str:
+    return f"{user}-sso-pw"
+
+
+def add_keycloak_users(keycloak: Keycloak, names: list[str]) -> None:
+    for name in names:
+        body = {
+            "username": name,
+            "enabled": True,
+            "email": f"{name}@corp.example",
+            "emailVerified": True,
+            "firstName": name.capitalize(),
+            "lastName": "Bench",
+            "credentials": [
+                {"type": "password", "value": sign_in_password(name), "temporary": False}
+            ],
+        }
+        try:
+            keycloak.admin("POST", "/corp/users", body)
+        except KeycloakError as error:
+            if "409" not in str(error):
+                raise
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(share * len(ordered)) - 1)]
+
+
+def open_desktop(page: Page, url: str, password: str, *, wait: bool = True) -> int:
+    page.goto(url)
+    page.wait_for_selector("#desktop[data-client=ready]", state="attached", timeout=60_000)
+    page.fill("#password", password)
+    page.click('[data-action="connect"]')
+    if not wait:
+        return 0
+    return first_frame(page)
+
+
+def first_frame(page: Page) -> int:
+    page.wait_for_selector(
+        "#desktop[data-first-frame-ms], #desktop[data-desktop-state=error]",
+        state="attached",
+        timeout=120_000,
+    )
+    root = page.locator("#desktop")
+    assert root.get_attribute("data-desktop-state") == "connected", page.inner_text("#status")
+    return int(root.get_attribute("data-first-frame-ms") or "0")
+
+
+def draw(user: str, seconds: float) -> subprocess.Popen[bytes]:
+    """An xterm on the user's desktop listing /usr over and over (the desktop keeps
+    changing) for ``seconds``."""
+    script = (
+        f"end=$(( $(date +%s) + {int(seconds)} )); "
+        "while [ $(date +%s) -lt $end ]; do ls -la /usr/bin /usr/lib; done"
+    )
+    xterm = ["xterm", "-geometry", "160x50+0+0", "-e", "sh", "-c", script]
+    return subprocess.Popen(
+        ["timeout", str(int(seconds) + 5), *xterm],
+        env=session_env(user),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def relayed(metrics: str) -> float:
+    return sum(
+        metric(metrics, "hostpool_broker_web_relayed_bytes_total", f'direction="{d}"')
+        for d in ("to_host", "to_browser")
+    )
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def test_bench_portal(
+    cluster: Cluster,
+    namespace: str,
+    operator_process: OperatorProcess,
+    agent_hosts: AgentHosts,
+    brokers: Callable[..., BrokerProcess],
+    keycloak: Keycloak,
+    new_page: Callable[..., Page],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    del operator_process
+    try:
+        client_dir = web_client_dir()
+    except WebClientError as error:
+        cannot_run(str(error))
+    desk = users()
+    names = list(desk)
+    host_names = [f"bw-{i + 1}" for i in range(math.ceil(len(names) / PER_HOST))]
+    add_keycloak_users(keycloak, names)
+    hosts, agents = agent_hosts(host_names, desk, first=FIRST_ADDRESS)
+    cluster.setup_pool(
+        POOL,
+        "DepthFirst",
+        PER_HOST,
+        hosts=host_names,
+        entitlements={"users": names, "groups": []},
+        connection={"web": True},
+    )
+    for agent in agents.values():
+        agent.start()
+    portal = portal_args(tmp_path / "portal")
+    broker = brokers(*portal.args, "--web-client-dir", str(client_dir))
+    assert broker.proc is not None
+    process = psutil.Process(broker.proc.pid)
+    metrics = f"http://127.0.0.1:{broker.metrics_port}"
+    path = f"/desktop/{namespace}/{POOL}"
+    url = broker.url + path
+    result: dict[str, Any] = {"desktops": len(names), "hosts": len(host_names), "runs": RUNS}
+
+    # 1. click -> first frame: a new session, then reconnects.
+    first = names[0]
+    page = new_page(viewport=VIEWPORT)
+    sign_in(page, broker.url, first, sign_in_password(first), next_path=path)
+    context = page.context
+    timings: list[int] = []
+    for run in range(RUNS):
+        if run:
+            page = context.new_page()
+            page.set_viewport_size(VIEWPORT)
+        timings.append(open_desktop(page, url, desk[first]))
+        if run == 0:
+            wait_state(cluster, request_name(namespace, POOL, first), "Active", "first session")
+        page.close()
+        wait_for(lambda: metric(metrics, "hostpool_broker_web_sessions") == 0, 20, what="relay end")
+    reconnects = [float(t) for t in timings[1:]] or [float(timings[0])]
+    result["firstFrameMs"] = {
+        "newSession": timings[0],
+        "reconnectMedian": statistics.median(reconnects),
+        "reconnectP95": percentile(reconnects, 0.95),
+        "all": timings,
+    }
+    print(f"bench-portal: click -> first frame {result['firstFrameMs']}", flush=True)
+
+    # 2. The relay's CPU per MiB while one desktop draws.
+    page = context.new_page()
+    page.set_viewport_size(VIEWPORT)
+    open_desktop(page, url, desk[first])
+    cpu0, bytes0, t0 = cpu_seconds(process), relayed(metrics), time.monotonic()
+    drawing = draw(first, DRAW_SECONDS)
+    drawing.wait(DRAW_SECONDS + 30)
+    time.sleep(1)
+    cpu1, bytes1, t1 = cpu_seconds(process), relayed(metrics), time.monotonic()
+    mib = (bytes1 - bytes0) / MIB
+    result["relayCpu"] = {
+        "seconds": round(t1 - t0, 1),
+        "relayedMiB": round(mib, 2),
+        "brokerCpuSeconds": round(cpu1 - cpu0, 3),
+        "cpuSecondsPerMiB": round((cpu1 - cpu0) / mib, 4) if mib else None,
+        "MiBPerSecond": round(mib / (t1 - t0), 2),
+    }
+    print(f"bench-portal: relay CPU {result['relayCpu']}", flush=True)
+
+    # 3. All desktops at once through the one broker.
+    pages = {first: page}
+    started = time.monotonic()
+    for user in names[1:]:
+        other = new_page(viewport=VIEWPORT)
+        sign_in(other, broker.url, user, sign_in_password(user), next_path=path)
+        open_desktop(other, url, desk[user], wait=False)
+        pages[user] = other
+    frames = {user: first_frame(p) for user, p in pages.items() if user != first}
+    all_up = time.monotonic() - started
+    ended_before = metric(metrics, "hostpool_broker_web_relays_total", 'outcome="Closed"')
+    assert metric(metrics, "hostpool_broker_web_sessions") == len(names)
+    for user in names:
+        wait_state(cluster, request_name(namespace, POOL, user), "Active", f"{user} Active", 90)
+    cpu0, bytes0, t0 = cpu_seconds(process), relayed(metrics), time.monotonic()
+    drawers = [draw(user, HOLD) for user in names]
+    rss = []
+    while time.monotonic() - t0 < HOLD:
+        rss.append(process.memory_info().rss)
+        time.sleep(1)
+    for drawer in drawers:
+        drawer.wait(60)
+    cpu1, bytes1, t1 = cpu_seconds(process), relayed(metrics), time.monotonic()
+    states = {
+        u: p.locator("#desktop").get_attribute("data-desktop-state") for u, p in pages.items()
+    }
+    dropped = sorted(u for u, s in states.items() if s != "connected")
+    established = sum(hosts.established(h) for h in host_names)
+    result["concurrent"] = {
+        "desktops": len(pages),
+        "dropped": dropped,
+        "relaysOpen": metric(metrics, "hostpool_broker_web_sessions"),
+        "relaysEnded": metric(metrics, "hostpool_broker_web_relays_total", 'outcome="Closed"')
+        - ended_before,
+        "hostConnections": established,
+        "allFirstFramesSeconds": round(all_up, 1),
+        "firstFrameMsMedian": statistics.median(frames.values()) if frames else None,
+        "firstFrameMsMax": max(frames.values()) if frames else None,
+        "holdSeconds": round(t1 - t0, 1),
+        "relayedMiB": round((bytes1 - bytes0) / MIB, 2),
+        "brokerCpuPercent": round(100 * (cpu1 - cpu0) / (t1 - t0), 1),
+        "brokerRssMiBMax": round(max(rss) / MIB, 1) if rss else None,
+    }
+    print(f"bench-portal: concurrent {result['concurrent']}", flush=True)
+    out = os.environ.get("BENCH_PORTAL_OUT")
+    if out:
+        Path(out).write_text(json.dumps(result, indent=2))
+    assert not dropped, f"dropped desktops: {dropped}"
+    assert result["concurrent"]["relaysOpen"] == len(names)
+    assert result["concurrent"]["relaysEnded"] == 0
+    assert established == len(names)
