@@ -139,10 +139,11 @@ def check_portal(issuer: str) -> None:
     say(f"the portal answers; its sign-in goes to {issuer}")
 
 
-def sign_in_check(user: str, password: str) -> None:
+def sign_in_check(user: str, password: str, *, desktop: bool) -> None:
     """One user signs in as a person would (headless chromium, Keycloak's own form), the
-    pools on their page are shown, and Connect on the first one downloads its .rdp file;
-    skipped, saying why, where chromium cannot run."""
+    pools on their page are shown, Connect on the pool of names downloads its .rdp file and,
+    with ``desktop``, "Open in browser" draws their Linux desktop (then Disconnect leaves
+    the session for them to take up). Skipped, saying why, where chromium cannot run."""
     try:
         from playwright.sync_api import sync_playwright
 
@@ -159,7 +160,7 @@ def sign_in_check(user: str, password: str) -> None:
             executable_path=str(executable), headless=True, args=["--no-sandbox"]
         )
         try:
-            page = browser.new_context().new_page()
+            page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
             sign_in(page, PUBLIC_URL, user, password)
             page.wait_for_selector("[data-pool] h3:not(:empty)", timeout=30_000)
             tiles = page.eval_on_selector_all(
@@ -169,19 +170,58 @@ def sign_in_check(user: str, password: str) -> None:
                 f"{user} signed in with headless chromium through Keycloak's form in "
                 f"{time.monotonic() - started:.1f} s; the page shows {', '.join(tiles)}"
             )
-            tile = f'[data-pool="{NAMESPACE}/{demo_broker.POOL}"]'
-            with page.expect_download(timeout=60_000) as download:
-                page.click(f'{tile} [data-action="connect"]')
-            rdp = WORK / download.value.suggested_filename
-            download.value.save_as(rdp)
-            address = next(
-                (line for line in rdp.read_text().splitlines() if line.startswith("full address")),
-                "no full address",
-            )
-            name = page.text_content(f"{tile} h3")
-            say(f"{user} clicked Connect on {name}: {rdp.name} downloaded ({address})")
+            connect_check(page, user)
+            if desktop:
+                browser_desktop_check(page, user)
         finally:
             browser.close()
+
+
+def connect_check(page: Any, user: str) -> None:
+    """Connect on the pool of names: the .rdp file the browser downloads."""
+    tile = f'[data-pool="{NAMESPACE}/{demo_broker.POOL}"]'
+    with page.expect_download(timeout=60_000) as download:
+        page.click(f'{tile} [data-action="connect"]')
+    rdp = WORK / download.value.suggested_filename
+    download.value.save_as(rdp)
+    address = next(
+        (line for line in rdp.read_text().splitlines() if line.startswith("full address")),
+        "no full address",
+    )
+    name = page.text_content(f"{tile} h3")
+    say(f"{user} clicked Connect on {name}: {rdp.name} downloaded ({address})")
+
+
+def browser_desktop_check(page: Any, user: str) -> None:
+    """Open in browser on the Linux desktops: the desktop page in a new tab, the desktop
+    password, the first frame (a screenshot), then Disconnect."""
+    tile = f'[data-pool="{NAMESPACE}/{demo_desktop.POOL}"]'
+    with page.context.expect_page(timeout=30_000) as opened:
+        page.click(f'{tile} [data-action="browser"]')
+    desk = opened.value
+    desk.wait_for_selector("#desktop[data-client=ready]", state="attached", timeout=60_000)
+    desk.fill("#password", demo_desktop.USERS[user])
+    desk.click('[data-action="connect"]')
+    desk.wait_for_selector(
+        "#desktop[data-first-frame-ms], #desktop[data-desktop-state=error]",
+        state="attached",
+        timeout=120_000,
+    )
+    root = desk.locator("#desktop")
+    if root.get_attribute("data-desktop-state") != "connected":
+        say(f"{user}'s desktop in the browser did not connect: {desk.inner_text('#status')}")
+        return
+    time.sleep(2.0)  # the desktop drawn past its first frame
+    shot = WORK / f"{user}-in-the-browser.png"
+    desk.screenshot(path=str(shot))
+    say(
+        f"{user} opened {page.text_content(f'{tile} h3')} in the browser: first frame "
+        f"{root.get_attribute('data-first-frame-ms')} ms after Connect; screenshot "
+        f"{os.path.relpath(shot, Path.cwd())}"
+    )
+    desk.click('[data-action="disconnect"]')
+    desk.wait_for_selector("#desktop[data-desktop-state=closed]", state="attached")
+    say(f"{user} disconnected: the session waits, Disconnected, for {user} to come back")
 
 
 def show_pools(objects: Any) -> None:
@@ -204,6 +244,15 @@ def why_no_desktops() -> str:
             "the demo's control plane serves on no hosts' bridge "
             "(`make demo-down && make demo` as root)"
         )
+    if demo_desktop.cluster_state().get("REAL_NODES", "0") == "0":
+        nodes = subprocess.run(
+            [str(ROOT / "hack" / "cluster" / "cluster.sh"), "check-nodes"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if nodes.returncode != 0:
+            return f"no real node here: {nodes.stdout.strip()}"
     return why_not()
 
 
@@ -313,15 +362,16 @@ def main(argv: list[str]) -> int:
     if why:
         say(f"no real desktops: {why}")
     web_client = web_client_dir()
+    if not why:
+        # First: a real node's joining restarts the API server.
+        bring_up_desktops(kubeconfig, objects, core)
     issuer = demo_broker.start_keycloak(more_clients=[demo_portal_client()])
     demo_broker.start_broker(kubeconfig, issuer, portal_flags(web_client))
     check_portal(issuer)
     demo_broker.apply_pool(objects)
-    if not why:
-        bring_up_desktops(kubeconfig, objects, core)
     show_pools(objects)
     user, password, _ = demo_broker.USERS[0]
-    sign_in_check(user, password)
+    sign_in_check(user, password, desktop=not why and web_client is not None)
     print_users(not why, web_client)
     if not args.no_wait:
         watch_sessions(objects)
