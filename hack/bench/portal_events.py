@@ -166,6 +166,9 @@ async def churn(
         for _ in range(rate):
             user = users[made % len(users)]
             state = "Disconnected" if (made // len(users)) % 2 == 0 else "Active"
+            # From before the call: the event can reach the page before the patch's answer
+            # reaches this client.
+            sent = time.monotonic()
             await asyncio.to_thread(
                 kube.merge_patch,
                 "SessionRequest",
@@ -174,7 +177,7 @@ async def churn(
                 {"status": {"sessionState": state}},
                 status=True,
             )
-            pending.append((user, state, time.monotonic()))
+            pending.append((user, state, sent))
             made += 1
         await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
     await asyncio.sleep(2.0)

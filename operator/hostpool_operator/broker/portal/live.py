@@ -152,24 +152,28 @@ class LiveUpdates:
         settings = self.settings
         await response.write(f"retry: {settings.retry_ms}\n\n".encode())
         last: bytes | None = None
+        woken = True  # the first body is always sent
         while not self.closing:
-            stream.wake.clear()
-            body = self._body(stream.caller)
-            if body != last:
-                await response.write(b"event: pools\ndata: " + body + b"\n\n")
-                self.broker.metrics.events_sent.inc()
-                last = body
-                await asyncio.sleep(settings.coalesce)  # changes meanwhile: one event
-                if stream.wake.is_set():
-                    continue
+            if woken:
+                stream.wake.clear()
+                body = self._body(stream.caller)
+                if body != last:
+                    await response.write(b"event: pools\ndata: " + body + b"\n\n")
+                    self.broker.metrics.events_sent.inc()
+                    last = body
+                    await asyncio.sleep(settings.coalesce)  # changes meanwhile: one event
+                    if stream.wake.is_set():
+                        continue
             left = ends - time.monotonic()
             if left <= 0:
                 return
             try:
                 async with asyncio.timeout(min(settings.heartbeat, left)):
                     await stream.wake.wait()
+                woken = True
             except TimeoutError:
                 await response.write(b": ping\n\n")
+                woken = False
 
     def _body(self, caller: Caller) -> bytes:
         listed: dict[str, Any] = {
