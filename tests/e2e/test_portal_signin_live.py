@@ -186,7 +186,11 @@ def test_cookies_the_broker_refuses(portal: Callable[..., Portal]) -> None:
         ),
         "expired": site.seal({**good, "ax": now + 600, "sx": now - 1}, issued=now - 3601),
         "the sign-in step's cookie": cookies.seal(
-            site.flags.cookie_key, "hostpool_signin", {**good, "ax": now + 600}, now, 600
+            site.flags.cookie_key,
+            "hostpool_signin",
+            {**good, "ax": now + 600, "sx": now + 600},
+            now,
+            600,
         ),
         "issued in the future": site.seal(
             {**good, "ax": now + 7200, "sx": now + 7200}, issued=now + 3600

@@ -540,10 +540,12 @@ def check_id_claims(claims: Mapping[str, Any], issuer: str, client_id: str, nonc
 
 
 def _session_of(data: Mapping[str, Any]) -> PortalSession | None:
-    user, groups, csrf = data.get("u"), data.get("g"), data.get("csrf")
+    user, groups, csrf, ends = data.get("u"), data.get("g"), data.get("csrf"), data.get("sx")
     if not isinstance(user, str) or not isinstance(groups, list) or not isinstance(csrf, str):
         return None
-    return PortalSession(Caller(user, frozenset(map(str, groups))), csrf, float(data["sx"]))
+    if not isinstance(ends, int | float):
+        return None
+    return PortalSession(Caller(user, frozenset(map(str, groups))), csrf, float(ends))
 
 
 def _page(status: int, title: str, message: str, *, link: bool = False) -> web.Response:
