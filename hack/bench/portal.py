@@ -26,6 +26,7 @@ def main() -> int:
         out = Path(work) / "result.json"
         env = {**os.environ, "BENCH_PORTAL_OUT": str(out)}
         argv = [sys.executable, "-m", "pytest", str(BENCH), "-s", "-q", "-p", "no:cacheprovider"]
+        argv += ["--basetemp", str(Path(work) / "pytest")]
         code = subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
         if out.exists():
             print(out.read_text().replace("\n", " "))

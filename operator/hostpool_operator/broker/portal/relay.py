@@ -43,8 +43,9 @@ PACKAGES = ("iron-remote-desktop", "iron-remote-desktop-rdp")
 MAX_MESSAGE = 1024 * 1024
 #: Seconds for the first message, the host's TCP connect, its X.224 answer and TLS.
 SETUP_TIMEOUT = 10.0
-#: Seconds between the relay's WebSocket pings (a dead browser is noticed within twice that).
-PING_INTERVAL = 20.0
+#: Seconds of silence before the relay pings the browser; a browser that does not answer
+#: within half as long again is taken for gone. Generous: a busy machine delays pongs.
+PING_INTERVAL = 30.0
 #: Bytes read from the host at once.
 READ_SIZE = 64 * 1024
 #: The first frame's timing the page may report (milliseconds), clamped to this.
@@ -278,9 +279,10 @@ class WebDesktops:
             await ws.send_bytes(rcp.response(confirm, certs, placed.address))
             up = self.metrics.web_bytes.labels("to_host").inc
             down = self.metrics.web_bytes.labels("to_browser").inc
-            await pump(ws, reader, writer, up, down)
+            ended = await pump(ws, reader, writer, up, down)
         finally:
             writer.close()
+        log.info("web desktop %s/%s: %s", namespace, pool.name, ended)
         return "Closed"
 
     # ------------------------------------------------------------------ first frame, files
@@ -346,9 +348,9 @@ async def pump(
     writer: asyncio.StreamWriter,
     count_up: Callable[[int], None],
     count_down: Callable[[int], None],
-) -> None:
+) -> str:
     """Both ways until either side ends, auto-logon set on the Client Info PDU; the bytes
-    each way counted."""
+    each way counted. Which side ended, and how."""
     patcher = rcp.ClientInfoPatcher()
 
     async def browser_to_host() -> None:
@@ -368,7 +370,11 @@ async def pump(
             count_down(len(data))
             await ws.send_bytes(data)
 
-    await _first_ends(browser_to_host, host_to_browser)
+    first, error = await _first_ends(browser_to_host, host_to_browser)
+    side = "the browser" if first == 0 else "the host"
+    close = f", close code {ws.close_code}" if ws.close_code is not None else ""
+    problem = error or (repr(ws.exception())[:200] if ws.exception() else "")
+    return f"{side} ended{close}" + (f" ({problem})" if problem else "")
 
 
 HostLink = tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes, tuple[bytes, ...]]
@@ -408,11 +414,15 @@ async def _open_host(address: str, port: int, x224: bytes) -> HostLink | bytes:
     return reader, writer, confirm, (cert,) if cert else ()
 
 
-async def _first_ends(*parts: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """Runs the parts until the first ends (or fails); the others are cancelled."""
+async def _first_ends(*parts: Callable[[], Coroutine[Any, Any, None]]) -> tuple[int, str]:
+    """Runs the parts until the first ends (or fails); the others are cancelled. Which part
+    ended first, and its error ('' when none)."""
     tasks = [asyncio.create_task(part()) for part in parts]
     try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        first = next(i for i, task in enumerate(tasks) if task in done)
+        error = tasks[first].exception()
+        return first, "" if error is None else repr(error)[:200]
     finally:
         for task in tasks:
             task.cancel()
