@@ -26,14 +26,9 @@ import pytest
 from playwright.sync_api import Locator, Page, Route, expect
 
 from hostpool_operator.access.names import request_name
-from support import browser as browsers
 from support.broker_helpers import BrokerProcess, Connecting, entitled_pool
 from support.cluster import Cluster
 from support.portal import portal_args, sign_in
-
-# The browser fixtures, by the names the tests ask for.
-browser = browsers.browser
-new_page = browsers.new_page
 
 Obj = dict[str, Any]
 PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}

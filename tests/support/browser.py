@@ -5,10 +5,13 @@ Playwright comes from PyPI (the ``test`` extra); its own browser downloads are n
 ``hack/cluster/apt-install.sh`` where missing. Missing and not installable, a test that
 needs it skips saying why; under CI (``CI=true``) it fails instead.
 
-Fixtures (import them into a test module: ``from support.browser import browser,
-new_page  # noqa: F401``):
+Fixtures (a plugin of tests/conftest.py: every test module has them, none imports them):
 
-- ``browser``: one chromium per test session (``--no-sandbox``: the tests run as root).
+- ``browser``: one chromium per test module (``--no-sandbox``: the tests run as root).
+  Not one per session: Playwright's sync API runs its event loop in a greenlet of the main
+  thread, and while it is started that loop counts as the thread's running loop, so every
+  later ``asyncio.run`` in the session (any unit test) would fail. Leaving the module stops
+  it and clears the loop.
 - ``new_page``: a factory of pages, each in a fresh context (its own cookies: one context
   is one person's browser). A failing test's report gets each page's console log, its URL
   and a screenshot (saved in the test's temporary directory; the report names the file).
@@ -16,6 +19,7 @@ new_page  # noqa: F401``):
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -62,9 +66,9 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"the browser cannot run: {reason}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """Headless chromium for the whole session."""
+    """Headless chromium for one test module (see the module's docstring for why)."""
     try:
         binary = chromium()
     except BrowserError as exc:
@@ -79,6 +83,15 @@ def browser() -> Iterator[Browser]:
             yield launched
         finally:
             launched.close()
+    if _running_loop() is not None:
+        pytest.fail("Playwright left an event loop running in the test thread", pytrace=False)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class _Watched:

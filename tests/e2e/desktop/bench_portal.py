@@ -34,7 +34,6 @@ from playwright.sync_api import Page, ViewportSize
 
 from hostpool_operator.access.names import request_name
 from support.broker_helpers import BrokerProcess
-from support.browser import browser, new_page  # noqa: F401
 from support.cluster import Cluster
 from support.desktop_sessions import AgentHosts, session_env, wait_state
 from support.keycloak import Keycloak, KeycloakError
@@ -143,7 +142,7 @@ def test_bench_portal(
     agent_hosts: AgentHosts,
     brokers: Callable[..., BrokerProcess],
     keycloak: Keycloak,
-    new_page: Callable[..., Page],  # noqa: F811
+    new_page: Callable[..., Page],
     tmp_path: Path,
 ) -> None:
     del operator_process

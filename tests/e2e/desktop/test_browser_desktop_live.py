@@ -26,7 +26,6 @@ from playwright.sync_api import Page, ViewportSize
 from hostpool_operator.access import tickets
 from hostpool_operator.access.names import request_name
 from support.broker_helpers import BrokerProcess
-from support.browser import browser, new_page  # noqa: F401
 from support.cluster import Cluster
 from support.desktop import RdpClient, VirtualDisplay, XrdpHosts, pixel, xorg_displays
 from support.desktop_sessions import AgentHosts, wait_state, xorg_pid
@@ -112,7 +111,7 @@ def test_a_desktop_in_the_browser(
     operator_process: OperatorProcess,
     agent_hosts: AgentHosts,
     brokers: Callable[..., BrokerProcess],
-    new_page: Callable[..., Page],  # noqa: F811
+    new_page: Callable[..., Page],
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> None:
