@@ -173,6 +173,7 @@ def sign_in_check(user: str, password: str, *, desktop: bool) -> None:
             connect_check(page, user)
             if desktop:
                 browser_desktop_check(page, user)
+            page_shot(page, user)
         finally:
             browser.close()
 
@@ -190,6 +191,15 @@ def connect_check(page: Any, user: str) -> None:
     )
     name = page.text_content(f"{tile} h3")
     say(f"{user} clicked Connect on {name}: {rdp.name} downloaded ({address})")
+
+
+def page_shot(page: Any, user: str) -> None:
+    """A screenshot of the user's page as it stands now (their sessions on the tiles)."""
+    page.bring_to_front()
+    page.wait_for_timeout(1500)  # the live update of the last change drawn
+    shot = WORK / f"{user}-portal.png"
+    page.screenshot(path=str(shot))
+    say(f"{user}'s page: screenshot {os.path.relpath(shot, Path.cwd())}")
 
 
 def browser_desktop_check(page: Any, user: str) -> None:
