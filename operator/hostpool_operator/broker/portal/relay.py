@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import re
 import secrets
+import socket
 import ssl
+import struct
+import termios
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -31,6 +35,7 @@ from ...access.connect import Answer, Caller, error, not_found
 from ...access.views import PoolView, RequestView
 from ...api import Phase
 from .desktop import DesktopPage
+from .liveness import BrowserLiveness, Due
 
 if TYPE_CHECKING:
     from ..app import Broker
@@ -43,9 +48,12 @@ PACKAGES = ("iron-remote-desktop", "iron-remote-desktop-rdp")
 MAX_MESSAGE = 1024 * 1024
 #: Seconds for the first message, the host's TCP connect, its X.224 answer and TLS.
 SETUP_TIMEOUT = 10.0
-#: Seconds of silence before the relay pings the browser; a browser that does not answer
-#: within half as long again is taken for gone. Generous: a busy machine delays pongs.
-PING_INTERVAL = 30.0
+#: Seconds without a sign of the browser before the relay pings it, and after the ping
+#: before it is taken for gone (what counts as a sign: liveness.py).
+QUIET_SECONDS = 30.0
+ANSWER_SECONDS = 30.0
+#: Seconds between the relay's looks at the browser's signs.
+LOOK_EVERY = 5.0
 #: Bytes read from the host at once.
 READ_SIZE = 64 * 1024
 #: The first frame's timing the page may report (milliseconds), clamped to this.
@@ -222,15 +230,15 @@ class WebDesktops:
             caller, namespace, pool, _ = await self._checked(request)
         except _RefusalError as refusal:
             return self.broker._send(request, "web", refusal.answer)
-        ws = web.WebSocketResponse(
-            max_msg_size=MAX_MESSAGE, heartbeat=PING_INTERVAL, autoclose=True
-        )
+        # No aiohttp heartbeat: its pong deadline misjudges a busy browser (liveness.py);
+        # pump() pings and answers pings itself.
+        ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, autoping=False, autoclose=True)
         await ws.prepare(request)
         self.metrics.web_open.inc()
         started = time.perf_counter()
         outcome = "Closed"
         try:
-            outcome = await self._serve(ws, caller, namespace, pool)
+            outcome = await self._serve(ws, ws_socket(request), caller, namespace, pool)
         except Exception:
             outcome = "Failed"
             log.exception("the desktop relay for %s failed", f"{namespace}/{pool.name}")
@@ -249,7 +257,12 @@ class WebDesktops:
         return ws
 
     async def _serve(
-        self, ws: web.WebSocketResponse, caller: Caller, namespace: str, pool: PoolView
+        self,
+        ws: web.WebSocketResponse,
+        sock: socket.socket | None,
+        caller: Caller,
+        namespace: str,
+        pool: PoolView,
     ) -> str:
         """The relay on an open WebSocket; its outcome (for the metrics and the log)."""
         first = await _first_pdu(ws)
@@ -279,7 +292,7 @@ class WebDesktops:
             await ws.send_bytes(rcp.response(confirm, certs, placed.address))
             up = self.metrics.web_bytes.labels("to_host").inc
             down = self.metrics.web_bytes.labels("to_browser").inc
-            ended = await pump(ws, reader, writer, up, down)
+            ended = await pump(ws, sock, reader, writer, up, down)
         finally:
             writer.close()
         log.info("web desktop %s/%s: %s", namespace, pool.name, ended)
@@ -332,6 +345,11 @@ async def _first_pdu(ws: web.WebSocketResponse) -> bytes | None:
         async with asyncio.timeout(SETUP_TIMEOUT):
             while True:
                 message = await ws.receive()
+                if message.type is WSMsgType.PING:
+                    await ws.pong(message.data)
+                    continue
+                if message.type is WSMsgType.PONG:
+                    continue
                 if message.type is not WSMsgType.BINARY:
                     return None
                 buffer += message.data
@@ -344,17 +362,23 @@ async def _first_pdu(ws: web.WebSocketResponse) -> bytes | None:
 
 async def pump(
     ws: web.WebSocketResponse,
+    sock: socket.socket | None,
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     count_up: Callable[[int], None],
     count_down: Callable[[int], None],
 ) -> str:
-    """Both ways until either side ends, auto-logon set on the Client Info PDU; the bytes
-    each way counted. Which side ended, and how."""
+    """Both ways until either side ends (or the browser shows no sign of life), auto-logon
+    set on the Client Info PDU; the bytes each way counted. Which side ended, and how."""
     patcher = rcp.ClientInfoPatcher()
+    liveness = BrowserLiveness(time.monotonic(), QUIET_SECONDS, ANSWER_SECONDS)
 
     async def browser_to_host() -> None:
         async for message in ws:
+            liveness.sign(time.monotonic())
+            if message.type is WSMsgType.PING:
+                await ws.pong(message.data)
+                continue
             if message.type is not WSMsgType.BINARY:
                 if message.type is WSMsgType.TEXT:
                     return  # RDP travels as binary only
@@ -369,12 +393,54 @@ async def pump(
         while data := await reader.read(READ_SIZE):
             count_down(len(data))
             await ws.send_bytes(data)
+            liveness.sign(time.monotonic())
 
-    first, error = await _first_ends(browser_to_host, host_to_browser)
-    side = "the browser" if first == 0 else "the host"
+    async def watch_browser() -> None:
+        while True:
+            await asyncio.sleep(LOOK_EVERY)
+            now = time.monotonic()
+            liveness.queue(now, send_queue(sock))
+            due = liveness.due(now)
+            if due is Due.GONE:
+                raise BrowserGoneError(
+                    f"no sign of the browser for {now - liveness.last_sign:.0f} s, "
+                    "a ping unanswered"
+                )
+            if due is Due.PING:
+                liveness.pinged(now)
+                # A ping behind a backed-up stream may wait for room; the answer's clock runs.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(ANSWER_SECONDS):
+                        await ws.ping()
+
+    first, error = await _first_ends(browser_to_host, host_to_browser, watch_browser)
+    side = "the host" if first == 1 else "the browser"
     close = f", close code {ws.close_code}" if ws.close_code is not None else ""
     problem = error or (repr(ws.exception())[:200] if ws.exception() else "")
     return f"{side} ended{close}" + (f" ({problem})" if problem else "")
+
+
+class BrowserGoneError(Exception):
+    """The browser showed no sign of life (liveness.py)."""
+
+
+def ws_socket(request: web.Request) -> socket.socket | None:
+    """The upgraded request's TCP socket (None where the transport has none)."""
+    transport = request.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    return sock if isinstance(sock, socket.socket) else None
+
+
+def send_queue(sock: socket.socket | None) -> int | None:
+    """Bytes in the socket's send queue not yet acknowledged by the other side (Linux's
+    SIOCOUTQ), or None where it cannot be read."""
+    if sock is None:
+        return None
+    try:
+        answer = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return None
+    return int(struct.unpack("i", answer)[0])
 
 
 HostLink = tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes, tuple[bytes, ...]]
