@@ -28,6 +28,7 @@ from playwright.sync_api import Locator, Page, Route, expect
 from hostpool_operator.access.names import request_name
 from support.broker_helpers import BrokerProcess, Connecting, entitled_pool
 from support.cluster import Cluster
+from support.kube import MERGE_PATCH, Kube
 from support.portal import portal_args, sign_in
 
 Obj = dict[str, Any]
@@ -35,6 +36,8 @@ PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
 #: Milliseconds a live change may take to reach the page (the operator's write, the watch,
 #: the stream, the page; all on a busy two-core machine).
 LIVE_MS = 15_000
+#: How long the broker holds a connect before it answers 202 (its default).
+CONNECT_TIMEOUT_MS = 30_000
 
 
 class Site(NamedTuple):
@@ -171,6 +174,64 @@ def test_connect_downloads_the_rdp_file_and_the_tile_follows_the_session_live(
 
 # ---------------------------------------------------------------------------------------
 # languages and the keyboard
+
+
+def test_a_full_pool_says_hosts_are_starting_and_connect_waits_for_the_new_host(
+    site: Site, new_page: Callable[..., Page], kube: Kube
+) -> None:
+    """Connect's 202 path in the browser: a full pool that adds a host for alice shows
+    "Hosts are starting" and "Waiting for a host…" while the host's Pod cannot be
+    scheduled (a node label nobody has yet), then downloads the .rdp file once the Pod is
+    Ready and the host takes her, with no reload."""
+    cluster = site.cluster
+    ns = cluster.namespace
+    label = f"hostpool-e2e/portal-{secrets.token_hex(3)}"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "spec": {
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": {label: "yes"},
+            "containers": [{"name": "desktop", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+    scaling = {"minHosts": 0, "maxHosts": 3, "hostTemplate": {"workload": pod}}
+    entitled_pool(cluster, ["h1"], users=["alice", "bob"], name="grow", limit=1, scaling=scaling)
+    taken = site.broker.connect(ns, "grow", site.tokens("bob"))  # h1's only slot
+    assert taken.status == 200, taken.text
+
+    page = signed_in(new_page, site, "alice")
+    page.evaluate("window.notReloaded = true")
+    grow = tile(page, cluster, "grow")
+    expect(grow.locator(".availability")).to_have_text("Full", timeout=LIVE_MS)
+    nodes = [n["metadata"]["name"] for n in kube.call("GET", "/api/v1/nodes")["items"]]
+    try:
+        with page.expect_download(timeout=120_000) as download:
+            grow.locator('[data-action="connect"]').click()
+            expect(grow.locator('[data-action="connect"]')).to_be_disabled()
+            expect(grow.locator(".availability")).to_have_text(
+                "Hosts are starting", timeout=LIVE_MS
+            )
+            expect(grow).to_have_attribute("data-state", "Pending", timeout=LIVE_MS)
+            # The broker holds a connect up to its connect timeout, then answers 202; the
+            # page says so and asks again after the Retry-After.
+            expect(grow.locator(".message")).to_have_text(
+                "Waiting for a host…", timeout=CONNECT_TIMEOUT_MS + LIVE_MS
+            )
+            for node in nodes:  # now the host's Pod can be scheduled and become Ready
+                patch = {"metadata": {"labels": {label: "yes"}}}
+                kube.call("PATCH", f"/api/v1/nodes/{node}", body=patch, content_type=MERGE_PATCH)
+        assert download.value.suggested_filename == "grow.rdp"
+    finally:
+        for node in nodes:
+            unlabel: Obj = {"metadata": {"labels": {label: None}}}
+            kube.request("PATCH", f"/api/v1/nodes/{node}", body=unlabel, content_type=MERGE_PATCH)
+    placed = cluster.request(request_name(ns, "grow", "alice"))
+    assert placed["status"]["host"] != "h1"  # the host that was started for her
+    expect(grow.locator(".message")).to_contain_text("grow.rdp")
+    expect(grow).to_have_attribute("data-state", re.compile("Connecting|Assigned"))
+    assert page.evaluate("window.notReloaded") is True
 
 
 @pytest.mark.parametrize(
