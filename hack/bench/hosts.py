@@ -37,7 +37,9 @@ from kubernetes.client.exceptions import ApiException
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "hack"))
 
+from bench import local_cluster
 from support import builders
 
 CLUSTER = ROOT / ".cluster" / "bench-hosts"
@@ -48,18 +50,6 @@ POOL = "desktops"
 
 def log(message: str) -> None:
     print(f"bench-hosts: {message}", file=sys.stderr, flush=True)
-
-
-def kubeconfig() -> tuple[Path, bool]:
-    """The cluster to use, and whether this run started it (and stops it at the end)."""
-    value = os.environ.get("KUBECONFIG", "").strip()
-    if value:
-        log(f"using the cluster of KUBECONFIG={value}")
-        return Path(value), False
-    log("starting the local control plane with 3 fake nodes")
-    script = ROOT / "hack" / "cluster" / "cluster.sh"
-    subprocess.run([str(script), "up", str(CLUSTER)], check=True, stdout=subprocess.DEVNULL)
-    return CLUSTER / "kubeconfig", True
 
 
 def fresh_namespace(core: Any) -> None:
@@ -118,7 +108,7 @@ def stamp(value: str) -> datetime:
 
 
 def main() -> int:
-    path, ours = kubeconfig()
+    path, ours = local_cluster.kubeconfig(CLUSTER, log)
     try:
         return run(path)
     finally:

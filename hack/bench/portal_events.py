@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "hack"))
 
-from bench import broker_arm
+from bench import broker_arm, local_cluster
 from support import builders
 from support.broker_helpers import BrokerProcess
 from support.kube import Kube
@@ -53,18 +53,6 @@ def log(message: str) -> None:
 
 def setting(name: str, default: str) -> str:
     return os.environ.get(name, "").strip() or default
-
-
-def kubeconfig() -> tuple[Path, bool]:
-    """The cluster to use, and whether this run started it (and stops it at the end)."""
-    value = os.environ.get("KUBECONFIG", "").strip()
-    if value:
-        log(f"using the cluster of KUBECONFIG={value}")
-        return Path(value), False
-    log("starting a local control plane")
-    script = ROOT / "hack" / "cluster" / "cluster.sh"
-    subprocess.run([str(script), "up", str(CLUSTER)], check=True, stdout=subprocess.DEVNULL)
-    return CLUSTER / "kubeconfig", True
 
 
 def cpu_seconds(pid: int) -> float:
@@ -308,7 +296,7 @@ def run(path: Path) -> int:
 
 
 def main() -> int:
-    path, ours = kubeconfig()
+    path, ours = local_cluster.kubeconfig(CLUSTER, log)
     try:
         return run(path)
     finally:

@@ -1,6 +1,7 @@
 """Desktops in the browser, in tests and the portal bench: the web client's install
 (``hack/portal/web-client.sh``), a bare RDCleanPath client of the broker's relay (what a
-forger or a replayer would send), what a host saw, and the broker's relay metrics."""
+forger or a replayer would send), what a host saw, the broker's relay metrics, and the
+desktop page driven as a person would (open, type the password, Connect, the first frame)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import NoReturn
 
 import aiohttp
 import pytest
+from playwright.sync_api import Page
 
 from hostpool_operator.access import rdcleanpath as rcp
 from support.desktop import XrdpHosts
@@ -111,3 +113,34 @@ def metric(metrics_url: str, name: str, labels: str = "") -> float:
 
 def cookie_header(cookies: Mapping[str, str]) -> str:
     return "; ".join(f"{k}={v}" for k, v in cookies.items() if re.fullmatch(r"[\w.-]+", k))
+
+
+#: The desktop page's hooks: the first frame drawn, or the page's error.
+FIRST_FRAME_OR_ERROR = "#desktop[data-first-frame-ms], #desktop[data-desktop-state=error]"
+
+
+def open_desktop(page: Page, url: str, password: str, *, wait: bool = True) -> int:
+    """Open the desktop page, type the desktop password and click Connect; with ``wait``,
+    the milliseconds from the click to the first frame as the page measured them (an
+    AssertionError with the page's status when it did not connect), else 0."""
+    page.goto(url)
+    page.wait_for_selector("#desktop[data-client=ready]", state="attached", timeout=60_000)
+    page.fill("#password", password)
+    page.click('[data-action="connect"]')
+    return first_frame(page) if wait else 0
+
+
+def first_frame(page: Page, timeout_ms: float = 120_000) -> int:
+    """Wait for the desktop page's first frame; its click-to-frame milliseconds."""
+    frame = first_frame_or_none(page, timeout_ms)
+    assert frame is not None, page.inner_text("#status")
+    return frame
+
+
+def first_frame_or_none(page: Page, timeout_ms: float = 120_000) -> int | None:
+    """The same, or None when the page ended in an error instead (its status says why)."""
+    page.wait_for_selector(FIRST_FRAME_OR_ERROR, state="attached", timeout=timeout_ms)
+    root = page.locator("#desktop")
+    if root.get_attribute("data-desktop-state") != "connected":
+        return None
+    return int(root.get_attribute("data-first-frame-ms") or "0")

@@ -40,7 +40,14 @@ from support.keycloak import Keycloak, KeycloakError
 from support.kube import wait_for
 from support.operator_process import OperatorProcess
 from support.portal import portal_args, sign_in
-from support.web_desktop import WebClientError, cannot_run, metric, web_client_dir
+from support.web_desktop import (
+    WebClientError,
+    cannot_run,
+    first_frame,
+    metric,
+    open_desktop,
+    web_client_dir,
+)
 
 POOL = "benchweb"
 FIRST_ADDRESS = 71
@@ -84,27 +91,6 @@ def add_keycloak_users(keycloak: Keycloak, names: list[str]) -> None:
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, math.ceil(share * len(ordered)) - 1)]
-
-
-def open_desktop(page: Page, url: str, password: str, *, wait: bool = True) -> int:
-    page.goto(url)
-    page.wait_for_selector("#desktop[data-client=ready]", state="attached", timeout=60_000)
-    page.fill("#password", password)
-    page.click('[data-action="connect"]')
-    if not wait:
-        return 0
-    return first_frame(page)
-
-
-def first_frame(page: Page) -> int:
-    page.wait_for_selector(
-        "#desktop[data-first-frame-ms], #desktop[data-desktop-state=error]",
-        state="attached",
-        timeout=120_000,
-    )
-    root = page.locator("#desktop")
-    assert root.get_attribute("data-desktop-state") == "connected", page.inner_text("#status")
-    return int(root.get_attribute("data-first-frame-ms") or "0")
 
 
 def draw(user: str, seconds: float) -> subprocess.Popen[bytes]:

@@ -39,6 +39,7 @@ from support.web_desktop import (
     connections_received,
     cookie_header,
     metric,
+    open_desktop,
     try_relay,
     web_client_dir,
 )
@@ -55,22 +56,6 @@ VIEWPORT: ViewportSize = {"width": 1024, "height": 768}
 def host_colour(hosts: XrdpHosts, host: str) -> str:
     env = (hosts.directory / host / "run" / "host.env").read_text()
     return env.split('HOSTPOOL_DESKTOP_COLOUR="', 1)[1].split('"', 1)[0].lower()
-
-
-def open_desktop(page: Page, url: str, password: str) -> int:
-    """Open the desktop page, connect with the desktop password; the milliseconds from the
-    click to the first frame, as the page measured them."""
-    page.goto(url)
-    page.fill("#password", password)
-    page.click('[data-action="connect"]')
-    page.wait_for_selector(
-        "#desktop[data-first-frame-ms], #desktop[data-desktop-state=error]",
-        state="attached",
-        timeout=60_000,
-    )
-    root = page.locator("#desktop")
-    assert root.get_attribute("data-desktop-state") == "connected", page.inner_text("#status")
-    return int(root.get_attribute("data-first-frame-ms") or "0")
 
 
 def near(seen: str, colour: str) -> bool:
