@@ -115,18 +115,26 @@ def script(name: str, *args: str, what: str) -> str:
     return lines[-1] if lines else ""
 
 
+def real_node_problem() -> str | None:
+    """Why the demo cluster cannot get a real kubelet node here (None: it has one, or can)."""
+    if cluster_state().get("REAL_NODES", "0") != "0":
+        return None
+    check = subprocess.run(
+        [str(ROOT / "hack" / "cluster" / "cluster.sh"), "check-nodes"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return f"no real node here: {check.stdout.strip()}" if check.returncode != 0 else None
+
+
 def ensure_real_node(kubeconfig: Path) -> str:
     """A real kubelet node in the demo cluster (added when it has none) with the session-host
     image imported; returns the image's name."""
     if cluster_state().get("REAL_NODES", "0") == "0":
-        problem = subprocess.run(
-            [str(ROOT / "hack" / "cluster" / "cluster.sh"), "check-nodes"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if problem.returncode != 0:
-            raise SystemExit(f"demo-desktop: no real node here: {problem.stdout.strip()}")
+        problem = real_node_problem()
+        if problem:
+            raise SystemExit(f"demo-desktop: {problem}")
         script("tools.sh", "--control-plane", "--nodes", what="the kubelet and pause image")
         script("cluster.sh", "add-nodes", str(CLUSTER), "1", what=f"real node {NODE} added")
         kubectl = [str(CLUSTER / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig)]

@@ -251,16 +251,7 @@ def why_no_desktops() -> str:
             "the demo's control plane serves on no hosts' bridge "
             "(`make demo-down && make demo` as root)"
         )
-    if demo_desktop.cluster_state().get("REAL_NODES", "0") == "0":
-        nodes = subprocess.run(
-            [str(ROOT / "hack" / "cluster" / "cluster.sh"), "check-nodes"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if nodes.returncode != 0:
-            return f"no real node here: {nodes.stdout.strip()}"
-    return why_not()
+    return demo_desktop.real_node_problem() or why_not()
 
 
 def bring_up_desktops(kubeconfig: Path, objects: Any, core: Any) -> None:
