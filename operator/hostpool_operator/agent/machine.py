@@ -179,12 +179,12 @@ class XrdpMachine:
         processes, _ = self.processes()
         return [s for s in xrdp_sessions(processes) if users is None or s.user in users]
 
-    def idle(self, users: set[str]) -> tuple[dict[str, float], list[str]]:
+    def idle(self, users: set[str]) -> tuple[dict[str, float], dict[str, str]]:
         """Seconds since each user's last input: the least over their sessions' X servers
         (input in any of them is the user's). Users whose X servers could not be asked are
-        missing; the second item says why."""
+        missing; the second item says why, by user."""
         idle: dict[str, float] = {}
-        problems: list[str] = []
+        problems: dict[str, str] = {}
         if self.known is None:
             sessions = self.user_sessions(users)
         else:  # those still running (a session gone since is no problem)
@@ -195,7 +195,7 @@ class XrdpMachine:
             try:
                 seconds = idle_seconds(server_of(session))
             except X11Error as error:
-                problems.append(f"{session.user}: {error}")
+                problems[session.user] = str(error)
                 continue
             idle[session.user] = min(seconds, idle.get(session.user, seconds))
         return idle, problems

@@ -48,6 +48,7 @@ from .sessions import (
     LogoffTracker,
     SessionTracker,
     Shown,
+    UnknownIdle,
     idle_fields,
     idle_logoff_withdrawn,
     logoff_message,
@@ -165,6 +166,7 @@ class Agent:
     #: back-off and when the next try is due.
     _retry: dict[tuple[str, str], tuple[Backoff, float]] = field(default_factory=dict)
     _warned_at: dict[str, float] = field(default_factory=dict)
+    _unknown_idle: UnknownIdle = field(default_factory=UnknownIdle)
     windows: Windows = field(default_factory=lambda: Windows(threading.Event()))
 
     @property
@@ -392,13 +394,22 @@ class Agent:
         if not users:
             return
         self.idle, problems = await asyncio.to_thread(self.xrdp.idle, users)
-        for problem in problems:
-            self.warn_now_and_then(f"idle time unknown: {problem}")
+        self.report_idle_problems(problems, time.monotonic())
         now = datetime.now(UTC)
         for request in list(self.requests.values()):
             fields = idle_fields(request.idle_since, self.idle.get(request.user), now)
             if fields:
                 await self.write_fields(request, fields)
+
+    def report_idle_problems(self, problems: Mapping[str, str], now: float) -> None:
+        """Warn of a user's idle time unknown for a while; a few seconds is an X server
+        still setting up its screen (sessions.UnknownIdle)."""
+        persisting = self._unknown_idle.persisting(problems, now)
+        for user, problem in problems.items():
+            if user in persisting:
+                self.warn_now_and_then(f"idle time unknown: {user}: {problem}")
+            else:
+                log.debug("idle time of %s not known yet: %s", user, problem)
 
     def warn_now_and_then(self, message: str) -> None:
         """Log a warning, the same one at most once per EVENT_REPEAT."""

@@ -315,6 +315,26 @@ def idle_fields(stored: datetime | None, idle: float | None, now: datetime) -> d
     return {"idleSince": rfc3339(since)}
 
 
+#: Seconds a user's idle time may stay unknown before it is worth a warning (a new session's
+#: X server does not answer until its screen is set up: seconds on a busy host).
+IDLE_UNKNOWN_GRACE = 30.0
+
+
+@dataclass
+class UnknownIdle:
+    """Since when each user's idle time could not be read, without a break."""
+
+    since: dict[str, float] = field(default_factory=dict)
+
+    def persisting(
+        self, problems: Mapping[str, str], now: float, grace: float = IDLE_UNKNOWN_GRACE
+    ) -> dict[str, str]:
+        """Take this step's problems (by user); those unknown ``grace`` seconds on end.
+        A user read again, or gone, starts afresh."""
+        self.since = {user: self.since.get(user, now) for user in problems}
+        return {u: why for u, why in problems.items() if now - self.since[u] >= grace}
+
+
 def active_since(
     idle_since: datetime | None, decided_at: datetime | None, idle: float | None, now: datetime
 ) -> bool:

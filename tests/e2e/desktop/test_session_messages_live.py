@@ -656,6 +656,10 @@ def test_the_agent_in_the_session_host_image_shows_a_notice_and_disconnects(
             assert client.wait_exit(15) is not None, "alice's client is still connected"
         log_text = podman("logs", name, check=False)
         assert "idle time unknown" not in log_text, log_text[-3000:]
+        # The agent reads alice's idle time from her X server once it answers (a server
+        # still setting up its screen may not, for a few seconds): from the notice on, it did.
+        after_notice = log_text.split("showed the notice of alice", 1)[-1]
+        assert "idle time of alice not known yet" not in after_notice, log_text[-3000:]
     finally:
         if client is not None:
             client.kill()

@@ -16,6 +16,7 @@ from hostpool_operator.agent.sessions import (
     HostRequest,
     LogoffTracker,
     SessionTracker,
+    UnknownIdle,
     parse_sessions,
 )
 
@@ -240,3 +241,24 @@ def test_host_request_reads_only_assigned_requests() -> None:
     assert parsed.logoff_deadline == T0 + timedelta(minutes=10)
     assert HostRequest.of({**obj, "status": {"phase": "Pending"}}) is None
     assert HostRequest.of({**obj, "spec": "nonsense"}) is None
+
+
+# ---------------------------------------------------------------------------------------
+# an X server that does not answer yet: no warning before the grace
+
+
+def test_an_idle_time_unknown_for_a_few_seconds_is_no_warning() -> None:
+    """A new session's X server answers once its screen is set up (seconds on a busy host):
+    only a user unknown for the whole grace, without a break, is reported."""
+    unknown = UnknownIdle()
+    assert unknown.persisting({"alice": "timed out"}, 100.0, grace=30.0) == {}
+    assert unknown.persisting({"alice": "timed out"}, 129.9, grace=30.0) == {}
+    assert unknown.persisting({"alice": "refused"}, 130.0, grace=30.0) == {"alice": "refused"}
+    # Read once: the clock starts again; bob's own clock starts when he is first unknown.
+    assert unknown.persisting({}, 131.0, grace=30.0) == {}
+    assert unknown.persisting({"alice": "x", "bob": "y"}, 132.0, grace=30.0) == {}
+    assert unknown.persisting({"alice": "x", "bob": "y"}, 162.0, grace=30.0) == {
+        "alice": "x",
+        "bob": "y",
+    }
+    assert unknown.since == {"alice": 132.0, "bob": 132.0}
