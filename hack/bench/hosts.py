@@ -108,13 +108,8 @@ def stamp(value: str) -> datetime:
 
 
 def main() -> int:
-    path, ours = local_cluster.kubeconfig(CLUSTER, log)
-    try:
+    with local_cluster.kubeconfig(CLUSTER, log) as path:
         return run(path)
-    finally:
-        if ours:
-            script = ROOT / "hack" / "cluster" / "cluster.sh"
-            subprocess.run([str(script), "down", str(CLUSTER)], check=False)
 
 
 def run(path: Path) -> int:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -296,13 +295,8 @@ def run(path: Path) -> int:
 
 
 def main() -> int:
-    path, ours = local_cluster.kubeconfig(CLUSTER, log)
-    try:
+    with local_cluster.kubeconfig(CLUSTER, log) as path:
         return run(path)
-    finally:
-        if ours:
-            script = ROOT / "hack" / "cluster" / "cluster.sh"
-            subprocess.run([str(script), "down", str(CLUSTER)], check=False)
 
 
 if __name__ == "__main__":
