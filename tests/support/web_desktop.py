@@ -48,6 +48,14 @@ def cannot_run(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+def web_client_or_stop() -> Path:
+    """The web client's directory, or the test stops saying why (cannot_run)."""
+    try:
+        return web_client_dir()
+    except WebClientError as error:
+        cannot_run(str(error))
+
+
 def x224_request() -> bytes:
     """An X.224 Connection Request asking for TLS only (what the web client sends with
     CredSSP off)."""

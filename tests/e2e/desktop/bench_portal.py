@@ -41,12 +41,10 @@ from support.kube import wait_for
 from support.operator_process import OperatorProcess
 from support.portal import portal_args, sign_in
 from support.web_desktop import (
-    WebClientError,
-    cannot_run,
     first_frame,
     metric,
     open_desktop,
-    web_client_dir,
+    web_client_or_stop,
 )
 
 POOL = "benchweb"
@@ -132,10 +130,7 @@ def test_bench_portal(
     tmp_path: Path,
 ) -> None:
     del operator_process
-    try:
-        client_dir = web_client_dir()
-    except WebClientError as error:
-        cannot_run(str(error))
+    client_dir = web_client_or_stop()
     desk = users()
     names = list(desk)
     host_names = [f"bw-{i + 1}" for i in range(math.ceil(len(names) / PER_HOST))]

@@ -34,14 +34,12 @@ from support.operator_process import OperatorProcess
 from support.portal import CSRF_HEADER, csrf_token, portal_args, session_cookies, sign_in
 from support.report_logs import EXTRA_LOGS
 from support.web_desktop import (
-    WebClientError,
-    cannot_run,
     connections_received,
     cookie_header,
     metric,
     open_desktop,
     try_relay,
-    web_client_dir,
+    web_client_or_stop,
 )
 
 HOST = "web-1"
@@ -101,10 +99,7 @@ def test_a_desktop_in_the_browser(
     request: pytest.FixtureRequest,
 ) -> None:
     del operator_process
-    try:
-        client_dir = web_client_dir()
-    except WebClientError as error:
-        cannot_run(str(error))
+    client_dir = web_client_or_stop()
     hosts, agents = agent_hosts([HOST], USERS, first=FIRST_ADDRESS)
     address = hosts.hosts[HOST].address
     colour = host_colour(hosts, HOST)
