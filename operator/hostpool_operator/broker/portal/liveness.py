@@ -16,7 +16,7 @@ Pure: the relay passes the clock and the send queue's length in.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 
 class Due(enum.Enum):
@@ -30,15 +30,15 @@ class BrowserLiveness:
     """The relay's view of one browser; ``quiet`` seconds without a sign before a ping,
     ``answer`` seconds after the ping without one before the browser counts as gone."""
 
-    now: float
+    now: InitVar[float]
     quiet: float = 30.0
     answer: float = 30.0
     last_sign: float = field(init=False)
     pinged_at: float | None = field(default=None, init=False)
     _queued: int | None = field(default=None, init=False)
 
-    def __post_init__(self) -> None:
-        self.last_sign = self.now
+    def __post_init__(self, now: float) -> None:
+        self.last_sign = now
 
     def sign(self, now: float) -> None:
         """The browser took part: a message, a pong, a completed send."""
