@@ -176,7 +176,7 @@ def test_cookies_the_broker_refuses(portal: Callable[..., Portal]) -> None:
     assert site.call("GET", "/v1/pools", valid).status == 200
 
     flipped = valid[:-6] + ("A" if valid[-6] != "A" else "B") + valid[-5:]
-    other_key = cookies.derive_key(secrets.token_bytes(32))
+    other_key = cookies.derive_key(secrets.token_urlsafe(32).encode())
     cases = {
         "random": "v1." + secrets.token_urlsafe(300),
         "not sealed": "alice",

@@ -49,7 +49,7 @@ def test_an_altered_value_is_refused(position: int) -> None:
 
 def test_another_key_is_refused() -> None:
     value = seal(KEY, NAME, {"u": "alice"}, NOW, 3600)
-    other = cookies.derive_key(secrets.token_bytes(32))
+    other = cookies.derive_key(secrets.token_urlsafe(32).encode())
     with pytest.raises(CookieError, match="another key"):
         open_sealed(other, NAME, value, NOW)
 
