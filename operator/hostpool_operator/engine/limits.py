@@ -271,15 +271,24 @@ def _limit_steps(
     ``rule``: (limit, minutes, action, start of the time, start of the period) in host time."""
     limit, minutes, action, start, period = rule
     active = facts.state == SessionState.ACTIVE.value
+    acts_at = clock.acts_at(start, minutes)
+    due_at = acts_at
     if action is LimitAction.DISCONNECT:
         if not active or facts.disconnect_pending:
             return []  # disconnecting a session nobody uses, or twice, is nothing
-        if _disconnected_in(facts, limit, clock.op(period)):
+        since = clock.op(period)
+        if _disconnected_in(facts, limit, since):
             return []  # done in this period already
-    acts_at = clock.acts_at(start, minutes)
+        if since > clock.now and _disconnected_in(facts, limit, clock.now):
+            # The host dates this period after now (its clock a little ahead of the offset):
+            # the disconnect just asked for is taken as this period's until the operator's
+            # clock gets there; from then on only one asked in the period counts.
+            due_at = max(acts_at, since)
     message = logoff_text(limit, minutes) if action is LimitAction.LOGOFF else ""
     kind = StepKind.LOGOFF if action is LimitAction.LOGOFF else StepKind.DISCONNECT
-    found = [_Candidate(acts_at, LimitStep(kind, limit, minutes, action, acts_at, message))]
+    found = [_Candidate(due_at, LimitStep(kind, limit, minutes, action, acts_at, message))]
+    if due_at != acts_at:
+        return found  # asked for already: no warning of it
     warning = limits.warning_minutes
     if not active or warning == 0 or acts_at <= clock.now:
         return found
