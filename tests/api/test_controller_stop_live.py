@@ -61,4 +61,3 @@ def test_a_pool_loop_woken_as_it_is_cancelled_stops(
 
     hung = asyncio.run(run())
     assert hung == [], f"stop() did not return in {len(hung)} of {ROUNDS} rounds: {hung}"
-

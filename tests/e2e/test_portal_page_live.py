@@ -149,9 +149,7 @@ def test_connect_downloads_the_rdp_file_and_the_tile_follows_the_session_live(
     expect(desk.locator(".message")).to_contain_text("desk.rdp")
 
     # The operator's Connecting, then an agent's Active: each reaches the open page.
-    expect(desk).to_have_attribute(
-        "data-state", re.compile("Connecting|Assigned"), timeout=LIVE_MS
-    )
+    expect(desk).to_have_attribute("data-state", re.compile("Connecting|Assigned"), timeout=LIVE_MS)
     expect(desk.locator(".session")).to_contain_text(host)
     written = time.monotonic()
     cluster.patch_status("SessionRequest", placed["metadata"]["name"], {"sessionState": "Active"})

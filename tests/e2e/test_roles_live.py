@@ -63,6 +63,7 @@ REFUSALS = (
     "a session administrator may change only status.logoff, status.disconnect and status.notice",
 )
 
+
 def component(doc: Obj) -> str | None:
     value = doc["metadata"].get("labels", {}).get("app.kubernetes.io/component")
     return None if value is None else str(value)

@@ -121,9 +121,7 @@ class FakeXServer:
         while True:
             children = psutil.Process(self.parent.pid).children()
             roots = [c for c in children if c.uids().real == 0]
-            fakes = [
-                c for c in children if c.uids().real != 0 and c.cmdline()[:1] == ["Xorg"]
-            ]
+            fakes = [c for c in children if c.uids().real != 0 and c.cmdline()[:1] == ["Xorg"]]
             if roots and fakes:
                 self.root_child, self.fake = roots[0], fakes[0]
                 self.commands = {p.pid: " ".join(p.cmdline()) for p in (roots[0], fakes[0])}

@@ -121,9 +121,7 @@ def test_a_disconnected_session_is_logged_off_after_the_limit_and_its_slot_reuse
 
             # alice's client goes away: her session stays, Disconnected.
             desktops["alice"].stop()
-            wait_state(
-                cluster, "alice", "Disconnected", "alice's request to show Disconnected", 30
-            )
+            wait_state(cluster, "alice", "Disconnected", "alice's request to show Disconnected", 30)
             disconnected = time.monotonic()
             changed_at = parse_time(status_of(cluster, "alice").get("stateChangedAt"))
             assert changed_at is not None

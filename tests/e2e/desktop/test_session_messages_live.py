@@ -242,7 +242,11 @@ def test_a_notice_shows_in_desktops_and_a_disconnect_keeps_the_session(
         first = desktops["alice"].clients[0]
         assert first.wait_exit(15) is not None, "alice's client is still connected"
         wait_state(
-            cluster, "alice", "Disconnected", "alice's request to show Disconnected", timeout=15,
+            cluster,
+            "alice",
+            "Disconnected",
+            "alice's request to show Disconnected",
+            timeout=15,
         )
         timings["disconnect set -> Disconnected"] = time.monotonic() - asked
         assert xorg_pid("alice") == xorg, "alice's X server changed at the disconnect"

@@ -109,9 +109,7 @@ def test_a_crit_header_is_refused(crit: Any) -> None:
         verify(access_token({"crit": crit}))
 
 
-@pytest.mark.parametrize(
-    "typ", ["ID", "Refresh", "Offline", "Logout", "bearer", "", ["Bearer"], 1]
-)
+@pytest.mark.parametrize("typ", ["ID", "Refresh", "Offline", "Logout", "bearer", "", ["Bearer"], 1])
 def test_tokens_other_than_access_tokens_are_refused(typ: Any) -> None:
     """Keycloak writes the kind of token in the payload: ID (the ID token, which carries
     the same issuer, audience and user), Refresh, Offline, Logout..."""

@@ -446,9 +446,7 @@ def test_counts_always_match_the_users_sessions(ops: list[tuple[object, ...]]) -
         invariants(ledger)
 
 
-def assert_agrees_with_model(
-    ledger: SessionLedger, model: dict[str, tuple[str, set[str]]]
-) -> None:
+def assert_agrees_with_model(ledger: SessionLedger, model: dict[str, tuple[str, set[str]]]) -> None:
     """Each host's counts and users, and each user's session and holders, as the model says."""
     for host in HOSTS:
         on = {user for user in USERS if ledger.host_of(user) == host}
