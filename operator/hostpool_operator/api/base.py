@@ -78,6 +78,31 @@ class LoadBalancerType(enum.StrEnum):
     HORIZON = "Horizon"
 
 
+class PoolType(enum.StrEnum):
+    """Pooled: any host takes any user, by the load balancer. Personal: each user has a host
+    of their own (AVD's personal pools, Horizon's dedicated assignment)."""
+
+    POOLED = "Pooled"
+    PERSONAL = "Personal"
+
+
+class PersonalAssignment(enum.StrEnum):
+    """How a user of a personal pool comes to have a host."""
+
+    #: Their first connect takes an unassigned host (or one the pool adds).
+    AUTOMATIC = "Automatic"
+    #: Only an administrator assigns hosts (``spec.assignedUser``).
+    DIRECT = "Direct"
+
+
+class PowerState(enum.StrEnum):
+    """Whether a personal, workload-backed host's machine is there."""
+
+    RUNNING = "Running"
+    STARTING = "Starting"
+    STOPPED = "Stopped"
+
+
 class Protocol(enum.StrEnum):
     """A display protocol a session host supports and a client may ask for."""
 
@@ -109,6 +134,10 @@ class Reason(enum.StrEnum):
     HOSTS_STARTING = "HostsStarting"
     #: Failed: the workload under the session's host disappeared, and the session with it.
     HOST_LOST = "HostLost"
+    #: Placed on the user's own host of a personal pool (load balancing does not apply).
+    PERSONAL = "Personal"
+    #: Waiting: the personal pool has no host for this user and none to give them.
+    NO_HOST_ASSIGNED = "NoHostAssigned"
 
 
 class SessionState(enum.StrEnum):
@@ -244,8 +273,11 @@ __all__ = [
     "Conditions",
     "LimitAction",
     "LoadBalancerType",
+    "PersonalAssignment",
     "Phase",
     "PoolRef",
+    "PoolType",
+    "PowerState",
     "Protocol",
     "Reason",
     "SessionCounts",

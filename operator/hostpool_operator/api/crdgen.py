@@ -55,8 +55,8 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
         if "$ref" in inner:
             inner = {**defs[inner["$ref"].rsplit("/", 1)[-1]]}
         node = {**inner, **node}
-        if node.get("default", 0) is None:
-            node.pop("default")
+    if node.get("default", 0) is None:
+        node.pop("default")  # "absent" (a field that is only optional to some rule)
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROP_KEYS:
@@ -156,6 +156,10 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
     "HostPool": [
         _column("Type", "string", ".spec.loadBalancer.type", "Load-balancing algorithm."),
         _column("Limit", "integer", ".spec.loadBalancer.maxSessionLimit", "Session limit."),
+        {
+            **_column("Kind", "string", ".spec.type", "Pooled or Personal."),
+            "priority": 1,
+        },
         _column("Hosts", "integer", ".status.hosts.total", "Hosts in the pool."),
         _column("Sessions", "integer", ".status.sessions.total", "Sessions in the pool."),
         _column("Free", "integer", ".status.capacity.free", "Free session slots."),
@@ -179,6 +183,14 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
         _column("Drain", "boolean", ".spec.drainMode", "Drain mode."),
         _condition_column("Available", "Available"),
         _column("Address", "string", ".status.address", "The address handed to clients."),
+        {
+            **_column("User", "string", ".spec.assignedUser", "Personal pools: the host's user."),
+            "priority": 1,
+        },
+        {
+            **_column("Power", "string", ".status.power", "Personal pools: Running or Stopped."),
+            "priority": 1,
+        },
         {
             **_column(
                 "Reason",

@@ -13,14 +13,16 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from .address import HOST_ADDRESS_PATTERN
+from .address import HOST_ADDRESS_PATTERN, NO_CONTROL_PATTERN
 from .base import (
     ALL_PROTOCOLS,
     MAX_ADDRESS,
     MAX_THRESHOLD,
+    MAX_USER,
     ApiModel,
     Conditions,
     PoolRef,
+    PowerState,
     Protocol,
     SessionCounts,
 )
@@ -155,6 +157,15 @@ class SessionHostSpec(ApiModel):
             "a workload). The host takes new sessions only while it exists and is Ready."
         ),
     )
+    assigned_user: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_USER,
+        pattern=NO_CONTROL_PATTERN,
+        description="Personal pools: the host's one user (set by the operator on a user's "
+        "first connect with Automatic assignment, by an administrator with Direct). Cannot "
+        "change while a session is on the host.",
+    )
 
 
 class SessionHostStatus(ApiModel):
@@ -189,6 +200,12 @@ class SessionHostStatus(ApiModel):
     bucket: int | None = Field(
         default=None, ge=1, le=3, description="Horizon pools only: bucket 1, 2 or 3."
     )
+    power: PowerState | None = Field(
+        default=None,
+        description="Personal pools, workload-backed hosts: Running, Starting (the workload "
+        "is being made or is not Ready yet) or Stopped (the workload was deleted after "
+        "personal.stopAfterMinutes without a session; the volumes are kept).",
+    )
     conditions: Conditions
 
 
@@ -198,6 +215,22 @@ class SessionHost(ApiModel):
     kind: ClassVar[str] = "SessionHost"
     plural: ClassVar[str] = "sessionhosts"
     short_names: ClassVar[tuple[str, ...]] = ("sh",)
+
+    # A user's host is theirs while a session is on it: giving it to someone else (or
+    # taking it away) waits until the host is empty. On a spec write the stored status is
+    # what oldSelf and self both carry.
+    x_kubernetes_validations: ClassVar[list[dict[str, str]]] = [
+        {
+            "rule": "!has(oldSelf.spec.assignedUser) || (has(self.spec.assignedUser) && "
+            "self.spec.assignedUser == oldSelf.spec.assignedUser) || !has(oldSelf.status) || "
+            "!has(oldSelf.status.sessions) || !has(oldSelf.status.sessions.total) || "
+            "oldSelf.status.sessions.total == 0",
+            "message": "spec.assignedUser cannot change while a session is on the host "
+            "(log the session off first)",
+            "fieldPath": ".spec.assignedUser",
+            "reason": "FieldValueForbidden",
+        }
+    ]
 
     spec: SessionHostSpec = Field(description="The host's desired state.")
     status: SessionHostStatus = Field(

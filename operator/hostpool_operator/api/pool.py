@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import Field, GetJsonSchemaHandler, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from .access import Connection, Entitlements
 from .address import HOST_ADDRESS_PATTERN, NO_CONTROL_PATTERN
@@ -25,6 +27,8 @@ from .base import (
     Conditions,
     LimitAction,
     LoadBalancerType,
+    PersonalAssignment,
+    PoolType,
     SessionCounts,
 )
 from .host import HostFeatures, HostLogonStorm
@@ -369,17 +373,70 @@ class SessionLimits(ApiModel):
         return self
 
 
+class Personal(ApiModel):
+    """How the hosts of a personal pool are given to users and when they are stopped."""
+
+    assignment: PersonalAssignment = Field(
+        default=PersonalAssignment.AUTOMATIC,
+        description="Automatic: a user's first connect takes an unassigned host (or one the "
+        "pool adds from scaling.hostTemplate); Direct: only hosts an administrator assigned "
+        "(spec.assignedUser).",
+    )
+    stop_after_minutes: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_LIMIT_MINUTES,
+        description="A workload-backed host with no session this long is stopped (its "
+        "workload deleted, its volumes kept) and started again on its user's next connect; "
+        "absent = never stopped.",
+    )
+
+
+#: What a Personal pool is given when it names no load balancer (none applies to it).
+PERSONAL_LOAD_BALANCER: dict[str, str] = {"type": LoadBalancerType.BREADTH_FIRST.value}
+
+
 class HostPoolSpec(ApiModel):
     """The desired state of a pool of session hosts."""
 
     x_kubernetes_validations: ClassVar[list[dict[str, str]]] = [
         {
-            "rule": "!has(self.horizon) || self.loadBalancer.type == 'Horizon'",
+            "rule": "!has(self.horizon) || (has(self.loadBalancer) && "
+            "self.loadBalancer.type == 'Horizon')",
             "message": "horizon is only allowed when loadBalancer.type is Horizon",
             "fieldPath": ".horizon",
             "reason": "FieldValueForbidden",
-        }
+        },
+        {
+            "rule": "self.type == 'Personal' || has(self.loadBalancer)",
+            "message": "loadBalancer is required when type is Pooled",
+            "fieldPath": ".loadBalancer",
+            "reason": "FieldValueRequired",
+        },
+        {
+            "rule": "self.type == 'Personal' || !has(self.personal)",
+            "message": "personal is only allowed when type is Personal",
+            "fieldPath": ".personal",
+            "reason": "FieldValueForbidden",
+        },
     ]
+
+    type: PoolType = Field(
+        default=PoolType.POOLED,
+        description="Pooled: hosts are shared and the load balancer places each session. "
+        "Personal: each user has a host of their own (spec.assignedUser) and load balancing "
+        "does not apply. Immutable.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self == oldSelf", "message": "type is immutable"}
+            ]
+        },
+    )
+    personal: Personal | None = Field(
+        default=None,
+        description="How users get their hosts and when idle ones stop; only with type "
+        "Personal (absent there: Automatic, never stopped).",
+    )
 
     display_name: str | None = Field(
         default=None,
@@ -389,7 +446,12 @@ class HostPoolSpec(ApiModel):
         description="The name the portal shows users (absent: the pool's name); up to 64 "
         "characters, no control characters.",
     )
-    load_balancer: LoadBalancer = Field(description="The algorithm and the session limit.")
+    # Required for Pooled pools; a Personal pool may leave it out, as nothing is balanced
+    # there, and is given PERSONAL_LOAD_BALANCER (the validator below).
+    load_balancer: LoadBalancer = Field(
+        description="The algorithm and the session limit; required when type is Pooled, "
+        "ignored when Personal.",
+    )
     connecting_timeout_seconds: int = Field(
         default=DEFAULT_CONNECTING_TIMEOUT_SECONDS,
         ge=1,
@@ -416,6 +478,47 @@ class HostPoolSpec(ApiModel):
         description="When sessions end by time (disconnected, idle, session length); absent "
         "= sessions never end by time.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _load_balancer_of_personal(cls, data: object) -> object:
+        # A Pooled pool without one gets pydantic's own "Field required" on loadBalancer.
+        if (
+            isinstance(data, dict)
+            and data.get("type") == PoolType.PERSONAL
+            and data.get("loadBalancer", data.get("load_balancer")) is None
+        ):
+            return {**data, "loadBalancer": dict(PERSONAL_LOAD_BALANCER)}
+        return data
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # Required of Pooled pools only: CEL says so on the CRD, not the schema's "required".
+        schema = super().__get_pydantic_json_schema__(core_schema, handler)
+        target = handler.resolve_ref_schema(schema)
+        required = [name for name in target.get("required", []) if name != "loadBalancer"]
+        if required:
+            target["required"] = required
+        else:
+            target.pop("required", None)
+        return schema
+
+    @model_validator(mode="after")
+    def _personal_only_for_personal(self) -> HostPoolSpec:
+        if self.personal is not None and self.type is not PoolType.PERSONAL:
+            raise ValueError("personal is only allowed when type is Personal")
+        return self
+
+    @property
+    def is_personal(self) -> bool:
+        return self.type is PoolType.PERSONAL
+
+    @property
+    def personal_settings(self) -> Personal:
+        """The personal settings in force (defaults when the pool sets none)."""
+        return self.personal if self.personal is not None else Personal()
 
     @model_validator(mode="after")
     def _horizon_only_for_horizon(self) -> HostPoolSpec:
