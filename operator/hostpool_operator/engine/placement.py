@@ -17,8 +17,9 @@ from typing import Any
 from ..api import Reason
 from .demand import Demand
 from .host_view import Placement
+from .personal import PersonalHost, place_personal
 from .pool_state import PoolState
-from .records import RequestRecord
+from .records import RequestRecord, query_order
 from .status import pending_message, says_pending
 from .workloads import Gate
 
@@ -29,6 +30,8 @@ class Assign:
 
     record: RequestRecord
     placement: Placement
+    #: Personal pools: the host is newly the user's; spec.assignedUser is written first.
+    claim: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,8 @@ def decide(
         message = f"HostPool {state.name!r} is invalid: {state.pool.spec_error}"
         return wait(state, record, Reason.NO_ELIGIBLE_HOST, message)
     demand = record.demand
+    if state.pool.spec is not None and state.pool.spec.is_personal:
+        return decide_personal(state, record, demand, now)
     shape = (demand.protocol, demand.unauthenticated)
     if demand.user not in state.ledger and shape in failed_shapes:
         reason = failed_shapes[shape]
@@ -106,6 +111,59 @@ def decide(
     state.pending_said.pop(name, None)
     state.reserve(record, placement, now)
     return Assign(record, placement)
+
+
+def decide_personal(
+    state: PoolState, record: RequestRecord, demand: Demand, now: datetime
+) -> Intent | None:
+    """A personal pool: the user's own host, a host claimed for them, or a wait."""
+    assert state.pool is not None
+    spec = state.pool.spec
+    assert spec is not None
+    scaling = spec.scaling
+    can_add = scaling is not None and len(state.hosts) < scaling.max_hosts
+    answer = place_personal(
+        demand.user,
+        personal_hosts(state, demand, now),
+        spec.personal_settings.assignment,
+        claims=state.claims,
+        reconnect=state.ledger.host_of(demand.user),
+        can_add=can_add,
+    )
+    placement = answer.placement
+    if placement.host is None:
+        return wait(state, record, placement.reason, pending_message(placement.reason))
+    state.waiting.pop(record.meta.name, None)
+    state.pending_said.pop(record.meta.name, None)
+    if answer.claim:
+        state.claims[placement.host] = demand.user
+    state.reserve(record, placement, now)
+    return Assign(record, placement, claim=answer.claim)
+
+
+def personal_hosts(state: PoolState, demand: Demand, now: datetime) -> list[PersonalHost]:
+    """The pool's hosts in query order as personal placement sees them (a host that cannot
+    serve this request's protocol or access counts as closed)."""
+    found: list[tuple[int, str, PersonalHost]] = []
+    for name, host in state.hosts.items():
+        if host.spec is None or name in state.removing:
+            continue
+        view = state.views.view(host, now)
+        workload = state.workload_state(host, now)
+        found.append(
+            (
+                query_order(host.meta.created),
+                name,
+                PersonalHost(
+                    name=name,
+                    user=host.spec.assigned_user,
+                    open=view is not None and not view.drain_mode and view.supports(demand),
+                    sessions=view.sessions if view is not None else 0,
+                    starting=workload is not None and workload.starting,
+                ),
+            )
+        )
+    return [entry for _, _, entry in sorted(found, key=lambda item: (item[0], item[1]))]
 
 
 def starting_host_for(state: PoolState, demand: Demand, now: datetime) -> bool:

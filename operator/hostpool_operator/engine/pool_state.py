@@ -58,6 +58,9 @@ class PoolState:
     inflight: set[str] = field(default_factory=set)  # assignment writes on their way
     pending_said: dict[str, Reason] = field(default_factory=dict)  # last pending reason written
     removing: set[str] = field(default_factory=set)  # hosts being deleted by scale-down
+    #: Personal pools: hosts claimed for a user (host -> user) whose spec.assignedUser is not
+    #: seen written yet; they count as that user's in every decision meanwhile.
+    claims: dict[str, str] = field(default_factory=dict)
     empty_since: dict[str, datetime] = field(default_factory=dict)  # managed, no session
     #: The workload of each host with a workloadRef whose kind has been listed (None: it
     #: does not exist). A host missing here has a workload not observed yet.
@@ -203,6 +206,8 @@ class PoolState:
 
     def put_host(self, record: HostRecord, now: datetime) -> None:
         self.hosts[record.meta.name] = record
+        if record.spec is not None and record.spec.assigned_user is not None:
+            self.claims.pop(record.meta.name, None)  # written: the host says it now
         self.views.note_sample(record, now)
         self.views.refresh_host(record, now)
         self.capacity_changed = True
@@ -212,6 +217,7 @@ class PoolState:
         (they fail, they are never moved) with the host's name."""
         self.hosts.pop(name, None)
         self.removing.discard(name)
+        self.claims.pop(name, None)
         self.empty_since.pop(name, None)
         self.workloads.pop(name, None)
         self.views.forget(name)

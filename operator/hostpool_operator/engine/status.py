@@ -44,11 +44,12 @@ def assigned_status(
     """The request's status once it holds a session on ``placement.host``: the stored status
     with the decision on top (the write replaces the whole status), without empty fields."""
     reason = placement.reason.value
-    message = (
-        f"reconnected to the session on {placement.host}"
-        if placement.reason is Reason.RECONNECTED
-        else f"new session on {placement.host}"
-    )
+    if placement.reason is Reason.RECONNECTED:
+        message = f"reconnected to the session on {placement.host}"
+    elif placement.reason is Reason.PERSONAL:
+        message = f"new session on the user's own host {placement.host}"
+    else:
+        message = f"new session on {placement.host}"
     decision = {
         "observedGeneration": record.meta.generation,
         "phase": Phase.ASSIGNED.value,
@@ -77,6 +78,8 @@ def pending_message(reason: Reason) -> str:
         return "every host that could take this session is at maxSessionLimit"
     if reason is Reason.HOSTS_STARTING:
         return "hosts added for this pool are starting; placed as soon as one is Ready"
+    if reason is Reason.NO_HOST_ASSIGNED:
+        return "no desktop is assigned to this user in the personal pool, and none is free"
     return "no host can take a new session now (drain mode, features or logon-storm limits)"
 
 

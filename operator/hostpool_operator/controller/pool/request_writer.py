@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ...api import Phase, Reason
 from ...api.timestamps import rfc3339
-from ...api.vocabulary import REQUESTS
+from ...api.vocabulary import HOSTS, REQUESTS
 from ...engine.host_view import Placement
 from ...engine.limits import LimitStep, limit_patch
 from ...engine.pool_state import PoolState
@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 #: Seconds before an overdue logoff whose deletion failed (no answer, or refused) is tried
 #: again.
 LOGOFF_RETRY = 5.0
+#: Tries at giving a personal host to its user while other writes (agents' statuses) race.
+CLAIM_ATTEMPTS = 5
 #: Seconds before a session limit's write that failed (no answer, or an error other than a
 #: conflict) is decided again.
 LIMIT_RETRY = 5.0
@@ -68,9 +70,13 @@ class RequestWriter:
 
     # -------------------------------------------------------------- assignments
 
-    async def write_assigned(self, record: RequestRecord, placement: Placement) -> None:
+    async def write_assigned(
+        self, record: RequestRecord, placement: Placement, claim: bool = False
+    ) -> None:
         state = self.state
         name = record.meta.name
+        if claim and not await self.claim_host(record, placement):
+            return
         earlier = self.pending_writes.get(name)
         if earlier is not None:
             # Our own Pending status for this request is still on its way: wait for it and
@@ -121,7 +127,7 @@ class RequestWriter:
             await self.settle_unknown_write(record, placement, error)
             return
         state.inflight.discard(name)
-        state.assignment_written(record, new_session=placement.reason is Reason.NEW_SESSION)
+        state.assignment_written(record, new_session=placement.reason is not Reason.RECONNECTED)
         fresh = RequestRecord.of(obj)
         fresh.seq, fresh.seen = record.seq, record.seen
         current = state.requests.get(name)
@@ -178,6 +184,55 @@ class RequestWriter:
         state.release(record)  # it did not (or someone else decided): observed state wins
         self.router.on_request(fresh)
         self.router.wake()
+
+    async def claim_host(self, record: RequestRecord, placement: Placement) -> bool:
+        """Personal pools: write the request's user as the host's ``spec.assignedUser``
+        before the assignment. Only onto a host still unassigned (or already theirs): a
+        conflict re-reads and looks again. False: the host went to someone else, or the
+        write failed; the reservation is undone and the request placed again."""
+        state = self.state
+        host = placement.host or ""
+        user = record.demand.user if record.demand is not None else ""
+        try:
+            for _ in range(CLAIM_ATTEMPTS):
+                obj = await self.deps.client.get(HOSTS, state.namespace, host)
+                spec = obj.get("spec")
+                owner = spec.get("assignedUser") if isinstance(spec, dict) else None
+                if owner == user:
+                    return True
+                if owner is not None:
+                    break  # someone else's since the decision
+                version = str(obj.get("metadata", {}).get("resourceVersion", ""))
+                try:
+                    await self.deps.client.patch(
+                        HOSTS,
+                        state.namespace,
+                        host,
+                        {"spec": {"assignedUser": user}},
+                        resource_version=version,
+                    )
+                except ApiError as error:
+                    if error.conflict:
+                        continue  # an agent's status write, most often: look again
+                    raise
+                log.info("%s/%s: host %s is now %s's", state.namespace, state.name, host, user)
+                return True
+        except (ApiError, ApiTransportError) as error:
+            log.warning(
+                "%s/%s: could not give host %s to %s: %s",
+                state.namespace,
+                record.meta.name,
+                host,
+                user,
+                error,
+            )
+        state.claims.pop(host, None)
+        state.inflight.discard(record.meta.name)
+        state.release(record)
+        state.arrivals[record.meta.name] = None
+        state.capacity_changed = True
+        self.router.wake()
+        return False
 
     async def after_failed_write(self, record: RequestRecord, error: ApiError) -> None:
         """Re-read the request and let the observed state decide what happens next."""

@@ -253,7 +253,8 @@ class PoolWorker:
         for intent in place_pending(state, now):
             if isinstance(intent, Assign):
                 self.flusher.placed()
-                self.deps.spawn(self.writer.write_assigned(intent.record, intent.placement))
+                write = self.writer.write_assigned(intent.record, intent.placement, intent.claim)
+                self.deps.spawn(write)
             elif isinstance(intent, Wait):
                 self.writer.wait(intent.record, intent.reason, intent.message)
             elif isinstance(intent, Reject):

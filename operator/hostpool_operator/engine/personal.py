@@ -1,0 +1,90 @@
+"""Placement in a personal pool: each user has a host of their own. Pure.
+
+Load balancing does not apply (AVD's personal pools, Horizon's dedicated assignment):
+
+* A user with a host (``spec.assignedUser``, or one this operator has just claimed for
+  them and not yet seen written) always goes there, reason ``Personal``; a reconnect to a
+  session they still hold is ``Reconnected``. Their host not taking sessions now (stopped,
+  starting, in drain mode) makes them wait: ``HostsStarting`` while it is on its way,
+  ``NoEligibleHost`` otherwise. They never get a second host.
+* With ``Automatic`` assignment a user without one takes the first unassigned, empty host
+  that takes sessions, in query order, and the decision claims it for them; else they wait,
+  ``HostsStarting`` when an unassigned host is starting or the pool may add one, else
+  ``NoHostAssigned``.
+* With ``Direct`` assignment only an administrator gives hosts: ``NoHostAssigned``.
+
+A host is claimed by one user only: the claims of earlier decisions (passed in) count as
+owners, so two first connects in one pass, of one user or of two, never share or double up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ..api import PersonalAssignment, Reason
+from .host_view import Placement
+
+
+@dataclass(frozen=True, slots=True)
+class PersonalHost:
+    """One host of a personal pool, as the placement sees it (query order is the caller's)."""
+
+    name: str
+    #: ``spec.assignedUser`` as stored (None: unassigned).
+    user: str | None
+    #: Ready for a new session now: not in drain mode, its workload (if any) Ready.
+    open: bool
+    #: Sessions on it, whoever's (an unassigned host with sessions is not given away).
+    sessions: int = 0
+    #: Its workload is being made or started: it will open without anyone acting.
+    starting: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PersonalPlacement:
+    """The answer: a placement, and whether the host is newly claimed for the user (the
+    operator writes ``spec.assignedUser`` before the assignment)."""
+
+    placement: Placement
+    claim: bool = False
+
+
+def place_personal(
+    user: str,
+    hosts: Iterable[PersonalHost],
+    assignment: PersonalAssignment,
+    *,
+    claims: Mapping[str, str],
+    reconnect: str | None = None,
+    can_add: bool = False,
+) -> PersonalPlacement:
+    """Where ``user``'s request goes in a personal pool. ``claims``: host → user of claims
+    decided but not yet seen on the hosts; ``reconnect``: the host of a session the user
+    holds; ``can_add``: the pool may add a host (scaling room)."""
+    hosts = list(hosts)
+    owners = {host.name: claims.get(host.name, host.user) for host in hosts}
+    own = next((host for host in hosts if owners[host.name] == user), None)
+    if reconnect is not None and (own is None or own.name == reconnect):
+        return PersonalPlacement(Placement(reconnect, Reason.RECONNECTED))
+    if own is not None:
+        if own.open:
+            return PersonalPlacement(Placement(own.name, Reason.PERSONAL))
+        reason = Reason.HOSTS_STARTING if own.starting else Reason.NO_ELIGIBLE_HOST
+        return PersonalPlacement(Placement(None, reason))
+    if assignment is PersonalAssignment.DIRECT:
+        return PersonalPlacement(Placement(None, Reason.NO_HOST_ASSIGNED))
+    free = [host for host in hosts if owners[host.name] is None and host.sessions == 0]
+    for host in free:
+        if host.open:
+            return PersonalPlacement(Placement(host.name, Reason.PERSONAL), claim=True)
+    if can_add or any(host.starting for host in free):
+        return PersonalPlacement(Placement(None, Reason.HOSTS_STARTING))
+    return PersonalPlacement(Placement(None, Reason.NO_HOST_ASSIGNED))
+
+
+def unassigned_hosts_wanted(waiting_users: int, hosts: Iterable[PersonalHost]) -> int:
+    """How many more hosts an Automatic personal pool needs: one per waiting user without a
+    host, less the unassigned empty hosts there are (open or on their way)."""
+    spare = sum(1 for host in hosts if host.user is None and host.sessions == 0)
+    return max(0, waiting_users - spare)
