@@ -1,0 +1,104 @@
+"""Personal pools end to end on a real API server with the operator running: each user's
+requests go to one host of their own, which the operator writes as the host's
+``spec.assignedUser``; concurrent first connects of many users never share a host or take
+two; in a Direct pool a user waits ``NoHostAssigned`` until an administrator assigns a host.
+
+Hosts here have no workload (the operator places on them as they are); workload-backed
+personal hosts, stopped and started with their volumes, are not built yet.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from support.builders import manifest
+from support.cluster import Cluster
+from support.conditions import cond_is, status
+from support.operator_process import OperatorProcess
+
+POOL = "desks"
+
+
+def personal_pool(cluster: Cluster, hosts: list[str], **personal: Any) -> None:
+    spec: dict[str, Any] = {"type": "Personal"}
+    if personal:
+        spec["personal"] = personal
+    body = manifest("HostPool", POOL, spec, namespace=cluster.namespace)
+    cluster.create_body(body)
+    for name in hosts:
+        cluster.create_host(name, POOL)
+    cluster.wait_operator_knows(POOL, hosts)
+
+
+def owners(cluster: Cluster) -> dict[str, str | None]:
+    return {name: h["spec"].get("assignedUser") for name, h in cluster.hosts().items()}
+
+
+def test_each_user_gets_a_host_of_their_own_and_keeps_it(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    del operator_process
+    personal_pool(cluster, ["h1", "h2", "h3"])
+    cluster.create_request("alice-1", POOL, "alice")
+    first = cluster.wait_request("alice-1", phase_="Assigned", reason="Personal")
+    mine = status(first)["host"]
+    assert mine == "h1", status(first)  # the first unassigned host in query order
+    assert cond_is(first, "Assigned", "True", "Personal"), status(first)
+    assert owners(cluster)[mine] == "alice"
+
+    cluster.create_request("bob-1", POOL, "bob")
+    bob = status(cluster.wait_request("bob-1", phase_="Assigned", reason="Personal"))["host"]
+    assert bob != mine
+    assert owners(cluster)[bob] == "bob"
+
+    # alice logs off (her request is deleted) and comes back: the same host, not a new one.
+    cluster.delete("SessionRequest", "alice-1")
+    cluster.wait_host(mine, lambda h: status(h).get("sessions", {}).get("total") == 0, "empty")
+    cluster.create_request("alice-2", POOL, "alice")
+    again = cluster.wait_request("alice-2", phase_="Assigned", reason="Personal")
+    assert status(again)["host"] == mine, status(again)
+
+    # carol takes the last host; dave finds none and waits, saying why.
+    cluster.create_request("carol-1", POOL, "carol")
+    cluster.wait_request("carol-1", phase_="Assigned", reason="Personal")
+    cluster.create_request("dave-1", POOL, "dave")
+    waiting = cluster.wait_request("dave-1", phase_="Pending", reason="NoHostAssigned")
+    assert cond_is(waiting, "Assigned", "False", "NoHostAssigned"), status(waiting)
+    assert sorted(u for u in owners(cluster).values() if u) == ["alice", "bob", "carol"]
+
+
+def test_twenty_concurrent_first_connects_give_twenty_hosts(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    """20 users, each connecting twice at once, on 24 hosts: 20 hosts assigned, one per
+    user, each user's two requests on it; 4 hosts left unassigned."""
+    del operator_process
+    hosts = [f"h{i:02d}" for i in range(24)]
+    personal_pool(cluster, hosts)
+    users = [f"user{i:02d}" for i in range(20)]
+    items = [(f"{user}-{tab}", POOL, user) for user in users for tab in ("a", "b")]
+    cluster.create_requests_concurrently(items)
+    placed = cluster.wait_assigned([name for name, _, _ in items], timeout=60.0)
+    host_of = {name: status(obj)["host"] for name, obj in placed.items()}
+    for user in users:
+        assert host_of[f"{user}-a"] == host_of[f"{user}-b"], (user, host_of)
+    per_host = Counter(host_of[f"{user}-a"] for user in users)
+    assert len(per_host) == 20, per_host  # none shared
+    assigned = {h: u for h, u in owners(cluster).items() if u}
+    assert len(assigned) == 20, assigned
+    assert assigned == {host_of[f"{user}-a"]: user for user in users}
+
+
+def test_direct_assignment_waits_for_an_administrator(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    del operator_process
+    personal_pool(cluster, ["h1", "h2"], assignment="Direct")
+    cluster.create_request("alice-1", POOL, "alice")
+    cluster.wait_request("alice-1", phase_="Pending", reason="NoHostAssigned")
+    assert owners(cluster) == {"h1": None, "h2": None}  # nothing taken by itself
+
+    cluster.patch("SessionHost", "h2", {"spec": {"assignedUser": "alice"}})
+    placed = cluster.wait_request("alice-1", phase_="Assigned", reason="Personal", host="h2")
+    assert status(placed)["host"] == "h2"
