@@ -9,6 +9,7 @@ personal hosts, stopped and started with their volumes, are not built yet.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
@@ -102,3 +103,33 @@ def test_direct_assignment_waits_for_an_administrator(
     cluster.patch("SessionHost", "h2", {"spec": {"assignedUser": "alice"}})
     placed = cluster.wait_request("alice-1", phase_="Assigned", reason="Personal", host="h2")
     assert status(placed)["host"] == "h2"
+
+
+def test_automatic_pools_add_a_host_per_user_and_never_remove_an_assigned_one(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    """No hosts to start with, room for two: alice and bob each get a host the operator
+    adds; carol waits NoHostAssigned at maxHosts. Empty for longer than the scale-down
+    delay, the assigned hosts stay."""
+    del operator_process
+    scaling = {"maxHosts": 2, "scaleDownDelaySeconds": 0}
+    spec = {"type": "Personal", "scaling": scaling}
+    cluster.create_body(manifest("HostPool", POOL, spec, namespace=cluster.namespace))
+    cluster.create_request("alice-1", POOL, "alice")
+    alice = status(cluster.wait_request("alice-1", phase_="Assigned", reason="Personal"))["host"]
+    cluster.create_request("bob-1", POOL, "bob")
+    bob = status(cluster.wait_request("bob-1", phase_="Assigned", reason="Personal"))["host"]
+    assert alice != bob
+    assert owners(cluster) == {alice: "alice", bob: "bob"}
+    cluster.create_request("carol-1", POOL, "carol")
+    cluster.wait_request("carol-1", phase_="Pending", reason="NoHostAssigned")
+
+    cluster.delete("SessionRequest", "alice-1")
+    cluster.delete("SessionRequest", "bob-1")
+    for host in (alice, bob):
+        cluster.wait_host(host, lambda h: status(h).get("sessions", {}).get("total") == 0, "empty")
+    cluster.wait_pool(
+        POOL, lambda p: status(p).get("sessions", {}).get("total") == 0, "no sessions left"
+    )
+    time.sleep(3)  # several passes past the (zero) scale-down delay
+    assert owners(cluster) == {alice: "alice", bob: "bob"}

@@ -21,19 +21,35 @@ WAITING_FOR_CAPACITY = frozenset({Reason.POOL_SATURATED, Reason.HOSTS_STARTING})
 
 
 def waiting_for_capacity(state: PoolState) -> int:
-    """Distinct users whose requests wait because every slot is taken (or still starting)."""
+    """Distinct users whose requests wait because every slot is taken (or still starting).
+    In a personal pool only users without a host count: another host is no use to a user
+    whose own one is starting."""
+    owners = owners_of(state) if state.spec is not None and state.spec.is_personal else {}
     users = set()
     for name, reason in state.pending_said.items():
         record = state.requests.get(name)
         if reason in WAITING_FOR_CAPACITY and record is not None and record.demand is not None:
             users.add(record.demand.user)
-    return len(users)
+    return len(users - set(owners.values()))
+
+
+def owners_of(state: PoolState) -> dict[str, str]:
+    """Personal pools: host -> its user (spec.assignedUser, or a claim not yet seen)."""
+    owners = {
+        name: host.spec.assigned_user
+        for name, host in state.hosts.items()
+        if host.spec is not None and host.spec.assigned_user is not None
+    }
+    return {**owners, **state.claims}
 
 
 def scale_hosts(state: PoolState, now: datetime) -> list[ScaleHost]:
     """The hosts as scaling sees them, in query order (those being removed left out),
     noting since when each operator-created host has been empty."""
     hosts = []
+    # A personal pool scales as one slot per host, an assigned host's slot always its
+    # user's: never spare capacity, never empty, so never removed.
+    owners = owners_of(state) if state.spec is not None and state.spec.is_personal else {}
     for record in sorted(
         state.hosts.values(), key=lambda h: (query_order(h.meta.created), h.meta.name)
     ):
@@ -42,6 +58,8 @@ def scale_hosts(state: PoolState, now: datetime) -> list[ScaleHost]:
             continue
         view = state.views.balancer.host(name) if state.views.balancer is not None else None
         sessions = state.ledger.count_on(name)
+        if name in owners:
+            sessions = max(sessions, 1)
         if record.managed and sessions == 0:
             state.empty_since.setdefault(name, now)
         else:
@@ -77,7 +95,7 @@ def decide(
     if spec is None or spec.scaling is None or state.views.balancer is None:
         return None
     hosts = scale_hosts(state, now)
-    limit = state.views.balancer.limit
+    limit = 1 if spec.is_personal else state.views.balancer.limit
     waiting = waiting_for_capacity(state)
     if plan is None:
         return decide_scaling(spec.scaling, limit, hosts, waiting, now)
@@ -90,7 +108,12 @@ def decide(
     else:
         message = f"{len(hosts)} of at most {maximum} hosts"
     known = {host.name for host in hosts}
-    remove = [name for name in plan.delete if name in known and name not in plan.clear_disconnected]
+    owners = owners_of(state) if spec.is_personal else {}
+    remove = [
+        name
+        for name in plan.delete
+        if name in known and name not in plan.clear_disconnected and name not in owners
+    ]
     return ScalingDecision(add, [] if add else remove, limited, message)
 
 
