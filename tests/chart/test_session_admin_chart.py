@@ -97,7 +97,7 @@ def test_the_role_by_default(render: Render) -> None:
             assert not resource.endswith("/status") or resource == "sessionrequests/status"
 
 
-def test_the_policy_holds_all_but_three_request_fields_and_drain(render: Render) -> None:
+def test_the_policy_holds_all_but_three_request_fields_drain_and_assignment(render: Render) -> None:
     found = objects(render())
     policy = found["ValidatingAdmissionPolicy"]
     assert policy["metadata"]["name"] == POLICY
@@ -121,7 +121,8 @@ def test_the_policy_holds_all_but_three_request_fields_and_drain(render: Render)
 
     hosts = rule(policy, "session-admin-host-fields")
     assert unchanged(hosts["expression"], "spec") == crd_fields("sessionhosts", "spec") - {
-        "drainMode"
+        "drainMode",
+        "assignedUser",
     }
     assert "object.metadata.?labels == oldObject.metadata.?labels" in hosts["expression"]
     # Not the owners or finalizers: the garbage collector (no create on anything) is held too.

@@ -451,3 +451,49 @@ def test_drain_waits_until_the_agent_logged_everyone_off(
         assert cluster.host(host)["spec"]["drainMode"] is False
     finally:
         agent.stop()
+
+
+def test_assign_and_unassign_a_personal_host_as_a_session_admin(
+    cluster: Cluster, operator_process: OperatorProcess, admin_kubeconfig: Path
+) -> None:
+    """A Direct personal pool: alice waits until ``assign`` gives her a host, then gets it;
+    refusals in one line (a second host for her, a host that is hers, a Pooled pool's host,
+    taking her host while her session is on it); ``top`` shows whose host is whose."""
+    del operator_process
+    spec = {"type": "Personal", "personal": {"assignment": "Direct"}}
+    cluster.create("HostPool", "desks", spec)
+    cluster.create_hosts(["d1", "d2"], "desks")
+    cluster.setup_pool("shared", "BreadthFirst", 2, hosts=["s1"])
+    cluster.wait_operator_knows("desks", ["d1", "d2"])
+    cluster.create_request("alice", "desks", "alice")
+    cluster.wait_request("alice", phase_="Pending", reason="NoHostAssigned")
+
+    assert ok(plugin("assign", "d2", "alice", kubeconfig=admin_kubeconfig)) == (
+        "d2 assigned to alice (pool desks)\n"
+    )
+    placed = cluster.wait_request("alice", phase_="Assigned", reason="Personal", host="d2")
+    assert status(placed)["host"] == "d2"
+
+    failed(plugin("assign", "d1", "alice", kubeconfig=admin_kubeconfig), "alice has host d2")
+    failed(plugin("assign", "d2", "bob", kubeconfig=admin_kubeconfig), "d2 is alice's")
+    failed(plugin("assign", "s1", "bob", kubeconfig=admin_kubeconfig), "pool 'shared' is Pooled")
+    failed(plugin("assign", "nope", "bob", kubeconfig=admin_kubeconfig), "no host 'nope'")
+    cluster.wait_host("d2", lambda h: status(h).get("sessions", {}).get("total") == 1, "1 session")
+    failed(
+        plugin("unassign", "d2", kubeconfig=admin_kubeconfig),
+        "cannot change while a session is on the host",
+    )
+
+    table = rows(ok(plugin("top", kubeconfig=admin_kubeconfig)))
+    header = next(row for row in table if row[:2] == ["HOST", "POOL"])
+    users = {
+        row[0]: row[header.index("USER")] for row in table if row and row[0] in ("d1", "d2", "s1")
+    }
+    assert users == {"d1": "<none>", "d2": "alice", "s1": "<none>"}, table
+
+    cluster.delete("SessionRequest", "alice")
+    cluster.wait_host("d2", lambda h: status(h).get("sessions", {}).get("total") == 0, "empty")
+    assert ok(plugin("unassign", "d2", kubeconfig=admin_kubeconfig)) == (
+        "d2 unassigned (was alice's)\n"
+    )
+    assert "assignedUser" not in cluster.host("d2")["spec"]

@@ -524,12 +524,19 @@ def test_session_admins_set_notice_disconnect_and_logoff_and_nothing_else(
     assert rule_message(chart_roles, request_rule) in answer.get("message", ""), answer
     assert kube.get("SessionRequest", namespace, "alice")["status"] == ASSIGNED
 
-    # Drain and undrain; nothing else of a host. admin (which may create hosts) is not held.
+    # Drain and undrain, assign and unassign; nothing else of a host. admin (which may
+    # create hosts) is not held.
     host_rule = "session-admin-host-fields"
     for drain in (True, False):
         code, answer = patch(helpdesk, host_path, {"spec": {"drainMode": drain}})
         assert code == 200, answer
         assert answer["spec"]["drainMode"] is drain
+    code, answer = patch(helpdesk, host_path, {"spec": {"assignedUser": "carol"}})
+    assert code == 200, answer
+    assert answer["spec"]["assignedUser"] == "carol"
+    code, answer = patch(helpdesk, host_path, {"spec": {"assignedUser": None}})
+    assert code == 200, answer
+    assert "assignedUser" not in answer["spec"]
     assert_held(helpdesk, chart_roles, host_rule, host_path, {"spec": {"address": "10.6.6.6"}})
     assert_held(
         helpdesk,

@@ -10,7 +10,7 @@ from ..controller.settings import ControllerSettings
 from ..kube.program import add_logging_flags
 from ..recommend.recommender import Options
 from ..recommend.sources import prometheus
-from . import crds, recommend, run, sessions, simulate
+from . import assignment, crds, recommend, run, sessions, simulate
 from .errors import UsageError
 
 PROG = "hostpool-operator"
@@ -56,10 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     admin = sub.add_parser(
         "sessions",
-        help="administer users' sessions: list, log off, disconnect, message, drain, top "
+        help="administer users' sessions: list, log off, disconnect, message, drain, top, assign "
         "(also the kubectl plugin `kubectl hostpool`)",
     )
-    add_session_commands(admin.add_subparsers(dest="action", required=True, metavar="COMMAND"))
+    commands = admin.add_subparsers(dest="action", required=True, metavar="COMMAND")
+    add_session_commands(commands)
+    add_assignment_commands(commands)
     return parser
 
 
@@ -68,9 +70,12 @@ def build_plugin_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PLUGIN_PROG,
         description="Administer the sessions of hostpool.io pools: who is on which host, "
-        "log users off, disconnect them, send them a message, drain a host.",
+        "log users off, disconnect them, send them a message, drain a host, give a personal "
+        "pool's host to its user.",
     )
-    add_session_commands(parser.add_subparsers(dest="action", required=True, metavar="COMMAND"))
+    commands = parser.add_subparsers(dest="action", required=True, metavar="COMMAND")
+    add_session_commands(commands)
+    add_assignment_commands(commands)
     return parser
 
 
@@ -94,6 +99,24 @@ def _add_login(parser: argparse.ArgumentParser, *, all_namespaces: bool = False)
         "-n", "--namespace", metavar="NS", help="the namespace (default: the context's)"
     )
     where.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+
+
+def add_assignment_commands(sub: argparse._SubParsersAction[Any]) -> None:
+    """``assign`` and ``unassign``: a personal pool's hosts and their users."""
+    assign = sub.add_parser(
+        "assign", help="give a personal pool's host to its one user (spec.assignedUser)"
+    )
+    assign.add_argument("host", metavar="HOST")
+    assign.add_argument("user", metavar="USER", help="the user, as their requests name them")
+    _add_login(assign)
+    assign.set_defaults(func=assignment.assign_command)
+
+    unassign = sub.add_parser(
+        "unassign", help="take a personal pool's host back from its user (no session on it)"
+    )
+    unassign.add_argument("host", metavar="HOST")
+    _add_login(unassign)
+    unassign.set_defaults(func=assignment.unassign_command)
 
 
 def add_session_commands(sub: argparse._SubParsersAction[Any]) -> None:

@@ -264,6 +264,11 @@ def session_json(found: Sequence[Session]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- top
 
 
+def _text_or_none(obj: Obj, *path: str) -> str:
+    value = _get(obj, *path)
+    return str(value) if isinstance(value, str) and value else NONE
+
+
 def _count(obj: Obj, *path: str) -> str:
     value = _get(obj, *path)
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else NONE
@@ -311,6 +316,10 @@ def host_table(hosts: Sequence[Obj], *, namespaces: bool = False) -> str:
     header = [*(("NAMESPACE",) if namespaces else ())]
     header += ["HOST", "POOL", "STATE", "SESSIONS", "ACTIVE", "DISCONNECTED", "LOAD"]
     header += ["CPU%", "MEMORY%"]
+    # Personal pools' hosts have a user each (and may be stopped): shown when there are any.
+    personal = any(_get(h, "spec", "assignedUser") is not None for h in hosts)
+    if personal:
+        header += ["USER", "POWER"]
     rows = []
     key = lambda h: (_name_key(h)[0], str(_get(h, "spec", "poolRef", "name")), _name_key(h)[1])  # noqa: E731
     for host in sorted(hosts, key=key):
@@ -320,6 +329,9 @@ def host_table(hosts: Sequence[Obj], *, namespaces: bool = False) -> str:
         row += [_count(host, "status", "sessions", k) for k in ("total", "active", "disconnected")]
         row.append(_count(host, "status", "loadIndex"))
         row += [_count(host, "status", "metrics", k) for k in ("cpuPercent", "memoryPercent")]
+        if personal:
+            row += [_text_or_none(host, "spec", "assignedUser")]
+            row += [_text_or_none(host, "status", "power")]
         rows.append(row)
     return table(header, rows)
 
