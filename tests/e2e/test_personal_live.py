@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
+from e2e import test_workloads_live as workloads
+from e2e.test_workloads_live import node_label  # noqa: F401  (a fixture)
 from support.builders import manifest
 from support.cluster import Cluster
 from support.conditions import cond_is, status
+from support.kube import MERGE_PATCH, Kube
 from support.operator_process import OperatorProcess
 
 POOL = "desks"
@@ -30,6 +34,11 @@ def personal_pool(cluster: Cluster, hosts: list[str], **personal: Any) -> None:
     for name in hosts:
         cluster.create_host(name, POOL)
     cluster.wait_operator_knows(POOL, hosts)
+
+
+def pod_spec() -> dict[str, Any]:
+    """The fake nodes' pod, scheduled only onto nodes the test has labelled."""
+    return workloads.pod_spec(nodeSelector={workloads.READY_LABEL: "yes"})
 
 
 def owners(cluster: Cluster) -> dict[str, str | None]:
@@ -133,3 +142,60 @@ def test_automatic_pools_add_a_host_per_user_and_never_remove_an_assigned_one(
     )
     time.sleep(3)  # several passes past the (zero) scale-down delay
     assert owners(cluster) == {alice: "alice", bob: "bob"}
+
+
+def test_an_unused_host_is_stopped_and_starts_again_when_its_user_connects(
+    cluster: Cluster,
+    kube: Kube,
+    operator_process: OperatorProcess,
+    node_label: Callable[[], list[str]],  # noqa: F811
+) -> None:
+    """Pod-backed personal hosts on the suite's fake nodes, stopAfterMinutes 1: alice's
+    first connect adds her host and its Pod; a minute after she logged off the Pod is gone,
+    the host says Stopped and is still hers; her next connect waits HostsStarting, the Pod
+    is made again and she is placed on the same host."""
+    del operator_process
+    spec = {
+        "type": "Personal",
+        "personal": {"stopAfterMinutes": 1},
+        "scaling": workloads.scaling(workloads.pod_template(pod_spec()), maxHosts=2),
+    }
+    nodes = node_label()
+    cluster.create_body(manifest("HostPool", POOL, spec, namespace=cluster.namespace))
+    cluster.create_request("alice-1", POOL, "alice")
+    first = cluster.wait_request("alice-1", phase_="Assigned", reason="Personal", timeout=60)
+    mine = status(first)["host"]
+    pod_uid = workloads.get_pod(kube, cluster.namespace, mine)["metadata"]["uid"]  # type: ignore[index]
+    cluster.wait_host(mine, lambda h: status(h).get("power") == "Running", "power Running")
+
+    cluster.delete("SessionRequest", "alice-1")
+    left = time.monotonic()
+    stopped = cluster.wait_host(
+        mine, lambda h: status(h).get("power") == "Stopped", "power Stopped", timeout=120
+    )
+    waited = time.monotonic() - left
+    assert 55 <= waited <= 90, waited  # one minute unused, give or take a pass
+    assert stopped["spec"]["assignedUser"] == "alice"
+    assert cond_is(stopped, "Available", "False", "Stopped"), status(stopped)
+    cluster.wait(
+        lambda: workloads.get_pod(kube, cluster.namespace, mine) is None or None,
+        "the pod to be gone",
+    )
+    assert ("Normal", "HostStopped") in {(e["type"], e["reason"]) for e in cluster.events_for(mine)}
+
+    # The nodes take no new desktop for now: the new pod waits, and so does alice.
+    for node in nodes:
+        patch = {"metadata": {"labels": {workloads.READY_LABEL: None}}}
+        kube.call("PATCH", f"/api/v1/nodes/{node}", body=patch, content_type=MERGE_PATCH)
+    cluster.create_request("alice-2", POOL, "alice")
+    waiting = cluster.wait_request("alice-2", phase_="Pending", reason="HostsStarting")
+    assert cond_is(waiting, "Assigned", "False", "HostsStarting"), status(waiting)
+    cluster.wait_host(mine, lambda h: status(h).get("power") == "Starting", "power Starting")
+    node_label()
+    again = cluster.wait_request("alice-2", phase_="Assigned", reason="Personal", timeout=60)
+    assert status(again)["host"] == mine
+    pod = workloads.get_pod(kube, cluster.namespace, mine)
+    assert pod is not None
+    assert pod["metadata"]["uid"] != pod_uid  # a new pod for the same host
+    cluster.wait_host(mine, lambda h: status(h).get("power") == "Running", "power Running")
+    assert len(cluster.hosts()) == 1  # started again, not a second host

@@ -132,6 +132,10 @@ def decide_personal(
     )
     placement = answer.placement
     if placement.host is None:
+        own = owned_host(state, demand.user)
+        host_spec = state.hosts[own].spec if own is not None else None
+        if own in state.power_off and host_spec is not None and not host_spec.drain_mode:
+            state.starts.add(own)  # Start on Connect: its workload is made again
         return wait(state, record, placement.reason, pending_message(placement.reason))
     state.waiting.pop(record.meta.name, None)
     state.pending_said.pop(record.meta.name, None)
@@ -139,6 +143,17 @@ def decide_personal(
         state.claims[placement.host] = demand.user
     state.reserve(record, placement, now)
     return Assign(record, placement, claim=answer.claim)
+
+
+def owned_host(state: PoolState, user: str) -> str | None:
+    """The user's host in a personal pool (assigned, or claimed for them)."""
+    for name, owner in state.claims.items():
+        if owner == user:
+            return name
+    for name, host in state.hosts.items():
+        if host.spec is not None and host.spec.assigned_user == user:
+            return name
+    return None
 
 
 def personal_hosts(state: PoolState, demand: Demand, now: datetime) -> list[PersonalHost]:
@@ -159,7 +174,9 @@ def personal_hosts(state: PoolState, demand: Demand, now: datetime) -> list[Pers
                     user=host.spec.assigned_user,
                     open=view is not None and not view.drain_mode and view.supports(demand),
                     sessions=view.sessions if view is not None else 0,
-                    starting=workload is not None and workload.starting,
+                    # A stopped host starts when its user connects: on its way too.
+                    starting=(workload is not None and workload.starting)
+                    or name in state.power_off,
                 ),
             )
         )

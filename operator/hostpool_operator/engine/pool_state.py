@@ -61,6 +61,13 @@ class PoolState:
     #: Personal pools: hosts claimed for a user (host -> user) whose spec.assignedUser is not
     #: seen written yet; they count as that user's in every decision meanwhile.
     claims: dict[str, str] = field(default_factory=dict)
+    #: Personal pools: hosts whose workload the operator deleted after stopAfterMinutes
+    #: unused (status.power Stopped); their user's next connect starts them.
+    power_off: set[str] = field(default_factory=set)
+    #: Personal pools: hosts to start in this pass (a connect found them stopped).
+    starts: set[str] = field(default_factory=set)
+    #: Personal pools: since when each running host has had no session.
+    unused_since: dict[str, datetime] = field(default_factory=dict)
     empty_since: dict[str, datetime] = field(default_factory=dict)  # managed, no session
     #: The workload of each host with a workloadRef whose kind has been listed (None: it
     #: does not exist). A host missing here has a workload not observed yet.
@@ -205,6 +212,8 @@ class PoolState:
         self.capacity_changed = True
 
     def put_host(self, record: HostRecord, now: datetime) -> None:
+        if record.meta.name not in self.hosts and record.status.get("power") == "Stopped":
+            self.power_off.add(record.meta.name)  # stopped before this operator started
         self.hosts[record.meta.name] = record
         if record.spec is not None and record.spec.assigned_user is not None:
             self.claims.pop(record.meta.name, None)  # written: the host says it now
@@ -218,6 +227,9 @@ class PoolState:
         self.hosts.pop(name, None)
         self.removing.discard(name)
         self.claims.pop(name, None)
+        self.power_off.discard(name)
+        self.starts.discard(name)
+        self.unused_since.pop(name, None)
         self.empty_since.pop(name, None)
         self.workloads.pop(name, None)
         self.views.forget(name)

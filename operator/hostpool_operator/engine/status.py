@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..api import Phase, Reason, SessionState
+from ..api import Phase, PowerState, Reason, SessionState
 from ..api import conditions as cond
 from ..api.timestamps import rfc3339
 from ..api.vocabulary import POOL_LABEL
@@ -198,12 +198,19 @@ def host_status(
     metrics_stale: bool,
     workload: WorkloadState | None = None,
     address: str | None = None,
+    power: PowerState | None = None,
 ) -> dict[str, Any]:
     """A host's status: Available (and why not), WorkloadReady, MetricsStale, load index,
-    bucket, sessions and the address in force."""
+    bucket, sessions, the address in force and (personal pools) its power."""
     name = host.meta.name
     status: dict[str, Any] = {"observedGeneration": host.meta.generation}
-    desired = [_host_available(host, pool, workload, status)]
+    if power is PowerState.STOPPED:
+        message = "stopped while unused (its volumes are kept); its user's next connect starts it"
+        desired = [cond.Cond("Available", "False", "Stopped", message)]
+    else:
+        desired = [_host_available(host, pool, workload, status)]
+    if power is not None:
+        status["power"] = power.value
     status["sessions"] = pool.counts.get(name, zero_counts())
     status["address"] = address
     if workload is not None:

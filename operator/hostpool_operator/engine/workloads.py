@@ -95,6 +95,8 @@ class WorkloadRecord:
             None,
         )
         terminal = kind in PHASED_KINDS and status.get("phase") in TERMINAL_PHASES
+        # Being deleted: whatever its conditions still say, it takes no new session.
+        ready = ready and not meta.get("deletionTimestamp")
         readable = {
             "metadata": {k: v for k, v in meta.items() if k != "managedFields"},
             "status": dict(status),

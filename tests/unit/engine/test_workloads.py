@@ -134,6 +134,16 @@ def test_record_readiness(ready: bool | None, phase: str, is_ready: bool, termin
     assert (record.ready, record.terminal) == (is_ready, terminal)
 
 
+def test_a_workload_being_deleted_is_not_ready() -> None:
+    """Its Ready condition lags behind: a pod with a deletionTimestamp takes no session."""
+    going = pod("p")
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:05Z"
+    record = WorkloadRecord.of(going, "Pod")
+    assert not record.ready
+    assert not record.terminal
+    assert WorkloadRecord.of(pod("p"), "Pod").ready
+
+
 def test_phases_end_only_pods_and_vm_instances() -> None:
     record = WorkloadRecord.of(pod("vm", phase="Failed"), "VirtualMachine")
     assert record.ready

@@ -20,6 +20,7 @@ from typing import Any
 
 from ...api.vocabulary import HOSTS, POOLS
 from ...engine.pool_state import PoolState, pending_count, waiting_reasons
+from ...engine.power import power_of
 from ...engine.records import HostRecord
 from ...engine.status import (
     PoolFacts,
@@ -175,6 +176,7 @@ class StatusFlusher:
                 metrics_stale=host.meta.name in state.views.stale_hosts,
                 workload=state.workload_state(host, now),
                 address=state.address_of(host),
+                power=power_of(state, host, now),
             )
             previous = self.written_hosts.get(host.meta.name)
             if previous is not None and same_status(previous, status):

@@ -26,6 +26,7 @@ from ...scaling import pool as pool_scaling
 from ..deps import Deps
 from .host_scaler import HostScaler
 from .plan_keeper import PlanKeeper
+from .power_keeper import PowerKeeper
 from .request_writer import RequestWriter
 from .status_flusher import StatusFlusher
 from .workload_keeper import WorkloadKeeper
@@ -70,6 +71,7 @@ class PoolWorker:
             wake=self.wake,
             mark_dirty=self.mark_dirty,
         )
+        self.power = PowerKeeper(self.state, deps, self.keeper, mark_dirty=self.mark_dirty)
         self.scaler = HostScaler(
             self.state,
             deps,
@@ -262,6 +264,7 @@ class PoolWorker:
         # After placement: a start with every held session to look at must not hold up the
         # first placements (a pass looks at LIMIT_LOOKS_PER_PASS; the next pass follows at once).
         self._apply_limits(now)
+        self.power.apply(now)
         self.scaler.scale(now, plan)
         self.plans.apply(plan, now)
         self._report_not_ready(now)
@@ -333,6 +336,9 @@ class PoolWorker:
         )
         if scale_down is not None:
             timers.append((scale_down - now).total_seconds() + 0.05)
+        stop = self.power.next_due(now)
+        if stop is not None:
+            timers.append((stop - now).total_seconds() + 0.05)
         phase_change = self.plans.next_change()
         if phase_change is not None:
             timers.append((phase_change - now).total_seconds() + 0.05)

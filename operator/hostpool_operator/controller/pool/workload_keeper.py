@@ -92,6 +92,7 @@ class WorkloadKeeper:
                 ref is None
                 or not host.managed
                 or host.meta.name in state.removing
+                or host.meta.name in state.power_off  # stopped on purpose
                 or host.meta.name not in state.workloads
                 or (ref.api_version, ref.kind) != (template.api_version, template.kind)
             ):
@@ -212,6 +213,35 @@ class WorkloadKeeper:
             return False
         self._workload_created(host.meta.name, record)
         return True
+
+    async def start(self, host: HostRecord) -> None:
+        """Make a stopped personal host's workload again (its volumes are there)."""
+        template = self.template()
+        if template is None:
+            return
+        self.decided_at[host.meta.name] = time.monotonic()
+        await self._create_workload(template, host)
+        self._wake()
+
+    async def stop(self, host: HostRecord, workload: WorkloadRecord | None) -> None:
+        """Delete a personal host's workload (the operator's own, by uid); its volumes,
+        owned by the host, stay."""
+        template = self.template()
+        if template is None or workload is None or workload.owner_host_uid != host.meta.uid:
+            return
+        try:
+            await self.deps.client.delete(
+                await self._plural(template),
+                self.state.namespace,
+                workload.name,
+                uid=workload.uid,
+                api_version=template.api_version,
+            )
+        except ApiError as error:
+            if not error.not_found:
+                log.warning("%s: could not stop: %s", host.meta.name, error)
+        except ApiTransportError as error:
+            log.warning("%s: could not stop: %s", host.meta.name, error)
 
     def _refuse(self, reason: str, message: str) -> None:
         """The API server refused a workload: the pool says so, and the next try waits."""
