@@ -7,6 +7,8 @@ two hosts, and a user keeps the host they were given.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +18,11 @@ from hostpool_operator.engine.host_view import Placement
 from hostpool_operator.engine.personal import (
     PersonalHost,
     PersonalPlacement,
+    PowerView,
+    hosts_to_stop,
+    next_stop,
     place_personal,
+    stop_due,
     unassigned_hosts_wanted,
 )
 
@@ -185,3 +191,75 @@ def test_no_host_is_shared_and_no_user_gets_two(
     owners = [claims.get(x.name, x.user) for x in hosts]
     named = [owner for owner in owners if owner is not None]
     assert len(named) == len(set(named))
+
+
+# ---------------------------------------------------------------------------- power
+
+T = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+
+
+def pv(
+    name: str,
+    user: str | None = "alice",
+    *,
+    running: bool = True,
+    sessions: int = 0,
+    unused: int | None = 0,
+) -> PowerView:
+    since = None if unused is None else T + timedelta(seconds=unused)
+    return PowerView(name, user, running, sessions, since)
+
+
+@pytest.mark.parametrize(
+    ("host", "due"),
+    [
+        pytest.param(pv("h"), T + MINUTE, id="unused-since-T"),
+        pytest.param(pv("h", unused=30), T + MINUTE + timedelta(seconds=30), id="later"),
+        pytest.param(pv("h", sessions=1, unused=None), None, id="in-use"),
+        pytest.param(pv("h", user=None), None, id="unassigned-is-scalings"),
+        pytest.param(pv("h", running=False), None, id="stopped-already"),
+    ],
+)
+def test_stop_due(host: PowerView, due: datetime | None) -> None:
+    assert stop_due(host, MINUTE) == due
+
+
+def test_hosts_to_stop_and_the_next_look() -> None:
+    hosts = [pv("a"), pv("b", unused=45), pv("c", sessions=2, unused=None), pv("d", user=None)]
+    assert hosts_to_stop(hosts, None, T + timedelta(days=9)) == []  # absent: never
+    assert hosts_to_stop(hosts, MINUTE, T + timedelta(seconds=59)) == []
+    assert hosts_to_stop(hosts, MINUTE, T + MINUTE) == ["a"]
+    assert next_stop(hosts, MINUTE, T + MINUTE) == T + timedelta(seconds=105)
+    assert hosts_to_stop(hosts, MINUTE, T + timedelta(seconds=105)) == ["a", "b"]
+    assert next_stop(hosts, MINUTE, T + timedelta(seconds=105)) is None
+    assert next_stop(hosts, None, T) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.integers(0, 3), st.one_of(st.none(), st.integers(0, 600))),
+        max_size=6,
+    ),
+    st.integers(1, 10),
+    st.integers(0, 1200),
+)
+def test_a_host_in_use_is_never_stopped_and_the_timer_misses_nothing(
+    layout: list[tuple[bool, int, int | None]], minutes: int, at: int
+) -> None:
+    hosts = [
+        pv(f"h{i}", running=running, sessions=sessions, unused=None if sessions else unused)
+        for i, (running, sessions, unused) in enumerate(layout)
+    ]
+    after = timedelta(minutes=minutes)
+    now = T + timedelta(seconds=at)
+    stopped = set(hosts_to_stop(hosts, after, now))
+    for host in hosts:
+        if host.sessions or not host.running:
+            assert host.name not in stopped
+    look = next_stop(hosts, after, now)
+    if look is not None:
+        assert look > now
+        assert set(hosts_to_stop(hosts, after, look - timedelta(microseconds=1))) == stopped
+        assert set(hosts_to_stop(hosts, after, look)) > stopped
