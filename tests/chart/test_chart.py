@@ -35,8 +35,9 @@ OPERATOR_RULES: list[Obj] = [
     {
         "apiGroups": ["hostpool.io"],
         # patch: a ScalingPlan drains and undrains the hosts the operator created.
+        # get: a personal pool's host is given to its user onto the version just read.
         "resources": ["sessionhosts"],
-        "verbs": ["list", "watch", "create", "delete", "patch"],
+        "verbs": ["get", "list", "watch", "create", "delete", "patch"],
     },
     {
         "apiGroups": ["hostpool.io"],
@@ -67,9 +68,15 @@ HOST_FINALIZERS_RULE: Obj = {
     "resources": ["sessionhosts/finalizers"],
     "verbs": ["update"],
 }
+#: A hostTemplate's volumeClaimTemplates: one claim per host (controlled by the host).
+CLAIMS_RULE: Obj = {
+    "apiGroups": [""],
+    "resources": ["persistentvolumeclaims"],
+    "verbs": ["get", "create"],
+}
 POD_RULE: Obj = {"apiGroups": [""], "resources": ["pods"], "verbs": WORKLOAD_VERBS}
 #: The rules of the default values: the operator's own, and Pods as workloads.
-DEFAULT_RULES: list[Obj] = [*OPERATOR_RULES, HOST_FINALIZERS_RULE, POD_RULE]
+DEFAULT_RULES: list[Obj] = [*OPERATOR_RULES, HOST_FINALIZERS_RULE, CLAIMS_RULE, POD_RULE]
 #: Kinds without a namespace.
 CLUSTER_SCOPED = (
     "ClusterRole",
@@ -408,7 +415,7 @@ def test_default_workload_rule_is_pods_with_exactly_the_workload_verbs(
     """Default values: one workload rule, Pods in the core group, get/list/watch/create/
     delete and nothing else (no update, patch or subresource)."""
     rules = operator_rules(render(watchNamespace=watch_namespace))
-    assert workload_rules(rules) == [HOST_FINALIZERS_RULE, POD_RULE]
+    assert workload_rules(rules) == [HOST_FINALIZERS_RULE, CLAIMS_RULE, POD_RULE]
     pod_rules = [r for r in rules if any(res.startswith("pods") for res in r["resources"])]
     assert pod_rules == [POD_RULE]
     assert sorted(pod_rules[0]["verbs"]) == ["create", "delete", "get", "list", "watch"]
@@ -426,6 +433,7 @@ def test_custom_workload_resources_render_exactly_those_rules(
     rules = operator_rules(render(watchNamespace=watch_namespace, workloadResources=resources))
     assert workload_rules(rules) == [
         HOST_FINALIZERS_RULE,
+        CLAIMS_RULE,
         {"apiGroups": ["kubevirt.io"], "resources": ["virtualmachines"], "verbs": WORKLOAD_VERBS},
         {
             "apiGroups": ["desktops.example.com"],
@@ -441,7 +449,8 @@ def test_custom_workload_resources_render_exactly_those_rules(
 def test_no_workload_resources_no_workload_rule(render: Render, watch_namespace: str) -> None:
     rules = operator_rules(render(watchNamespace=watch_namespace, workloadResources=[]))
     assert rules == OPERATOR_RULES
-    assert not [r for r in rules if set(r["verbs"]) >= {"get", "create", "delete"}]
+    outside = [r for r in rules if r["apiGroups"] != ["hostpool.io"]]
+    assert not [r for r in outside if set(r["verbs"]) >= {"get", "create"}]
 
 
 def test_the_kubevirt_command_of_the_docs(helm: Path) -> None:
@@ -452,6 +461,7 @@ def test_the_kubevirt_command_of_the_docs(helm: Path) -> None:
     rules = operator_rules([d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)])
     assert workload_rules(rules) == [
         HOST_FINALIZERS_RULE,
+        CLAIMS_RULE,
         POD_RULE,
         {"apiGroups": ["kubevirt.io"], "resources": ["virtualmachines"], "verbs": WORKLOAD_VERBS},
     ]

@@ -59,7 +59,8 @@ The rules the operator needs, and nothing else (proven by tests/e2e/test_rbac_li
 - sessionhosts: create + delete (scaling adds hosts from the pool's hostTemplate and removes
   only those it created);
 - sessionhosts: patch (a ScalingPlan drains and undrains hosts the operator created:
-  spec.drainMode, and an annotation that marks the drain as the plan's);
+  spec.drainMode, and an annotation that marks the drain as the plan's) and get (a personal
+  pool's host is given to its user, spec.assignedUser, only onto the version just read);
 - the status subresources: patch (pool, host, plan and pending-request status are merge
   patches);
   sessionrequests/status also update (an assignment replaces the request's status in one PUT,
@@ -72,7 +73,9 @@ The rules the operator needs, and nothing else (proven by tests/e2e/test_rbac_li
   informer per workload kind; a pool's hostTemplate.workload creates one workload per host,
   and a terminally failed workload the operator created is deleted and created again);
 - with any workload resource, sessionhosts/finalizers: update (each workload it creates is
-  controlled by its SessionHost with blockOwnerDeletion: true; see hostpools/finalizers).
+  controlled by its SessionHost with blockOwnerDeletion: true; see hostpools/finalizers),
+  and persistentvolumeclaims: get, create (a hostTemplate's volumeClaimTemplates: one claim
+  per host, controlled by the host, so never deleted by the operator itself).
 API discovery (/api/v1, /apis/<group>/<version>) needs no rule: the default
 system:discovery ClusterRole allows it to every authenticated identity.
 */}}
@@ -82,7 +85,7 @@ system:discovery ClusterRole allows it to every authenticated identity.
   verbs: ["list", "watch"]
 - apiGroups: ["hostpool.io"]
   resources: ["sessionhosts"]
-  verbs: ["list", "watch", "create", "delete", "patch"]
+  verbs: ["get", "list", "watch", "create", "delete", "patch"]
 - apiGroups: ["hostpool.io"]
   resources: ["sessionrequests"]
   verbs: ["get", "list", "watch", "delete"]
@@ -105,6 +108,9 @@ system:discovery ClusterRole allows it to every authenticated identity.
 - apiGroups: ["hostpool.io"]
   resources: ["sessionhosts/finalizers"]
   verbs: ["update"]
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "create"]
 {{- end }}
 {{- range .Values.workloadResources }}
 - apiGroups: [{{ .apiGroup | toJson }}]
