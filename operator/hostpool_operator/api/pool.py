@@ -33,7 +33,12 @@ from .base import (
 )
 from .host import HostFeatures, HostLogonStorm
 from .plan import PoolScalingPlan
-from .workload import TemplateMetadata, WorkloadTemplate
+from .workload import (
+    MAX_CLAIM_TEMPLATES,
+    TemplateMetadata,
+    VolumeClaimTemplate,
+    WorkloadTemplate,
+)
 
 # ---------------------------------------------------------------------------------------
 # HostPool
@@ -211,6 +216,23 @@ class SessionHostTemplateSpec(ApiModel):
 class HostTemplate(ApiModel):
     """The template new SessionHosts are made from."""
 
+    x_kubernetes_validations: ClassVar[list[dict[str, str]]] = [
+        {
+            "rule": "!has(self.volumeClaimTemplates) || size(self.volumeClaimTemplates) == 0 "
+            "|| has(self.workload)",
+            "message": "volumeClaimTemplates needs a workload to mount them",
+            "fieldPath": ".volumeClaimTemplates",
+            "reason": "FieldValueForbidden",
+        },
+        {
+            "rule": "!has(self.volumeClaimTemplates) || self.volumeClaimTemplates.all(c, "
+            "self.volumeClaimTemplates.exists_one(d, d.metadata.name == c.metadata.name))",
+            "message": "volumeClaimTemplates names must be unique",
+            "fieldPath": ".volumeClaimTemplates",
+            "reason": "FieldValueDuplicate",
+        },
+    ]
+
     metadata: TemplateMetadata = Field(
         default_factory=TemplateMetadata, description="Labels and annotations for new hosts."
     )
@@ -222,6 +244,22 @@ class HostTemplate(ApiModel):
         description="Created with each new host, named after it; the host takes sessions "
         "only while the workload has condition Ready=True.",
     )
+    volume_claim_templates: list[VolumeClaimTemplate] = Field(
+        default_factory=list,
+        max_length=MAX_CLAIM_TEMPLATES,
+        description="PersistentVolumeClaims made once per host, named <name>-<host>, owned "
+        "by the host (kept while its workload is stopped, deleted with it); a Pod workload "
+        "gets each as the volume <name>, for its containers to mount.",
+    )
+
+    @model_validator(mode="after")
+    def _claims_need_a_workload(self) -> HostTemplate:
+        names = [claim.metadata.name for claim in self.volume_claim_templates]
+        if names and self.workload is None:
+            raise ValueError("volumeClaimTemplates needs a workload to mount them")
+        if len(names) != len(set(names)):
+            raise ValueError("volumeClaimTemplates names must be unique")
+        return self
 
 
 class Scaling(ApiModel):

@@ -73,6 +73,44 @@ class WorkloadTemplate(ApiModel):
     )
 
 
+#: A volume's name in a Pod: a DNS label.
+VOLUME_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+#: The most claim templates a host template may name.
+MAX_CLAIM_TEMPLATES = 8
+
+
+class ClaimTemplateMetadata(ApiModel):
+    """The name of a claim template (its volume's name in the workload) and what each claim
+    made from it carries."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=VOLUME_NAME_PATTERN,
+        description="The volume's name in the workload; each host's claim is named <name>-<host>.",
+    )
+    labels: dict[str, Annotated[str, Field(max_length=MAX_LABEL_VALUE)]] = Field(
+        default_factory=dict, max_length=MAX_LABELS, description="Labels of each claim."
+    )
+    annotations: dict[str, Annotated[str, Field(max_length=MAX_ANNOTATION_VALUE)]] = Field(
+        default_factory=dict, max_length=MAX_LABELS, description="Annotations of each claim."
+    )
+
+
+class VolumeClaimTemplate(ApiModel):
+    """A PersistentVolumeClaim made once per host (a StatefulSet's volumeClaimTemplates):
+    owned by the host, kept while the host's workload is stopped or made again, deleted with
+    the host."""
+
+    metadata: ClaimTemplateMetadata = Field(description="The claim template's name.")
+    spec: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The PersistentVolumeClaim's spec (accessModes, resources, "
+        "storageClassName), kept as written; the API server validates it when the operator "
+        "creates a claim.",
+    )
+
+
 class WorkloadRef(ApiModel):
     """The workload a host stands for, in the host's namespace."""
 

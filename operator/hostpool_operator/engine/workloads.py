@@ -9,7 +9,7 @@ host's address, and the manifest of a workload to create.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +18,12 @@ from ..api import API_VERSION, MAX_ADDRESS
 from ..api.address import is_host_address
 from ..api.timestamps import parse_time
 from ..api.vocabulary import HOST_LABEL, MANAGED_LABEL, MANAGER, POOL_LABEL
-from ..api.workload import DEFAULT_ADDRESS_FROM, WorkloadRef, WorkloadTemplate
+from ..api.workload import (
+    DEFAULT_ADDRESS_FROM,
+    VolumeClaimTemplate,
+    WorkloadRef,
+    WorkloadTemplate,
+)
 from .records import HostRecord
 
 #: Phases a Pod or a KubeVirt VirtualMachineInstance never leaves: its machine is gone.
@@ -204,17 +209,91 @@ def workload_state(
     return WorkloadState(gate, starting, timed_out, reason, message, ready_by)
 
 
+def _owned_by_host(host: str, host_uid: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "SessionHost",
+            "name": host,
+            "uid": host_uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def claim_name(template: VolumeClaimTemplate, host: str) -> str:
+    """A host's claim of a template: ``<template>-<host>``, as a StatefulSet names them."""
+    return f"{template.metadata.name}-{host}"
+
+
+def claim_manifests(
+    templates: Sequence[VolumeClaimTemplate],
+    *,
+    host: str,
+    host_uid: str,
+    namespace: str,
+    pool: str,
+) -> list[dict[str, Any]]:
+    """The host's PersistentVolumeClaims: controlled by the host, so they outlive its
+    workload (a stopped personal host keeps its data) and go with the host."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {
+                "name": claim_name(template, host),
+                "namespace": namespace,
+                "labels": {
+                    **template.metadata.labels,
+                    POOL_LABEL: pool,
+                    HOST_LABEL: host,
+                    MANAGED_LABEL: MANAGER,
+                },
+                "annotations": dict(template.metadata.annotations),
+                "ownerReferences": _owned_by_host(host, host_uid),
+            },
+            "spec": template.spec,
+        }
+        for template in templates
+    ]
+
+
+def with_claim_volumes(
+    spec: Mapping[str, Any], templates: Sequence[VolumeClaimTemplate], host: str
+) -> dict[str, Any]:
+    """A Pod spec with a volume per claim template, named after the template (a volume of
+    that name in the template's spec is left as written)."""
+    volumes = list(spec.get("volumes") or [])
+    named = {v.get("name") for v in volumes if isinstance(v, Mapping)}
+    for template in templates:
+        if template.metadata.name not in named:
+            claim = {"claimName": claim_name(template, host)}
+            volumes.append({"name": template.metadata.name, "persistentVolumeClaim": claim})
+    return {**spec, "volumes": volumes} if volumes else dict(spec)
+
+
 def workload_manifest(
-    template: WorkloadTemplate, *, host: str, host_uid: str, namespace: str, pool: str
+    template: WorkloadTemplate,
+    *,
+    host: str,
+    host_uid: str,
+    namespace: str,
+    pool: str,
+    claims: Sequence[VolumeClaimTemplate] = (),
 ) -> dict[str, Any]:
     """The workload of a new host: the template's object, named after the host, labelled
-    with its pool and host, controlled by the host (so garbage collection removes it)."""
+    with its pool and host, controlled by the host (so garbage collection removes it); a
+    Pod mounts the host's claims by their templates' names."""
     labels = {
         **template.metadata.labels,
         POOL_LABEL: pool,
         HOST_LABEL: host,
         MANAGED_LABEL: MANAGER,
     }
+    spec = template.spec
+    if claims and template.kind == "Pod" and template.api_version == "v1":
+        spec = with_claim_volumes(spec, claims, host)
     return {
         "apiVersion": template.api_version,
         "kind": template.kind,
@@ -223,18 +302,9 @@ def workload_manifest(
             "namespace": namespace,
             "labels": labels,
             "annotations": dict(template.metadata.annotations),
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": "SessionHost",
-                    "name": host,
-                    "uid": host_uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": _owned_by_host(host, host_uid),
         },
-        "spec": template.spec,
+        "spec": spec,
     }
 
 

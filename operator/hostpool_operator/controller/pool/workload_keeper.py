@@ -15,15 +15,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ...api.workload import WorkloadTemplate
+from ...api.workload import VolumeClaimTemplate, WorkloadTemplate
 from ...engine.pool_state import PoolState
 from ...engine.records import HostRecord
-from ...engine.workloads import WorkloadRecord, workload_manifest
+from ...engine.workloads import WorkloadRecord, claim_manifests, workload_manifest
 from ...kube.backoff import Backoff
 from ...kube.errors import ApiError, ApiTransportError
 from ..deps import Deps
 
 log = logging.getLogger(__name__)
+
+#: Where a host's PersistentVolumeClaims are made (the core group's plural).
+CLAIMS = "persistentvolumeclaims"
 
 #: Back-off of workload creation after a refusal: first wait, then doubled up to the max.
 RETRY_FIRST = 5.0
@@ -169,12 +172,16 @@ class WorkloadKeeper:
             served = f"{template.api_version} {template.kind} is not served by the API server"
             self._refuse("KindNotServed", served)
             return False
+        claims = self.claim_templates()
+        if claims and not await self._make_claims(claims, host):
+            return False
         manifest = workload_manifest(
             template,
             host=host.meta.name,
             host_uid=host.meta.uid,
             namespace=state.namespace,
             pool=state.name,
+            claims=claims,
         )
         try:
             obj = await self.deps.client.create(
@@ -196,6 +203,38 @@ class WorkloadKeeper:
             self._mark_dirty()
         self._backoff.reset()
         self._retry_at = 0.0
+        return True
+
+    def claim_templates(self) -> list[VolumeClaimTemplate]:
+        spec = self.state.spec
+        if spec is None or spec.scaling is None:
+            return []
+        return spec.scaling.host_template.volume_claim_templates
+
+    async def _make_claims(self, claims: list[VolumeClaimTemplate], host: HostRecord) -> bool:
+        """The host's claims, before its workload: made once, found again after a stop (a
+        claim of that name is the host's; False when one was refused, reported)."""
+        state = self.state
+        for manifest in claim_manifests(
+            claims,
+            host=host.meta.name,
+            host_uid=host.meta.uid,
+            namespace=state.namespace,
+            pool=state.name,
+        ):
+            name = manifest["metadata"]["name"]
+            try:
+                await self.deps.client.create(CLAIMS, state.namespace, manifest, api_version="v1")
+            except ApiError as error:
+                if error.conflict:
+                    continue  # made before (a stopped host's, kept): its data is there
+                self._refuse("FailedCreate", f"PersistentVolumeClaim {name!r}: {error.message}")
+                return False
+            except ApiTransportError as error:
+                log.warning("%s/%s: claim not created: %s", state.namespace, name, error)
+                self._retry_at = time.monotonic() + self._backoff.next()
+                return False
+            log.info("%s/%s: created PersistentVolumeClaim %s", state.namespace, state.name, name)
         return True
 
     async def _ours_already(
