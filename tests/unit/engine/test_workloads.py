@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from hostpool_operator.api import Reason, Scaling, WorkloadRef, WorkloadTemplate
 from hostpool_operator.api.vocabulary import HOST_LABEL
+from hostpool_operator.api.workload import VolumeClaimTemplate
 from hostpool_operator.engine.host_view import Placement
 from hostpool_operator.engine.placement import Assign, Wait
 from hostpool_operator.engine.records import HostRecord, PoolRecord
@@ -27,6 +28,7 @@ from hostpool_operator.engine.status import (
 from hostpool_operator.engine.workloads import (
     Gate,
     WorkloadRecord,
+    claim_manifests,
     host_address,
     resolve,
     workload_manifest,
@@ -664,3 +666,31 @@ def test_pool_status_counts_not_ready_hosts_and_reports_workload_failure() -> No
         "WorkloadFailure",
     )
     assert "image" in conditions["Ready"]["message"]
+
+
+def test_claims_are_named_after_template_and_host_and_owned_by_the_host() -> None:
+    home = VolumeClaimTemplate.model_validate(
+        {"metadata": {"name": "home", "labels": {"a": "b"}}, "spec": {"accessModes": ["RWO"]}}
+    )
+    (claim,) = claim_manifests([home], host="h1", host_uid="u1", namespace="ns", pool="desks")
+    assert claim["metadata"]["name"] == "home-h1"
+    assert claim["metadata"]["labels"]["a"] == "b"
+    assert claim["metadata"]["labels"]["hostpool.io/host"] == "h1"
+    (owner,) = claim["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("SessionHost", "u1", True)
+    assert claim["spec"] == {"accessModes": ["RWO"]}
+
+
+def test_a_pod_mounts_its_claims_by_template_name() -> None:
+    home = VolumeClaimTemplate.model_validate({"metadata": {"name": "home"}})
+    cache = VolumeClaimTemplate.model_validate({"metadata": {"name": "cache"}})
+    spec = {"containers": [], "volumes": [{"name": "cache", "emptyDir": {}}]}
+    template = WorkloadTemplate.model_validate({"apiVersion": "v1", "kind": "Pod", "spec": spec})
+    made = workload_manifest(
+        template, host="h1", host_uid="u1", namespace="ns", pool="p", claims=[home, cache]
+    )
+    assert made["spec"]["volumes"] == [
+        {"name": "cache", "emptyDir": {}},  # the template's own volume of that name is kept
+        {"name": "home", "persistentVolumeClaim": {"claimName": "home-h1"}},
+    ]
+    assert template.spec["volumes"] == [{"name": "cache", "emptyDir": {}}]  # not changed
