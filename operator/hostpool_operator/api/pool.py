@@ -244,8 +244,8 @@ class HostTemplate(ApiModel):
         description="Created with each new host, named after it; the host takes sessions "
         "only while the workload has condition Ready=True.",
     )
-    volume_claim_templates: list[VolumeClaimTemplate] = Field(
-        default_factory=list,
+    volume_claim_templates: list[VolumeClaimTemplate] | None = Field(
+        default=None,
         max_length=MAX_CLAIM_TEMPLATES,
         description="PersistentVolumeClaims made once per host, named <name>-<host>, owned "
         "by the host (kept while its workload is stopped, deleted with it); a Pod workload "
@@ -254,7 +254,7 @@ class HostTemplate(ApiModel):
 
     @model_validator(mode="after")
     def _claims_need_a_workload(self) -> HostTemplate:
-        names = [claim.metadata.name for claim in self.volume_claim_templates]
+        names = [claim.metadata.name for claim in self.volume_claim_templates or ()]
         if names and self.workload is None:
             raise ValueError("volumeClaimTemplates needs a workload to mount them")
         if len(names) != len(set(names)):

@@ -209,7 +209,7 @@ class WorkloadKeeper:
         spec = self.state.spec
         if spec is None or spec.scaling is None:
             return []
-        return spec.scaling.host_template.volume_claim_templates
+        return spec.scaling.host_template.volume_claim_templates or []
 
     async def _make_claims(self, claims: list[VolumeClaimTemplate], host: HostRecord) -> bool:
         """The host's claims, before its workload: made once, found again after a stop (a
