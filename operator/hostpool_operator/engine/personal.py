@@ -84,13 +84,6 @@ def place_personal(
     return PersonalPlacement(Placement(None, Reason.NO_HOST_ASSIGNED))
 
 
-def unassigned_hosts_wanted(waiting_users: int, hosts: Iterable[PersonalHost]) -> int:
-    """How many more hosts an Automatic personal pool needs: one per waiting user without a
-    host, less the unassigned empty hosts there are (open or on their way)."""
-    spare = sum(1 for host in hosts if host.user is None and host.sessions == 0)
-    return max(0, waiting_users - spare)
-
-
 # ---------------------------------------------------------------------------- power
 
 

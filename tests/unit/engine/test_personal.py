@@ -23,7 +23,6 @@ from hostpool_operator.engine.personal import (
     next_stop,
     place_personal,
     stop_due,
-    unassigned_hosts_wanted,
 )
 
 AUTO = PersonalAssignment.AUTOMATIC
@@ -136,12 +135,6 @@ def test_personal_placement(
         "alice", hosts, assignment, claims=claims, reconnect=reconnect, can_add=can_add
     )
     assert got == want
-
-
-def test_hosts_wanted_counts_spare_unassigned_hosts() -> None:
-    hosts = [h("a", "bob"), h("b"), h("c", open_=False, starting=True), h("d", sessions=1)]
-    assert unassigned_hosts_wanted(5, hosts) == 3
-    assert unassigned_hosts_wanted(1, hosts) == 0
 
 
 users = st.sampled_from(["alice", "bob", "carol", "dave", "erin"])
