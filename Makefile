@@ -4,10 +4,12 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# The bench's compiled reference controller (Go, standard library only): formatted and vetted.
+# The Go the project writes (standard library only): the bench's compiled reference controller
+# and the real nodes' volume helper, formatted and vetted.
 # Every shell script of the project, for shellcheck.
 SHELL_SCRIPTS = $(shell git ls-files '*.sh' 2>/dev/null)
-GO_CHECK := cd hack/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .
+GO_CHECK := (cd hack/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .) && \
+	(cd hack/cluster/provisioner && test -z "$$(gofmt -l volumehelper)" && go vet ./volumehelper)
 
 .PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-packages test-prepare test test-faults test-unit lint shellcheck crds bench-engine bench-recommend bench bench-hosts bench-scale bench-portal bench-portal-events web-client tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-portal demo-down clean
 

@@ -76,8 +76,11 @@ COMPONENTS=("${BASE_COMPONENTS[@]}")
 # the not-ready taint off a node once kwok reports it Ready) and pod GC (the pods of a
 # removed node are deleted).
 POD_CONTROLLERS="node-lifecycle-controller,pod-garbage-collector-controller"
-# Real nodes run real Deployments (the chart's operator and broker): their controllers too.
-WORKLOAD_CONTROLLERS="replicaset-controller,deployment-controller"
+# Real nodes run real Deployments (the chart's operator and broker): their controllers too;
+# and real volumes (nodes.sh volumes_start): the binder that binds a provisioned volume to its
+# claim, and the protections that keep a volume or claim in use from going.
+WORKLOAD_CONTROLLERS="replicaset-controller,deployment-controller,persistentvolume-binder-controller"
+WORKLOAD_CONTROLLERS+=",persistentvolume-protection-controller,persistentvolumeclaim-protection-controller"
 STARTING=0 # set while `up` starts processes: a failure then stops them again
 ADDING=0   # set while `add-nodes` adds nodes: a failure then puts the cluster back (add_nodes_undo)
 ADD_RESTARTED="" # what `add-nodes` restarted or started so far: apiserver, kcm, scheduler

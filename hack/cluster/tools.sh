@@ -15,16 +15,23 @@
 #                                                      the same version as hack/cluster/k8s)
 #   pause.tar, the pod sandbox image localhost/pause:<tag> as a docker archive: the module's
 #   own build/pause/linux/pause.c compiled static with gcc, no registry
+#   local-path-provisioner (a real dynamic provisioner of the nodes' volumes: PVCs of the
+#                           storage class local-path)  (github.com/rancher/local-path-provisioner,
+#                                                      hack/cluster/provisioner)
+#   volume-helper.tar, localhost/hostpool-volume-helper:<recipe>, what the provisioner's helper
+#   pods run: hack/cluster/provisioner/volumehelper, one static binary, as a docker archive
 # The module versions are pinned by the committed go.mod/go.sum files under hack/cluster/.
 # The cache key covers those files, the Go version and this script, so any change rebuilds.
-# promtool, prometheus, the kubelet and the pause image have cache keys of their own: adding or
+# promtool, prometheus, the kubelet, the pause image, the provisioner and its helper image have
+# cache keys of their own: adding or
 # upgrading them rebuilds none of the others (and without --nodes they are not built at all).
 #
 # Usage: hack/cluster/tools.sh            build what is missing, link, print the bin dir
 #        hack/cluster/tools.sh --control-plane   the same without promtool and prometheus (only
 #                                                 the alert and recommend-plan --prometheus
 #                                                 tests need them; a demo should not wait)
-#        hack/cluster/tools.sh --nodes    also the kubelet and the pause image (combines with
+#        hack/cluster/tools.sh --nodes    also the kubelet, the pause image, the provisioner and
+#                                          its helper image (combines with
 #                                          --control-plane); needs gcc and libc6-dev (installed
 #                                          with apt-get where missing, as root)
 # Env:   HOSTPOOL_TOOLS_CACHE     cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hostpool-operator)
@@ -53,6 +60,7 @@ ETCD_VERSION=v3.6.16
 HELM_VERSION=v3.22.0
 KWOK_VERSION=v0.8.0
 PROMTOOL_VERSION=v0.316.0
+PROVISIONER_VERSION=v0.0.30
 
 K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 ALL_BINS=("${K8S_BINS[@]}" etcd helm kwok)
@@ -131,6 +139,47 @@ KUBELET_BIN="$CACHE_ROOT/$KUBELET_KEY/bin"
 # The pause image: keyed by its source's module version, gcc's version and this recipe's version.
 PAUSE_RECIPE=1
 PAUSE_CFLAGS=(-Os -Wall -Werror -static)
+# The volumes' provisioner, and its helper image (keyed by its source, Go and this recipe).
+module_key() { # NAME VERSION MODULE -> the cache key of NAME built from hack/cluster/MODULE
+  local digest
+  digest="$(
+    {
+      echo "$go_version $(go env GOOS GOARCH | tr '\n' ' ') CGO_ENABLED=0"
+      echo "${GO_BUILD_FLAGS[*]}|-s -w"
+      cat "$MODS/$3/go.mod" "$MODS/$3/go.sum"
+      [[ "$1" != volume-helper ]] || cat "$MODS/$3/volumehelper/main.go"
+    } | sha256sum | cut -c1-12
+  )"
+  echo "$1-${2}_${go_version}_${digest}"
+}
+PROVISIONER_KEY="$(module_key local-path-provisioner "$PROVISIONER_VERSION" provisioner)"
+PROVISIONER_BIN="$CACHE_ROOT/$PROVISIONER_KEY/bin"
+HELPER_RECIPE=1
+HELPER_KEY="$(module_key volume-helper "r$HELPER_RECIPE" provisioner)"
+HELPER_BIN="$CACHE_ROOT/$HELPER_KEY"
+
+# docker_archive DIR FILE USER NAME:TAG OUT: an image of one file, DIR/FILE, run as /FILE by
+# USER, as a docker archive made by hand (ctr images import reads it; podman load too);
+# reproducible (mtime 0, owner root).
+docker_archive() {
+  local rootfs="$1" file="$2" user="$3" ref="$4" out="$5" work layer_sha config_sha
+  local tar_flags=(--sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=ustar)
+  work="$(mktemp -d "$(dirname "$out")/archive.XXXXXX")"
+  tar -C "$rootfs" "${tar_flags[@]}" -cf "$work/layer.tar" "$file"
+  layer_sha="$(sha256sum <"$work/layer.tar" | cut -d' ' -f1)"
+  mkdir -p "$work/image/$layer_sha"
+  mv "$work/layer.tar" "$work/image/$layer_sha/layer.tar"
+  printf '{"architecture":"%s","os":"linux","created":"1970-01-01T00:00:00Z","config":{"Entrypoint":["/%s"],"User":"%s","WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+    "$(go env GOARCH)" "$file" "$user" "$layer_sha" >"$work/config.json"
+  config_sha="$(sha256sum <"$work/config.json" | cut -d' ' -f1)"
+  mv "$work/config.json" "$work/image/$config_sha.json"
+  printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s/layer.tar"]}]' \
+    "$config_sha" "$ref" "$layer_sha" >"$work/image/manifest.json"
+  tar -C "$work/image" "${tar_flags[@]}" -cf "$work/out.tar" \
+    manifest.json "$config_sha.json" "$layer_sha/layer.tar"
+  mv -f "$work/out.tar" "$out"
+  rm -rf "$work"
+}
 
 link_all() {
   mkdir -p "$BIN_DIR"
@@ -149,6 +198,12 @@ link_all() {
   fi
   if [[ -n "${PAUSE_BIN:-}" && -s "$PAUSE_BIN/pause.tar" ]]; then
     ln -sfn "$PAUSE_BIN/pause.tar" "$BIN_DIR/pause.tar"
+  fi
+  if [[ -x "$PROVISIONER_BIN/local-path-provisioner" ]]; then
+    ln -sfn "$PROVISIONER_BIN/local-path-provisioner" "$BIN_DIR/local-path-provisioner"
+  fi
+  if [[ -s "$HELPER_BIN/volume-helper.tar" ]]; then
+    ln -sfn "$HELPER_BIN/volume-helper.tar" "$BIN_DIR/volume-helper.tar"
   fi
   echo "$BIN_DIR"
 }
@@ -271,24 +326,29 @@ if [[ "$WITH_NODES" == 1 ]]; then
       gcc "${PAUSE_CFLAGS[@]}" -DVERSION="v$PAUSE_TAG" -o "$tmp/rootfs/pause" "$PAUSE_SRC" >&2 ||
         die "gcc could not compile $PAUSE_SRC"
       strip "$tmp/rootfs/pause" 2>/dev/null || true
-      # A docker archive by hand (ctr images import reads it; podman load too): one layer
-      # holding /pause, a config with the entrypoint and user of the upstream image.
-      tar_flags=(--sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=ustar)
-      tar -C "$tmp/rootfs" "${tar_flags[@]}" -cf "$tmp/layer.tar" pause
-      layer_sha="$(sha256sum <"$tmp/layer.tar" | cut -d' ' -f1)"
-      mkdir -p "$tmp/image/$layer_sha"
-      mv "$tmp/layer.tar" "$tmp/image/$layer_sha/layer.tar"
-      printf '{"architecture":"%s","os":"linux","created":"1970-01-01T00:00:00Z","config":{"Entrypoint":["/pause"],"User":"65535:65535","WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
-        "$(go env GOARCH)" "$layer_sha" >"$tmp/config.json"
-      config_sha="$(sha256sum <"$tmp/config.json" | cut -d' ' -f1)"
-      mv "$tmp/config.json" "$tmp/image/$config_sha.json"
-      printf '[{"Config":"%s.json","RepoTags":["localhost/pause:%s"],"Layers":["%s/layer.tar"]}]' \
-        "$config_sha" "$PAUSE_TAG" "$layer_sha" >"$tmp/image/manifest.json"
-      tar -C "$tmp/image" "${tar_flags[@]}" -cf "$tmp/pause.tar" \
-        manifest.json "$config_sha.json" "$layer_sha/layer.tar"
-      mv -f "$tmp/pause.tar" "$PAUSE_BIN/pause.tar"
+      docker_archive "$tmp/rootfs" pause 65535:65535 "localhost/pause:$PAUSE_TAG" \
+        "$PAUSE_BIN/pause.tar"
       rm -rf "$tmp"
       log "built the pause image ($(stat -c %s "$PAUSE_BIN/pause.tar") bytes)"
+    fi
+    exec 8>&-
+  fi
+
+  build_locked "$PROVISIONER_KEY" local-path-provisioner "$MODS/provisioner" "-s -w" \
+    github.com/rancher/local-path-provisioner
+  if [[ ! -s "$HELPER_BIN/volume-helper.tar" ]]; then
+    mkdir -p "$HELPER_BIN"
+    exec 8>"$HELPER_BIN/.lock"
+    flock 8
+    if [[ ! -s "$HELPER_BIN/volume-helper.tar" ]]; then
+      log "building the volume helper image localhost/hostpool-volume-helper:$HELPER_RECIPE ..."
+      tmp="$(mktemp -d "$HELPER_BIN/build.XXXXXX")"
+      mkdir -p "$tmp/rootfs"
+      (cd "$MODS/provisioner" && go build "${GO_BUILD_FLAGS[@]}" -ldflags "-s -w" \
+        -o "$tmp/rootfs/volumehelper" ./volumehelper) || die "go build of volumehelper failed"
+      docker_archive "$tmp/rootfs" volumehelper 0:0 \
+        "localhost/hostpool-volume-helper:$HELPER_RECIPE" "$HELPER_BIN/volume-helper.tar"
+      rm -rf "$tmp"
     fi
     exec 8>&-
   fi

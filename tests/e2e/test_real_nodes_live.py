@@ -22,6 +22,7 @@ tests skip, saying why; with ``CI=true`` on a machine with apt-get they fail ins
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import sys
 import time
@@ -32,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from support.kube import wait_for
+from support.kube import ApiError, wait_for
 from support.real_nodes import NODE, RealCluster, leftovers, node_traces, real_node_cluster
 
 PORT = 8080
@@ -199,6 +200,96 @@ def test_kubelet_refuses_anonymous_calls(cluster: RealCluster, web: dict[str, An
     with urllib.request.urlopen(url, context=client, timeout=10) as response:
         pods = json.load(response)
     assert "web" in [p["metadata"]["name"] for p in pods["items"]]
+
+
+def claim_pod(name: str, image: str, script: str) -> dict[str, Any]:
+    """A pod that runs ``script`` with python3 as a user other than root, the claim ``data``
+    mounted at /data."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["python3", "-c", script],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            ],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+        },
+    }
+
+
+def test_claims_are_provisioned_on_the_node(cluster: RealCluster) -> None:
+    """The local-path provisioner (the default storage class): a claim is bound once its
+    pod is scheduled, to a directory on the node under the cluster's volumes; what one pod
+    writes there the next reads; deleting the claim deletes the volume and its directory."""
+    ns, kube = cluster.namespace, cluster.kube
+    kube.call(
+        "POST",
+        f"/api/v1/namespaces/{ns}/persistentvolumeclaims",
+        body={
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+    claim_path = f"/api/v1/namespaces/{ns}/persistentvolumeclaims/data"
+    assert kube.call("GET", claim_path)["spec"]["storageClassName"] == "local-path"
+    created = time.monotonic()
+    write = "open('/data/note.txt', 'w').write('kept')"
+    kube.call(
+        "POST", f"/api/v1/namespaces/{ns}/pods", body=claim_pod("writer", cluster.image, write)
+    )
+
+    def finished(name: str) -> dict[str, Any] | None:
+        pod = cluster.pod(name)
+        phase = pod.get("status", {}).get("phase")
+        assert phase != "Failed", json.dumps(pod.get("status"), indent=1)[:3000]
+        return pod if phase == "Succeeded" else None
+
+    show = lambda: cluster.run_kubectl("-n", ns, "get", "pvc,pods", "-o", "wide")  # noqa: E731
+    wait_for(lambda: finished("writer"), 90, what="the writing pod to succeed", show=show)
+    cluster.timings["claim + pod -> volume provisioned, pod done"] = (
+        f"{time.monotonic() - created:.2f} s"
+    )
+    volume = kube.call("GET", claim_path)["spec"]["volumeName"]
+    pv = kube.call("GET", f"/api/v1/persistentvolumes/{volume}")
+    directory = pv["spec"]["hostPath"]["path"]
+    assert directory.startswith(str(cluster.cp.directory / "volumes") + "/")
+    with open(f"{directory}/note.txt") as note:
+        assert note.read() == "kept"
+
+    read = "import sys; sys.exit(open('/data/note.txt').read() != 'kept')"
+    kube.call(
+        "POST", f"/api/v1/namespaces/{ns}/pods", body=claim_pod("reader", cluster.image, read)
+    )
+    wait_for(lambda: finished("reader"), 60, what="the reading pod to succeed", show=show)
+
+    for name in ("writer", "reader"):
+        kube.call("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
+    kube.call("DELETE", claim_path)
+
+    def gone() -> bool:
+        try:
+            kube.call("GET", f"/api/v1/persistentvolumes/{volume}")
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            return not os.path.exists(directory)
+        return False
+
+    wait_for(gone, 90, what="the volume and its directory to be deleted", show=show)
 
 
 def test_stop_leaves_nothing(cluster: RealCluster, web: dict[str, Any]) -> None:

@@ -8,6 +8,8 @@
 # it does not know, so two kubelets cannot share one containerd. containerd is Debian's (with
 # runc and the CNI plugins; installed with apt-get where missing), its config, root, state and
 # sockets under DIR/nodes/<node>/. The pause image comes from tools.sh (pause.tar), imported.
+# Volumes: rancher's local-path-provisioner (tools.sh) provisions the default storage class
+# local-path, a directory per claim under DIR/volumes on the pod's node (volumes_start).
 #
 # Network: one bridge per cluster, hpn<X> with 10.244.X.0/24 (X picked free at `up`, or
 # HOSTPOOL_NODES_BRIDGE=NAME:10.244.X.1/24). Node K's address is 10.244.X.K (a secondary
@@ -67,6 +69,7 @@ node_components() { # the pid-file names of the nodes' processes
   for ((k = 1; k <= ${REAL_NODES:-0}; k++)); do
     echo "containerd-$(node_name "$k")" "kubelet-$(node_name "$k")"
   done
+  ((${REAL_NODES:-0} == 0)) || echo local-path-provisioner
 }
 
 nodes_missing() { # the commands/plugins real nodes need that are not here
@@ -158,8 +161,11 @@ nodes_check_args() { # validates HOSTPOOL_REAL_NODES (in REAL_NODES) and the mac
   local why
   why="$(nodes_why_not)"
   [[ -z "$why" ]] || fail "$why"
-  [[ -x "$BIN_DIR/kubelet" && -s "$BIN_DIR/pause.tar" ]] ||
-    fail "$BIN_DIR/kubelet or pause.tar not found; run hack/cluster/tools.sh --nodes (make tools-nodes) first"
+  local need
+  for need in kubelet pause.tar local-path-provisioner volume-helper.tar; do
+    [[ -s "$BIN_DIR/$need" ]] ||
+      fail "$BIN_DIR/$need not found; run hack/cluster/tools.sh --nodes (make tools-nodes) first"
+  done
   # Unix sockets: 108 bytes at most, the deepest being the kubelet's pod-resources socket.
   local deepest
   deepest="$DIR/nodes/$(node_name "$REAL_NODES")/kubelet/pod-resources/kubelet.sock"
@@ -462,8 +468,11 @@ start_node() { # k : containerd, the pause image, the kubelet of node k
   log "starting containerd for $name ($d/containerd.sock)"
   START_BIN="$(command -v containerd)" start "containerd-$name" --config "$d/containerd.toml"
   NODE_K="$k" wait_for "containerd-$name" "its socket answers" containerd_ready
-  node_ctr "$k" images import "$BIN_DIR/pause.tar" >>"$LOGS/containerd-$name.log" 2>&1 ||
-    fail "importing $BIN_DIR/pause.tar into $name's containerd failed" "containerd-$name"
+  local image
+  for image in pause.tar volume-helper.tar; do
+    node_ctr "$k" images import "$BIN_DIR/$image" >>"$LOGS/containerd-$name.log" 2>&1 ||
+      fail "importing $BIN_DIR/$image into $name's containerd failed" "containerd-$name"
+  done
   log "starting kubelet $name on $(node_ip "$k")"
   START_BIN="$BIN_DIR/kubelet" start "kubelet-$name" \
     --config="$d/kubelet.yaml" \
@@ -493,6 +502,59 @@ nodes_start() {
   done
   wait_for "kubelet-$(node_name 1)" "$REAL_NODES real node(s) Ready" real_nodes_ready
   log "$REAL_NODES real node(s) Ready in $((SECONDS - t0))s"
+  volumes_start
+}
+
+# The nodes' volumes: rancher's local-path-provisioner, run here like the scheduler, makes a
+# directory on the pod's node (under DIR/volumes) for each claim of the storage class
+# local-path (the cluster's default), binding it once a pod that uses it is scheduled. Its
+# helper pods run the volume helper image (tools.sh) in the namespace local-path-storage.
+VOLUMES_NAMESPACE=local-path-storage
+volumes_start() {
+  local dir="$DIR/volumes" helper
+  rm -rf --one-file-system "$dir" && mkdir -p "$dir"
+  helper="$(tar -xOf "$BIN_DIR/volume-helper.tar" manifest.json |
+    sed -n 's/.*"RepoTags":\["\([^"]*\)".*/\1/p')"
+  [[ -n "$helper" ]] || fail "no image name in $BIN_DIR/volume-helper.tar"
+  cat >"$DIR/volumes-config.json" <<EOF
+{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["$dir"]}],
+ "setupCommand": "/volumehelper", "teardownCommand": "/volumehelper", "cmdTimeoutSeconds": 60}
+EOF
+  cat >"$DIR/volumes-helper-pod.yaml" <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: helper-pod}
+spec:
+  containers:
+  - {name: helper, image: "$helper", imagePullPolicy: Never}
+EOF
+  kubectl_admin apply -f - >>"$LOGS/local-path-provisioner.apply.log" 2>&1 <<EOF ||
+apiVersion: v1
+kind: Namespace
+metadata: {name: $VOLUMES_NAMESPACE}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: local-path-provisioner, namespace: $VOLUMES_NAMESPACE}
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: local-path
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: rancher.io/local-path
+volumeBindingMode: WaitForFirstConsumer
+reclaimPolicy: Delete
+EOF
+    fail "could not create the local-path storage class: $(tail -n 3 "$LOGS/local-path-provisioner.apply.log")"
+  log "starting local-path-provisioner (volumes in $dir)"
+  start local-path-provisioner --debug start --kubeconfig "$KUBECONFIG_PATH" \
+    --config "$DIR/volumes-config.json" --helper-pod-file "$DIR/volumes-helper-pod.yaml" \
+    --namespace "$VOLUMES_NAMESPACE" --service-account-name local-path-provisioner \
+    --helper-image "$helper"
+  sleep 0.5
+  pid_of local-path-provisioner >/dev/null ||
+    fail "local-path-provisioner exited at start" local-path-provisioner
 }
 
 kubelet_healthy() { # k
@@ -516,6 +578,8 @@ nodes_down() {
   set +e
   local k name d ids id t0=$SECONDS
   local -A NODE_IDS=()
+  # 0. The provisioner, so that it starts no helper pod while the nodes go.
+  stop_group local-path-provisioner
   # 1. Pods first, while the kubelets and the API server run: deleting them makes the kubelet
   #    stop them properly (CNI DEL: veth, address, portmap rules). Short grace period; the
   #    nodes cordoned first so that controllers' replacements do not land there. What is not
