@@ -8,9 +8,17 @@ validators (so the simulator and the operator refuse the same input the same way
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from pydantic import Field, GetJsonSchemaHandler, model_validator
+from pydantic import (
+    Field,
+    GetJsonSchemaHandler,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
@@ -517,17 +525,34 @@ class HostPoolSpec(ApiModel):
         "= sessions never end by time.",
     )
 
-    @model_validator(mode="before")
+    #: The load balancer was not given but implied (a Personal pool without one): the wire
+    #: form leaves it out again, as the API server stores the pool without it.
+    _load_balancer_implied: bool = PrivateAttr(default=False)
+
+    @model_validator(mode="wrap")
     @classmethod
-    def _load_balancer_of_personal(cls, data: object) -> object:
+    def _load_balancer_of_personal(
+        cls, data: object, handler: ModelWrapValidatorHandler[HostPoolSpec]
+    ) -> HostPoolSpec:
         # A Pooled pool without one gets pydantic's own "Field required" on loadBalancer.
+        implied = False
         if (
             isinstance(data, dict)
             and data.get("type") == PoolType.PERSONAL
             and data.get("loadBalancer", data.get("load_balancer")) is None
         ):
-            return {**data, "loadBalancer": dict(PERSONAL_LOAD_BALANCER)}
-        return data
+            data, implied = {**data, "loadBalancer": dict(PERSONAL_LOAD_BALANCER)}, True
+        spec = handler(data)
+        spec._load_balancer_implied = implied
+        return spec
+
+    @model_serializer(mode="wrap")
+    def _without_implied_load_balancer(self, handler: SerializerFunctionWrapHandler) -> Any:
+        dumped = handler(self)
+        if self._load_balancer_implied and isinstance(dumped, dict):
+            dumped.pop("loadBalancer", None)
+            dumped.pop("load_balancer", None)
+        return dumped
 
     @classmethod
     def __get_pydantic_json_schema__(

@@ -384,8 +384,18 @@ def test_example_is_valid(path: Path, doc: dict[str, Any]) -> None:
 
 def test_examples_cover_the_features() -> None:
     docs = [d for _, d in EXAMPLES]
-    pools = {d["spec"]["loadBalancer"]["type"]: d["spec"] for d in docs if d["kind"] == "HostPool"}
+    pooled = [d for d in docs if d["kind"] == "HostPool" and "loadBalancer" in d["spec"]]
+    pools = {d["spec"]["loadBalancer"]["type"]: d["spec"] for d in pooled}
     assert set(pools) == {"BreadthFirst", "DepthFirst", "Horizon"}
+    # A personal pool: no load balancer, a claim per host mounted in the desktop container.
+    (personal,) = [d["spec"] for d in docs if d["spec"].get("type") == "Personal"]
+    assert "loadBalancer" not in personal
+    template = personal["scaling"]["hostTemplate"]
+    (claim,) = template["volumeClaimTemplates"]
+    mounts = [
+        m["name"] for c in template["workload"]["spec"]["containers"] for m in c["volumeMounts"]
+    ]
+    assert claim["metadata"]["name"] in mounts
     assert "maxSessionLimit" in pools["DepthFirst"]["loadBalancer"]
     assert "hostTemplate" in pools["DepthFirst"]["scaling"]
     limited = [d["spec"]["sessionLimits"] for d in docs if "sessionLimits" in d.get("spec", {})]
