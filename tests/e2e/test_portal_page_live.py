@@ -232,6 +232,45 @@ def test_a_full_pool_says_hosts_are_starting_and_connect_waits_for_the_new_host(
     assert page.evaluate("window.notReloaded") is True
 
 
+def test_a_personal_pool_shows_the_callers_own_desktop_live(
+    site: Site, new_page: Callable[..., Page]
+) -> None:
+    """A personal pool with Direct assignment: a user without a host reads that none is
+    assigned to them; an administrator assigns one to alice and her tile says so without a
+    reload, and Connect gets her .rdp file of that host; bob's tile is unchanged."""
+    cluster = site.cluster
+    ns = cluster.namespace
+    entitled_pool(
+        cluster,
+        ["own-1"],
+        users=["alice", "bob"],
+        name="own",
+        type="Personal",
+        personal={"assignment": "Direct"},
+    )
+    alice, bob = signed_in(new_page, site, "alice"), signed_in(new_page, site, "bob")
+    alice.evaluate("window.notReloaded = true")
+    for page in (alice, bob):
+        shown = tile(page, cluster, "own").locator(".availability")
+        expect(shown).to_have_attribute("data-availability", "desktop_none", timeout=LIVE_MS)
+        expect(shown).to_have_text("No desktop is assigned to you yet")
+
+    cluster.patch("SessionHost", "own-1", {"spec": {"assignedUser": "alice"}})
+    own = tile(alice, cluster, "own")
+    shown = own.locator(".availability")
+    expect(shown).to_have_attribute("data-availability", "desktop_running", timeout=LIVE_MS)
+    expect(shown).to_have_text("Your desktop own-1 is running")
+    with alice.expect_download(timeout=CONNECT_TIMEOUT_MS + LIVE_MS) as download:
+        own.locator('[data-action="connect"]').click()
+    assert download.value.suggested_filename == "own.rdp"
+    placed = cluster.request(request_name(ns, "own", "alice"))
+    assert (placed["status"]["host"], placed["status"]["reason"]) == ("own-1", "Personal")
+    assert alice.evaluate("window.notReloaded") is True
+    expect(tile(bob, cluster, "own").locator(".availability")).to_have_attribute(
+        "data-availability", "desktop_none"
+    )
+
+
 @pytest.mark.parametrize(
     ("accept", "lang", "connect", "signin"),
     [("sv-SE,sv;q=0.9,en;q=0.5", "sv", "Anslut", "Logga in"), ("ko-KR,ko", "ko", "연결", "로그인")],

@@ -161,6 +161,7 @@ def desktop_users(passwords: dict[str, str]) -> dict[str, Any]:
 
 
 SESSION_HOST_EXAMPLE = Path(__file__).resolve().parents[2] / "crds/examples/session-host-pool.yaml"
+PERSONAL_EXAMPLE = Path(__file__).resolve().parents[2] / "crds/examples/personal-desktops.yaml"
 
 
 def session_host_pool(image: str, agent_interval: float) -> dict[str, Any]:
@@ -168,7 +169,20 @@ def session_host_pool(image: str, agent_interval: float) -> dict[str, Any]:
     real node here: ``image`` (built and imported, never pulled) in both containers, small
     requests (a two-core machine), the agent every ``agent_interval`` s and verbose, the
     readiness probe every second, a 10 s grace period."""
-    pool: dict[str, Any] = copy.deepcopy(yaml.safe_load(SESSION_HOST_EXAMPLE.read_text()))
+    return _for_a_small_node(SESSION_HOST_EXAMPLE, image, agent_interval)
+
+
+def personal_desktop_pool(image: str, agent_interval: float) -> dict[str, Any]:
+    """The example personal pool (crds/examples/personal-desktops.yaml) for a real node
+    here, as :func:`session_host_pool` makes the pooled one, with claims of 64 MiB."""
+    pool = _for_a_small_node(PERSONAL_EXAMPLE, image, agent_interval)
+    for claim in pool["spec"]["scaling"]["hostTemplate"]["volumeClaimTemplates"]:
+        claim["spec"]["resources"]["requests"]["storage"] = "64Mi"
+    return pool
+
+
+def _for_a_small_node(example: Path, image: str, agent_interval: float) -> dict[str, Any]:
+    pool: dict[str, Any] = copy.deepcopy(yaml.safe_load(example.read_text()))
     pod = pool["spec"]["scaling"]["hostTemplate"]["workload"]["spec"]
     for container in pod["containers"] + pod["initContainers"]:
         container["image"] = image

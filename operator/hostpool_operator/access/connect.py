@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from ..api import Phase, Reason
+from ..api import PersonalAssignment, Phase, PoolType, PowerState, Reason
 from .names import request_name
 from .rdp import RdpValueError, rdp_file
 from .views import HostView, PoolView, RequestView
@@ -216,8 +216,11 @@ def placed_or_final(request: RequestView) -> bool:
     return request.phase in (Phase.ASSIGNED, Phase.FAILED) or request.ending
 
 
-def pool_entry(pool: PoolView, mine: list[RequestView]) -> dict[str, Any]:
-    """One pool in ``GET /v1/pools``: whether a new session fits now, and the caller's."""
+def pool_entry(
+    pool: PoolView, mine: list[RequestView], desktop: HostView | None = None
+) -> dict[str, Any]:
+    """One pool in ``GET /v1/pools``: whether a new session fits now, and the caller's; in
+    a personal pool, the caller's desktop (``desktop``, their assigned host) and its power."""
     live = [r for r in mine if r.live]
     session = None
     if live:
@@ -227,17 +230,39 @@ def pool_entry(pool: PoolView, mine: list[RequestView]) -> dict[str, Any]:
             "host": r.host,
             "state": r.session_state or (str(r.phase) if r.phase else str(Phase.PENDING)),
         }
-    available = bool(pool.free)
-    return {
+    entry = {
         "namespace": pool.namespace,
         "name": pool.name,
         "loadBalancerType": str(pool.load_balancer_type),
-        "available": available,
+        "available": bool(pool.free),
         "session": session,
         "displayName": pool.display_name or pool.name,
         "web": pool.connection.web,
         # No free slot now, but hosts are on their way: a connect waits for one.
-        "hostsStarting": not available and pool.hosts_starting,
+        "hostsStarting": not pool.free and pool.hosts_starting,
+        "type": str(PoolType.PERSONAL if pool.personal else PoolType.POOLED),
+    }
+    if pool.personal is not None:
+        entry.update(_personal_entry(pool.personal, desktop))
+    return entry
+
+
+def _personal_entry(assignment: PersonalAssignment, desktop: HostView | None) -> dict[str, Any]:
+    """A personal pool's availability is the caller's own desktop's: running, starting or
+    stopped (a connect starts it); without one, Automatic makes one at the first connect."""
+    if desktop is None:
+        return {
+            "assignment": str(assignment),
+            "desktop": None,
+            "available": False,
+            "hostsStarting": False,
+        }
+    power = desktop.power or str(PowerState.RUNNING)
+    return {
+        "assignment": str(assignment),
+        "desktop": {"host": desktop.name, "power": power},
+        "available": power == PowerState.RUNNING,
+        "hostsStarting": power == PowerState.STARTING,
     }
 
 

@@ -9,7 +9,15 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from ..api import Connection, Entitlements, HostPoolSpec, LoadBalancerType, Phase, Reason
+from ..api import (
+    Connection,
+    Entitlements,
+    HostPoolSpec,
+    LoadBalancerType,
+    PersonalAssignment,
+    Phase,
+    Reason,
+)
 from ..api.timestamps import parse_time
 
 JSON = dict[str, Any]
@@ -30,6 +38,9 @@ class PoolView:
     #: Ready yet (status.hosts.notReady), or requests waiting for hosts being started
     #: (condition Saturated, reason HostsStarting).
     hosts_starting: bool = False
+    #: A personal pool (spec.type Personal): each user has a desktop of their own, and the
+    #: assignment that gives it (Automatic or Direct).
+    personal: PersonalAssignment | None = None
 
     @classmethod
     def from_api(cls, obj: JSON) -> PoolView:
@@ -54,6 +65,7 @@ class PoolView:
             free=free if isinstance(free, int) else None,
             display_name=spec.display_name,
             hosts_starting=_hosts_starting(status),
+            personal=spec.personal_settings.assignment if spec.is_personal else None,
         )
 
     def admits(self, user: str, groups: frozenset[str]) -> bool:
@@ -69,16 +81,32 @@ class HostView:
     has_agent: bool
     #: When the agent's figures were sampled, by its clock (status.metrics.sampledAt).
     sampled_at: datetime | None = None
+    #: The pool it belongs to (spec.poolRef.name).
+    pool: str = ""
+    #: A personal host's user (spec.assignedUser).
+    assigned_user: str | None = None
+    #: A personal, workload-backed host's power (status.power).
+    power: str | None = None
 
     @classmethod
     def from_api(cls, obj: JSON) -> HostView:
         meta = obj.get("metadata") or {}
+        spec = obj.get("spec")
+        spec = spec if isinstance(spec, dict) else {}
         status = obj.get("status")
         status = status if isinstance(status, dict) else {}
         metrics = status.get("metrics")
         sampled = parse_time(metrics.get("sampledAt")) if isinstance(metrics, dict) else None
+        pool_ref = spec.get("poolRef")
+        user, power = spec.get("assignedUser"), status.get("power")
         return cls(
-            str(meta.get("namespace", "")), str(meta.get("name", "")), "agent" in status, sampled
+            str(meta.get("namespace", "")),
+            str(meta.get("name", "")),
+            "agent" in status,
+            sampled,
+            pool=str(pool_ref.get("name", "")) if isinstance(pool_ref, dict) else "",
+            assigned_user=user if isinstance(user, str) and user else None,
+            power=power if isinstance(power, str) else None,
         )
 
     def agent_alive(self, now: datetime, stale_after: float) -> bool:

@@ -27,6 +27,13 @@ Key = tuple[str, str]  # (namespace, name)
 UserKey = tuple[str, str, str]  # (namespace, pool, user)
 
 
+def _shown(host: HostView | None) -> tuple[str, str, str | None, str | None] | None:
+    """What a user's page shows of a host: whose desktop it is, and its power."""
+    if host is None:
+        return None
+    return host.pool, host.name, host.assigned_user, host.power
+
+
 @dataclass(frozen=True, slots=True)
 class Change:
     """Something ``GET /v1/pools`` may show differently now: a pool (``user`` None; as it
@@ -53,6 +60,8 @@ class Directory:
         self.hosts: dict[Key, HostView] = {}
         self.requests: dict[Key, RequestView] = {}
         self._mine: dict[UserKey, set[str]] = defaultdict(set)
+        #: Personal pools' hosts by their user: (namespace, pool, user) -> host name.
+        self._desktops: dict[UserKey, str] = {}
         self._waiters: dict[Key, set[asyncio.Event]] = {}
         self._locks: dict[UserKey, list[Any]] = {}
         #: Objects that could not be read (the metrics and the log say which).
@@ -93,10 +102,20 @@ class Directory:
         names = self._mine.get((namespace, pool, user), ())
         return [self.requests[(namespace, n)] for n in names if (namespace, n) in self.requests]
 
+    def desktop(self, namespace: str, pool: str, user: str) -> HostView | None:
+        """The user's own host in a personal pool (spec.assignedUser), if any."""
+        name = self._desktops.get((namespace, pool, user))
+        return self.hosts.get((namespace, name)) if name is not None else None
+
     def listing(self, user: str, groups: frozenset[str]) -> list[dict[str, Any]]:
-        """The pools this user may use, each with their session there: ``GET /v1/pools``."""
+        """The pools this user may use, each with their session there (and in a personal
+        pool their desktop): ``GET /v1/pools``."""
         return [
-            pool_entry(p, self.mine(p.namespace, p.name, user))
+            pool_entry(
+                p,
+                self.mine(p.namespace, p.name, user),
+                self.desktop(p.namespace, p.name, user) if p.personal else None,
+            )
             for p in self.pools_of()
             if p.admits(user, groups)
         ]
@@ -147,10 +166,23 @@ class Directory:
     def _on_host(self, kind: str, obj: JSON) -> None:
         meta = obj.get("metadata") or {}
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        before = self.hosts.get(key)
         if kind == "DELETED":
             self.hosts.pop(key, None)
         else:
             self.hosts[key] = HostView.from_api(obj)
+        after = self.hosts.get(key)
+        if before is not None and before.assigned_user is not None:
+            desktop = (before.namespace, before.pool, before.assigned_user)
+            if self._desktops.get(desktop) == before.name:
+                del self._desktops[desktop]
+        if after is not None and after.assigned_user is not None:
+            self._desktops[(after.namespace, after.pool, after.assigned_user)] = after.name
+        # A personal host's user and power are what its user's page shows of it.
+        if _shown(before) != _shown(after):
+            for view in (before, after):
+                if view is not None and view.assigned_user is not None:
+                    self._tell(Change(view.namespace, view.pool, view.assigned_user))
 
     def _on_request(self, kind: str, obj: JSON) -> None:
         meta = obj.get("metadata") or {}

@@ -196,6 +196,7 @@ def test_pool_entry() -> None:
         "displayName": "desk",
         "web": False,
         "hostsStarting": False,
+        "type": "Pooled",
     }
     placed = request_view("r", phase="Assigned", host="h1", address="a")
     entry = connect.pool_entry(pool_view(["alice"], free=None), [placed])

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hostpool_operator.access.connect import pool_entry
-from hostpool_operator.access.views import PoolView
+from hostpool_operator.access.views import HostView, PoolView
 from support.access_views import request_view
 
 Obj = dict[str, Any]
@@ -98,3 +98,71 @@ def test_never_available_and_starting_at_once(
     entry = pool_entry(view(status=status), [])
     assert not (entry["available"] and entry["hostsStarting"])
     assert entry["available"] is (isinstance(free, int) and free != 0)
+
+
+# ---------------------------------------------------------------------------------------
+# personal pools: the caller's own desktop
+
+
+def personal(assignment: str = "Automatic") -> PoolView:
+    return view({"type": "Personal", "personal": {"assignment": assignment}})
+
+
+def host(power: str | None, user: str | None = "alice", pool: str = "desk") -> HostView:
+    return HostView.from_api(
+        {
+            "metadata": {"namespace": "ns", "name": "desk-1"},
+            "spec": {"poolRef": {"name": pool}, **({"assignedUser": user} if user else {})},
+            "status": {"power": power} if power else {},
+        }
+    )
+
+
+def test_a_pooled_pool_says_so_and_has_no_desktop() -> None:
+    entry = pool_entry(view(), [])
+    assert entry["type"] == "Pooled"
+    assert "desktop" not in entry
+
+
+@pytest.mark.parametrize(
+    ("power", "available", "starting", "shown"),
+    [
+        ("Running", True, False, "Running"),
+        ("Starting", False, True, "Starting"),
+        ("Stopped", False, False, "Stopped"),
+        # A host that is not workload-backed has no power: it runs.
+        (None, True, False, "Running"),
+    ],
+)
+def test_a_personal_pool_is_as_available_as_the_callers_desktop(
+    power: str | None, available: bool, starting: bool, shown: str
+) -> None:
+    # Free slots elsewhere in the pool do not matter: only the caller's own host does.
+    pool = view(
+        {"type": "Personal", "personal": {"assignment": "Automatic"}},
+        {"capacity": {"free": 5}, "hosts": {"notReady": 2}},
+    )
+    entry = pool_entry(pool, [], host(power))
+    assert entry["type"] == "Personal"
+    assert entry["desktop"] == {"host": "desk-1", "power": shown}
+    assert (entry["available"], entry["hostsStarting"]) == (available, starting)
+
+
+@pytest.mark.parametrize("assignment", ["Automatic", "Direct"])
+def test_without_a_desktop_the_assignment_says_what_a_connect_does(assignment: str) -> None:
+    entry = pool_entry(personal(assignment), [])
+    assert (entry["desktop"], entry["assignment"]) == (None, assignment)
+    assert (entry["available"], entry["hostsStarting"]) == (False, False)
+
+
+def test_host_view_reads_user_pool_and_power_and_ignores_junk() -> None:
+    seen = host("Stopped")
+    assert (seen.pool, seen.assigned_user, seen.power) == ("desk", "alice", "Stopped")
+    junk = HostView.from_api(
+        {
+            "metadata": {"name": "h"},
+            "spec": {"poolRef": "x", "assignedUser": 3},
+            "status": {"power": 1},
+        }
+    )
+    assert (junk.pool, junk.assigned_user, junk.power) == ("", None, None)

@@ -26,9 +26,20 @@
   const base = (pool) =>
     `/v1/namespaces/${encodeURIComponent(pool.namespace)}/pools/${encodeURIComponent(pool.name)}`;
 
+  // What the tile says of the pool: [data-availability, text]. A personal pool's is the
+  // caller's own desktop's power (or, without one, whether a connect makes one).
   function availability(pool) {
-    if (pool.available) return "ready";
-    return pool.hostsStarting ? "starting" : "full";
+    if (pool.type === "Personal") {
+      const desktop = pool.desktop;
+      if (!desktop) {
+        const kind = pool.assignment === "Automatic" ? "desktop_new" : "desktop_none";
+        return [kind, say(kind)];
+      }
+      const kind = `desktop_${desktop.power.toLowerCase()}`;
+      return [kind, say(kind, { host: desktop.host })];
+    }
+    if (pool.available) return ["ready", say("ready")];
+    return pool.hostsStarting ? ["starting", say("starting")] : ["full", say("full")];
   }
 
   function sessionText(session) {
@@ -85,9 +96,12 @@
     for (const control of [parts.connect, parts.browser, parts.logoff]) {
       control.lastChild.textContent = ` ${name}${control._extra}`;
     }
-    const kind = availability(pool);
+    const [kind, shown] = availability(pool);
+    if (!first && parts.avail.dataset.availability !== kind && pool.type === "Personal") {
+      announce.textContent = `${name}: ${shown}`;
+    }
     parts.avail.dataset.availability = kind;
-    parts.avail.textContent = say(kind);
+    parts.avail.textContent = shown;
     const state = pool.session ? pool.session.state : "";
     const described = sessionText(pool.session);
     if (!first && (parts.tile.dataset.state !== state || parts.session.textContent !== described)) {
