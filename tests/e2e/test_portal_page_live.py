@@ -233,7 +233,7 @@ def test_a_full_pool_says_hosts_are_starting_and_connect_waits_for_the_new_host(
 
 
 def test_a_personal_pool_shows_the_callers_own_desktop_live(
-    site: Site, new_page: Callable[..., Page]
+    site: Site, new_page: Callable[..., Page], tmp_path: Path
 ) -> None:
     """A personal pool with Direct assignment: a user without a host reads that none is
     assigned to them; an administrator assigns one to alice and her tile says so without a
@@ -265,6 +265,8 @@ def test_a_personal_pool_shows_the_callers_own_desktop_live(
     assert download.value.suggested_filename == "own.rdp"
     placed = cluster.request(request_name(ns, "own", "alice"))
     assert (placed["status"]["host"], placed["status"]["reason"]) == ("own-1", "Personal")
+    expect(own).to_have_attribute("data-state", re.compile("Connecting|Assigned"), timeout=LIVE_MS)
+    alice.screenshot(path=str(tmp_path / "personal-page.png"))  # the README's picture
     assert alice.evaluate("window.notReloaded") is True
     expect(tile(bob, cluster, "own").locator(".availability")).to_have_attribute(
         "data-availability", "desktop_none"
