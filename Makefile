@@ -145,7 +145,7 @@ tools-cluster: ## the same without promtool and prometheus (what the demo, the b
 	hack/cluster/tools.sh --control-plane
 
 # Real nodes (root): the kubelet and the pause image, built from the same Kubernetes module.
-tools-nodes: ## the control plane's tools plus the kubelet and the pause image, for real nodes (docs/cluster.md)
+tools-nodes: ## the control plane's tools plus the kubelet, the pause image and the volumes' provisioner, for real nodes (docs/cluster.md)
 	hack/cluster/tools.sh --control-plane --nodes
 
 # HOSTPOOL_REAL_NODES=1 make cluster-up adds a real kubelet node (tools.sh then builds it too).
