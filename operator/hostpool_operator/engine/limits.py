@@ -258,7 +258,12 @@ def _warned(
 def _disconnected_in(facts: SessionFacts, limit: SessionLimit, since: datetime) -> bool:
     """This limit asked for a disconnect at or after ``since`` (operator clock)."""
     requested = facts.disconnect_requested_at
-    return facts.disconnect_limit is limit and requested is not None and requested >= since
+    return _disconnect_asked(facts, limit) and requested is not None and requested >= since
+
+
+def _disconnect_asked(facts: SessionFacts, limit: SessionLimit) -> bool:
+    """This limit asked for a disconnect, at any time."""
+    return facts.disconnect_limit is limit and facts.disconnect_requested_at is not None
 
 
 def _limit_steps(
@@ -279,10 +284,11 @@ def _limit_steps(
         since = clock.op(period)
         if _disconnected_in(facts, limit, since):
             return []  # done in this period already
-        if since > clock.now and _disconnected_in(facts, limit, clock.now):
+        if since > clock.now and _disconnect_asked(facts, limit):
             # The host dates this period after now (its clock a little ahead of the offset):
-            # the disconnect just asked for is taken as this period's until the operator's
-            # clock gets there; from then on only one asked in the period counts.
+            # a disconnect this limit asked for is taken as this period's until the
+            # operator's clock gets there (whatever the time now, so that the next look
+            # holds); from then on only one asked in the period counts.
             due_at = max(acts_at, since)
     message = logoff_text(limit, minutes) if action is LimitAction.LOGOFF else ""
     kind = StepKind.LOGOFF if action is LimitAction.LOGOFF else StepKind.DISCONNECT

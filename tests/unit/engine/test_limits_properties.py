@@ -106,6 +106,23 @@ def test_no_action_before_its_time_by_the_hosts_clock(
 
 @settings(max_examples=400, deadline=None)
 @given(session_limits(), sessions(), seconds.map(t), skews)
+# The host dates the Active stretch a second ahead, and the disconnect was asked for now: the
+# look at that second must not find it due earlier (found by this test: a microsecond before
+# the look, the disconnect was due again).
+@example(
+    SessionLimits(
+        max_session_minutes=1, max_session_action=LimitAction.DISCONNECT, warning_minutes=0
+    ),
+    SessionFacts(
+        "Active",
+        t(1),
+        logon_at=t(-60),
+        disconnect_limit=SessionLimit.MAX_SESSION,
+        disconnect_requested_at=t(0),
+    ),
+    t(0),
+    timedelta(0),
+)
 def test_the_next_look_is_never_in_the_past_nor_after_a_step_becomes_due(
     rules: SessionLimits, facts: SessionFacts, now: datetime, offset: timedelta
 ) -> None:
