@@ -146,14 +146,8 @@ def decide_personal(
 
 
 def owned_host(state: PoolState, user: str) -> str | None:
-    """The user's host in a personal pool (assigned, or claimed for them)."""
-    for name, owner in state.claims.items():
-        if owner == user:
-            return name
-    for name, host in state.hosts.items():
-        if host.spec is not None and host.spec.assigned_user == user:
-            return name
-    return None
+    """The user's host in a personal pool (claimed for them, or assigned)."""
+    return next((name for name, owner in state.owners().items() if owner == user), None)
 
 
 def personal_hosts(state: PoolState, demand: Demand, now: datetime) -> list[PersonalHost]:

@@ -127,6 +127,15 @@ class PoolState:
         )
         return timedelta(seconds=seconds)
 
+    def owners(self) -> dict[str, str]:
+        """Personal pools: host -> its user. A claim not yet seen on the host comes first
+        (it is the newer word), then spec.assignedUser."""
+        owners = dict(self.claims)
+        for name, host in self.hosts.items():
+            if name not in owners and host.spec is not None and host.spec.assigned_user:
+                owners[name] = host.spec.assigned_user
+        return owners
+
     def workload_state(self, host: HostRecord, now: datetime) -> WorkloadState | None:
         """The host's workload as decisions see it (None: the host has no workloadRef)."""
         if host.spec is None or host.spec.workload_ref is None:

@@ -24,7 +24,7 @@ def waiting_for_capacity(state: PoolState) -> int:
     """Distinct users whose requests wait because every slot is taken (or still starting).
     In a personal pool only users without a host count: another host is no use to a user
     whose own one is starting."""
-    owners = owners_of(state) if state.spec is not None and state.spec.is_personal else {}
+    owners = state.owners() if state.spec is not None and state.spec.is_personal else {}
     users = set()
     for name, reason in state.pending_said.items():
         record = state.requests.get(name)
@@ -33,23 +33,13 @@ def waiting_for_capacity(state: PoolState) -> int:
     return len(users - set(owners.values()))
 
 
-def owners_of(state: PoolState) -> dict[str, str]:
-    """Personal pools: host -> its user (spec.assignedUser, or a claim not yet seen)."""
-    owners = {
-        name: host.spec.assigned_user
-        for name, host in state.hosts.items()
-        if host.spec is not None and host.spec.assigned_user is not None
-    }
-    return {**owners, **state.claims}
-
-
 def scale_hosts(state: PoolState, now: datetime) -> list[ScaleHost]:
     """The hosts as scaling sees them, in query order (those being removed left out),
     noting since when each operator-created host has been empty."""
     hosts = []
     # A personal pool scales as one slot per host, an assigned host's slot always its
     # user's: never spare capacity, never empty, so never removed.
-    owners = owners_of(state) if state.spec is not None and state.spec.is_personal else {}
+    owners = state.owners() if state.spec is not None and state.spec.is_personal else {}
     for record in sorted(
         state.hosts.values(), key=lambda h: (query_order(h.meta.created), h.meta.name)
     ):
@@ -108,7 +98,7 @@ def decide(
     else:
         message = f"{len(hosts)} of at most {maximum} hosts"
     known = {host.name for host in hosts}
-    owners = owners_of(state) if spec.is_personal else {}
+    owners = state.owners() if spec.is_personal else {}
     remove = [
         name
         for name in plan.delete
