@@ -150,6 +150,19 @@ alive() { # pid -> true while that process runs (a zombie, exited but not yet re
   [[ -n "$s" && "$s" != Z && "$s" != X ]]
 }
 
+survived_start() { # name -> true when it still runs half a second after `start`
+  # pid_of can miss a process that runs (its /proc entry read mid-exec on a loaded machine),
+  # so a miss is only an exit once the process is gone; a few seconds at most.
+  local i
+  sleep 0.5
+  for ((i = 0; i < 20; i++)); do
+    pid_of "$1" >/dev/null && return 0
+    exited "$1" && return 1
+    sleep 0.25
+  done
+  return 1
+}
+
 exited() { # name -> true when the process `start` started last under that name is gone
   local pid
   pid="$(cat "$PIDS/$1.pid" 2>/dev/null)" || return 0
@@ -378,8 +391,7 @@ start_scheduler() {
     --authorization-kubeconfig="$KUBECONFIG_PATH" \
     --leader-elect=false \
     --secure-port=0
-  sleep 0.5
-  pid_of kube-scheduler >/dev/null || fail "kube-scheduler exited at start" kube-scheduler
+  survived_start kube-scheduler || fail "kube-scheduler exited at start" kube-scheduler
 }
 
 start_kwok() {

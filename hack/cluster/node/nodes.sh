@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2153 # DIR, PIDS, LOGS...: cluster.sh's
 # Real kubelet nodes for hack/cluster/cluster.sh (HOSTPOOL_REAL_NODES=N): sourced by it, uses
 # its variables (DIR, PKI, LOGS, PIDS, BIN_DIR, STATE, APISERVER_*) and functions (log, fail,
-# start, pid_of, wait_for, kubectl_admin).
+# start, pid_of, survived_start, wait_for, kubectl_admin).
 #
 # Each node real-node-K is a kubelet (built by hack/cluster/tools.sh --nodes) with a containerd
 # of its own: the kubelet takes every sandbox its runtime reports for its own and removes those
@@ -552,8 +552,7 @@ EOF
     --config "$DIR/volumes-config.json" --helper-pod-file "$DIR/volumes-helper-pod.yaml" \
     --namespace "$VOLUMES_NAMESPACE" --service-account-name local-path-provisioner \
     --helper-image "$helper"
-  sleep 0.5
-  pid_of local-path-provisioner >/dev/null ||
+  survived_start local-path-provisioner ||
     fail "local-path-provisioner exited at start" local-path-provisioner
 }
 
