@@ -12,6 +12,10 @@ node (``tests/e2e/real_nodes.py``: a control plane of the module's own with one 
    signs in through the broker and FreeRDP shows the pod's desktop, the sidecar reports her
    session; the desktop container killed → HostLost and a new Pod; scale-down deletes the Pod
    and its processes end.
+3. The chart's broker in a Pod, answering a signed-in user.
+4. Personal desktops (``crds/examples/personal-desktops.yaml``): a host per user with its
+   home on a claim the local-path provisioner binds on the node; alice's file survives her
+   host's stop and start; 20 users connecting at once get 20 desktops, none shared.
 """
 
 from __future__ import annotations
@@ -572,9 +576,12 @@ def test_personal_desktops_keep_their_data_on_the_real_node(
         ("pods and claims", lambda: kubectl(nodes, "-n", ns, "get", "pods,pvc", "-o", "wide"))
     )
 
+    # A connect is held one second at most, then answered 202: a start is seen as the
+    # client sees it, 202 HostsStarting until the desktop is there.
     broker = BrokerProcess(
-        nodes.cp.kubeconfig, keycloak.issuer(REALM), CLIENT, [ns], tmp_path / "broker.log"
-    )
+        nodes.cp.kubeconfig, keycloak.issuer(REALM), CLIENT, [ns], tmp_path / "broker.log",
+        extra_args=["--connect-timeout-seconds", "1"],
+    )  # fmt: skip
     logs.append(("broker log", lambda: broker.log_tail(60)))
     broker.start()
     display = VirtualDisplay(60 + os.getpid() % 9, tmp_path / "xvfb.log")
@@ -612,7 +619,8 @@ def test_personal_desktops_keep_their_data_on_the_real_node(
             connected = time.monotonic()
             ours = [h for h in cluster.hosts().values() if h["spec"]["poolRef"]["name"] == "mine"]
             assert not ours, "the pool has hosts before anyone connected"
-            answer, _ = connect_until_placed(broker, ns, "mine", tokens["alice"])
+            answer, waited = connect_until_placed(broker, ns, "mine", tokens["alice"])
+            assert "HostsStarting" in waited, waited
             mine = answer["host"]
             assert cluster.host(mine)["spec"]["assignedUser"] == "alice"
             claim = claim_of(nodes, mine)
@@ -668,10 +676,9 @@ def test_personal_desktops_keep_their_data_on_the_real_node(
                     what="the broker to list alice's desktop as stopped",
                 )
 
-                # The broker holds a connect open while the host starts (a 202 only when
-                # that takes longer): either way she lands on her own host, started again.
                 started = time.monotonic()
-                answer, _ = connect_until_placed(broker, ns, "mine", tokens["alice"])
+                answer, waited = connect_until_placed(broker, ns, "mine", tokens["alice"])
+                assert "HostsStarting" in waited, waited
                 assert answer["host"] == mine
                 cluster.wait(
                     lambda: status(cluster.host(mine)).get("power") == "Running",
@@ -715,4 +722,67 @@ def test_personal_desktops_keep_their_data_on_the_real_node(
         ),
         60,
         what="bob's claim to be deleted with his host",
+    )
+
+
+def test_twenty_users_connecting_at_once_get_twenty_desktops_on_the_real_node(
+    nodes: RealCluster, operator_pod: Obj
+) -> None:
+    """20 users, each connecting twice at once, to a personal pool with no hosts: the
+    operator makes 20 hosts from the example's template, each with its Pod running on the
+    real node and its own claim bound; each user's two requests land on their host, and no
+    host or volume is shared."""
+    del operator_pod
+    ns = nodes.namespace
+    cluster = Cluster(nodes.kube, ns)
+    pool = personal_desktop_pool(nodes.images["--session-host"], agent_interval=1)
+    pool["metadata"]["name"] = "many"
+    pool["spec"]["scaling"]["maxHosts"] = 24
+    # 40 containers on a two-core node: requests small enough for the scheduler to fit all.
+    template = pool["spec"]["scaling"]["hostTemplate"]["workload"]["spec"]
+    for container in template["containers"] + template["initContainers"]:
+        container["resources"] = {"requests": {"cpu": "10m", "memory": "32Mi"}}
+    nodes.kube.create(ns, pool)
+    users = [f"user{i:02d}" for i in range(20)]
+    items = [(f"{user}-{tab}", "many", user) for user in users for tab in ("a", "b")]
+    started = time.monotonic()
+    cluster.create_requests_concurrently(items)
+    placed = cluster.wait_assigned([name for name, _, _ in items], timeout=300.0)
+    nodes.timings["personal: 20 users x 2 connects -> all placed"] = (
+        f"{time.monotonic() - started:.1f} s"
+    )
+    host_of = {name: status(obj)["host"] for name, obj in placed.items()}
+    for user in users:
+        assert host_of[f"{user}-a"] == host_of[f"{user}-b"], (user, host_of)
+    mine = {user: host_of[f"{user}-a"] for user in users}
+    assert len(set(mine.values())) == 20, mine  # none shared
+    hosts = {
+        name: h for name, h in cluster.hosts().items() if h["spec"]["poolRef"]["name"] == "many"
+    }
+    assert {n: h["spec"].get("assignedUser") for n, h in hosts.items()} == {
+        h: u for u, h in mine.items()
+    }
+    volumes = set()
+    for host in mine.values():
+        pod = nodes.pod(host)
+        assert ready(pod), host
+        assert pod["spec"]["nodeName"] == NODE, host
+        claim = claim_of(nodes, host)
+        assert claim["status"]["phase"] == "Bound", host
+        volumes.add(claim["spec"]["volumeName"])
+    assert len(volumes) == 20
+    # Gone with the pool: the hosts, their Pods and their claims.
+    cluster.delete("HostPool", "many")
+    wait_for(
+        lambda: (
+            not [
+                c
+                for c in nodes.kube.call("GET", f"/api/v1/namespaces/{ns}/persistentvolumeclaims")[
+                    "items"
+                ]
+                if c["metadata"]["name"].startswith("home-many-")
+            ]
+        ),
+        180,
+        what="the pool's claims to go with it",
     )
