@@ -735,6 +735,7 @@ def test_twenty_users_connecting_at_once_get_twenty_desktops_on_the_real_node(
     del operator_pod
     ns = nodes.namespace
     cluster = Cluster(nodes.kube, ns)
+    put_desktop_users(nodes, PERSONAL_PASSWORDS)  # the Pods mount it (nobody signs in here)
     pool = personal_desktop_pool(nodes.images["--session-host"], agent_interval=1)
     pool["metadata"]["name"] = "many"
     pool["spec"]["scaling"]["maxHosts"] = 24
