@@ -140,6 +140,7 @@ KUBELET_BIN="$CACHE_ROOT/$KUBELET_KEY/bin"
 PAUSE_RECIPE=1
 PAUSE_CFLAGS=(-Os -Wall -Werror -static)
 # The volumes' provisioner, and its helper image (keyed by its source, Go and this recipe).
+# The helper is built without VCS stamps, so that the same source gives the same image.
 module_key() { # NAME VERSION MODULE -> the cache key of NAME built from hack/cluster/MODULE
   local digest
   digest="$(
@@ -154,9 +155,29 @@ module_key() { # NAME VERSION MODULE -> the cache key of NAME built from hack/cl
 }
 PROVISIONER_KEY="$(module_key local-path-provisioner "$PROVISIONER_VERSION" provisioner)"
 PROVISIONER_BIN="$CACHE_ROOT/$PROVISIONER_KEY/bin"
-HELPER_RECIPE=1
+HELPER_RECIPE=2
 HELPER_KEY="$(module_key volume-helper "r$HELPER_RECIPE" provisioner)"
 HELPER_BIN="$CACHE_ROOT/$HELPER_KEY"
+
+# image_once DIR NAME WHAT RECIPE: the image archive DIR/NAME, made once by `RECIPE ROOTFS OUT`
+# (a function that fills the empty directory ROOTFS and writes the archive OUT) under DIR's
+# lock: a second tools.sh waits for the first and reuses its result.
+image_once() {
+  local dir="$1" name="$2" what="$3" recipe="$4" tmp
+  [[ -s "$dir/$name" ]] && return 0
+  mkdir -p "$dir"
+  exec 8>"$dir/.lock"
+  flock 8
+  if [[ ! -s "$dir/$name" ]]; then
+    log "building $what ..."
+    tmp="$(mktemp -d "$dir/build.XXXXXX")"
+    mkdir -p "$tmp/rootfs"
+    "$recipe" "$tmp/rootfs" "$dir/$name"
+    rm -rf "$tmp"
+    log "built $what ($(stat -c %s "$dir/$name") bytes)"
+  fi
+  exec 8>&-
+}
 
 # docker_archive DIR FILE USER NAME:TAG OUT: an image of one file, DIR/FILE, run as /FILE by
 # USER, as a docker archive made by hand (ctr images import reads it; podman load too);
@@ -315,43 +336,24 @@ if [[ "$WITH_NODES" == 1 ]]; then
   )"
   PAUSE_KEY="pause-${PAUSE_TAG}_${K8S_VERSION}_${pause_digest}"
   PAUSE_BIN="$CACHE_ROOT/$PAUSE_KEY"
-  if [[ ! -s "$PAUSE_BIN/pause.tar" ]]; then
-    mkdir -p "$PAUSE_BIN"
-    exec 8>"$PAUSE_BIN/.lock"
-    flock 8
-    if [[ ! -s "$PAUSE_BIN/pause.tar" ]]; then
-      log "building the pause image localhost/pause:$PAUSE_TAG from $PAUSE_SRC ..."
-      tmp="$(mktemp -d "$PAUSE_BIN/build.XXXXXX")"
-      mkdir -p "$tmp/rootfs" "$tmp/image"
-      gcc "${PAUSE_CFLAGS[@]}" -DVERSION="v$PAUSE_TAG" -o "$tmp/rootfs/pause" "$PAUSE_SRC" >&2 ||
-        die "gcc could not compile $PAUSE_SRC"
-      strip "$tmp/rootfs/pause" 2>/dev/null || true
-      docker_archive "$tmp/rootfs" pause 65535:65535 "localhost/pause:$PAUSE_TAG" \
-        "$PAUSE_BIN/pause.tar"
-      rm -rf "$tmp"
-      log "built the pause image ($(stat -c %s "$PAUSE_BIN/pause.tar") bytes)"
-    fi
-    exec 8>&-
-  fi
+  pause_recipe() { # ROOTFS OUT
+    gcc "${PAUSE_CFLAGS[@]}" -DVERSION="v$PAUSE_TAG" -o "$1/pause" "$PAUSE_SRC" >&2 ||
+      die "gcc could not compile $PAUSE_SRC"
+    strip "$1/pause" 2>/dev/null || true
+    docker_archive "$1" pause 65535:65535 "localhost/pause:$PAUSE_TAG" "$2"
+  }
+  image_once "$PAUSE_BIN" pause.tar "the pause image localhost/pause:$PAUSE_TAG from $PAUSE_SRC" \
+    pause_recipe
 
   build_locked "$PROVISIONER_KEY" local-path-provisioner "$MODS/provisioner" "-s -w" \
     github.com/rancher/local-path-provisioner
-  if [[ ! -s "$HELPER_BIN/volume-helper.tar" ]]; then
-    mkdir -p "$HELPER_BIN"
-    exec 8>"$HELPER_BIN/.lock"
-    flock 8
-    if [[ ! -s "$HELPER_BIN/volume-helper.tar" ]]; then
-      log "building the volume helper image localhost/hostpool-volume-helper:$HELPER_RECIPE ..."
-      tmp="$(mktemp -d "$HELPER_BIN/build.XXXXXX")"
-      mkdir -p "$tmp/rootfs"
-      (cd "$MODS/provisioner" && go build "${GO_BUILD_FLAGS[@]}" -ldflags "-s -w" \
-        -o "$tmp/rootfs/volumehelper" ./volumehelper) || die "go build of volumehelper failed"
-      docker_archive "$tmp/rootfs" volumehelper 0:0 \
-        "localhost/hostpool-volume-helper:$HELPER_RECIPE" "$HELPER_BIN/volume-helper.tar"
-      rm -rf "$tmp"
-    fi
-    exec 8>&-
-  fi
+  helper_recipe() { # ROOTFS OUT
+    (cd "$MODS/provisioner" && go build "${GO_BUILD_FLAGS[@]}" -buildvcs=false -ldflags "-s -w" \
+      -o "$1/volumehelper" ./volumehelper) || die "go build of volumehelper failed"
+    docker_archive "$1" volumehelper 0:0 "localhost/hostpool-volume-helper:$HELPER_RECIPE" "$2"
+  }
+  image_once "$HELPER_BIN" volume-helper.tar \
+    "the volume helper image localhost/hostpool-volume-helper:$HELPER_RECIPE" helper_recipe
 fi
 
 # Warm path: nothing to build.
