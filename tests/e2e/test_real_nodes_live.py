@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from support.kube import ApiError, wait_for
+from support.kube import wait_for
 from support.real_nodes import NODE, RealCluster, leftovers, node_traces, real_node_cluster
 
 PORT = 8080
@@ -280,16 +280,15 @@ def test_claims_are_provisioned_on_the_node(cluster: RealCluster) -> None:
         kube.call("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
     kube.call("DELETE", claim_path)
 
-    def gone() -> bool:
-        try:
-            kube.call("GET", f"/api/v1/persistentvolumes/{volume}")
-        except ApiError as error:
-            if error.status != 404:
-                raise
-            return not os.path.exists(directory)
-        return False
-
-    wait_for(gone, 90, what="the volume and its directory to be deleted", show=show)
+    wait_for(
+        lambda: (
+            kube.request("GET", f"/api/v1/persistentvolumes/{volume}")[0] == 404
+            and not os.path.exists(directory)
+        ),
+        90,
+        what="the volume and its directory to be deleted",
+        show=show,
+    )
 
 
 def test_stop_leaves_nothing(cluster: RealCluster, web: dict[str, Any]) -> None:

@@ -532,6 +532,15 @@ def desktop_listed(broker: BrokerProcess, token: str) -> Obj | None:
     return desktop
 
 
+def wait_listed(broker: BrokerProcess, token: str, host: str, power: str) -> None:
+    """Wait until the broker lists the caller's desktop in ``mine`` as ``host`` with ``power``."""
+    wait_for(
+        lambda: desktop_listed(broker, token) == {"host": host, "power": power},
+        30,
+        what=f"the broker to list the caller's desktop {host} as {power}",
+    )
+
+
 def claim_of(nodes: RealCluster, host: str) -> Obj:
     path = f"/api/v1/namespaces/{nodes.namespace}/persistentvolumeclaims/home-{host}"
     claim: Obj = nodes.kube.call("GET", path)
@@ -637,14 +646,7 @@ def test_personal_desktops_keep_their_data_on_the_real_node(
             # Bob: another host, another claim.
             theirs, _ = connect_until_placed(broker, ns, "mine", tokens["bob"])
             assert theirs["host"] != mine
-            wait_for(
-                lambda: (
-                    desktop_listed(broker, tokens["bob"])
-                    == {"host": theirs["host"], "power": "Running"}
-                ),
-                30,
-                what="the broker to list bob's own desktop",
-            )
+            wait_listed(broker, tokens["bob"], theirs["host"], "Running")
             bobs = claim_of(nodes, theirs["host"])
             assert bobs["spec"]["volumeName"] != claim["spec"]["volumeName"]
 
@@ -667,14 +669,7 @@ def test_personal_desktops_keep_their_data_on_the_real_node(
                     timeout=60,
                 )
                 assert claim_of(nodes, mine)["metadata"]["uid"] == claim["metadata"]["uid"]
-                wait_for(
-                    lambda: (
-                        desktop_listed(broker, tokens["alice"])
-                        == {"host": mine, "power": "Stopped"}
-                    ),
-                    30,
-                    what="the broker to list alice's desktop as stopped",
-                )
+                wait_listed(broker, tokens["alice"], mine, "Stopped")
 
                 started = time.monotonic()
                 answer, waited = connect_until_placed(broker, ns, "mine", tokens["alice"])
@@ -685,14 +680,7 @@ def test_personal_desktops_keep_their_data_on_the_real_node(
                     "alice's host to say it runs again",
                     timeout=30,
                 )
-                wait_for(
-                    lambda: (
-                        desktop_listed(broker, tokens["alice"])
-                        == {"host": mine, "power": "Running"}
-                    ),
-                    30,
-                    what="the broker to list alice's desktop as running",
-                )
+                wait_listed(broker, tokens["alice"], mine, "Running")
                 assert nodes.pod(mine)["metadata"]["uid"] != pod_uid
                 pod_uid = nodes.pod(mine)["metadata"]["uid"]
                 client = desktop(answer, f"restart-{round_}")
@@ -710,16 +698,9 @@ def test_personal_desktops_keep_their_data_on_the_real_node(
 
     # A host deleted takes its claim (and so its volume) with it.
     cluster.delete("SessionHost", theirs["host"])
+    bobs_claim = f"/api/v1/namespaces/{ns}/persistentvolumeclaims/home-{theirs['host']}"
     wait_for(
-        lambda: (
-            not [
-                c
-                for c in nodes.kube.call("GET", f"/api/v1/namespaces/{ns}/persistentvolumeclaims")[
-                    "items"
-                ]
-                if c["metadata"]["name"] == f"home-{theirs['host']}"
-            ]
-        ),
+        lambda: nodes.kube.request("GET", bobs_claim)[0] == 404,
         60,
         what="bob's claim to be deleted with his host",
     )
