@@ -16,9 +16,9 @@ import time
 from collections.abc import Sequence
 
 from hostpool_operator.api import HostPoolSpec
+from hostpool_operator.engine.balancer_view import BalancerHost
 from hostpool_operator.engine.balancing import PoolBalancer
 from hostpool_operator.engine.demand import Demand
-from hostpool_operator.engine.host_view import HostView
 
 SIZES = (10, 100, 1_000, 10_000)
 ALGORITHMS = ("BreadthFirst", "DepthFirst", "Horizon")
@@ -34,7 +34,9 @@ def _round(algorithm: str, hosts: int, decisions: int, seed: int) -> float:
     """Seconds per decision over one round."""
     rng = random.Random(seed)
     limit = 100_000
-    views = [HostView(f"h{i:05d}", sessions=rng.randrange(0, 50), order=i) for i in range(hosts)]
+    views = [
+        BalancerHost(f"h{i:05d}", sessions=rng.randrange(0, 50), order=i) for i in range(hosts)
+    ]
     balancer = PoolBalancer(_pool(algorithm, limit), views, seed=seed)
     demands = [Demand(f"user-{seed}-{i}") for i in range(decisions)]
     start = time.perf_counter()

@@ -214,7 +214,7 @@ def test_unfinished_headers_are_capped_in_size_count_and_time(
 # ---------------------------------------------------------------------------------------
 # the log (item 11)
 
-FORGED = "1999-01-01 00:00:00,000 INFO hostpool_operator.broker.app: connect forged"
+FORGED = "1999-01-01 00:00:00,000 INFO hostpool_operator.broker.sessions: connect forged"
 
 
 def test_a_newline_in_the_path_forges_no_log_line_and_user_names_are_logged_only_when_asked(

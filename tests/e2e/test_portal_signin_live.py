@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, Request, Route
 
-from hostpool_operator.broker.portal import cookies
+from hostpool_operator.broker.signin import cookies
 from support.broker_helpers import POOL, REALM, BrokerProcess, Connecting, Reply, entitled_pool
 from support.cluster import Cluster
 from support.keycloak import PORTAL_SHORT_CLIENT_ID, SHORT_LIFESPAN, Keycloak

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from playwright.sync_api import BrowserContext, Page
 
-from hostpool_operator.broker.portal.cookies import derive_key
+from hostpool_operator.broker.signin.cookies import derive_key
 from support.keycloak import PORTAL_CLIENT_ID, PORTAL_CLIENT_SECRET
 
 SESSION_COOKIE = "hostpool_session"

@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 from playwright.sync_api import Page
 
-from hostpool_operator.access import rdcleanpath as rcp
+from hostpool_operator.broker.relay import rdcleanpath as rcp
 from support.desktop import XrdpHosts
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -70,12 +70,20 @@ class Ending:
 Decision = NotFound | Reuse | Create | Ending
 
 
+def entitled(pool: PoolView | None, caller: Caller) -> PoolView | None:
+    """The pool when it is there and ``caller`` is entitled to it; else None, and the caller
+    is told it is not found (nobody learns which pools exist that they may not use)."""
+    if pool is None or not pool.admits(caller.user, caller.groups):
+        return None
+    return pool
+
+
 def decide(
     namespace: str, pool_name: str, pool: PoolView | None, caller: Caller, mine: list[RequestView]
 ) -> Decision:
     """What a connect of ``caller`` to ``namespace/pool_name`` does, given the pool (None:
     not there) and the caller's requests in that pool (``mine``)."""
-    if pool is None or not pool.admits(caller.user, caller.groups):
+    if entitled(pool, caller) is None:
         return NotFound()
     live = [r for r in mine if r.live]
     if live:

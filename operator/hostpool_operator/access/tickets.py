@@ -7,7 +7,8 @@ expires, and only once. A ticket is an HMAC-SHA256 over its fields with a key ev
 derives from the same secret, so any replica can check it; which tickets were used is
 known only to the replica that took them (see :class:`UsedTickets`).
 
-Pure: the caller passes the clock and the random id."""
+Pure: the caller passes the clock and the random id. :func:`admit` is the relay's whole
+decision on a presented ticket: the request to relay to, or the refusal's reason."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ import hashlib
 import hmac
 import json
 from dataclasses import dataclass, field
+from typing import Literal
+
+from .views import RequestView
 
 #: Seconds a ticket is good for: the page uses it at once.
 LIFETIME = 30
@@ -122,12 +126,61 @@ class UsedTickets:
         return True
 
 
+#: Why a presented ticket is refused, in the order they are checked.
+Refusal = Literal[
+    "TicketInvalid", "TicketNotYours", "TicketUsed", "SessionChanged", "DestinationRefused"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Presented:
+    """A ticket as the relay gets it, with what the relay knows of the caller: who they
+    are, the pool they opened (and its RDP port), their placed request there now (None:
+    none) and the destination their client names (None: none named)."""
+
+    text: str
+    user: str
+    namespace: str
+    pool: str
+    port: int
+    placed: RequestView | None
+    destination: str | None
+
+
+def admit(key: bytes, presented: Presented, now: float, used: UsedTickets) -> RequestView | Refusal:
+    """The placed request to relay to, or why not. A ticket is used up once it is known to
+    be this caller's, whatever is refused after that: a ticket that reached the wrong
+    session cannot be tried again."""
+    try:
+        ticket = read(key, presented.text, now)
+    except TicketError:
+        return "TicketInvalid"
+    if (ticket.user, ticket.namespace, ticket.pool) != (
+        presented.user,
+        presented.namespace,
+        presented.pool,
+    ):
+        return "TicketNotYours"
+    if not used.take(ticket, now):
+        return "TicketUsed"
+    placed = presented.placed
+    if placed is None or (placed.name, placed.uid) != (ticket.request, ticket.uid):
+        return "SessionChanged"
+    allowed = (f"{placed.address}:{presented.port}", str(placed.address))
+    if presented.destination is not None and presented.destination not in allowed:
+        return "DestinationRefused"
+    return placed
+
+
 __all__ = [
     "LIFETIME",
     "MAX_TICKET",
+    "Presented",
+    "Refusal",
     "Ticket",
     "TicketError",
     "UsedTickets",
+    "admit",
     "mint",
     "read",
     "ticket_key",

@@ -43,7 +43,7 @@ class BrokerMetrics:
             "Watched objects the broker could not read (left out of its answers).",
             registry=self.registry,
         )
-        # The portal page's live updates (broker/portal/live.py).
+        # The portal page's live updates (broker/live.py).
         self.event_streams = Gauge(
             "hostpool_broker_event_streams",
             "Open /v1/events streams (about one per open portal page).",
@@ -54,7 +54,7 @@ class BrokerMetrics:
             "Events sent on /v1/events streams (a caller's /v1/pools body that changed).",
             registry=self.registry,
         )
-        # Desktops in the browser (broker/portal/relay.py).
+        # Desktops in the browser (broker/relay/).
         self.web_open = Gauge(
             "hostpool_broker_web_sessions",
             "Browser desktops relayed right now (open WebSockets of the relay).",

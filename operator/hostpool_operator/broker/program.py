@@ -18,11 +18,12 @@ from .app import Broker, BrokerSettings
 from .directory import Directory
 from .metrics import BrokerMetrics
 from .oidc import OidcSettings, TokenVerifier
-from .portal.cookies import derive_key
-from .portal.relay import WebSettings, web_client_files
-from .portal.signin import Portal, PortalSettings
-from .portal.urls import origin_of
+from .relay.client_files import web_client_files
+from .relay.routes import WebSettings
 from .serving import HEAD_TIMEOUT, HeadLimits, ReloadingCertificate, serve
+from .signin.cookies import derive_key
+from .signin.flow import Portal, PortalSettings
+from .signin.urls import origin_of
 
 log = logging.getLogger("hostpool_operator.broker")
 

@@ -54,9 +54,9 @@ from ..api import (
     LoadBalancerType,
     Reason,
 )
+from .balancer_view import BalancerHost, Placement, breadth_first_candidates, free_slots
 from .demand import Demand
 from .horizon import NO_LOAD_INDEX, HorizonEntry, HorizonIndex, load_index, logon_storm_block
-from .host_view import HostView, Placement, breadth_first_candidates, free_slots
 from .ledger import SessionLedger
 
 
@@ -66,7 +66,7 @@ class PoolBalancer:
     def __init__(
         self,
         spec: HostPoolSpec,
-        hosts: Iterable[HostView] = (),
+        hosts: Iterable[BalancerHost] = (),
         sessions: Iterable[tuple[str, str]] = (),
         *,
         ledger: SessionLedger | None = None,
@@ -76,7 +76,7 @@ class PoolBalancer:
         ``sessions`` name the users among them (user, host), for reconnects. With a shared
         ``ledger`` its sessions are the known ones and the counts must agree with it."""
         self._rng = random.Random(seed)
-        self._hosts: dict[str, HostView] = {}
+        self._hosts: dict[str, BalancerHost] = {}
         self._ledger = ledger if ledger is not None else SessionLedger()
         self._next_order = 0
         self._index: SortedList = SortedList()
@@ -120,11 +120,11 @@ class PoolBalancer:
     def horizon(self) -> HorizonSettings:
         return self._horizon
 
-    def hosts(self) -> Iterator[HostView]:
+    def hosts(self) -> Iterator[BalancerHost]:
         """Hosts in query order."""
         return iter(sorted(self._hosts.values(), key=lambda h: (h.order, h.name)))
 
-    def host(self, name: str) -> HostView | None:
+    def host(self, name: str) -> BalancerHost | None:
         return self._hosts.get(name)
 
     @property
@@ -143,7 +143,7 @@ class PoolBalancer:
         self._configure(spec)
         self._rebuild_index()
 
-    def upsert_host(self, host: HostView) -> None:
+    def upsert_host(self, host: BalancerHost) -> None:
         """A host appeared or changed (drain, features, metrics, counts)."""
         old = self._hosts.get(host.name)
         if old is not None:
@@ -280,7 +280,7 @@ class PoolBalancer:
 
     # ------------------------------------------------------------------ indexes
 
-    def _index_host(self, host: HostView) -> None:
+    def _index_host(self, host: BalancerHost) -> None:
         if self._is_horizon:
             self._hz_index(host)
             return
@@ -290,7 +290,7 @@ class PoolBalancer:
         for feature in self._lacks(host):
             self._lacking[feature] = self._lacking.get(feature, 0) + 1
 
-    def _unindex(self, host: HostView) -> None:
+    def _unindex(self, host: BalancerHost) -> None:
         if self._is_horizon:
             self._hz.discard(host.name)
             return
@@ -309,13 +309,13 @@ class PoolBalancer:
 
     # ------------------------------------------------------------------ breadth/depth-first
 
-    def _key(self, host: HostView) -> tuple[int, int, str]:
+    def _key(self, host: BalancerHost) -> tuple[int, int, str]:
         if self._depth_first:
             return (-host.sessions, host.order, host.name)
         return (host.sessions, host.order, host.name)
 
     @staticmethod
-    def _lacks(host: HostView) -> Iterator[str]:
+    def _lacks(host: BalancerHost) -> Iterator[str]:
         for protocol in ALL_PROTOCOLS:
             if protocol not in host.features.protocols:
                 yield protocol.value
@@ -328,7 +328,7 @@ class PoolBalancer:
             return False
         return not (demand.unauthenticated and self._lacking.get("unauthenticated", 0))
 
-    def _indexed_choice(self, demand: Demand) -> HostView | None:
+    def _indexed_choice(self, demand: Demand) -> BalancerHost | None:
         index = self._index
         if self._universal(demand):
             if not index:
@@ -351,13 +351,13 @@ class PoolBalancer:
 
     # ------------------------------------------------------------------ Horizon
 
-    def _logon_storm_blocks(self, host: HostView, load: int) -> bool:
+    def _logon_storm_blocks(self, host: BalancerHost, load: int) -> bool:
         """The logon-storm thresholds in force on the host: its own, else the pool's
         (reconnects never get here)."""
         storm = self._horizon.logon_storm
         return logon_storm_block(storm, host.logon_storm, host.connecting, load) is not None
 
-    def _hz_index(self, host: HostView) -> None:
+    def _hz_index(self, host: BalancerHost) -> None:
         if host.drain_mode or host.sessions >= self._limit:
             return
         load = load_index(self._horizon.load_index, host.metrics, host.sessions, self._limit)
@@ -378,7 +378,7 @@ class PoolBalancer:
             server.rds_load_index_threshold, server.min_rds_servers_in_lb_queue
         )
 
-    def _horizon_choice(self, demand: Demand) -> HostView | None:
+    def _horizon_choice(self, demand: Demand) -> BalancerHost | None:
         """Bucket 1 first, then 2, then 3 (the last resort).
 
         In bucket 1 every host gets an equal share of new sessions: the one with the fewest
@@ -418,7 +418,7 @@ class PoolBalancer:
 
     # ------------------------------------------------------------------ bookkeeping
 
-    def _add(self, host: HostView) -> None:
+    def _add(self, host: BalancerHost) -> None:
         if host.order < 0:
             host.order = self._next_order
         self._next_order = max(self._next_order, host.order + 1)

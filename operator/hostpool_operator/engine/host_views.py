@@ -15,11 +15,11 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from ..api import HostMetrics, HostPoolSpec
+from .balancer_view import BalancerHost
 from .balancing import PoolBalancer
-from .host_view import HostView
 from .ledger import SessionLedger
-from .limits import ZERO, host_clock_offset
 from .records import HostRecord, query_order
+from .time_limits import ZERO, host_clock_offset
 from .workloads import Gate, WorkloadState
 
 
@@ -129,7 +129,7 @@ class HostViews:
 
     # -------------------------------------------------------------- views and the balancer
 
-    def view(self, host: HostRecord, now: datetime) -> HostView | None:
+    def view(self, host: HostRecord, now: datetime) -> BalancerHost | None:
         """The host as the engine sees it (None: its spec is invalid)."""
         if host.spec is None:
             return None
@@ -138,7 +138,7 @@ class HostViews:
         workload = pool.workload_state(host, now)
         # A host whose workload is not Ready is closed like a draining one: reconnects only.
         closed = workload is not None and workload.gate is not Gate.OPEN
-        return HostView(
+        return BalancerHost(
             name=name,
             drain_mode=host.spec.drain_mode or closed or name in pool.plan_closed,
             features=host.spec.features,

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
 from ..api import PersonalAssignment, Reason
-from .host_view import Placement
+from .balancer_view import Placement
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,48 +81,3 @@ def place_personal(
     if can_add or any(host.starting for host in free):
         return PersonalPlacement(Placement(None, Reason.HOSTS_STARTING))
     return PersonalPlacement(Placement(None, Reason.NO_HOST_ASSIGNED))
-
-
-# ---------------------------------------------------------------------------- power
-
-
-@dataclass(frozen=True, slots=True)
-class PowerView:
-    """One workload-backed host of a personal pool, as the stop rule sees it."""
-
-    name: str
-    user: str | None
-    #: Its workload exists (the operator has not stopped it).
-    running: bool
-    #: Sessions on it, Disconnected ones included (a session is a reason to keep it).
-    sessions: int
-    #: Since when it has had no session (None: it has one now).
-    unused_since: datetime | None
-
-
-def stop_due(host: PowerView, stop_after: timedelta) -> datetime | None:
-    """When this host is to be stopped (None: it is not: stopped already, unassigned, or in
-    use). Only an assigned host stops: unassigned ones are the pool's spare capacity, which
-    scaling keeps and removes."""
-    if not host.running or host.user is None or host.sessions or host.unused_since is None:
-        return None
-    return host.unused_since + stop_after
-
-
-def hosts_to_stop(
-    hosts: Iterable[PowerView], stop_after: timedelta | None, now: datetime
-) -> list[str]:
-    """The hosts unused for ``personal.stopAfterMinutes`` (absent: none ever)."""
-    if stop_after is None:
-        return []
-    return [h.name for h in hosts if (due := stop_due(h, stop_after)) is not None and due <= now]
-
-
-def next_stop(
-    hosts: Iterable[PowerView], stop_after: timedelta | None, now: datetime
-) -> datetime | None:
-    """When the next host comes due for a stop (for the worker's timer)."""
-    if stop_after is None:
-        return None
-    dues = [d for h in hosts if (d := stop_due(h, stop_after)) is not None and d > now]
-    return min(dues) if dues else None

@@ -15,8 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from ..api import Reason
+from .balancer_view import Placement
 from .demand import Demand
-from .host_view import Placement
 from .personal import PersonalHost, place_personal
 from .pool_state import PoolState
 from .records import RequestRecord, query_order

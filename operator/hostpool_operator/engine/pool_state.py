@@ -25,12 +25,12 @@ from ..api import (
     SessionState,
 )
 from ..api.timestamps import parse_time
+from .balancer_view import Placement
 from .due import DueTimes
-from .host_view import Placement
 from .host_views import HostViews
 from .ledger import LogoffDeadlines, Session, SessionLedger
-from .limits import BadFactsError, LimitStep, decide, facts_of
 from .records import HostRecord, PoolRecord, RequestRecord, newer_or_same
+from .time_limits import BadFactsError, LimitStep, decide, facts_of
 from .workloads import WorkloadRecord, WorkloadState, host_address, workload_state
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""Power of a personal pool's workload-backed hosts, read from the pool's state. Pure.
+"""Power of a personal pool's workload-backed hosts: the stop rule, and each host's power read
+from the pool's state. Pure.
 
 A host is Stopped when the operator deleted its workload after ``stopAfterMinutes`` unused
 (its volumes stay), Starting from its user's next connect (or its creation) until the
@@ -8,13 +9,56 @@ workload, have no power state.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..api import PowerState
-from .personal import PowerView
 from .pool_state import PoolState
 from .records import HostRecord
 from .workloads import Gate
+
+
+@dataclass(frozen=True, slots=True)
+class PowerView:
+    """One workload-backed host of a personal pool, as the stop rule sees it."""
+
+    name: str
+    user: str | None
+    #: Its workload exists (the operator has not stopped it).
+    running: bool
+    #: Sessions on it, Disconnected ones included (a session is a reason to keep it).
+    sessions: int
+    #: Since when it has had no session (None: it has one now).
+    unused_since: datetime | None
+
+
+def stop_due(host: PowerView, stop_after: timedelta) -> datetime | None:
+    """When this host is to be stopped (None: it is not: stopped already, unassigned, or in
+    use). Only an assigned host stops: unassigned ones are the pool's spare capacity, which
+    scaling keeps and removes."""
+    if not host.running or host.user is None or host.sessions or host.unused_since is None:
+        return None
+    return host.unused_since + stop_after
+
+
+def hosts_to_stop(
+    hosts: Iterable[PowerView], stop_after: timedelta | None, now: datetime
+) -> list[str]:
+    """The hosts unused for ``personal.stopAfterMinutes`` (absent: none ever)."""
+    if stop_after is None:
+        return []
+    return [h.name for h in hosts if (due := stop_due(h, stop_after)) is not None and due <= now]
+
+
+def next_stop(
+    hosts: Iterable[PowerView], stop_after: timedelta | None, now: datetime
+) -> datetime | None:
+    """When the next host comes due for a stop (for the worker's timer)."""
+    if stop_after is None:
+        return None
+    dues = [d for h in hosts if (d := stop_due(h, stop_after)) is not None and d > now]
+    return min(dues) if dues else None
 
 
 def personal(state: PoolState) -> bool:

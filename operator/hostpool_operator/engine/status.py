@@ -17,9 +17,9 @@ from ..api import Phase, PowerState, Reason, SessionState
 from ..api import conditions as cond
 from ..api.timestamps import rfc3339
 from ..api.vocabulary import POOL_LABEL
+from .balancer_view import BalancerHost, Placement
 from .balancing import PoolBalancer
 from .horizon import logon_storm_block
-from .host_view import HostView, Placement
 from .ledger import SessionLedger
 from .records import HostRecord, PoolRecord, RequestRecord
 from .workloads import Gate, WorkloadState
@@ -157,7 +157,7 @@ AVAILABILITY_MESSAGES = {
 }
 
 
-def logon_storm_message(balancer: PoolBalancer, view: HostView) -> str:
+def logon_storm_message(balancer: PoolBalancer, view: BalancerHost) -> str:
     """Which logon-storm threshold turns new logons away from the host, and whose it is:
     the host's own (spec.logonStorm) or the pool's (horizon.logonStorm)."""
     load = balancer.load_index_of(view.name)

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from ..api import API_VERSION, HostTemplate, Scaling
-from ..engine.host_view import free_slots
+from ..engine.balancer_view import free_slots
 from ..engine.workloads import workload_ref
 
 

@@ -28,9 +28,9 @@ from ..api import HostPoolSpec, LoadBalancerType
 from ..api.base import LimitAction, SessionLimit
 from ..api.plan import PlanRules
 from ..api.pool import SessionLimits
+from ..engine.balancer_view import BalancerHost
 from ..engine.balancing import PoolBalancer
 from ..engine.demand import Demand
-from ..engine.host_view import HostView
 from ..scaling.plans import PhaseInForce
 from ..scaling.rules import ScaleHost
 
@@ -192,7 +192,7 @@ class State:
         self.created += 1
         name = f"host-{self.created:04d}"
         if ready or self.start_seconds <= 0:
-            self.balancer.upsert_host(HostView(name=name))
+            self.balancer.upsert_host(BalancerHost(name=name))
             self.hosts[name] = Host(name, empty_since=self.instant(now))
             self.taking_count += 1
             self.empty.add(name)
@@ -208,7 +208,7 @@ class State:
         host.starting = False
         host.empty_since = self.instant(now)
         self.starting -= 1
-        self.balancer.upsert_host(HostView(name=name))
+        self.balancer.upsert_host(BalancerHost(name=name))
         self.taking_count += 1
         self.empty.add(name)
         self.place_waiting(now)
@@ -244,7 +244,7 @@ class State:
         else:
             self.drained.discard(name)
         self.balancer.upsert_host(
-            HostView(
+            BalancerHost(
                 name=name,
                 drain_mode=drain,
                 sessions=view.sessions,

@@ -25,9 +25,9 @@ from ..api import (
     SessionHostTemplateSpec,
     describe_validation_error,
 )
+from ..engine.balancer_view import BalancerHost
 from ..engine.balancing import PoolBalancer
 from ..engine.demand import Demand
-from ..engine.host_view import HostView
 from ..scaling.rules import ScaleHost, hosts_to_add
 
 MAX_SCENARIO_HOSTS = 100_000
@@ -113,7 +113,7 @@ def parse_scenario(document: Any) -> Scenario:
 
 def balancer_for(scenario: Scenario) -> PoolBalancer:
     hosts = [
-        HostView(
+        BalancerHost(
             name=h.name,
             drain_mode=h.spec.drain_mode,
             features=h.spec.features,

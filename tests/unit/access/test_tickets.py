@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hostpool_operator.access import tickets
+from support.access_views import request_view
 
 KEY = tickets.ticket_key(b"s" * 32)
 NOW = 1_800_000_000.0
@@ -99,3 +100,65 @@ def test_any_text_is_read_or_refused(text: str) -> None:
 def test_any_fields_round_trip(user: str, request: str) -> None:
     ticket = dataclasses.replace(TICKET, user=user, request=request)
     assert tickets.read(KEY, tickets.mint(KEY, ticket), NOW) == ticket
+
+
+# ---------------------------------------------------------------------------------------
+# admit: the relay's decision on a presented ticket
+
+
+PLACED = request_view("pool-a-alice-x1", phase="Assigned", host="h1", address="10.0.0.7")
+#: The ticket of PLACED (request_view's uid is u1), in pool desk of namespace ns.
+MINE = dataclasses.replace(TICKET, namespace="ns", pool="desk", uid="u1")
+
+
+def presented(text: str, **changes: object) -> tickets.Presented:
+    base = tickets.Presented(
+        text=text,
+        user="alice",
+        namespace="ns",
+        pool="desk",
+        port=3389,
+        placed=PLACED,
+        destination="10.0.0.7:3389",
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("ticket", "changes", "expected"),
+    [
+        pytest.param(MINE, {}, PLACED, id="taken"),
+        pytest.param(MINE, {"destination": None}, PLACED, id="no-destination-named"),
+        pytest.param(MINE, {"destination": "10.0.0.7"}, PLACED, id="address-without-port"),
+        pytest.param(None, {}, "TicketInvalid", id="not-a-ticket"),
+        pytest.param(
+            dataclasses.replace(MINE, expires=int(NOW)), {}, "TicketInvalid", id="expired"
+        ),
+        pytest.param(MINE, {"user": "bob"}, "TicketNotYours", id="another-user"),
+        pytest.param(MINE, {"pool": "other"}, "TicketNotYours", id="another-pool"),
+        pytest.param(MINE, {"namespace": "ns2"}, "TicketNotYours", id="another-namespace"),
+        pytest.param(MINE, {"placed": None}, "SessionChanged", id="no-placed-request"),
+        pytest.param(
+            dataclasses.replace(MINE, uid="u0"), {}, "SessionChanged", id="request-replaced"
+        ),
+        pytest.param(MINE, {"destination": "10.0.0.8:3389"}, "DestinationRefused", id="other-host"),
+        pytest.param(MINE, {"destination": "10.0.0.7:22"}, "DestinationRefused", id="other-port"),
+    ],
+)
+def test_admit_decides_each_case(
+    ticket: tickets.Ticket | None, changes: dict[str, object], expected: object
+) -> None:
+    text = tickets.mint(KEY, ticket) if ticket is not None else "t1.nothing.here"
+    assert tickets.admit(KEY, presented(text, **changes), NOW, tickets.UsedTickets()) == expected
+
+
+def test_admit_uses_a_ticket_up_once_it_is_known_to_be_the_callers() -> None:
+    used = tickets.UsedTickets()
+    text = tickets.mint(KEY, MINE)
+    # Refused after the owner check: the ticket is spent all the same.
+    assert tickets.admit(KEY, presented(text, placed=None), NOW, used) == "SessionChanged"
+    assert tickets.admit(KEY, presented(text), NOW, used) == "TicketUsed"
+    # Another caller's attempt spends nothing: its owner can still use it.
+    other = tickets.mint(KEY, dataclasses.replace(MINE, id="rnd-2"))
+    assert tickets.admit(KEY, presented(other, user="bob"), NOW, used) == "TicketNotYours"
+    assert tickets.admit(KEY, presented(other), NOW, used) == PLACED

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hostpool_operator.broker.app import jittered, printable
+from hostpool_operator.broker.gate import jittered, printable
 from hostpool_operator.broker.program import parse_args
 
 REQUIRED = ["--oidc-issuer", "https://idp.example/realms/corp", "--oidc-audience", "desk"]

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostpool_operator.broker.portal import cookies
-from hostpool_operator.broker.portal.cookies import CookieError, open_sealed, seal
+from hostpool_operator.broker.signin import cookies
+from hostpool_operator.broker.signin.cookies import CookieError, open_sealed, seal
 
 SECRET = b"a cookie secret of more than thirty-two bytes, for tests"
 KEY = cookies.derive_key(SECRET)

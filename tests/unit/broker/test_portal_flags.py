@@ -14,9 +14,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from hostpool_operator.broker.oidc import OidcSettings, TokenVerifier
-from hostpool_operator.broker.portal import cookies
-from hostpool_operator.broker.portal.signin import Portal, pkce_challenge
 from hostpool_operator.broker.program import parse_args
+from hostpool_operator.broker.signin import cookies
+from hostpool_operator.broker.signin.flow import Portal, pkce_challenge
 
 REQUIRED = ["--oidc-issuer", "https://idp.example/realms/corp", "--oidc-audience", "desk"]
 

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hostpool_operator.broker.portal import i18n
-from hostpool_operator.broker.portal.page import STATIC, _read, render, script_json
+from hostpool_operator.broker.pages import i18n
+from hostpool_operator.broker.pages.portal import PACKAGE, STATIC
+from hostpool_operator.broker.render import read, render, script_json
 
 CHOICES = [
     (None, "en"),
@@ -91,7 +92,7 @@ def test_every_language_has_every_string_with_the_same_places() -> None:
 def test_every_place_in_the_templates_has_a_value() -> None:
     keys = set(i18n.STRINGS["en"]) | {"lang", "csrf", "pools_json", "strings_json"}
     for name in ("page.html", "signin.html"):
-        places = set(re.findall(r"\{([a-z_]+)\}", _read(name)))
+        places = set(re.findall(r"\{([a-z_]+)\}", read(PACKAGE, "static", name)))
         assert places <= keys, (name, places - keys)
     assert set(STATIC) == {"page.js", "page.css"}
 

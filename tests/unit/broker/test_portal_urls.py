@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostpool_operator.broker.oidc import InvalidTokenError
-from hostpool_operator.broker.portal.signin import check_id_claims, pkce_challenge
-from hostpool_operator.broker.portal.urls import origin_of, safe_next, same_origin_headers
+from hostpool_operator.broker.signin.flow import check_id_claims, pkce_challenge
+from hostpool_operator.broker.signin.urls import origin_of, safe_next, same_origin_headers
 
 ORIGIN = "https://portal.example"
 

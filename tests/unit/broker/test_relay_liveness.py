@@ -1,4 +1,4 @@
-"""The relay's judgement of a browser's liveness (broker/portal/liveness.py), with the clock
+"""The relay's judgement of a browser's liveness (broker/relay/liveness.py), with the clock
 passed in, and the send queue it reads from a real loopback socket."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hostpool_operator.broker.portal.liveness import BrowserLiveness, Due
-from hostpool_operator.broker.portal.relay import send_queue
+from hostpool_operator.broker.relay.liveness import BrowserLiveness, Due
+from hostpool_operator.broker.relay.pump import send_queue
 
 
 def fresh() -> BrowserLiveness:

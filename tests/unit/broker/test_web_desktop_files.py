@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hostpool_operator.broker.portal.desktop import render
-from hostpool_operator.broker.portal.relay import web_client_files
+from hostpool_operator.broker.pages.desktop import PACKAGE
+from hostpool_operator.broker.relay.client_files import web_client_files
+from hostpool_operator.broker.render import read, render
 
 VALUES = {
     "csrf": 'c"><script>alert(1)</script>',
@@ -24,7 +25,7 @@ VALUES = {
 
 
 def test_the_page_escapes_every_value_and_fills_every_place() -> None:
-    page = render(VALUES)
+    page = render(read(PACKAGE, "desktop_static", "desktop.html"), VALUES)
     assert "<script>alert" not in page
     assert 'content="c&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"' in page
     assert "Finance &amp; &lt;desks&gt;" in page

@@ -16,10 +16,10 @@ from hostpool_operator.api import (
     Protocol,
     Reason,
 )
+from hostpool_operator.engine.balancer_view import BalancerHost
 from hostpool_operator.engine.balancing import PoolBalancer
 from hostpool_operator.engine.demand import Demand
 from hostpool_operator.engine.horizon import load_index
-from hostpool_operator.engine.host_view import HostView
 from hostpool_operator.simulate import run_scenario
 
 
@@ -39,7 +39,7 @@ def balancer(
     users: dict[str, int] | None = None,
 ) -> PoolBalancer:
     hosts = [
-        HostView(name=f"h{i + 1}", sessions=n, drain_mode=i in drain, order=i)
+        BalancerHost(name=f"h{i + 1}", sessions=n, drain_mode=i in drain, order=i)
         for i, n in enumerate(sessions)
     ]
     owned = [(user, f"h{i + 1}") for user, i in (users or {}).items()]
@@ -194,8 +194,8 @@ def test_algorithm_can_change_at_any_time() -> None:
 @pytest.mark.parametrize("kind", ["BreadthFirst", "DepthFirst", "Horizon"])
 def test_protocol_must_be_supported(kind: str) -> None:
     hosts = [
-        HostView("rdp-only", features=HostFeatures(protocols=[Protocol.RDP]), order=0),
-        HostView("blast", features=HostFeatures(protocols=[Protocol.BLAST]), order=1),
+        BalancerHost("rdp-only", features=HostFeatures(protocols=[Protocol.RDP]), order=0),
+        BalancerHost("blast", features=HostFeatures(protocols=[Protocol.BLAST]), order=1),
     ]
     b = PoolBalancer(pool(kind, 10), hosts, seed=1)
     for i in range(5):
@@ -206,8 +206,8 @@ def test_protocol_must_be_supported(kind: str) -> None:
 @pytest.mark.parametrize("kind", ["BreadthFirst", "DepthFirst", "Horizon"])
 def test_unauthenticated_needs_unauthenticated_access(kind: str) -> None:
     hosts = [
-        HostView("closed", features=HostFeatures(unauthenticated_access=False), sessions=3),
-        HostView("open", sessions=0),
+        BalancerHost("closed", features=HostFeatures(unauthenticated_access=False), sessions=3),
+        BalancerHost("open", sessions=0),
     ]
     b = PoolBalancer(pool(kind, 10), hosts, seed=1)
     for i in range(4):
@@ -286,8 +286,8 @@ def horizon(limit: int = 100, **blocks: Any) -> HostPoolSpec:
     return pool("Horizon", limit, horizon=blocks)
 
 
-def hv(name: str, sessions: int = 0, connecting: int = 0, **kw: Any) -> HostView:
-    return HostView(name=name, sessions=sessions, connecting=connecting, **kw)
+def hv(name: str, sessions: int = 0, connecting: int = 0, **kw: Any) -> BalancerHost:
+    return BalancerHost(name=name, sessions=sessions, connecting=connecting, **kw)
 
 
 def test_horizon_bucket_one_gets_equal_shares_in_a_logon_storm() -> None:

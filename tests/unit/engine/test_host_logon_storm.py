@@ -24,10 +24,10 @@ from hostpool_operator.api import (
     SessionHostSpec,
     crdgen,
 )
+from hostpool_operator.engine.balancer_view import BalancerHost, Placement
 from hostpool_operator.engine.balancing import PoolBalancer
 from hostpool_operator.engine.demand import Demand
 from hostpool_operator.engine.horizon import LogonStormBlock, logon_storm_block
-from hostpool_operator.engine.host_view import HostView, Placement
 from hostpool_operator.engine.placement import Assign
 from hostpool_operator.engine.records import HostRecord
 from hostpool_operator.engine.status import PoolForHosts, host_status
@@ -158,7 +158,7 @@ def test_thresholds_in_force_decide_availability_and_placement(
     available: bool,
 ) -> None:
     own = None if host_policy is None else policy(**host_policy)
-    host = HostView("h", sessions=sessions, connecting=connecting, logon_storm=own)
+    host = BalancerHost("h", sessions=sessions, connecting=connecting, logon_storm=own)
     b = PoolBalancer(horizon(storm), [host], [("alice", "h")] if sessions else [])
     reason = "AcceptingSessions" if available else "LogonStormThreshold"
     assert b.availability("h") == (available, reason)
@@ -170,8 +170,8 @@ def test_thresholds_in_force_decide_availability_and_placement(
 
 
 def test_a_stricter_host_is_skipped_and_its_neighbour_without_a_policy_is_not() -> None:
-    strict = HostView("strict", logon_storm=policy(connectingSessionThreshold=2), order=0)
-    plain = HostView("plain", order=1)
+    strict = BalancerHost("strict", logon_storm=policy(connectingSessionThreshold=2), order=0)
+    plain = BalancerHost("plain", order=1)
     b = PoolBalancer(horizon({"connectingSessionThreshold": 5}), [strict, plain])
     chosen = [b.assign(Demand(f"u{i}")).host for i in range(8)]
     # Fair share takes turns until "strict" is at its own 2, then "plain" up to the pool's 5.
@@ -182,13 +182,13 @@ def test_a_stricter_host_is_skipped_and_its_neighbour_without_a_policy_is_not() 
 
 
 def test_a_host_whose_policy_changes_is_indexed_again() -> None:
-    b = PoolBalancer(horizon({"connectingSessionThreshold": 5}), [HostView("h", connecting=3)])
+    b = PoolBalancer(horizon({"connectingSessionThreshold": 5}), [BalancerHost("h", connecting=3)])
     assert b.place(Demand("u")).host == "h"
-    b.upsert_host(HostView("h", connecting=3, logon_storm=policy(connectingSessionThreshold=3)))
+    b.upsert_host(BalancerHost("h", connecting=3, logon_storm=policy(connectingSessionThreshold=3)))
     assert b.place(Demand("u")).reason is Reason.NO_ELIGIBLE_HOST
-    b.upsert_host(HostView("h", connecting=3, logon_storm=policy(connectingSessionThreshold=0)))
+    b.upsert_host(BalancerHost("h", connecting=3, logon_storm=policy(connectingSessionThreshold=0)))
     assert b.place(Demand("u")).host == "h"
-    b.upsert_host(HostView("h", connecting=3))
+    b.upsert_host(BalancerHost("h", connecting=3))
     assert b.place(Demand("u")).host == "h"  # back to the pool's 5
 
 
@@ -202,11 +202,11 @@ def test_the_load_index_threshold_of_a_host_uses_its_load_index_from_metrics() -
             },
         }
     )
-    hot = HostView(
+    hot = BalancerHost(
         "hot", metrics=HostMetrics(cpu_percent=80), logon_storm=policy(loadIndexThreshold=75)
     )
-    warm = HostView("warm", metrics=HostMetrics(cpu_percent=90))
-    unknown = HostView("unknown", logon_storm=policy(loadIndexThreshold=1))  # load index -1
+    warm = BalancerHost("warm", metrics=HostMetrics(cpu_percent=90))
+    unknown = BalancerHost("unknown", logon_storm=policy(loadIndexThreshold=1))  # load index -1
     b = PoolBalancer(spec, [hot, warm, unknown])
     assert b.availability("hot") == (False, "LogonStormThreshold")  # 80 >= its own 75
     assert b.availability("warm") == (True, "AcceptingSessions")  # 90 < the pool's 95
@@ -218,7 +218,7 @@ def test_the_load_index_threshold_of_a_host_uses_its_load_index_from_metrics() -
 def test_pools_that_are_not_horizon_ignore_the_host_policy(kind: str) -> None:
     spec = HostPoolSpec.model_validate({"loadBalancer": {"type": kind, "maxSessionLimit": 10}})
     own = policy(connectingSessionThreshold=1, loadIndexThreshold=1)
-    b = PoolBalancer(spec, [HostView("h", sessions=5, connecting=5, logon_storm=own)])
+    b = PoolBalancer(spec, [BalancerHost("h", sessions=5, connecting=5, logon_storm=own)])
     assert b.availability("h") == (True, "AcceptingSessions")
     assert [b.assign(Demand(f"u{i}")).host for i in range(5)] == ["h"] * 5
     assert b.place(Demand("u5")).reason is Reason.POOL_SATURATED
@@ -429,7 +429,7 @@ def test_the_available_message_names_the_threshold_and_whose_it_is(
     }
     record = HostRecord.of(host_obj("h", logonStorm=own))
     assert record.spec is not None
-    view = HostView("h", sessions=3, connecting=connecting, logon_storm=record.spec.logon_storm)
+    view = BalancerHost("h", sessions=3, connecting=connecting, logon_storm=record.spec.logon_storm)
     pool = PoolForHosts(
         pool_name="p",
         pool_exists=True,

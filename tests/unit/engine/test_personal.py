@@ -14,16 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostpool_operator.api import PersonalAssignment, Reason
-from hostpool_operator.engine.host_view import Placement
-from hostpool_operator.engine.personal import (
-    PersonalHost,
-    PersonalPlacement,
-    PowerView,
-    hosts_to_stop,
-    next_stop,
-    place_personal,
-    stop_due,
-)
+from hostpool_operator.engine.balancer_view import Placement
+from hostpool_operator.engine.personal import PersonalHost, PersonalPlacement, place_personal
+from hostpool_operator.engine.power import PowerView, hosts_to_stop, next_stop, stop_due
 
 AUTO = PersonalAssignment.AUTOMATIC
 DIRECT = PersonalAssignment.DIRECT

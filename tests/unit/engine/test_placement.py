@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostpool_operator.api import Reason
+from hostpool_operator.engine.balancer_view import Placement
 from hostpool_operator.engine.demand import Demand
-from hostpool_operator.engine.host_view import Placement
 from hostpool_operator.engine.placement import Assign, Intent, Reject, Wait
 from hostpool_operator.engine.pool_state import PoolState
 from hostpool_operator.engine.records import HostRecord, PoolRecord

@@ -15,7 +15,7 @@ import pytest
 
 from hostpool_operator.api import Phase, Reason
 from hostpool_operator.api.vocabulary import MANAGED_LABEL, MANAGER
-from hostpool_operator.engine.host_view import HostView, Placement
+from hostpool_operator.engine.balancer_view import BalancerHost, Placement
 from hostpool_operator.engine.placement import Assign, Intent, Wait, place_pending
 from hostpool_operator.engine.pool_state import (
     PoolState,
@@ -42,7 +42,7 @@ TICK = timedelta(microseconds=1)
 MANAGED = {MANAGED_LABEL: MANAGER}
 
 
-def view(state: PoolState, host: str) -> HostView:
+def view(state: PoolState, host: str) -> BalancerHost:
     """The host as the engine sees it now."""
     assert state.views.balancer is not None
     found = state.views.balancer.host(host)

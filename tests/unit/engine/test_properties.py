@@ -21,10 +21,10 @@ from hostpool_operator.api import (
     Protocol,
     Reason,
 )
+from hostpool_operator.engine.balancer_view import BalancerHost, breadth_first_candidates
 from hostpool_operator.engine.balancing import PoolBalancer
 from hostpool_operator.engine.demand import Demand
 from hostpool_operator.engine.horizon import load_index
-from hostpool_operator.engine.host_view import HostView, breadth_first_candidates
 
 USERS = [f"user{i}" for i in range(30)]
 
@@ -33,7 +33,7 @@ USERS = [f"user{i}" for i in range(30)]
 class World:
     kind: str
     limit: int
-    hosts: list[HostView]
+    hosts: list[BalancerHost]
     owned: list[tuple[str, str]]
     stream: list[tuple[str, Demand]]  # ("request", demand) or ("logoff", demand)
     seed: int
@@ -43,9 +43,9 @@ class World:
             {"loadBalancer": {"type": self.kind, "maxSessionLimit": self.limit}}
         )
 
-    def fresh_hosts(self) -> list[HostView]:
+    def fresh_hosts(self) -> list[BalancerHost]:
         return [
-            HostView(
+            BalancerHost(
                 name=h.name,
                 drain_mode=h.drain_mode,
                 features=h.features,
@@ -69,7 +69,7 @@ def worlds(draw: st.DrawFn, kinds: tuple[str, ...] = ("BreadthFirst", "DepthFirs
     for i in range(n):
         protocols = draw(st.one_of(st.just(list(ALL_PROTOCOLS)), protocol_sets))
         hosts.append(
-            HostView(
+            BalancerHost(
                 name=f"h{i}",
                 drain_mode=draw(st.booleans()) and draw(st.booleans()),
                 features=HostFeatures(
@@ -101,7 +101,7 @@ def worlds(draw: st.DrawFn, kinds: tuple[str, ...] = ("BreadthFirst", "DepthFirs
 
 
 def reference_choice(
-    kind: str, limit: int, hosts: list[HostView], demand: Demand, rng: random.Random
+    kind: str, limit: int, hosts: list[BalancerHost], demand: Demand, rng: random.Random
 ) -> str | None:
     """The rules, read literally, re-reading every host."""
     eligible = [h for h in hosts if not h.drain_mode and h.sessions < limit and h.supports(demand)]
@@ -197,7 +197,7 @@ def test_identical_seeds_give_identical_results(world: World) -> None:
 @given(st.lists(st.integers(0, 50), min_size=1, max_size=40), st.integers(0, 2**32))
 def test_breadth_first_only_picks_from_the_fewest_half(sessions: list[int], seed: int) -> None:
     spec = HostPoolSpec.model_validate({"loadBalancer": {"type": "BreadthFirst"}})
-    hosts = [HostView(f"h{i}", sessions=n, order=i) for i, n in enumerate(sessions)]
+    hosts = [BalancerHost(f"h{i}", sessions=n, order=i) for i, n in enumerate(sessions)]
     b = PoolBalancer(spec, hosts, seed=seed)
     chosen = b.place(Demand("u")).host
     ranked = sorted(range(len(sessions)), key=lambda i: (sessions[i], i))
@@ -214,7 +214,9 @@ def test_depth_first_always_takes_the_fullest_eligible_host(hosts: list[Any]) ->
     spec = HostPoolSpec.model_validate(
         {"loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 8}}
     )
-    views = [HostView(f"h{i}", sessions=n, drain_mode=d, order=i) for i, (n, d) in enumerate(hosts)]
+    views = [
+        BalancerHost(f"h{i}", sessions=n, drain_mode=d, order=i) for i, (n, d) in enumerate(hosts)
+    ]
     chosen = PoolBalancer(spec, views).place(Demand("u", protocol=Protocol.RDP)).host
     eligible = [(n, -i) for i, (n, d) in enumerate(hosts) if not d and n < 8]
     if not eligible:
@@ -227,16 +229,16 @@ def test_depth_first_always_takes_the_fullest_eligible_host(hosts: list[Any]) ->
 # ----------------------------------------------------------------------------- Horizon
 
 
-def reference_horizon(spec: HostPoolSpec, hosts: list[HostView], demand: Demand) -> str | None:
+def reference_horizon(spec: HostPoolSpec, hosts: list[BalancerHost], demand: Demand) -> str | None:
     """The Horizon rules read literally: per-host loads and thresholds, the raise, buckets."""
     hz = spec.horizon_settings
     limit = spec.load_balancer.session_limit
     server, storm = hz.connection_server, hz.logon_storm
 
-    def load(h: HostView) -> int:
+    def load(h: BalancerHost) -> int:
         return load_index(hz.load_index, h.metrics, h.sessions, limit)
 
-    def accepting(h: HostView) -> bool:
+    def accepting(h: BalancerHost) -> bool:
         if h.drain_mode or h.sessions >= limit:
             return False
         if (
@@ -277,7 +279,7 @@ def reference_horizon(spec: HostPoolSpec, hosts: list[HostView], demand: Demand)
 
 
 @st.composite
-def horizon_worlds(draw: st.DrawFn) -> tuple[HostPoolSpec, list[HostView], list[Demand]]:
+def horizon_worlds(draw: st.DrawFn) -> tuple[HostPoolSpec, list[BalancerHost], list[Demand]]:
     limit = draw(st.integers(1, 40))
     spec = HostPoolSpec.model_validate(
         {
@@ -317,7 +319,7 @@ def horizon_worlds(draw: st.DrawFn) -> tuple[HostPoolSpec, list[HostView], list[
         )
         default = draw(st.booleans()) or draw(st.booleans())
         hosts.append(
-            HostView(
+            BalancerHost(
                 name=f"h{i}",
                 drain_mode=draw(st.integers(0, 5)) == 0,
                 features=HostFeatures() if default else HostFeatures(protocols=draw(protocol_sets)),
@@ -343,10 +345,10 @@ def horizon_worlds(draw: st.DrawFn) -> tuple[HostPoolSpec, list[HostView], list[
 @settings(max_examples=400, deadline=None)
 @given(horizon_worlds())
 def test_horizon_engine_matches_the_reference_rules(
-    world: tuple[HostPoolSpec, list[HostView], list[Demand]],
+    world: tuple[HostPoolSpec, list[BalancerHost], list[Demand]],
 ) -> None:
     spec, hosts, demands = world
-    b = PoolBalancer(spec, [HostView(**{s: getattr(h, s) for s in h.__slots__}) for h in hosts])
+    b = PoolBalancer(spec, [BalancerHost(**{s: getattr(h, s) for s in h.__slots__}) for h in hosts])
     ref = {h.name: h for h in hosts}
     owner: dict[str, str] = {}
     for demand in demands:
@@ -365,14 +367,16 @@ def test_horizon_engine_matches_the_reference_rules(
     }
 
 
-def reference_buckets(spec: HostPoolSpec, hosts: list[HostView]) -> list[int]:
+def reference_buckets(spec: HostPoolSpec, hosts: list[BalancerHost]) -> list[int]:
     hz = spec.horizon_settings
     limit = spec.load_balancer.session_limit
     server = hz.connection_server
-    probe = PoolBalancer(spec, [HostView(**{s: getattr(h, s) for s in h.__slots__}) for h in hosts])
+    probe = PoolBalancer(
+        spec, [BalancerHost(**{s: getattr(h, s) for s in h.__slots__}) for h in hosts]
+    )
     accepting = {h.name for h in hosts if probe.availability(h.name)[0]}
 
-    def load(h: HostView) -> int:
+    def load(h: BalancerHost) -> int:
         return load_index(hz.load_index, h.metrics, h.sessions, limit)
 
     loads = sorted(

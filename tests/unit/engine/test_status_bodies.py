@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from hostpool_operator.api import HostPoolSpec, Reason
 from hostpool_operator.api.conditions import Cond, find, merge
 from hostpool_operator.api.timestamps import rfc3339
+from hostpool_operator.engine.balancer_view import BalancerHost, Placement
 from hostpool_operator.engine.balancing import PoolBalancer
-from hostpool_operator.engine.host_view import HostView, Placement
 from hostpool_operator.engine.ledger import SessionLedger
 from hostpool_operator.engine.records import HostRecord, PoolRecord, RequestRecord
 from hostpool_operator.engine.status import (
@@ -112,7 +112,7 @@ def pool(spec: Mapping[str, Any], *, status: Mapping[str, Any] | None = None) ->
     )
 
 
-def engine(spec: Mapping[str, Any], views: Iterable[HostView]) -> PoolBalancer:
+def engine(spec: Mapping[str, Any], views: Iterable[BalancerHost]) -> PoolBalancer:
     return PoolBalancer(HostPoolSpec.model_validate(spec), views)
 
 
@@ -365,10 +365,10 @@ def host_status_of(
     metrics_stale: bool = False,
     now: datetime = NOW,
 ) -> dict[str, Any]:
-    """The status of ``record``; ``view`` (HostView fields) puts it into the pool's engine."""
+    """The status of ``record``; ``view`` (BalancerHost fields) puts it into the pool's engine."""
     balancer = None
     if pool_spec is not None:
-        views = [] if view is None else [HostView(record.meta.name, **view)]
+        views = [] if view is None else [BalancerHost(record.meta.name, **view)]
         balancer = engine(pool_spec, views)
     pool = PoolForHosts(
         pool_name="desk",
@@ -675,9 +675,9 @@ def pool_status_of(
     """The pool's status with hosts h0, h1... in its engine; each host is its session count,
     or (sessions, drain mode)."""
     views = [
-        HostView(f"h{i}", sessions=s[0], drain_mode=s[1])
+        BalancerHost(f"h{i}", sessions=s[0], drain_mode=s[1])
         if isinstance(s, tuple)
-        else HostView(f"h{i}", sessions=s)
+        else BalancerHost(f"h{i}", sessions=s)
         for i, s in enumerate(sessions)
     ]
     balancer = PoolBalancer(record.spec, views) if record.spec is not None else None

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hostpool_operator.api import Reason, Scaling, WorkloadRef, WorkloadTemplate
 from hostpool_operator.api.vocabulary import HOST_LABEL
 from hostpool_operator.api.workload import VolumeClaimTemplate
-from hostpool_operator.engine.host_view import Placement
+from hostpool_operator.engine.balancer_view import Placement
 from hostpool_operator.engine.placement import Assign, Wait
 from hostpool_operator.engine.records import HostRecord, PoolRecord
 from hostpool_operator.engine.status import (

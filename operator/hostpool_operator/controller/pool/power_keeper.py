@@ -1,8 +1,8 @@
 """Stopping and starting a personal pool's hosts: a workload-backed host unused for
 ``personal.stopAfterMinutes`` has its workload deleted (its volumes, owned by the host,
 stay) and says ``power: Stopped``; its user's next connect makes the workload again (Start
-on Connect) while the request waits ``HostsStarting``. Decisions are ``engine.personal``'s
-and ``engine.power``'s; this carries them out and tells (Events ``HostStopped`` and
+on Connect) while the request waits ``HostsStarting``. Decisions are ``engine.power``'s;
+this carries them out and tells (Events ``HostStopped`` and
 ``HostStarting`` on the host)."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from collections.abc import Callable
 from datetime import datetime
 
 from ...engine import power
-from ...engine.personal import hosts_to_stop, next_stop
 from ...engine.pool_state import PoolState
 from ..deps import Deps
 from .workload_keeper import WorkloadKeeper
@@ -50,7 +49,7 @@ class PowerKeeper:
         if not power.personal(state):
             return
         stop_after = power.stop_after(state)
-        for name in hosts_to_stop(power.power_views(state, now), stop_after, now):
+        for name in power.hosts_to_stop(power.power_views(state, now), stop_after, now):
             host = state.hosts[name]
             state.power_off.add(name)
             # Gone for every decision from now on, not when the watch says so: a connect
@@ -67,7 +66,7 @@ class PowerKeeper:
         state = self.state
         if not power.personal(state):
             return None
-        return next_stop(power.power_views(state, now), power.stop_after(state), now)
+        return power.next_stop(power.power_views(state, now), power.stop_after(state), now)
 
     def _tell(self, name: str, reason: str, message: str) -> None:
         state = self.state

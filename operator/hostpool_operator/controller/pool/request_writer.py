@@ -25,11 +25,11 @@ from typing import Any, Protocol
 from ...api import Phase, Reason
 from ...api.timestamps import rfc3339
 from ...api.vocabulary import HOSTS, REQUESTS
-from ...engine.host_view import Placement
-from ...engine.limits import LimitStep, limit_patch
+from ...engine.balancer_view import Placement
 from ...engine.pool_state import PoolState
 from ...engine.records import RequestRecord, newer_or_same
 from ...engine.status import assigned_status, failed_status, pending_status, says_pending
+from ...engine.time_limits import LimitStep, limit_patch
 from ...kube.backoff import Backoff
 from ...kube.errors import ApiError, ApiTransportError
 from ..deps import Deps

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from ...engine.limits import BadFactsError
 from ...engine.placement import Assign, Reject, Wait, place_pending
 from ...engine.pool_state import PoolState, reports_metrics
 from ...engine.records import HostRecord, PlanRecord, PoolRecord, RequestRecord
+from ...engine.time_limits import BadFactsError
 from ...engine.workloads import WorkloadRecord
 from ...scaling import pool as pool_scaling
 from ..deps import Deps

@@ -28,7 +28,7 @@ LANGUAGES: Final = ("en", "sv", "tr", "es", "ko", "zh")
 
 
 def _load(language: str) -> dict[str, str]:
-    path = resources.files("hostpool_operator.broker.portal") / "languages" / f"{language}.json"
+    path = resources.files("hostpool_operator.broker.pages") / "languages" / f"{language}.json"
     strings = json.loads(path.read_text(encoding="utf-8"))
     return {str(key): str(value) for key, value in strings.items()}
 

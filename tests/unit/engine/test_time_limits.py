@@ -1,5 +1,5 @@
 """Session limits, decided: what a pool's ``sessionLimits`` do to one session at ``now`` and
-when it is looked at next (``engine.limits``), and how a pool's state feeds them (only the
+when it is looked at next (``engine.time_limits``), and how a pool's state feeds them (only the
 sessions a limit can act on, the host's clock offset, a malformed status reported). Pure:
 every time is ``T0`` plus an offset; no clock is read."""
 
@@ -13,7 +13,8 @@ import pytest
 from hostpool_operator.api import LimitAction, SessionLimit, SessionLimits
 from hostpool_operator.api.timestamps import rfc3339
 from hostpool_operator.engine.due import DueTimes
-from hostpool_operator.engine.limits import (
+from hostpool_operator.engine.records import HostRecord, PoolRecord
+from hostpool_operator.engine.time_limits import (
     MAX_HOST_OFFSET,
     BadFactsError,
     LimitDecision,
@@ -25,7 +26,6 @@ from hostpool_operator.engine.limits import (
     host_clock_offset,
     limit_patch,
 )
-from hostpool_operator.engine.records import HostRecord, PoolRecord
 from support.state_builders import T0, Pool, assigned, at, host_obj, pool_obj, request_obj
 
 MIN = 60.0

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hostpool_operator.access import rdcleanpath as rcp
+from hostpool_operator.broker.relay import rdcleanpath as rcp
 
 #: The Connection Confirm of xrdp 0.9.21 selecting PROTOCOL_SSL, as the relay saw it.
 CONFIRM = bytes.fromhex("030000130ed000001234000201080001000000")

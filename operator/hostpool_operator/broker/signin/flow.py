@@ -30,7 +30,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import html
 import logging
 import secrets
 import time
@@ -45,6 +44,7 @@ from aiohttp import web
 
 from ...access.connect import Caller
 from ..oidc import InvalidTokenError, TokenVerifier, check_time
+from ..render import message_page
 from . import cookies
 from .urls import origin_of, safe_next, same_origin_headers
 
@@ -550,16 +550,6 @@ def _session_of(data: Mapping[str, Any]) -> PortalSession | None:
 
 def _page(status: int, title: str, message: str, *, link: bool = False) -> web.Response:
     """A small HTML page for a browser's navigation (no details, no traceback)."""
-    again = '<p><a href="/auth/login">Sign in again</a></p>' if link else ""
-    body = (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>{html.escape(title)}</title></head><body><main>"
-        f"<h1>{html.escape(title)}</h1><p>{html.escape(message)}</p>{again}"
-        "</main></body></html>"
-    )
-    return web.Response(
-        status=status,
-        text=body,
-        content_type="text/html",
-        headers={"Cache-Control": "no-store"},
+    return message_page(
+        status, title, message, link=("/auth/login", "Sign in again") if link else None
     )

@@ -11,7 +11,7 @@ from .demand import Demand
 
 
 @dataclass(slots=True)
-class HostView:
+class BalancerHost:
     """The observed state of one session host, as the engine sees it."""
 
     name: str
@@ -43,7 +43,7 @@ class Placement:
 
 
 class Slotted(Interface):
-    """Anything with a session count and a drain mode (a HostView, a scaling host)."""
+    """Anything with a session count and a drain mode (a BalancerHost, a scaling host)."""
 
     @property
     def sessions(self) -> int: ...

@@ -18,16 +18,15 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
 
-from ...access.connect import Caller, error
-from ..directory import Change
-
-if TYPE_CHECKING:
-    from ..app import Broker
+from ..access.connect import Caller, error
+from .directory import Change, Directory
+from .gate import Gate, RefusalError
+from .metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +55,21 @@ class _Stream:
 class LiveUpdates:
     """The open streams, by user, and the ``/v1/events`` handler."""
 
-    def __init__(self, broker: Broker, settings: LiveSettings | None = None) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        gate: Gate,
+        directory: Directory,
+        metrics: BrokerMetrics,
+        settings: LiveSettings | None = None,
+    ) -> None:
+        self.gate = gate
+        self.directory = directory
+        self.metrics = metrics
         self.settings = settings or LiveSettings()
         self.streams: dict[str, set[_Stream]] = {}
         self.open = 0
         self.closing = False
-        broker.directory.listeners.append(self.changed)
+        directory.listeners.append(self.changed)
 
     def routes(self) -> list[web.RouteDef]:
         return [web.get("/v1/events", self.events)]
@@ -95,25 +102,23 @@ class LiveUpdates:
     # ------------------------------------------------------------------ the handler
 
     async def events(self, request: web.Request) -> web.StreamResponse:
-        from ..app import _RefusalError
-
-        broker = self.broker
+        gate = self.gate
         try:
-            caller = await broker._caller(request)
-            broker._ready()
+            caller = await gate.caller(request)
+            gate.ready()
             self._room_for(caller)
-        except _RefusalError as refusal:
-            return broker._send(request, "events", refusal.answer)
+        except RefusalError as refusal:
+            return gate.send(request, "events", refusal.answer)
         ends = time.monotonic() + self.settings.lifetime
-        if broker.portal is not None and "Authorization" not in request.headers:
-            session = await broker.portal.session(request)
+        if gate.portal is not None and "Authorization" not in request.headers:
+            session = await gate.portal.session(request)
             if session is not None:  # a cookie's stream ends with its session
                 ends = min(ends, time.monotonic() + session.expires_at - time.time())
         stream = _Stream(caller)
         self.streams.setdefault(caller.user, set()).add(stream)
         self.open += 1
-        broker.metrics.event_streams.inc()
-        broker.metrics.answers.labels("events", "200", "OK").inc()
+        self.metrics.event_streams.inc()
+        self.metrics.answers.labels("events", "200", "OK").inc()
         try:
             response = web.StreamResponse(
                 headers={
@@ -129,7 +134,7 @@ class LiveUpdates:
             return response
         finally:
             self.open -= 1
-            broker.metrics.event_streams.dec()
+            self.metrics.event_streams.dec()
             mine = self.streams.get(caller.user)
             if mine is not None:
                 mine.discard(stream)
@@ -137,16 +142,14 @@ class LiveUpdates:
                     del self.streams[caller.user]
 
     def _room_for(self, caller: Caller) -> None:
-        from ..app import _RefusalError
-
         if self.closing:
-            raise _RefusalError(error(503, "NotReady", "the broker is stopping", 1))
+            raise RefusalError(error(503, "NotReady", "the broker is stopping", 1))
         if len(self.streams.get(caller.user, ())) >= self.settings.per_user:
-            raise _RefusalError(
+            raise RefusalError(
                 error(429, "TooManyStreams", "close another page of this portal first", 5)
             )
         if self.open >= self.settings.total:
-            raise _RefusalError(error(503, "TooManyStreams", "the broker is serving its most", 5))
+            raise RefusalError(error(503, "TooManyStreams", "the broker is serving its most", 5))
 
     async def _pump(self, response: web.StreamResponse, stream: _Stream, ends: float) -> None:
         settings = self.settings
@@ -159,7 +162,7 @@ class LiveUpdates:
                 body = self._body(stream.caller)
                 if body != last:
                     await response.write(b"event: pools\ndata: " + body + b"\n\n")
-                    self.broker.metrics.events_sent.inc()
+                    self.metrics.events_sent.inc()
                     last = body
                     await asyncio.sleep(settings.coalesce)  # changes meanwhile: one event
                     if stream.wake.is_set():
@@ -176,7 +179,5 @@ class LiveUpdates:
                 woken = False
 
     def _body(self, caller: Caller) -> bytes:
-        listed: dict[str, Any] = {
-            "pools": self.broker.directory.listing(caller.user, caller.groups)
-        }
+        listed: dict[str, Any] = {"pools": self.directory.listing(caller.user, caller.groups)}
         return orjson.dumps(listed)

@@ -1,4 +1,4 @@
-"""Session limits, as properties over generated sessions and clocks (``engine.limits``): a
+"""Session limits, as properties over generated sessions and clocks (``engine.time_limits``): a
 host clock ahead or behind never makes a limit act early by the host's clock; a session that
 flips between Active and Disconnected starts the disconnected time again at each flip and is
 never acted on while Active by that limit; what the request's status already holds (a
@@ -15,7 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hostpool_operator.api import LimitAction, SessionLimit, SessionLimits
-from hostpool_operator.engine.limits import (
+from hostpool_operator.engine.time_limits import (
     LimitStep,
     SessionFacts,
     StepKind,

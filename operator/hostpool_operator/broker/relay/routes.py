@@ -1,0 +1,248 @@
+"""Desktops in the browser: the broker relays IronRDP's web client to the caller's own
+assigned xrdp host (RDCleanPath over a WebSocket), hands out the one-use tickets the relay
+takes, serves the web client's files and takes the page's first-frame timing.
+
+Everything is checked before any connection to a host: the caller (cookie with the public
+origin, or bearer), the pool (entitled, ``connection.web``), the ticket (``access.tickets``:
+this caller, this pool, the caller's current assigned request by name and uid, unexpired,
+unused) and the destination the client names (the assigned address and port, else
+refused). The host and port come from the request, never from the client."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+from aiohttp import web
+
+from ...access import tickets
+from ...access.connect import Answer, Caller, error
+from ...access.views import PoolView, RequestView
+from ...api import Phase
+from ..directory import Directory
+from ..gate import Gate, RefusalError
+from ..metrics import BrokerMetrics
+from . import rdcleanpath as rcp
+from .client_files import WebClient
+from .host import open_host
+from .pump import first_pdu, pump, ws_socket
+
+log = logging.getLogger(__name__)
+
+#: The largest WebSocket message taken from the browser (RDP PDUs are at most ~16 KiB).
+MAX_MESSAGE = 1024 * 1024
+#: The first frame's timing the page may report (milliseconds), clamped to this.
+MAX_FIRST_FRAME_MS = 120_000
+
+
+@dataclass(frozen=True)
+class WebSettings:
+    """``--web-client-dir`` (None: no browser desktops) and the tickets' secret."""
+
+    client_dir: Path | None = None
+    ticket_secret: bytes | None = None
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """A checked call on a pool's desktop: who, where, and their placed request (None:
+    none)."""
+
+    caller: Caller
+    namespace: str
+    pool: PoolView
+    placed: RequestView | None
+
+
+class WebDesktops:
+    """The routes of browser desktops, behind the broker's gate."""
+
+    def __init__(
+        self, gate: Gate, directory: Directory, metrics: BrokerMetrics, settings: WebSettings
+    ) -> None:
+        self.gate = gate
+        self.directory = directory
+        self.metrics = metrics
+        self.client = WebClient(settings.client_dir)
+        secret = settings.ticket_secret
+        if secret is None:
+            # One replica's own key: its tickets are good only on itself.
+            secret = secrets.token_bytes(32)
+        self.key = tickets.ticket_key(secret)
+        self.used = tickets.UsedTickets()
+
+    def routes(self) -> list[web.RouteDef]:
+        base = "/v1/namespaces/{namespace}/pools/{pool}/session"
+        return [
+            web.post(f"{base}/web-ticket", self.ticket),
+            web.get(f"{base}/web", self.relay),
+            web.post(f"{base}/web/first-frame", self.first_frame),
+            *self.client.routes(self.gate),
+        ]
+
+    # ------------------------------------------------------------------ checks
+
+    async def _opened(self, request: web.Request) -> _Opened:
+        """The caller, the namespace, the pool (entitled, web on, the client served) and
+        the caller's placed request there; refusals raise."""
+        gate = self.gate
+        caller = await gate.caller(request)
+        namespace, pool_name = gate.names(request)
+        gate.ready()
+        pool = gate.entitled(namespace, pool_name, caller)
+        if not pool.connection.web:
+            raise RefusalError(
+                error(404, "WebNotEnabled", f"{namespace}/{pool_name} is not opened in a browser")
+            )
+        if not self.client.enabled:
+            raise RefusalError(
+                error(404, "WebClientMissing", "this broker does not serve the browser's client")
+            )
+        return _Opened(caller, namespace, pool, self._placed(namespace, pool_name, caller))
+
+    def _placed(self, namespace: str, pool: str, caller: Caller) -> RequestView | None:
+        for view in self.directory.mine(namespace, pool, caller.user):
+            if view.live and view.phase is Phase.ASSIGNED and view.host and view.address:
+                return view
+        return None
+
+    def _cross_site(self, request: web.Request) -> bool:
+        """A cookie-authenticated WebSocket upgrade from another origin (cross-site
+        WebSocket hijacking): the browser sends the cookie along whatever page opens it."""
+        if request.headers.get("Authorization"):
+            return False
+        origin = request.headers.get("Origin")
+        portal = self.gate.portal
+        public = portal.public_origin if portal is not None else None
+        return origin is None or public is None or origin != public
+
+    # ------------------------------------------------------------------ tickets
+
+    async def ticket(self, request: web.Request) -> web.Response:
+        async def minted() -> Answer:
+            opened = await self._opened(request)
+            placed, pool = opened.placed, opened.pool
+            if placed is None:
+                message = f"you have no placed session in {opened.namespace}/{pool.name}"
+                return error(409, "NoSession", message)
+            ticket = tickets.Ticket(
+                user=opened.caller.user,
+                namespace=opened.namespace,
+                pool=pool.name,
+                request=placed.name,
+                uid=placed.uid,
+                expires=int(time.time()) + tickets.LIFETIME,
+                id=secrets.token_urlsafe(16),
+            )
+            body = {
+                "ticket": tickets.mint(self.key, ticket),
+                "expiresIn": tickets.LIFETIME,
+                "destination": f"{placed.address}:{pool.connection.port}",
+                "user": opened.caller.user,
+            }
+            return Answer(200, "OK", body, headers={"Cache-Control": "no-store"})
+
+        return await self.gate.answer(request, "web-ticket", minted)
+
+    # ------------------------------------------------------------------ the relay
+
+    async def relay(self, request: web.Request) -> web.StreamResponse:
+        try:
+            if self._cross_site(request):
+                raise RefusalError(
+                    error(403, "CsrfRefused", "a WebSocket from another origin is refused")
+                )
+            opened = await self._opened(request)
+        except RefusalError as refusal:
+            return self.gate.send(request, "web", refusal.answer)
+        where = f"{opened.namespace}/{opened.pool.name}"
+        # No aiohttp heartbeat: its pong deadline misjudges a busy browser (liveness.py);
+        # pump() pings and answers pings itself.
+        ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, autoping=False, autoclose=True)
+        await ws.prepare(request)
+        self.metrics.web_open.inc()
+        started = time.perf_counter()
+        outcome = "Closed"
+        try:
+            outcome = await self._serve(ws, ws_socket(request), opened)
+        except Exception:
+            outcome = "Failed"
+            log.exception("the desktop relay for %s failed", where)
+        finally:
+            self.metrics.web_open.dec()
+            self.metrics.web_relays.labels(outcome).inc()
+            if not ws.closed:
+                await ws.close()
+        log.info("web desktop %s: %s after %.1fs", where, outcome, time.perf_counter() - started)
+        return ws
+
+    async def _serve(
+        self, ws: web.WebSocketResponse, sock: socket.socket | None, opened: _Opened
+    ) -> str:
+        """The relay on an open WebSocket; its outcome (for the metrics and the log)."""
+        first = await first_pdu(ws)
+        if first is None:
+            return "NoRequest"
+        try:
+            pdu = rcp.decode(first)
+            problem = rcp.request_problem(pdu)
+        except rcp.RdCleanPathError:
+            problem = "not an RDCleanPath request"
+        if problem:
+            await ws.send_bytes(rcp.error_response(400))
+            return "BadRequest"
+        pool = opened.pool
+        presented = tickets.Presented(
+            text=pdu.proxy_auth or "",
+            user=opened.caller.user,
+            namespace=opened.namespace,
+            pool=pool.name,
+            port=pool.connection.port,
+            # Looked up again: the request may have changed since the upgrade.
+            placed=self._placed(opened.namespace, pool.name, opened.caller),
+            destination=pdu.destination,
+        )
+        placed = tickets.admit(self.key, presented, time.time(), self.used)
+        if isinstance(placed, str):
+            status = 404 if placed == "SessionChanged" else 403
+            await ws.send_bytes(rcp.error_response(status))
+            return placed
+        assert placed.address
+        assert pdu.x224 is not None
+        host = await open_host(placed.address, pool.connection.port, pdu.x224)
+        if isinstance(host, bytes):
+            await ws.send_bytes(host)
+            return "HostRefused"
+        reader, writer, confirm, certs = host
+        try:
+            await ws.send_bytes(rcp.response(confirm, certs, placed.address))
+            up = self.metrics.web_bytes.labels("to_host").inc
+            down = self.metrics.web_bytes.labels("to_browser").inc
+            ended = await pump(ws, sock, reader, writer, up, down)
+        finally:
+            writer.close()
+        log.info("web desktop %s/%s: %s", opened.namespace, pool.name, ended)
+        return "Closed"
+
+    # ------------------------------------------------------------------ first frame
+
+    async def first_frame(self, request: web.Request) -> web.Response:
+        async def taken() -> Answer:
+            await self._opened(request)
+            try:
+                body = orjson.loads(await request.read())
+            except orjson.JSONDecodeError:
+                return error(400, "InvalidBody", "the body is not JSON")
+            ms = body.get("ms") if isinstance(body, dict) else None
+            if not isinstance(ms, int | float) or isinstance(ms, bool) or ms != ms:
+                return error(400, "InvalidBody", 'the body must be {"ms": N}')
+            seconds = min(max(float(ms), 0.0), MAX_FIRST_FRAME_MS) / 1000
+            self.metrics.web_first_frame.observe(seconds)
+            return Answer(200, "OK", {"ok": True})
+
+        return await self.gate.answer(request, "web-first-frame", taken)
