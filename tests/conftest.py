@@ -112,6 +112,12 @@ def pytest_runtest_makereport(
 
 
 @pytest.fixture(scope="session")
+def bin_dir() -> Path:
+    """The project's tools (``hack/cluster/tools.sh``; cached): helm, kubectl, promtool..."""
+    return ensure_tools(REPO_ROOT)
+
+
+@pytest.fixture(scope="session")
 def kube(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Kube]:

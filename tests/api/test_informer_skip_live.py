@@ -18,7 +18,7 @@ from hostpool_operator.controller.manager import Controller
 from hostpool_operator.kube.informer import Informer
 from support import builders
 from support.client_helpers import operator_client
-from support.kube import Kube
+from support.kube import Kube, until
 
 POISON = "poison"
 
@@ -45,7 +45,7 @@ def test_a_handler_that_raises_on_one_object_skips_it_and_the_watch_goes_on(
             informer = Informer(client, "sessionrequests", namespace, handler, on_skip=on_skip)
             task = asyncio.create_task(informer.run())
             try:
-                await _until(lambda: ("ADDED", "before-b") in delivered)
+                await until(lambda: ("ADDED", "before-b") in delivered)
                 # The poisoned object changes (a watch event for it), then others arrive.
                 await asyncio.to_thread(
                     kube.merge_patch,
@@ -57,7 +57,7 @@ def test_a_handler_that_raises_on_one_object_skips_it_and_the_watch_goes_on(
                 await asyncio.to_thread(
                     kube.create, namespace, builders.request("after", "pool", user="after")
                 )
-                await _until(lambda: ("ADDED", "after") in delivered)
+                await until(lambda: ("ADDED", "after") in delivered)
                 return not task.done()
             finally:
                 task.cancel()
@@ -81,7 +81,7 @@ def test_a_skipped_object_gets_a_warning_event_naming_why(
             controller = Controller(client)
             controller.on_skipped("ADDED", obj, KeyError("spec"))
             controller.on_skipped("MODIFIED", obj, KeyError("spec"))  # once per interval
-            await _until(lambda: not controller._tasks)  # the Event posts have finished
+            await until(lambda: not controller._tasks)  # the Event posts have finished
 
     asyncio.run(run())
     events = kube.call("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
@@ -93,12 +93,3 @@ def test_a_skipped_object_gets_a_warning_event_naming_why(
     assert event["involvedObject"]["kind"] == "SessionRequest"
     assert event["involvedObject"]["uid"] == obj["metadata"]["uid"]
     assert "KeyError" in event["message"]
-
-
-async def _until(predicate: Any, timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.05)

@@ -14,7 +14,7 @@ made to fail here, standing in for whatever a future version could not read.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -26,7 +26,7 @@ from hostpool_operator.controller.settings import ControllerSettings
 from hostpool_operator.engine.records import PoolRecord
 from support import builders
 from support.client_helpers import operator_client
-from support.kube import Kube
+from support.kube import Kube, until
 
 POISON = "poison"
 SKIPPED = "hostpool_skipped_objects_total"
@@ -116,12 +116,3 @@ def pool_generation(controller: Controller, namespace: str, name: str) -> int | 
     worker = controller.pools.get((namespace, name))
     pool = worker.state.pool if worker is not None else None
     return pool.meta.generation if pool is not None else None
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.05)

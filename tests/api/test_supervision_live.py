@@ -9,8 +9,6 @@ placed nothing more while the process looked healthy.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,7 +19,7 @@ from hostpool_operator.controller.metrics import PrometheusMetrics
 from hostpool_operator.controller.settings import ControllerSettings
 from support import builders
 from support.client_helpers import operator_client
-from support.kube import Kube
+from support.kube import Kube, until
 
 
 def phase(kube: Kube, namespace: str, name: str) -> str | None:
@@ -43,7 +41,9 @@ def test_a_pool_loop_forced_to_die_is_restarted_counted_and_places_again(
             controller = Controller(client, ControllerSettings(status_interval=0.2), metrics)
             try:
                 await controller.initial_sync([namespace])
-                await until(lambda: phase(kube, namespace, "before") == "Assigned")
+                await until(
+                    lambda: phase(kube, namespace, "before") == "Assigned", 60, in_thread=True
+                )
                 worker = controller.pools[(namespace, "finance")]
                 failures = {"left": 5}
                 real = worker._next_timer
@@ -58,13 +58,15 @@ def test_a_pool_loop_forced_to_die_is_restarted_counted_and_places_again(
                 worker.wake()
                 # Five failures in a row: the liveness probe would now say so.
                 task = f"pool {namespace}/finance"
-                await until(lambda: controller.supervisor.failures(task) >= 5)
+                await until(lambda: controller.supervisor.failures(task) >= 5, 60, in_thread=True)
                 failing = controller.supervisor.problems()
-                await until(lambda: failures["left"] == 0)
+                await until(lambda: failures["left"] == 0, 60, in_thread=True)
                 await asyncio.to_thread(
                     kube.create, namespace, builders.request("after", "finance", user="bob@corp")
                 )
-                await until(lambda: phase(kube, namespace, "after") == "Assigned", 30)
+                await until(
+                    lambda: phase(kube, namespace, "after") == "Assigned", 30, in_thread=True
+                )
                 restarts = metrics.registry.get_sample_value(
                     "hostpool_task_restarts_total", {"task": "pool"}
                 )
@@ -78,14 +80,6 @@ def test_a_pool_loop_forced_to_die_is_restarted_counted_and_places_again(
     assert "pool " in failing[0]
     assert "RuntimeError: forced to die" in failing[0]
     assert placed == "Assigned"
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(predicate):
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.05)
 
 
 def test_a_request_the_controller_cannot_take_is_skipped_and_later_ones_are_placed(
@@ -115,10 +109,14 @@ def test_a_request_the_controller_cannot_take_is_skipped_and_later_ones_are_plac
             monkeypatch.setattr(controller, "on_request_event", handler)
             try:
                 await controller.initial_sync([namespace])
-                await until(lambda: phase(kube, namespace, "first") == "Assigned")
+                await until(
+                    lambda: phase(kube, namespace, "first") == "Assigned", 60, in_thread=True
+                )
                 kube.create(namespace, builders.request("after", "finance", user="bob@corp"))
-                await until(lambda: phase(kube, namespace, "after") == "Assigned")
-                await until(lambda: skipped_events(kube, namespace) > 0)
+                await until(
+                    lambda: phase(kube, namespace, "after") == "Assigned", 60, in_thread=True
+                )
+                await until(lambda: skipped_events(kube, namespace) > 0, 60, in_thread=True)
                 value = metrics.registry.get_sample_value(
                     "hostpool_skipped_objects_total", {"kind": "SessionRequest"}
                 )

@@ -10,8 +10,6 @@ its name; unrelated Pods are never kept, and a kind nobody uses any more is drop
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,7 +18,7 @@ from hostpool_operator.api.vocabulary import HOST_LABEL, MANAGED_LABEL, MANAGER,
 from hostpool_operator.controller.manager import Controller
 from support import builders
 from support.client_helpers import operator_client
-from support.kube import Kube, wait_default_service_account
+from support.kube import Kube, until, wait_default_service_account
 
 POD = {
     "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
@@ -79,11 +77,3 @@ def test_only_the_workloads_hosts_stand_on_are_kept_and_an_unused_kind_goes(
 
 def names(controller: Controller) -> set[str]:
     return {key[3] for key in controller.workloads.cache}
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.05)

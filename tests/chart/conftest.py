@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from support.controlplane import ensure_tools
-from support.monitoring import REPO_ROOT, Obj, render_chart
+from support.helm import helm_template
+from support.monitoring import REPO_ROOT, Obj
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +24,6 @@ def render(helm: Path) -> Callable[..., list[Obj]]:
     renders of the chart with those values (``--set-json``: types arrive as given)."""
 
     def render(namespace: str = "hostpool-system", **values: Any) -> list[Obj]:
-        return render_chart(helm, values, namespace=namespace)
+        return helm_template(helm, values, namespace=namespace)
 
     return render

@@ -18,16 +18,14 @@ from typing import Any
 import pytest
 import yaml
 
-from support.controlplane import ensure_tools
+from support.helm import helm_template, helm_template_error
 from support.monitoring import (
     REPO_ROOT,
     Obj,
     busy_samples,
     exported_sample_names,
-    helm_template_error,
     metric_names,
     one,
-    render_chart,
     require_promtool,
 )
 
@@ -47,11 +45,6 @@ PROMETHEUS_METRICS = {"up"}
 
 
 @pytest.fixture(scope="module")
-def bin_dir() -> Path:
-    return ensure_tools(REPO_ROOT)
-
-
-@pytest.fixture(scope="module")
 def helm(bin_dir: Path) -> Path:
     return bin_dir / "helm"
 
@@ -63,7 +56,7 @@ def promtool(bin_dir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def groups(helm: Path) -> list[Obj]:
-    rule = one(render_chart(helm, {"prometheusRule.enabled": True}), "PrometheusRule")
+    rule = one(helm_template(helm, {"prometheusRule.enabled": True}), "PrometheusRule")
     groups: list[Obj] = rule["spec"]["groups"]
     return groups
 
@@ -104,12 +97,12 @@ def test_promtool_is_the_pinned_version(promtool: Path) -> None:
 
 
 def test_no_prometheus_rule_by_default(helm: Path) -> None:
-    assert not [d for d in render_chart(helm) if d.get("kind") == "PrometheusRule"]
+    assert not [d for d in helm_template(helm) if d.get("kind") == "PrometheusRule"]
 
 
 def test_prometheus_rule_object(helm: Path) -> None:
     values = {"prometheusRule.enabled": True, "prometheusRule.labels": {"release": "kps"}}
-    docs = render_chart(helm, values)
+    docs = helm_template(helm, values)
     rule = one(docs, "PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["metadata"]["namespace"] == "hostpool-system"
@@ -203,7 +196,7 @@ def test_the_alert_tests_cover_exactly_the_alerts() -> None:
 
 def test_thresholds_and_durations_come_from_values(helm: Path) -> None:
     rule = one(
-        render_chart(
+        helm_template(
             helm,
             {
                 "prometheusRule.enabled": True,
@@ -246,7 +239,7 @@ def test_thresholds_and_durations_come_from_values(helm: Path) -> None:
 
 def test_selectors_follow_the_release_and_the_job_value(helm: Path) -> None:
     def rule(**values: Any) -> dict[str, Obj]:
-        docs = render_chart(helm, {"prometheusRule.enabled": True, **values}, namespace="vdi-ops")
+        docs = helm_template(helm, {"prometheusRule.enabled": True, **values}, namespace="vdi-ops")
         return alerts(one(docs, "PrometheusRule")["spec"]["groups"])
 
     default = rule()
@@ -266,7 +259,7 @@ def test_selectors_follow_the_release_and_the_job_value(helm: Path) -> None:
 
 
 def test_alerts_can_be_disabled(helm: Path) -> None:
-    docs = render_chart(
+    docs = helm_template(
         helm,
         {
             "prometheusRule.enabled": True,
@@ -276,7 +269,7 @@ def test_alerts_can_be_disabled(helm: Path) -> None:
     names = set(alerts(one(docs, "PrometheusRule")["spec"]["groups"]))
     assert names == set(ALERTS) - {"HostPoolMaxHostsReached", "HostPoolAgentsSilent"}
     everything = {"prometheusRule.enabled": True, "prometheusRule.disabled": list(ALERTS)}
-    docs = render_chart(helm, everything)
+    docs = helm_template(helm, everything)
     assert one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"] == []
 
 
@@ -296,7 +289,7 @@ def test_bad_alert_values_are_refused(helm: Path, values: dict[str, Any], messag
 
 
 def test_service_monitor_keeps_the_pools_namespace_label(helm: Path) -> None:
-    monitor = one(render_chart(helm, {"serviceMonitor.enabled": True}), "ServiceMonitor")
+    monitor = one(helm_template(helm, {"serviceMonitor.enabled": True}), "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
 
 

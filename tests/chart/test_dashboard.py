@@ -21,16 +21,14 @@ import pytest
 import yaml
 
 from support.controlplane import ensure_tools
+from support.helm import CHART_DIR, helm_template, helm_template_error
 from support.monitoring import (
-    CHART_DIR,
     REPO_ROOT,
     Obj,
     busy_samples,
     exported_sample_names,
-    helm_template_error,
     metric_names,
     one,
-    render_chart,
     require_promtool,
 )
 
@@ -60,7 +58,7 @@ OPERATOR_METRICS = {
 
 @pytest.fixture(scope="module")
 def config_map(helm: Path) -> Obj:
-    return one(render_chart(helm, {"dashboards.enabled": True}), "ConfigMap")
+    return one(helm_template(helm, {"dashboards.enabled": True}), "ConfigMap")
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +88,7 @@ def queries(dashboard: Obj) -> Iterator[tuple[str, str]]:
 
 
 def test_no_dashboard_by_default(helm: Path) -> None:
-    assert not [d for d in render_chart(helm) if d.get("kind") == "ConfigMap"]
+    assert not [d for d in helm_template(helm) if d.get("kind") == "ConfigMap"]
 
 
 def test_config_map_carries_the_sidecar_label(config_map: Obj) -> None:
@@ -109,7 +107,7 @@ def test_config_map_label_namespace_and_annotations_are_values(helm: Path) -> No
         "dashboards.labels": {"team": "vdi"},
         "dashboards.annotations": {"grafana_folder": "VDI"},
     }
-    meta = one(render_chart(helm, values), "ConfigMap")["metadata"]
+    meta = one(helm_template(helm, values), "ConfigMap")["metadata"]
     assert meta["namespace"] == "monitoring"
     assert meta["labels"]["grafana.io/dashboard"] == "hostpool"
     assert "grafana_dashboard" not in meta["labels"]

@@ -16,7 +16,6 @@ import yaml
 from chart.test_chart import (
     BROKER,
     BROKER_NAME,
-    CHART_DIR,
     REPO_ROOT,
     Obj,
     Render,
@@ -30,6 +29,7 @@ from chart.test_chart import (
     run_helm,
 )
 from hostpool_operator.broker.program import parse_args as parse_broker_args
+from support.helm import CHART_DIR
 
 PUBLIC_URL = "https://desktops.example.com"
 #: The least values with which the portal renders.

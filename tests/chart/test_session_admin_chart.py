@@ -11,7 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from support.monitoring import REPO_ROOT, Obj, helm_template_error
+from support.helm import helm_template_error
+from support.monitoring import REPO_ROOT, Obj
 
 Render = Callable[..., list[Obj]]
 CRD_DIR = REPO_ROOT / "crds"

@@ -125,16 +125,16 @@ class Watch(threading.Thread):
 
 
 @pytest.fixture(scope="module")
-def bin_dir() -> Path:
+def node_bin_dir() -> Path:
     require_nodes()
     return node_tools({})
 
 
 @pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory, bin_dir: Path) -> Iterator[ControlPlane]:
+def running(tmp_path_factory: pytest.TempPathFactory, node_bin_dir: Path) -> Iterator[ControlPlane]:
     with ControlPlane(
         tmp_path_factory.mktemp("add-nodes") / "cp",
-        bin_dir=bin_dir,
+        bin_dir=node_bin_dir,
         fake_nodes=1,
         hosts_bridge=BRIDGE,
         timeout=300,
@@ -305,9 +305,11 @@ def test_a_node_joins_the_running_cluster_and_leaves_nothing(running: ControlPla
 
 
 def test_a_cluster_on_loopback_only_is_refused(
-    tmp_path_factory: pytest.TempPathFactory, bin_dir: Path
+    tmp_path_factory: pytest.TempPathFactory, node_bin_dir: Path
 ) -> None:
-    cp = ControlPlane(tmp_path_factory.mktemp("add-nodes-lo") / "cp", bin_dir=bin_dir, fake_nodes=0)
+    cp = ControlPlane(
+        tmp_path_factory.mktemp("add-nodes-lo") / "cp", bin_dir=node_bin_dir, fake_nodes=0
+    )
     try:
         cp.start()
         before = (cp.directory / "state.env").read_text()

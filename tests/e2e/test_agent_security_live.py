@@ -33,9 +33,8 @@ import pytest
 from support import builders
 from support.agent_objects import CLUSTER_SCOPED, apply_agent_objects, delete_objects, run_tool
 from support.agent_process import AgentProcess
-from support.controlplane import ensure_tools
 from support.identity import token_kubeconfig
-from support.kube import REPO_ROOT, Kube, resource_path, unique_name, wait_for
+from support.kube import Kube, resource_path, unique_name, wait_for
 from support.log_lines import lines_saying
 
 AGENT_SA = "hostpool-agent"
@@ -53,11 +52,6 @@ Obj = dict[str, Any]
 
 # ---------------------------------------------------------------------------------------
 # tools
-
-
-@pytest.fixture(scope="module")
-def bin_dir(kube: Kube) -> Path:
-    return kube.bin_dir if kube.bin_dir is not None else ensure_tools(REPO_ROOT)
 
 
 # ---------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ import yaml
 from e2e import test_rbac_live as rbac
 from support import builders
 from support.conditions import status
+from support.helm import helm_template
 from support.keycloak import (
     CLIENT_ID,
     CLIENT_SECRET,
@@ -45,7 +46,6 @@ from support.keycloak import (
     Keycloak,
 )
 from support.kube import Kube, unique_name, wait_for
-from support.monitoring import render_chart
 from support.podman import PODMAN, build_image, podman, podman_env
 from support.ports import free_port
 
@@ -55,7 +55,6 @@ KUBECONFIG_IN_CONTAINER = "/var/run/hostpool/kubeconfig"
 UID = "65532"
 
 # The chart's rendering, ServiceAccount and token, from the RBAC live test.
-bin_dir = rbac.bin_dir
 install_identity = rbac.install_identity
 
 
@@ -343,7 +342,7 @@ def test_image_serves_the_portal_as_the_chart_mounts_it(
         "broker.portal.publicURL": public,
         "broker.portal.allowInsecurePublicURL": True,
     }
-    docs = render_chart(bin_dir / "helm", values)
+    docs = helm_template(bin_dir / "helm", values)
     (deployment,) = [
         d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-broker")
     ]

@@ -34,10 +34,10 @@ from typing import Any
 
 import pytest
 
-from e2e.test_rbac_live import bin_dir, helm_template  # noqa: F401  (a fixture)
 from support.agent_process import AgentProcess
 from support.cluster import Cluster
 from support.conditions import parse_time, status
+from support.helm import helm_template
 from support.identity import RBAC_PATHS, token_kubeconfig
 from support.kube import ApiError, Kube, unique_name
 from support.operator_process import OperatorProcess
@@ -60,12 +60,14 @@ class Done:
 
 
 @pytest.fixture(scope="module")
-def session_admin_role(kube: Kube, bin_dir: Path) -> Iterator[list[Obj]]:  # noqa: F811
+def session_admin_role(kube: Kube, bin_dir: Path) -> Iterator[list[Obj]]:
     """The chart's session-admin ClusterRole and its admission policy, applied for the
     module, deleted afterwards."""
     docs = [
         d
-        for d in helm_template(bin_dir, unique_name("sa", max_length=12), "default", {})
+        for d in helm_template(
+            bin_dir / "helm", release=unique_name("sa", max_length=12), namespace="default"
+        )
         if d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "session-admin"
     ]
     assert ROLE in [d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"]
@@ -183,7 +185,7 @@ def test_sessions_message_logoff_disconnect_and_errors_as_a_session_admin(
     operator_process: OperatorProcess,
     admin_kubeconfig: Path,
     kube: Kube,
-    bin_dir: Path,  # noqa: F811
+    bin_dir: Path,
 ) -> None:
     del operator_process
     ns = cluster.namespace

@@ -41,10 +41,9 @@ import yaml
 from e2e import test_plans_live as plans
 from support import builders
 from support.argocd_health import health, write_fixture
-from support.controlplane import ensure_tools
+from support.helm import helm_template
 from support.identity import token_kubeconfig
 from support.kube import (
-    REPO_ROOT,
     Kube,
     resource_path,
     unique_name,
@@ -53,7 +52,6 @@ from support.kube import (
 )
 from support.ports import free_port
 
-CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding")
 STARTED_LINE = "hostpool-operator started"
@@ -93,18 +91,6 @@ def run_tool(argv: list[str], *, stdin: str | None = None, timeout: float = 120)
             f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}"
         )
     return proc.stdout
-
-
-@pytest.fixture(scope="module")
-def bin_dir(kube: Kube) -> Path:
-    return kube.bin_dir if kube.bin_dir is not None else ensure_tools(REPO_ROOT)
-
-
-def helm_template(bin_dir: Path, release: str, namespace: str, values: dict[str, Any]) -> list[Obj]:
-    argv = [str(bin_dir / "helm"), "template", release, str(CHART_DIR), "--namespace", namespace]
-    for key, value in values.items():
-        argv += ["--set-json", f"{key}={json.dumps(value)}"]
-    return [d for d in yaml.safe_load_all(run_tool(argv)) if isinstance(d, dict)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -172,7 +158,9 @@ def install_identity(
         # test_roles_live.py's.
         docs = [
             d
-            for d in helm_template(bin_dir, release, release_namespace, values)
+            for d in helm_template(
+                bin_dir / "helm", values, release=release, namespace=release_namespace
+            )
             if d["metadata"].get("labels", {}).get("app.kubernetes.io/component")
             not in ("agent", "user-roles", "broker", "session-admin")
         ]

@@ -40,14 +40,13 @@ from e2e.test_rbac_live import (
     Identity,
     allowed_verbs,
     assert_refused,
-    bin_dir,  # noqa: F401  (a fixture)
-    helm_template,
     run_tool,
     watch_events,
 )
 from support import builders
 from support.agent_objects import CLUSTER_SCOPED, apply_agent_objects, delete_objects
 from support.cluster import Cluster
+from support.helm import helm_template
 from support.identity import install_identity, remove_identity, token_kubeconfig
 from support.kube import Kube, resource_path, unique_name, wait_for
 from support.operator_process import OperatorProcess
@@ -70,7 +69,7 @@ def component(doc: Obj) -> str | None:
 
 
 @pytest.fixture
-def chart_roles(kube: Kube, bin_dir: Path, namespace: str) -> Iterator[list[Obj]]:  # noqa: F811
+def chart_roles(kube: Kube, bin_dir: Path, namespace: str) -> Iterator[list[Obj]]:
     """The chart's roles for other actors, applied: the broker's in the test namespace (its
     ServiceAccount there too). The ClusterRoles are deleted afterwards."""
     kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(kube.kubeconfig)]
@@ -82,7 +81,7 @@ def chart_roles(kube: Kube, bin_dir: Path, namespace: str) -> Iterator[list[Obj]
     }
     docs = [
         d
-        for d in helm_template(bin_dir, release, namespace, values)
+        for d in helm_template(bin_dir / "helm", values, release=release, namespace=namespace)
         if component(d) in OTHER_ACTORS
     ]
     kinds = sorted(d["kind"] for d in docs)
@@ -112,7 +111,7 @@ def chart_roles(kube: Kube, bin_dir: Path, namespace: str) -> Iterator[list[Obj]
 @pytest.fixture
 def identity_of(
     kube: Kube,
-    bin_dir: Path,  # noqa: F811
+    bin_dir: Path,
     tmp_path: Path,
 ) -> Callable[[str, str], Identity]:
     """An Identity (a kubeconfig with only its token) for a ServiceAccount."""
@@ -439,7 +438,7 @@ def wait_status_allowed(identity: Identity, namespace: str) -> None:
 def test_session_admins_set_notice_disconnect_and_logoff_and_nothing_else(
     kube: Kube,
     namespace: str,
-    bin_dir: Path,  # noqa: F811
+    bin_dir: Path,
     tmp_path: Path,
     chart_roles: list[Obj],
     identity_of: Callable[[str, str], Identity],

@@ -4,16 +4,14 @@ helm and applied with the admin kubeconfig, for tests whose agents hold real tok
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from support.kube import REPO_ROOT
+from support.helm import helm_template
 
-CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
 CLUSTER_SCOPED = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 Obj = dict[str, Any]
 
@@ -39,10 +37,7 @@ def apply_agent_objects(
     """Render the chart with ``values`` (``--set-json`` each) for release namespace
     ``namespace`` and apply its agent objects; returns them (the cluster-scoped ones are
     the caller's to delete)."""
-    argv = [str(bin_dir / "helm"), "template", release, str(CHART_DIR), "-n", namespace]
-    for key, value in values.items():
-        argv += ["--set-json", f"{key}={json.dumps(value)}"]
-    docs = [d for d in yaml.safe_load_all(run_tool(argv)) if isinstance(d, dict)]
+    docs = helm_template(bin_dir / "helm", values, release=release, namespace=namespace)
     agents = [d for d in docs if is_agent(d)]
     kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig)]
     run_tool([*kubectl, "apply", "-f", "-"], stdin=yaml.safe_dump_all(agents))

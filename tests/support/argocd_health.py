@@ -12,8 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from support.helm import CHART_DIR
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
 HEALTH_DIR = CHART_DIR / "argocd" / "hostpool.io"
 FIXTURE_DIR = REPO_ROOT / "tests" / "support" / "fixtures" / "argocd"
 

@@ -6,8 +6,6 @@ the operator.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,9 +13,9 @@ from typing import Any
 import yaml
 
 from support.controlplane import ensure_tools
+from support.helm import helm_template
 from support.kube import REPO_ROOT, ApiError, Kube, Obj, unique_name
 
-CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
 RBAC_PATHS = {
     "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
     "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
@@ -89,20 +87,8 @@ class Identity:
 
 def _rendered_rbac(kube: Kube, release: str, namespace: str) -> list[Obj]:
     bin_dir = kube.bin_dir if kube.bin_dir is not None else ensure_tools(REPO_ROOT)
-    argv = [
-        str(bin_dir / "helm"),
-        "template",
-        release,
-        str(CHART_DIR),
-        "--namespace",
-        namespace,
-        "--set-json",
-        f"watchNamespace={json.dumps(namespace)}",
-    ]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    if proc.returncode != 0:
-        raise AssertionError(f"helm template failed: {proc.stderr}")
-    docs = [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
+    values = {"watchNamespace": namespace}
+    docs = helm_template(bin_dir / "helm", values, release=release, namespace=namespace)
     # Not the session admin role: one per cluster (a fixed name), and not the operator's.
     return [
         d

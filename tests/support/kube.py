@@ -11,6 +11,7 @@ the generated client's model classes. Every refusal is an :class:`ApiError`. A c
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import time
@@ -516,6 +517,22 @@ def wait_for(
     if raises is not None:
         raise raises("\n".join(lines))
     pytest.fail("\n".join(lines), pytrace=False)
+
+
+async def until(
+    predicate: Callable[[], object],
+    timeout: float = 20.0,
+    *,
+    what: str = "a condition",
+    in_thread: bool = False,
+) -> None:
+    """:func:`wait_for` for a test on an event loop: ``predicate`` is looked at every 50 ms
+    between the loop's own work (in a thread when it blocks, ``in_thread``)."""
+    deadline = time.monotonic() + timeout
+    while not (await asyncio.to_thread(predicate) if in_thread else predicate()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.1f}s waiting for {what}", pytrace=False)
+        await asyncio.sleep(0.05)
 
 
 def iter_schema_nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:

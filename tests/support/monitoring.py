@@ -3,21 +3,17 @@ names the operator exports and the ones a PromQL expression reads."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from prometheus_client.samples import Sample
 
 from hostpool_operator.controller.metrics import PrometheusMetrics
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
 
 Obj = dict[str, Any]
 
@@ -38,45 +34,6 @@ OWN_PREFIXES = ("hostpool_", "process_")
 #: A metric name in PromQL: an identifier not followed by "(" (a function), not preceded by
 #: "." or a letter; label names inside {...} and by (...) never start with these prefixes.
 _IDENTIFIER = re.compile(r"(?<![A-Za-z0-9_:.])([a-zA-Z_:][a-zA-Z0-9_:]*)")
-
-
-def set_json(values: dict[str, Any] | None) -> list[str]:
-    """``--set-json key=<json>`` for each value: types arrive exactly as given."""
-    args: list[str] = []
-    for key, value in (values or {}).items():
-        args += ["--set-json", f"{key}={json.dumps(value)}"]
-    return args
-
-
-def render_chart(
-    helm: Path, values: dict[str, Any] | None = None, *, namespace: str = "hostpool-system"
-) -> list[Obj]:
-    """``helm template hp CHART`` with the values; the documents rendered."""
-    args = set_json(values)
-    proc = subprocess.run(
-        [str(helm), "template", "hp", str(CHART_DIR), "--namespace", namespace, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise AssertionError(f"helm template failed:\n{proc.stderr}{proc.stdout}")
-    return [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
-
-
-def helm_template_error(helm: Path, values: dict[str, Any]) -> str:
-    """The error of a ``helm template`` expected to fail (its stderr)."""
-    args = set_json(values)
-    proc = subprocess.run(
-        [str(helm), "template", "hp", str(CHART_DIR), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode != 0, f"helm template succeeded:\n{proc.stdout}"
-    return proc.stderr
 
 
 def one(docs: list[Obj], kind: str) -> Obj:

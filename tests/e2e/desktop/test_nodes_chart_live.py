@@ -47,12 +47,12 @@ from support.builders import desktop_users, personal_desktop_pool, session_host_
 from support.cluster import Cluster
 from support.conditions import condition, status
 from support.desktop import RdpClient, VirtualDisplay, install_client, pixel
+from support.helm import CHART_DIR
 from support.keycloak import CLIENT_SECRET, Keycloak, KeycloakError, keycloak_home, suite_realms
-from support.kube import REPO_ROOT, ApiError, wait_for
+from support.kube import ApiError, wait_for
 from support.real_nodes import NODE, RealCluster, real_node_cluster
 from support.report_logs import EXTRA_LOGS
 
-CHART = REPO_ROOT / "charts" / "hostpool-operator"
 RELEASE = "hp"
 LIVENESS_PORT, METRICS_PORT = 8080, 9090
 DESKTOP_PASSWORD = "alice-desk-pw"
@@ -163,7 +163,7 @@ def operator_pod(nodes: RealCluster) -> Obj:
     started = time.monotonic()
     run_tool(
         [str(nodes.bin_dir / "helm"), "--kubeconfig", str(nodes.cp.kubeconfig), "install", RELEASE,
-         str(CHART), "-n", nodes.namespace, "--set", f"image.repository={repository}",
+         str(CHART_DIR), "-n", nodes.namespace, "--set", f"image.repository={repository}",
          "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
          "--set", f"watchNamespace={nodes.namespace}", "--set", "operator.logFormat=text"]
     )  # fmt: skip
@@ -452,7 +452,7 @@ def test_the_chart_runs_the_broker_in_a_pod(
     started = time.monotonic()
     run_tool(
         [str(nodes.bin_dir / "helm"), "--kubeconfig", str(nodes.cp.kubeconfig), "upgrade", RELEASE,
-         str(CHART), "-n", nodes.namespace, "--reuse-values",
+         str(CHART_DIR), "-n", nodes.namespace, "--reuse-values",
          "--set", "broker.enabled=true", "--set", "broker.replicas=1",
          "--set", f"broker.oidc.issuer={pod_keycloak.issuer(REALM)}",
          "--set", f"broker.oidc.audience={CLIENT}",
