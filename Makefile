@@ -60,8 +60,13 @@ lint: $(STAMP) shellcheck ## ruff (with its complexity and size gates), mypy, im
 	$(VENV)/bin/lint-imports
 	$(GO_CHECK)
 
-test: lint test-prepare ## everything: lint, then unit, property, CRD, end-to-end and image tests
-	$(PY) -m pytest
+# The suite's tests wait on servers far more than they compute: TEST_WORKERS pytest-xdist
+# workers run files at once, each with its own control plane (tests/conftest.py: the groups
+# and the order). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 4
+
+test: lint test-prepare ## everything: lint, then unit, property, CRD, end-to-end and image tests (TEST_WORKERS at once)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
 test-unit: $(STAMP) ## pure tests only (no control plane needed)
 	$(PY) -m pytest tests/unit
@@ -98,7 +103,7 @@ test-keycloak:
 BENCH_KUBECONFIG ?= $(KUBECONFIG)
 
 bench: $(STAMP) tools-cluster ## logon storm against the API server: operator vs. the write ceiling
-	@BENCH_KUBECONFIG="$(BENCH_KUBECONFIG)" HOSTPOOL_PYTHON=$(PY) hack/bench/storm.sh
+	@BENCH_KUBECONFIG="$(BENCH_KUBECONFIG)" $(PY) hack/bench/storm.py --plot .cluster/bench-storm.png
 
 bench-engine: $(STAMP) ## placement decisions per second for 10..10,000 hosts
 	$(PY) hack/bench/engine.py
@@ -107,7 +112,7 @@ bench-hosts: $(STAMP) tools-cluster ## 50 pod-backed hosts started on demand by 
 	@$(PY) hack/bench/hosts.py
 
 bench-scale: $(STAMP) tools-cluster ## 100,000 assigned sessions over 1,000 pools: operator start, storm, kill -9 (SCALE_* to scale down)
-	@BENCH_KUBECONFIG="$(BENCH_KUBECONFIG)" HOSTPOOL_PYTHON=$(PY) hack/bench/scale.sh
+	@BENCH_KUBECONFIG="$(BENCH_KUBECONFIG)" $(PY) hack/bench/scale.py
 
 bench-portal: $(STAMP) tools-cluster web-client ## (root) browser desktops through one broker: click -> first frame, relay CPU per MiB, 20 at once
 	@$(PY) hack/bench/portal.py

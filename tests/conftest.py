@@ -12,6 +12,13 @@ watches the new kinds at once (it rediscovers resource types only every 30 s).
 
 When a test that used ``kube`` fails, the API server's last log lines are attached to its
 report as a section named "kube-apiserver log".
+
+``make test`` runs the suite on several pytest-xdist workers at once (``--dist loadgroup``):
+each worker has its own control plane (and, when a test asks, its own Keycloak), its own
+hosts' bridge and subnet. A file's tests run on one worker (its module fixtures are set up
+once); tests that need the machine's one of something (real xrdp hosts with virtual
+displays, real kubelet nodes) share one group, and so one worker: :func:`group_of`. The
+longest work is handed out first (:func:`schedule_rank`).
 """
 
 from __future__ import annotations
@@ -31,10 +38,24 @@ from support.kube import REPO_ROOT, Kube, crd_files, make_api_client, unique_nam
 pytest_plugins = ["support.browser"]
 
 KUBECONFIG_ENV = "HOSTPOOL_TEST_KUBECONFIG"
-#: The suite's bridge for xrdp session hosts in network namespaces (tests/desktop); the API
-#: server serves on its address so the hosts' agents reach it. Its own /24, which nothing
-#: else here uses (the desktop demo's is 10.251.0.0/24).
-HOSTS_BRIDGE = "hptest0:10.251.1.1/24"
+#: Workers of one run at the most: each has a bridge and a /24 of its own (10.251.1-7;
+#: the desktop demo's is 10.251.0.0/24, the node test's 10.251.8.0/24).
+MAX_WORKERS = 7
+
+
+def worker_index() -> int:
+    """This pytest-xdist worker's number (0 when the suite runs in one process)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker.removeprefix("gw") or 0)
+
+
+def hosts_bridge() -> str:
+    """This worker's bridge for xrdp session hosts in network namespaces (tests/e2e/desktop);
+    the API server serves on its address so the hosts' agents reach it."""
+    n = worker_index()
+    if n >= MAX_WORKERS:
+        raise pytest.UsageError(f"at most {MAX_WORKERS} workers (-n): each needs a subnet")
+    return f"hptest{n}:10.251.{n + 1}.1/24"
 
 
 def can_make_bridges() -> bool:
@@ -54,6 +75,16 @@ DIRECTORY_MARKERS: tuple[tuple[Path, str], ...] = (
     (TESTS_DIR / "e2e" / "desktop", "desktop"),
 )
 
+#: Tests that need what the machine has one of share a worker: the desktop tests' virtual
+#: displays and hosts, and real kubelet nodes (their bridges, containerd, the nodes' subnet).
+DESKTOP_GROUP = "desktop"
+REAL_NODE_FILES = frozenset(
+    TESTS_DIR / "e2e" / name for name in ("test_real_nodes_live.py", "test_add_nodes_live.py")
+)
+#: The order work is handed out in, longest first, so that no long test starts last: the
+#: desktop group, then the other end-to-end tests, the API tests, the chart, the unit tests.
+RANKS: tuple[Path, ...] = (TESTS_DIR / "e2e", TESTS_DIR / "api", TESTS_DIR / "chart")
+
 _KUBE_KEY = pytest.StashKey[Kube]()
 _REPORTS_KEY = pytest.StashKey[dict[str, pytest.TestReport]]()
 
@@ -70,20 +101,43 @@ def directory_markers(path: Path, fixturenames: Iterable[str]) -> list[str]:
     return names
 
 
-# tryfirst: the markers must be on the items before `-m` deselects by them.
+def group_of(path: Path) -> str:
+    """The pytest-xdist group of a test in ``path``: the desktop group, else its file (a
+    module's fixtures are set up once, on one worker)."""
+    if path.is_relative_to(TESTS_DIR / "e2e" / "desktop") or path in REAL_NODE_FILES:
+        return DESKTOP_GROUP
+    return str(path.relative_to(TESTS_DIR) if path.is_relative_to(TESTS_DIR) else path)
+
+
+def schedule_rank(path: Path) -> int:
+    """Where a test in ``path`` comes in the order work is handed out (lower: sooner)."""
+    if group_of(path) == DESKTOP_GROUP:
+        return 0
+    for rank, directory in enumerate(RANKS, start=1):
+        if path.is_relative_to(directory):
+            return rank
+    return len(RANKS) + 1
+
+
+# tryfirst: the markers must be on the items before `-m` deselects by them, and the groups
+# before pytest-xdist reads them.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test by its directory (:data:`DIRECTORY_MARKERS`); refuse, at collection, a
-    test outside tests/api and tests/e2e that would start a cluster: unit tests must stay
-    fast and runnable anywhere."""
+    """Mark each test by its directory (:data:`DIRECTORY_MARKERS`) and its worker group;
+    refuse, at collection, a test outside tests/api and tests/e2e that would start a cluster:
+    unit tests must stay fast and runnable anywhere. On pytest-xdist's workers the longest
+    work comes first (every worker sorts alike: the order is the same on all)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: schedule_rank(Path(str(item.path)).resolve()))
     del config
     for item in items:
         path = Path(str(item.path)).resolve()
         fixturenames = getattr(item, "fixturenames", ())
         for name in directory_markers(path, fixturenames):
             item.add_marker(name)
-        if "kube" not in fixturenames:
-            continue
+        item.add_marker(pytest.mark.xdist_group(group_of(path)))
+        if "kube" not in fixturenames or not path.is_relative_to(TESTS_DIR):
+            continue  # a bench outside the suite may use the suite's fixtures
         if not any(path.is_relative_to(d) for d in CLUSTER_TEST_DIRS):
             raise pytest.UsageError(
                 f"{item.nodeid} uses the `kube` fixture but is not under tests/api or "
@@ -134,7 +188,7 @@ def kube(
         control_plane = ControlPlane(
             tmp_path_factory.mktemp("controlplane"),
             bin_dir=bin_dir,
-            hosts_bridge=HOSTS_BRIDGE if can_make_bridges() else None,
+            hosts_bridge=hosts_bridge() if can_make_bridges() else None,
         )
         kubeconfig = control_plane.start()
     api_client = make_api_client(kubeconfig)

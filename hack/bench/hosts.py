@@ -108,7 +108,8 @@ def stamp(value: str) -> datetime:
 
 
 def main() -> int:
-    with local_cluster.kubeconfig(CLUSTER, log) as path:
+    with local_cluster.bench_cluster(CLUSTER, log) as cluster:
+        path = cluster.kubeconfig
         return run(path)
 
 

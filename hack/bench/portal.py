@@ -4,9 +4,9 @@ per MiB relayed while a desktop draws, and BENCH_PORTAL_DESKTOPS (default 20) br
 desktops at once without a dropped session.
 
 The set-up is the end-to-end suite's (its control plane, operator, Keycloak, xrdp hosts and
-agents, the broker with the portal, chromium): the bench itself is
-tests/e2e/desktop/bench_portal.py, run here by pytest. The last line of stdout is one JSON
-object with the figures.
+agents, the broker with the portal, chromium): the bench itself is hack/bench/portal_bench.py,
+run here by pytest with the suite's conftest files as plugins. The last line of stdout is one
+JSON object with the figures.
 """
 
 from __future__ import annotations
@@ -18,14 +18,18 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "tests" / "e2e" / "desktop" / "bench_portal.py"
+BENCH = ROOT / "hack" / "bench" / "portal_bench.py"
+#: The suite's fixtures: the cluster, the end-to-end programs, the desktops.
+PLUGINS = ("conftest", "e2e.conftest", "e2e.desktop.conftest")
 
 
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-portal-") as work:
         out = Path(work) / "result.json"
-        env = {**os.environ, "BENCH_PORTAL_OUT": str(out)}
+        path = os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "BENCH_PORTAL_OUT": str(out), "PYTHONPATH": path}
         argv = [sys.executable, "-m", "pytest", str(BENCH), "-s", "-q", "-p", "no:cacheprovider"]
+        argv += [arg for plugin in PLUGINS for arg in ("-p", plugin)]
         argv += ["--basetemp", str(Path(work) / "pytest")]
         code = subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
         if out.exists():

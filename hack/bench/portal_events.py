@@ -295,7 +295,8 @@ def run(path: Path) -> int:
 
 
 def main() -> int:
-    with local_cluster.kubeconfig(CLUSTER, log) as path:
+    with local_cluster.bench_cluster(CLUSTER, log) as cluster:
+        path = cluster.kubeconfig
         return run(path)
 
 

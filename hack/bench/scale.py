@@ -28,8 +28,10 @@ SCALE_LIMIT (12), SCALE_SESSIONS (100000), SCALE_STORM (2000), SCALE_STORM_POOLS
 SCALE_ALGORITHM (DepthFirst), SCALE_CONCURRENCY (pre-fill, 256), SCALE_STORM_CONCURRENCY (64),
 SCALE_SESSION_LIMITS (1: every pool with sessionLimits, pre-filled sessions reported Active),
 SCALE_SESSIONS_ACTIVE (1: pre-filled sessions reported Active, no limits);
-KUBECONFIG, and SCALE_CLUSTER_DIR (the local control plane's directory: pids and ports of etcd
-and kube-apiserver; without it their figures are not reported).
+BENCH_KUBECONFIG to use an existing cluster (etcd's and kube-apiserver's own figures are then
+not reported), else a local control plane of its own, started afresh at
+``.cluster/bench-scale`` and stopped afterwards unless BENCH_KEEP, SCALE_PREFILL_ONLY or
+SCALE_REUSE is set (SCALE_REUSE uses the one an earlier run left there).
 
 Pre-filling 100,000 sessions takes minutes; to measure the operator again without it,
 SCALE_PREFILL_ONLY=1 pre-fills, keeps both namespaces and stops, and SCALE_REUSE=NS,CEILING_NS
@@ -57,7 +59,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import storm
+from bench import local_cluster, storm
 from bench.storm import ROOT, log, percentile, proc_stats
 from hostpool_operator.api.timestamps import rfc3339
 from hostpool_operator.kube.client import KubeClient
@@ -996,8 +998,6 @@ def main() -> int:
     gen.add_argument("--sessions-active", action="store_true")
     gen.add_argument("--setup", action="store_true")
     env = os.environ.get
-    parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""))
-    parser.add_argument("--cluster-dir", default=env("SCALE_CLUSTER_DIR", ""))
     parser.add_argument("--pools", type=int, default=int(env("SCALE_POOLS", "1000")))
     parser.add_argument(
         "--hosts-per-pool", type=int, default=int(env("SCALE_HOSTS_PER_POOL", "10"))
@@ -1047,15 +1047,23 @@ def main() -> int:
     if args.command == "loadgen":
         asyncio.run(loadgen(args))
         return 0
-    if not args.kubeconfig:
-        parser.error("no cluster: set KUBECONFIG (make bench-scale starts one and sets it)")
     # The storm and the kill run use pools of their own; the probes use the last pool.
     args.storm_pools = max(1, min(args.storm_pools, (args.pools - 1) // 2))
-    try:
-        return asyncio.run(bench(args))
-    finally:
-        for operator in OPERATORS:
-            operator.stop()
+    options = local_cluster.Options(
+        env="BENCH_KUBECONFIG",
+        fake_nodes=False,
+        fresh=not args.reuse,
+        reuse=bool(args.reuse),
+        keep=bool(env("BENCH_KEEP", "") or args.prefill_only),
+    )
+    with local_cluster.bench_cluster(ROOT / ".cluster" / "bench-scale", log, options) as cluster:
+        args.kubeconfig = str(cluster.kubeconfig)
+        args.cluster_dir = str(cluster.directory or "")
+        try:
+            return asyncio.run(bench(args))
+        finally:
+            for operator in OPERATORS:
+                operator.stop()
 
 
 if __name__ == "__main__":

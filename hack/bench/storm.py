@@ -25,7 +25,9 @@ The last line of stdout is one JSON object.
 
 Environment: BENCH_REQUESTS, BENCH_HOSTS, BENCH_LIMIT, BENCH_ALGORITHM, BENCH_CONCURRENCY,
 BENCH_WRITE_CONCURRENCY, BENCH_POOLS (hosts and requests spread round robin over that many pools);
-KUBECONFIG to use an existing cluster instead of starting the local control plane.
+BENCH_KUBECONFIG to use an existing cluster instead of starting a local control plane of its
+own (``.cluster/bench``, no nodes: the storm needs no pods), which is stopped afterwards unless
+BENCH_KEEP is set (a kept kube-apiserver goes on deleting the bench's namespaces for minutes).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "operator"))
 
 sys.path.insert(0, str(ROOT / "hack"))  # bench.broker_arm, beside this file
-from bench import broker_arm
+from bench import broker_arm, local_cluster
 from hostpool_operator.api import conditions as cond
 from hostpool_operator.api.timestamps import rfc3339
 from hostpool_operator.kube.client import KubeClient
@@ -1000,7 +1002,6 @@ def main() -> int:
     bare.add_argument("--write-concurrency", type=int, required=True)
     bare.add_argument("--out", required=True)
     env = os.environ.get
-    parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""))
     parser.add_argument("--requests", type=int, default=int(env("BENCH_REQUESTS", "2000")))
     parser.add_argument("--hosts", type=int, default=int(env("BENCH_HOSTS", "200")))
     parser.add_argument("--pools", type=int, default=int(env("BENCH_POOLS", "1")))
@@ -1040,11 +1041,14 @@ def main() -> int:
     if args.pools < 1 or args.hosts % args.pools:
         # Host i and request i then share pool i % pools, which the ceiling's hosts rely on.
         parser.error("BENCH_POOLS must be at least 1 and divide BENCH_HOSTS")
-    if not args.kubeconfig:
-        parser.error("no cluster: set KUBECONFIG (make bench starts one and sets it)")
     if args.broker_concurrency <= 0:
         args.broker_concurrency = args.requests
-    return asyncio.run(bench(args))
+    options = local_cluster.Options(
+        env="BENCH_KUBECONFIG", fake_nodes=False, keep=bool(env("BENCH_KEEP", ""))
+    )
+    with local_cluster.bench_cluster(ROOT / ".cluster" / "bench", log, options) as cluster:
+        args.kubeconfig = str(cluster.kubeconfig)
+        return asyncio.run(bench(args))
 
 
 if __name__ == "__main__":

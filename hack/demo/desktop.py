@@ -275,20 +275,29 @@ def pool_hosts(objects: Any) -> list[dict[str, Any]]:
     return [h for h in found["items"] if h["spec"]["poolRef"]["name"] == POOL]
 
 
-def available(host: dict[str, Any]) -> bool:
+#: Why a working host may take no new session now: it is full (its sessions are in use).
+FULL = ("SessionLimitReached", "LogonStormThreshold")
+
+
+def available(host: dict[str, Any], *, full_ok: bool = False) -> bool:
+    """Whether the host takes sessions (``full_ok``: or would, but is full now)."""
     conditions = (host.get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
+    return any(
+        c["type"] == "Available" and (c["status"] == "True" or (full_ok and c["reason"] in FULL))
+        for c in conditions
+    )
 
 
-def hosts_taking_sessions(objects: Any) -> dict[str, str]:
+def hosts_taking_sessions(objects: Any, *, full_ok: bool = False) -> dict[str, str]:
     """The hosts of the pool with their addresses, once all of them take sessions (a Pod's
-    after its readiness probe passed, the netns host's once its agent reported)."""
+    after its readiness probe passed, the netns host's once its agent reported); with
+    ``full_ok`` a host full of sessions counts too (``make demo-desktop``'s users on it)."""
     hosts = pool_hosts(objects)
     found = {}
     for host in hosts:
         status = host.get("status") or {}
         address = status.get("address") or (status.get("agent") or {}).get("address")
-        if address and available(host):
+        if address and available(host, full_ok=full_ok):
             found[host["metadata"]["name"]] = address
     return found if len(found) == len(hosts) else {}
 

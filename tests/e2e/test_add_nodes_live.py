@@ -46,7 +46,8 @@ from support.real_nodes import (
     require_nodes,
 )
 
-#: Its own bridge and subnet: the suite's (hptest0) and the demo's (hpdemo0) stay untouched.
+#: Its own bridge and subnet: the suite workers' (hptest0-6) and the demo's (hpdemo0) stay
+#: untouched.
 BRIDGE = "hptest8:10.251.8.1/24"
 
 

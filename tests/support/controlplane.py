@@ -25,6 +25,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 from collections import deque
@@ -98,7 +99,12 @@ def ensure_tools(
     """
     script = repo_root / "hack" / "cluster" / "tools.sh"
     argv = [str(script), *(["--nodes"] if nodes else [])]
-    proc = _run(argv, timeout=timeout, what="hack/cluster/tools.sh")
+    # One at a time: the suite's workers would otherwise relink the same bin dir at once.
+    lock_path = repo_root / ".cluster" / ".tools.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = _run(argv, timeout=timeout, what="hack/cluster/tools.sh")
     bin_dir = Path(_last_line(proc.stdout))
     if not (bin_dir / "kube-apiserver").exists():
         raise ControlPlaneError(

@@ -1,6 +1,6 @@
-"""`make bench-portal` (run by hack/bench/portal.py; not part of the suite: pytest collects
-only test_*.py): desktops in the browser through one broker, with real parts (the local
-control plane, the operator, Keycloak, xrdp hosts with their agents, the broker with the
+"""`make bench-portal` (run by hack/bench/portal.py with the end-to-end suite's fixtures as
+plugins; not part of the suite): desktops in the browser through one broker, with real parts
+(the local control plane, the operator, Keycloak, xrdp hosts with their agents, the broker with the
 portal and the web client, headless chromium).
 
 Measured:
