@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hostpool_operator.access.views import PoolView, RequestView
+from hostpool_operator.access.views import HostView, PoolView, RequestView
 
 
 def pool_view(
@@ -62,3 +62,25 @@ def request_view(
     return RequestView.from_api(
         {"metadata": meta, "spec": {"poolRef": {"name": "desk"}, "user": user}, "status": status}
     )
+
+
+def host_view(
+    name: str = "h1",
+    *,
+    status: dict[str, Any] | None = None,
+    pool: str | None = None,
+    user: str | None = None,
+) -> HostView:
+    """Host ``ns/name``: its status as given (None: none written yet), in ``pool`` when
+    given, assigned to ``user`` when given."""
+    obj: dict[str, Any] = {"metadata": {"namespace": "ns", "name": name}}
+    spec: dict[str, Any] = {}
+    if pool is not None:
+        spec["poolRef"] = {"name": pool}
+    if user is not None:
+        spec["assignedUser"] = user
+    if spec:
+        obj["spec"] = spec
+    if status is not None:
+        obj["status"] = status
+    return HostView.from_api(obj)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from hostpool_operator.access.connect import pool_entry
 from hostpool_operator.access.views import HostView, PoolView
-from support.access_views import request_view
+from support.access_views import host_view, request_view
 
 Obj = dict[str, Any]
 
@@ -109,13 +109,7 @@ def personal(assignment: str = "Automatic") -> PoolView:
 
 
 def host(power: str | None, user: str | None = "alice", pool: str = "desk") -> HostView:
-    return HostView.from_api(
-        {
-            "metadata": {"namespace": "ns", "name": "desk-1"},
-            "spec": {"poolRef": {"name": pool}, **({"assignedUser": user} if user else {})},
-            "status": {"power": power} if power else {},
-        }
-    )
+    return host_view("desk-1", status={"power": power} if power else {}, pool=pool, user=user)
 
 
 def test_a_pooled_pool_says_so_and_has_no_desktop() -> None:

@@ -6,6 +6,7 @@ deletes the request otherwise."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from hostpool_operator.access import connect
 from hostpool_operator.access.names import request_name
 from hostpool_operator.access.views import HostView, RequestView
-from support.access_views import pool_view, request_view
+from support.access_views import host_view, pool_view, request_view
 
 NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 STALE_AFTER = 120.0
@@ -48,11 +49,8 @@ def request(
     )
 
 
-def host(status: object) -> HostView:
-    obj: dict[str, object] = {"metadata": {"namespace": "ns", "name": "h1"}}
-    if status is not None:
-        obj["status"] = status
-    return HostView.from_api(obj)
+def host(status: dict[str, Any] | None) -> HostView:
+    return host_view(status=status)
 
 
 def reported(seconds_ago: float) -> dict[str, object]:
@@ -140,7 +138,9 @@ def test_a_failed_request_with_a_logoff_is_neither_live_nor_in_the_way() -> None
         "no-agent",
     ],
 )
-def test_an_agent_acts_only_while_its_figures_are_fresh(status: object, alive: bool) -> None:
+def test_an_agent_acts_only_while_its_figures_are_fresh(
+    status: dict[str, Any] | None, alive: bool
+) -> None:
     assert host(status).agent_alive(NOW, STALE_AFTER) is alive
 
 
