@@ -1,7 +1,8 @@
 """Builders for the pure per-pool tests (tests/unit/engine/test_pool_state.py,
 test_placement.py and their neighbours): API-shaped objects with uid, resourceVersion and
 creationTimestamp (``support.builders`` has the manifests sent to a cluster, without them),
-and a ``PoolState`` fed with observations the way the operator feeds it. Every time is ``T0`` plus an offset: no clock is read.
+and a ``PoolState`` fed with observations the way the operator feeds it. Every time is
+``T0`` plus an offset: no clock is read.
 """
 
 from __future__ import annotations
