@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 
 from support.controlplane import ControlPlane, ensure_tools
-from support.kube import REPO_ROOT, Kube, crd_files, make_api_client, unique_name
+from support.kube import Kube, crd_files, make_api_client, unique_name
+from support.paths import REPO_ROOT
 
 #: The browser fixtures (``browser``, ``new_page``) for any test that asks for them; nothing
 #: starts until one does.

@@ -10,7 +10,8 @@ import pytest
 
 from support.controlplane import ensure_tools
 from support.helm import helm_template
-from support.monitoring import REPO_ROOT, Obj
+from support.monitoring import Obj
+from support.paths import REPO_ROOT
 
 
 @pytest.fixture(scope="module")

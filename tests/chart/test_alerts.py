@@ -20,7 +20,6 @@ import yaml
 
 from support.helm import helm_template, helm_template_error
 from support.monitoring import (
-    REPO_ROOT,
     Obj,
     busy_samples,
     exported_sample_names,
@@ -28,6 +27,7 @@ from support.monitoring import (
     one,
     require_promtool,
 )
+from support.paths import REPO_ROOT
 
 ALERT_TESTS = Path(__file__).resolve().parent / "alerts"
 RUNBOOKS = REPO_ROOT / "docs" / "runbooks.md"

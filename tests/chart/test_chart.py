@@ -20,9 +20,8 @@ import yaml
 
 from hostpool_operator.broker.program import parse_args as parse_broker_args
 from hostpool_operator.cli.parser import build_parser
-from support.helm import CHART_DIR
+from support.paths import CHART_DIR, REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 CRD_DIR = REPO_ROOT / "crds"
 CHART_CRD_DIR = CHART_DIR / "files" / "crds"
 

@@ -21,9 +21,8 @@ import pytest
 import yaml
 
 from support.controlplane import ensure_tools
-from support.helm import CHART_DIR, helm_template, helm_template_error
+from support.helm import helm_template, helm_template_error
 from support.monitoring import (
-    REPO_ROOT,
     Obj,
     busy_samples,
     exported_sample_names,
@@ -31,6 +30,7 @@ from support.monitoring import (
     one,
     require_promtool,
 )
+from support.paths import CHART_DIR, REPO_ROOT
 
 DASHBOARD = CHART_DIR / "files" / "dashboards" / "hostpool.json"
 #: What the issue asks the dashboard to show, as metrics some panel must read.

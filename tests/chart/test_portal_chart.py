@@ -16,7 +16,6 @@ import yaml
 from chart.test_chart import (
     BROKER,
     BROKER_NAME,
-    REPO_ROOT,
     Obj,
     Render,
     broker_api_service,
@@ -29,7 +28,7 @@ from chart.test_chart import (
     run_helm,
 )
 from hostpool_operator.broker.program import parse_args as parse_broker_args
-from support.helm import CHART_DIR
+from support.paths import CHART_DIR, REPO_ROOT
 
 PUBLIC_URL = "https://desktops.example.com"
 #: The least values with which the portal renders.

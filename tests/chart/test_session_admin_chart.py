@@ -12,7 +12,8 @@ from pathlib import Path
 import yaml
 
 from support.helm import helm_template_error
-from support.monitoring import REPO_ROOT, Obj
+from support.monitoring import Obj
+from support.paths import REPO_ROOT
 
 Render = Callable[..., list[Obj]]
 CRD_DIR = REPO_ROOT / "crds"

@@ -18,11 +18,11 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from support.paths import REPO_ROOT
+
 APT_INSTALL = REPO_ROOT / "hack" / "cluster" / "apt-install.sh"
 #: The locks apt-get update and apt-get install take (besides dpkg's own, under the frontend's).
 APT_LOCKS = (

@@ -46,10 +46,10 @@ from support.keycloak import (
     Keycloak,
 )
 from support.kube import Kube, unique_name, wait_for
+from support.paths import REPO_ROOT
 from support.podman import PODMAN, build_image, podman, podman_env
 from support.ports import free_port
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Where the kubeconfig is mounted in the container.
 KUBECONFIG_IN_CONTAINER = "/var/run/hostpool/kubeconfig"
 UID = "65532"

@@ -40,8 +40,8 @@ from hostpool_operator.recommend.sources.prometheus import (
     read_series,
 )
 from support.controlplane import ensure_tools
-from support.kube import REPO_ROOT
 from support.monitoring import exported_sample_names, require_promtool
+from support.paths import REPO_ROOT
 from support.ports import free_port
 from support.prometheus_server import PrometheusServer, backfill, require_binary
 from support.report_logs import EXTRA_LOGS

@@ -21,8 +21,9 @@ import pytest
 from support.cluster import Cluster
 from support.conditions import status
 from support.controlplane import ensure_tools
-from support.kube import REPO_ROOT, Kube
+from support.kube import Kube
 from support.operator_process import OperatorProcess
+from support.paths import REPO_ROOT
 
 POOL = "finance"
 MANAGED = "hostpool.io/managed-by"

@@ -12,9 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from support.helm import CHART_DIR
+from support.paths import CHART_DIR, REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 HEALTH_DIR = CHART_DIR / "argocd" / "hostpool.io"
 FIXTURE_DIR = REPO_ROOT / "tests" / "support" / "fixtures" / "argocd"
 

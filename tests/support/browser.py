@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
+from support.paths import REPO_ROOT
 from support.report_logs import EXTRA_LOGS
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 APT_INSTALL = REPO_ROOT / "hack" / "cluster" / "apt-install.sh"
 #: Debian packages of the browser (apt-install.sh lists them in its TEST_PACKAGES).
 BROWSER_PACKAGES = ("chromium",)

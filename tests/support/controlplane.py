@@ -32,6 +32,8 @@ from collections import deque
 from pathlib import Path
 from types import TracebackType
 
+from support.paths import REPO_ROOT
+
 __all__ = [
     "COMPONENTS",
     "REPO_ROOT",
@@ -40,7 +42,6 @@ __all__ = [
     "ensure_tools",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 """The repository this file belongs to."""
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")

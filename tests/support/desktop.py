@@ -28,8 +28,8 @@ from pathlib import Path
 import psutil
 
 from support.agent_process import AgentProcess
+from support.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 HOSTS_SCRIPT = REPO_ROOT / "hack" / "cluster" / "xrdp-hosts.sh"
 #: Installs Debian packages one apt-get at a time (the images and tools may install at once).
 APT_INSTALL = REPO_ROOT / "hack" / "cluster" / "apt-install.sh"

@@ -11,9 +11,7 @@ from typing import Any
 
 import yaml
 
-from support.kube import REPO_ROOT
-
-CHART_DIR = REPO_ROOT / "charts" / "hostpool-operator"
+from support.paths import CHART_DIR
 
 Obj = dict[str, Any]
 

@@ -14,7 +14,8 @@ import yaml
 
 from support.controlplane import ensure_tools
 from support.helm import helm_template
-from support.kube import REPO_ROOT, ApiError, Kube, Obj, unique_name
+from support.kube import ApiError, Kube, Obj, unique_name
+from support.paths import REPO_ROOT
 
 RBAC_PATHS = {
     "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",

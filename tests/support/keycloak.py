@@ -59,9 +59,9 @@ from typing import Any, cast
 import aiohttp
 import psutil
 
+from support.paths import REPO_ROOT
 from support.ports import free_port
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 FETCH_SCRIPT = REPO_ROOT / "hack" / "cluster" / "keycloak.sh"
 
 ADMIN_USERNAME = "admin"

@@ -26,10 +26,11 @@ import urllib3
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from support.paths import REPO_ROOT
+
 if TYPE_CHECKING:
     from support.controlplane import ControlPlane
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO_ROOT / "crds"
 EXAMPLES_DIR = CRD_DIR / "examples"
 

@@ -13,8 +13,6 @@ from prometheus_client.samples import Sample
 
 from hostpool_operator.controller.metrics import PrometheusMetrics
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 Obj = dict[str, Any]
 
 #: The sample names a metric family of each type exposes, as suffixes of the family's name.

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from support.paths import REPO_ROOT
+
 IMAGE_SCRIPT = REPO_ROOT / "hack" / "cluster" / "image.sh"
 PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
 

@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from support.controlplane import REPO_ROOT, ControlPlane
+from support.controlplane import ControlPlane
 from support.kube import Kube, unique_name, wait_default_service_account
+from support.paths import REPO_ROOT
 from support.podman import build_image
 
 CLUSTER_SCRIPT = REPO_ROOT / "hack" / "cluster" / "cluster.sh"

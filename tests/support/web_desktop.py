@@ -22,8 +22,8 @@ from playwright.sync_api import Page
 
 from hostpool_operator.broker.relay import rdcleanpath as rcp
 from support.desktop import XrdpHosts
+from support.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 WEB_CLIENT_SCRIPT = REPO_ROOT / "hack" / "portal" / "web-client.sh"
 
 

@@ -12,7 +12,8 @@ import ast
 import tomllib
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from support.paths import REPO_ROOT
+
 PACKAGE = REPO_ROOT / "operator" / "hostpool_operator"
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from support.paths import REPO_ROOT
+
 PACKAGE = REPO_ROOT / "operator" / "hostpool_operator"
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from support.paths import REPO_ROOT
 
 _PROBE = (
     "import json, operator\n"

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from support.paths import REPO_ROOT
+
 MARKERS = ("cluster", "e2e", "faults", "desktop")
 
 PLUGIN = f"""

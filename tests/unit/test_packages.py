@@ -17,7 +17,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from support.paths import REPO_ROOT
+
 APT_INSTALL = REPO_ROOT / "hack" / "cluster" / "apt-install.sh"
 
 

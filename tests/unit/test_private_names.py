@@ -9,7 +9,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from support.paths import REPO_ROOT
+
 PACKAGE = REPO_ROOT / "operator" / "hostpool_operator"
 TESTS = REPO_ROOT / "tests"
 

@@ -26,8 +26,9 @@ import pytest
 from support.agent_objects import apply_agent_objects
 from support.builders import desktop_users, session_host_pool
 from support.controlplane import ControlPlane
-from support.kube import REPO_ROOT, Kube, unique_name, wait_default_service_account, wait_for
+from support.kube import Kube, unique_name, wait_default_service_account, wait_for
 from support.log_lines import lines_saying
+from support.paths import REPO_ROOT
 from support.podman import build_image
 from support.real_nodes import node_tools, require_nodes
 from support.report_logs import EXTRA_LOGS

@@ -47,9 +47,9 @@ from support.builders import desktop_users, personal_desktop_pool, session_host_
 from support.cluster import Cluster
 from support.conditions import condition, status
 from support.desktop import RdpClient, VirtualDisplay, install_client, pixel
-from support.helm import CHART_DIR
 from support.keycloak import CLIENT_SECRET, Keycloak, KeycloakError, keycloak_home, suite_realms
 from support.kube import ApiError, wait_for
+from support.paths import CHART_DIR
 from support.real_nodes import NODE, RealCluster, real_node_cluster
 from support.report_logs import EXTRA_LOGS
 

@@ -14,9 +14,9 @@ import yaml
 
 from hostpool_operator.cli.main import main
 from hostpool_operator.controller.settings import ControllerSettings
+from support.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
-SCENARIOS = ROOT / "docs" / "scenarios"
+SCENARIOS = REPO_ROOT / "docs" / "scenarios"
 
 
 def finance_pool(tmp_path: Path, limit: int) -> Path:
@@ -53,9 +53,9 @@ def test_crds_writes_the_shipped_definitions(
     assert main(["crds", "--output-dir", str(tmp_path / "crds")]) == 0
     written = [Path(line) for line in capsys.readouterr().out.splitlines()]
     assert written
-    assert {p.name for p in written} == {p.name for p in (ROOT / "crds").glob("*.yaml")}
+    assert {p.name for p in written} == {p.name for p in (REPO_ROOT / "crds").glob("*.yaml")}
     for path in written:
-        assert path.read_text() == (ROOT / "crds" / path.name).read_text(), path.name
+        assert path.read_text() == (REPO_ROOT / "crds" / path.name).read_text(), path.name
 
 
 def test_simulate_a_shipped_scenario(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from hostpool_operator.cli.main import main
+from support.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
-SCENARIO = ROOT / "docs" / "scenarios" / "depth-first-scale-up.yaml"
+SCENARIO = REPO_ROOT / "docs" / "scenarios" / "depth-first-scale-up.yaml"
 PREFIX = "hostpool-operator: error: "
 POOL = {
     "apiVersion": "hostpool.io/v1alpha1",

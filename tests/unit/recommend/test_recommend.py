@@ -31,8 +31,8 @@ from hostpool_operator.recommend.recommender import (
     recommend,
 )
 from hostpool_operator.scaling.plans import phase_in_force
+from support.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
 MONDAY = datetime(2026, 11, 2, tzinfo=UTC)
 POOL: dict[str, Any] = {
     "loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 5},
@@ -46,7 +46,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         check=False,
-        cwd=ROOT,
+        cwd=REPO_ROOT,
     )
 
 

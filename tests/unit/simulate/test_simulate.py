@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from hostpool_operator.simulate import ScenarioError, run_scenario
+from support.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
 SCENARIOS = sorted(
     p
-    for p in (ROOT / "docs" / "scenarios").glob("*.yaml")
+    for p in (REPO_ROOT / "docs" / "scenarios").glob("*.yaml")
     if not p.name.endswith(".timeline.yaml")  # timelines: test_timeline
 )
 
@@ -25,7 +25,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         check=False,
-        cwd=ROOT,
+        cwd=REPO_ROOT,
     )
 
 
@@ -45,7 +45,7 @@ def test_shipped_scenarios_run_as_json(path: Path) -> None:
 
 def test_depth_first_scenario_scales_up(tmp_path: Path) -> None:
     done = cli(
-        "simulate", str(ROOT / "docs/scenarios/depth-first-scale-up.yaml"), "--output", "json"
+        "simulate", str(REPO_ROOT / "docs/scenarios/depth-first-scale-up.yaml"), "--output", "json"
     )
     result = json.loads(done.stdout)
     reasons = [a["reason"] for a in result["assignments"]]
@@ -57,7 +57,7 @@ def test_depth_first_scenario_scales_up(tmp_path: Path) -> None:
 def test_table_output_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "plot.png"
     done = cli(
-        "simulate", str(ROOT / "docs/scenarios/horizon-logon-storm.yaml"), "--plot", str(out)
+        "simulate", str(REPO_ROOT / "docs/scenarios/horizon-logon-storm.yaml"), "--plot", str(out)
     )
     assert done.returncode == 0, done.stderr
     assert "SESSIONS  CONNECTING  LOAD  BUCKET" in done.stdout

@@ -19,9 +19,9 @@ from hostpool_operator import simulate
 from hostpool_operator.simulate.report import format_timeline_table
 from hostpool_operator.simulate.timeline import run_timeline
 from hostpool_operator.simulate.timeline_document import TimelineError
+from support.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
-TIMELINES = sorted((ROOT / "docs" / "scenarios").glob("*.timeline.yaml"))
+TIMELINES = sorted((REPO_ROOT / "docs" / "scenarios").glob("*.timeline.yaml"))
 STEP_KEYS = {
     "at",
     "phase",
@@ -52,7 +52,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         check=False,
-        cwd=ROOT,
+        cwd=REPO_ROOT,
     )
 
 

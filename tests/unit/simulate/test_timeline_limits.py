@@ -22,9 +22,9 @@ from hostpool_operator.simulate import replay as replay_module
 from hostpool_operator.simulate.report import format_timeline_table
 from hostpool_operator.simulate.timeline import run_timeline
 from hostpool_operator.simulate.timeline_document import TimelineError
+from support.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
-SCENARIOS = ROOT / "docs" / "scenarios"
+SCENARIOS = REPO_ROOT / "docs" / "scenarios"
 
 POOL: dict[str, Any] = {
     "loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 2},
@@ -424,7 +424,7 @@ def test_the_cli_prints_the_notes_and_the_limit_figures(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         check=False,
-        cwd=ROOT,
+        cwd=REPO_ROOT,
     )
     assert done.returncode == 0, done.stderr
     assert "\nnote: idleMinutes: not replayed:" in done.stdout
@@ -443,7 +443,7 @@ def test_the_cli_prints_the_notes_and_the_limit_figures(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         check=False,
-        cwd=ROOT,
+        cwd=REPO_ROOT,
     )
     assert json.loads(done.stdout)["sessionsEndedByLimits"] == {"Disconnected": 1, "MaxSession": 0}
     path.write_text(yaml.safe_dump(_one(disconnectedAt="2026-12-07T10:00:00")))
@@ -452,7 +452,7 @@ def test_the_cli_prints_the_notes_and_the_limit_figures(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         check=False,
-        cwd=ROOT,
+        cwd=REPO_ROOT,
     )
     assert done.returncode == 2
     assert "sessions.0.disconnectedAt: must be within the session" in done.stderr
