@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from hostpool_operator import api
 from hostpool_operator.access import connect
+from hostpool_operator.access.connect import Caller
 from hostpool_operator.access.names import is_namespace, is_object_name, request_name
 from hostpool_operator.access.ratelimit import RateLimit
 from hostpool_operator.access.rdp import rdp_file
@@ -308,3 +309,23 @@ def test_rate_limit_memory_is_bounded() -> None:
     for i in range(1000):
         limit.take(f"user-{i}", float(i) / 1000)
     assert len(limit) <= 100
+
+
+@pytest.mark.parametrize(
+    ("pool", "caller", "entitled"),
+    [
+        pytest.param(None, Caller("alice", frozenset()), False, id="no-such-pool"),
+        pytest.param(pool_view(["alice"]), Caller("alice", frozenset()), True, id="named-user"),
+        pytest.param(pool_view(["alice"]), Caller("bob", frozenset()), False, id="another-user"),
+        pytest.param(
+            pool_view(groups=["desk"]), Caller("bob", frozenset({"desk"})), True, id="group"
+        ),
+        pytest.param(pool_view(), Caller("anyone", frozenset()), False, id="no-entitlements"),
+    ],
+)
+def test_the_entitled_pool_is_the_callers_own_else_none(
+    pool: PoolView | None, caller: Caller, entitled: bool
+) -> None:
+    """Every route's "entitled pool" (the connect, the end of a session, the relay, the
+    desktop page) is this one rule."""
+    assert connect.entitled(pool, caller) is (pool if entitled else None)
