@@ -66,7 +66,7 @@ lint: $(STAMP) shellcheck ## ruff (with its complexity and size gates), mypy, im
 TEST_WORKERS ?= 4
 
 test: lint test-prepare ## everything: lint, then unit, property, CRD, end-to-end and image tests (TEST_WORKERS at once)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30
 
 test-unit: $(STAMP) ## pure tests only (no control plane needed)
 	$(PY) -m pytest tests/unit

@@ -13,12 +13,13 @@ watches the new kinds at once (it rediscovers resource types only every 30 s).
 When a test that used ``kube`` fails, the API server's last log lines are attached to its
 report as a section named "kube-apiserver log".
 
-``make test`` runs the suite on several pytest-xdist workers at once (``--dist loadgroup``):
-each worker has its own control plane (and, when a test asks, its own Keycloak), its own
-hosts' bridge and subnet. A file's tests run on one worker (its module fixtures are set up
-once); tests that need the machine's one of something (real xrdp hosts with virtual
-displays, real kubelet nodes) share one group, and so one worker: :func:`group_of`. The
-longest work is handed out first (:func:`schedule_rank`).
+``make test`` runs the suite on several pytest-xdist workers at once: each worker has its own
+control plane (and, when a test asks, its own Keycloak), its own hosts' bridge and subnet.
+The work is handed out in groups (:func:`pytest_xdist_make_scheduler`): a file's tests run on
+one worker (its module fixtures are set up once); tests that need the machine's one of
+something (real xrdp hosts with virtual displays, real kubelet nodes) share one group, and
+so one worker (:func:`group_of`). The longest work is handed out first
+(:func:`schedule_rank`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import os
 import shutil
 from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,8 +105,8 @@ def directory_markers(path: Path, fixturenames: Iterable[str]) -> list[str]:
 
 
 def group_of(path: Path) -> str:
-    """The pytest-xdist group of a test in ``path``: the desktop group, else its file (a
-    module's fixtures are set up once, on one worker)."""
+    """The group of a test in ``path`` that one worker runs: the desktop group, else its
+    file (a module's fixtures are set up once, on one worker)."""
     if path.is_relative_to(TESTS_DIR / "e2e" / "desktop") or path in REAL_NODE_FILES:
         return DESKTOP_GROUP
     return str(path.relative_to(TESTS_DIR) if path.is_relative_to(TESTS_DIR) else path)
@@ -120,13 +122,12 @@ def schedule_rank(path: Path) -> int:
     return len(RANKS) + 1
 
 
-# tryfirst: the markers must be on the items before `-m` deselects by them, and the groups
-# before pytest-xdist reads them.
+# tryfirst: the markers must be on the items before `-m` deselects by them.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test by its directory (:data:`DIRECTORY_MARKERS`) and its worker group;
-    refuse, at collection, a test outside tests/api and tests/e2e that would start a cluster:
-    unit tests must stay fast and runnable anywhere. On pytest-xdist's workers the longest
+    """Mark each test by its directory (:data:`DIRECTORY_MARKERS`); refuse, at collection, a
+    test outside tests/api and tests/e2e that would start a cluster: unit tests must stay fast
+    and runnable anywhere. On pytest-xdist's workers the longest
     work comes first (every worker sorts alike: the order is the same on all)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=lambda item: schedule_rank(Path(str(item.path)).resolve()))
@@ -136,7 +137,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixturenames = getattr(item, "fixturenames", ())
         for name in directory_markers(path, fixturenames):
             item.add_marker(name)
-        item.add_marker(pytest.mark.xdist_group(group_of(path)))
         if "kube" not in fixturenames or not path.is_relative_to(TESTS_DIR):
             continue  # a bench outside the suite may use the suite's fixtures
         if not any(path.is_relative_to(d) for d in CLUSTER_TEST_DIRS):
@@ -144,6 +144,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{item.nodeid} uses the `kube` fixture but is not under tests/api or "
                 "tests/e2e; only those may need a cluster"
             )
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scope scheduling over :func:`group_of`'s groups, in the order the
+    workers collected them (longest first), whatever ``--dist`` names. (Its own
+    ``xdist_group`` marks do not group under pytest 9: the node id they rename is read-only.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of((config.rootpath / nodeid.split("::", 1)[0]).resolve())
+
+    config.option.loadscopereorder = False
+    return GroupScheduling(config, log)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
