@@ -154,6 +154,12 @@ class Connection(ApiModel):
         description="The portal may open the pool's sessions in the browser: the broker relays "
         "the browser's connection to the user's own assigned host (a WebSocket).",
     )
+    single_sign_on: bool = Field(
+        default=False,
+        description="The broker signs its callers on to the host: a one-time logon credential "
+        "(signed, for this user on this host, at most 120 s) instead of a password, and the "
+        "account made from the identity with the same uid on every host.",
+    )
 
     @field_validator("rdp_properties")
     @classmethod
