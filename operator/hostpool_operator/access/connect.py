@@ -37,6 +37,8 @@ class Caller:
 
     user: str
     groups: frozenset[str]
+    #: The uid a token's claim names (``--uid-claim``; None: none, the broker allocates one).
+    uid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

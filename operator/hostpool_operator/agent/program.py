@@ -12,12 +12,10 @@ from collections.abc import Sequence
 from urllib.parse import urlparse
 
 from ..api.address import ADDRESS_RULE, is_host_address
-from ..kube.program import Program, Running, add_logging_flags, run
+from ..kube.program import Program, Running, add_logging_flags, pod_namespace, run
 from .loop import Agent, AgentOptions
 
 log = logging.getLogger("hostpool_operator.agent")
-
-SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 def local_address(server: str) -> str | None:
@@ -31,12 +29,6 @@ def local_address(server: str) -> str | None:
         address: str = sock.getsockname()[0]
         return address
     return None
-
-
-def default_namespace() -> str:
-    with contextlib.suppress(OSError), open(SERVICE_ACCOUNT_NAMESPACE) as handle:
-        return handle.read().strip() or "default"
-    return "default"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -95,7 +87,7 @@ AGENT = Program("agent", max_connections=4)
 async def amain(args: argparse.Namespace, running: Running) -> int:
     options = AgentOptions(
         host=args.host,
-        namespace=args.namespace or default_namespace(),
+        namespace=args.namespace or pod_namespace(),
         interval=args.interval,
         load_script=args.load_script,
         sessions_command=args.sessions_command,

@@ -25,6 +25,8 @@ from .pages.portal import PortalPage
 from .relay.routes import WebDesktops, WebSettings
 from .sessions import Sessions, SessionSettings
 from .signin.flow import Portal
+from .signon import SignOn, SignOnSettings
+from .uid_records import UidRecords
 
 MAX_BODY = 16 * 1024
 
@@ -41,6 +43,10 @@ class BrokerSettings:
     log_users: bool = False
     #: Desktops in the browser: the web client's files and the tickets' secret.
     web: WebSettings = field(default_factory=WebSettings)
+    #: Single sign-on: the logon key and the credentials' lifetime.
+    signon: SignOnSettings = field(default_factory=SignOnSettings)
+    #: Where the uids the broker allocates are recorded (None: it allocates none).
+    uid_namespace: str | None = None
 
 
 class Broker:
@@ -61,9 +67,14 @@ class Broker:
         self.metrics = metrics or BrokerMetrics()
         limit = RateLimit(settings.rate, settings.burst)
         self.gate = Gate(directory, verifier, limit, self.metrics, portal)
+        records = (
+            UidRecords(directory.client, settings.uid_namespace) if settings.uid_namespace else None
+        )
+        self.signon = SignOn(settings.signon, records, self.metrics)
         self.sessions = Sessions(
             self.gate,
             directory,
+            self.signon,
             self.metrics,
             SessionSettings(
                 connect_timeout=settings.connect_timeout,

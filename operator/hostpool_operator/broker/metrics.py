@@ -78,3 +78,10 @@ class BrokerMetrics:
             buckets=FIRST_FRAME_BUCKETS,
             registry=self.registry,
         )
+        self.logon_credentials = Counter(
+            "hostpool_broker_logon_credentials",
+            "Single sign-on: one-time logon credentials minted, and calls refused one, by "
+            "outcome (Minted, or the refusal's reason).",
+            ["outcome"],
+            registry=self.registry,
+        )

@@ -36,6 +36,7 @@ import orjson
 
 from ..access.connect import Caller
 from ..api.address import has_control_character
+from ..logon import uids
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,8 @@ class OidcSettings:
     keys_max_age: float = 300.0
     #: Seconds past ``keys_max_age`` the last set is still trusted while fetches fail.
     keys_max_stale: float = 3600.0
+    #: The claim naming the user's uid for single sign-on (None: the broker allocates).
+    uid_claim: str | None = None
 
 
 class TokenVerifier:
@@ -328,7 +331,13 @@ class TokenVerifier:
             raise InvalidTokenError(f"claim {groups_claim!r} is not a list of strings")
         if len(groups) > MAX_GROUPS:
             raise InvalidTokenError(f"claim {groups_claim!r} lists more than {MAX_GROUPS} groups")
-        return Caller(user, frozenset(groups))
+        uid = None
+        if self.settings.uid_claim is not None:
+            try:
+                uid = uids.from_claim(claims, self.settings.uid_claim)
+            except uids.UidError as exc:
+                raise InvalidTokenError(str(exc)) from None
+        return Caller(user, frozenset(groups), uid)
 
 
 def _check_header(header: dict[str, Any]) -> tuple[str, str]:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ..kube.program import Program, Running, add_logging_flags, run
+from ..kube.program import Program, Running, add_logging_flags, pod_namespace, run
+from ..logon.credential import MAX_LIFETIME
 from .app import Broker, BrokerSettings
 from .directory import Directory
 from .metrics import BrokerMetrics
@@ -24,6 +25,7 @@ from .serving import HEAD_TIMEOUT, HeadLimits, ReloadingCertificate, serve
 from .signin.cookies import derive_key
 from .signin.flow import Portal, PortalSettings
 from .signin.urls import origin_of
+from .signon import DEFAULT_LIFETIME, SignOnSettings, read_key
 
 log = logging.getLogger("hostpool_operator.broker")
 
@@ -99,6 +101,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rate-burst", type=int, default=20, help="calls at once per user")
     _add_portal_flags(parser)
     _add_web_flags(parser)
+    _add_signon_flags(parser)
     add_logging_flags(parser)
     args = parser.parse_args(argv)
     if bool(args.tls_cert) != bool(args.tls_key):
@@ -122,7 +125,50 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--rate-limit must be > 0 and --rate-burst >= 1")
     _check_portal_flags(parser, args)
     _check_web_flags(parser, args)
+    _check_signon_flags(parser, args)
     return args
+
+
+def _add_signon_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--logon-key-file",
+        help="single sign-on: the broker's Ed25519 private key (PEM) that signs one-time logon "
+        "credentials for pools with connection.singleSignOn (the hosts trust its public half)",
+    )
+    parser.add_argument(
+        "--logon-credential-seconds",
+        type=int,
+        default=DEFAULT_LIFETIME,
+        help=f"how long a logon credential is good for (1..{MAX_LIFETIME}; default "
+        f"{DEFAULT_LIFETIME})",
+    )
+    parser.add_argument(
+        "--uid-claim",
+        help="the token claim naming the user's uid (e.g. uidNumber); default: the broker "
+        "allocates uids and records them in --uid-namespace",
+    )
+    parser.add_argument(
+        "--uid-namespace",
+        help="where the broker records the uids it allocates (ConfigMaps uid-*); default: "
+        "the pod's namespace when --logon-key-file is given without --uid-claim",
+    )
+
+
+def _check_signon_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The logon key and the uid source as args.signon and args.uid_namespace."""
+    if not 1 <= args.logon_credential_seconds <= MAX_LIFETIME:
+        parser.error(f"--logon-credential-seconds must be in 1..{MAX_LIFETIME}")
+    key = None
+    if args.logon_key_file:
+        try:
+            key = read_key(Path(args.logon_key_file))
+        except ValueError as exc:
+            parser.error(f"--logon-key-file: {exc}")
+    if args.uid_claim is not None and not args.uid_claim.strip():
+        parser.error("--uid-claim must not be empty")
+    if key is not None and args.uid_claim is None and args.uid_namespace is None:
+        args.uid_namespace = pod_namespace()
+    args.signon = SignOnSettings(key=key, lifetime=args.logon_credential_seconds)
 
 
 def _add_web_flags(parser: argparse.ArgumentParser) -> None:
@@ -303,6 +349,7 @@ def oidc_settings(args: argparse.Namespace) -> OidcSettings:
         authorized_parties=tuple(args.oidc_authorized_party),
         keys_max_age=args.oidc_keys_max_age_seconds,
         keys_max_stale=args.oidc_keys_max_stale_seconds,
+        uid_claim=args.uid_claim,
     )
 
 
@@ -327,6 +374,8 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
             burst=args.rate_burst,
             log_users=args.log_users,
             web=args.web,
+            signon=args.signon,
+            uid_namespace=args.uid_namespace,
         ),
         metrics,
         portal,

@@ -23,6 +23,7 @@ from ..kube.errors import ApiError, ApiTransportError
 from .directory import Directory
 from .gate import Gate, RefusalError, api_failure, printable
 from .metrics import BrokerMetrics
+from .signon import SignOn
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,16 @@ class Sessions:
     """The session API's routes."""
 
     def __init__(
-        self, gate: Gate, directory: Directory, metrics: BrokerMetrics, settings: SessionSettings
+        self,
+        gate: Gate,
+        directory: Directory,
+        signon: SignOn,
+        metrics: BrokerMetrics,
+        settings: SessionSettings,
     ) -> None:
         self.gate = gate
         self.directory = directory
+        self.signon = signon
         self.metrics = metrics
         self.settings = settings
 
@@ -146,7 +153,10 @@ class Sessions:
             if found is None:
                 return decisions.waiting(view, "SessionEnding")
             view = found
-        return decisions.answer(view, pool, caller, reused=reused)
+        answer = decisions.answer(view, pool, caller, reused=reused)
+        if answer.status == 200 and pool.connection.single_sign_on:
+            answer = await self.signon.with_logon(answer, caller, view)
+        return answer
 
     async def _create(
         self, namespace: str, pool_name: str, caller: Caller, decision: decisions.Create

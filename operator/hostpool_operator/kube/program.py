@@ -16,14 +16,17 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import kopf
 import uvloop
 
 from ..logs import setup_logging
-from .auth import login, token_file
+from .auth import SERVICE_ACCOUNT_TOKEN, login, token_file
 from .client import KubeClient
 from .sinks import MetricsSink
+
+SERVICE_ACCOUNT_DIR = Path(SERVICE_ACCOUNT_TOKEN).parent
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,13 @@ class Running:
 
 
 Body = Callable[[Running], Awaitable[int]]
+
+
+def pod_namespace() -> str:
+    """The namespace of the pod this runs in (its ServiceAccount's), else ``default``."""
+    with contextlib.suppress(OSError), open(SERVICE_ACCOUNT_DIR / "namespace") as handle:
+        return handle.read().strip() or "default"
+    return "default"
 
 
 def add_logging_flags(parser: argparse.ArgumentParser) -> None:

@@ -234,6 +234,7 @@ class Portal:
         fresh.update(
             u=caller.user,
             g=sorted(caller.groups),
+            x=caller.uid,
             ax=expires,
             rt=answer.get("refresh_token") or token,
         )
@@ -387,6 +388,7 @@ class Portal:
         data = {
             "u": caller.user,
             "g": sorted(caller.groups),
+            "x": caller.uid,
             "sub": subject,
             "rt": answer.get("refresh_token") or "",
             "ax": expires,
@@ -545,7 +547,9 @@ def _session_of(data: Mapping[str, Any]) -> PortalSession | None:
         return None
     if not isinstance(ends, int | float):
         return None
-    return PortalSession(Caller(user, frozenset(map(str, groups))), csrf, float(ends))
+    uid = data.get("x")  # the uid claim's, where the broker reads one
+    caller = Caller(user, frozenset(map(str, groups)), uid if type(uid) is int else None)
+    return PortalSession(caller, csrf, float(ends))
 
 
 def _page(status: int, title: str, message: str, *, link: bool = False) -> web.Response:
