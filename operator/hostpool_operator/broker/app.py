@@ -83,7 +83,7 @@ class Broker:
             ),
         )
         self.live = LiveUpdates(self.gate, directory, self.metrics)
-        self.desktops = WebDesktops(self.gate, directory, self.metrics, settings.web)
+        self.desktops = WebDesktops(self.gate, directory, self.signon, self.metrics, settings.web)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self.gate.errors])

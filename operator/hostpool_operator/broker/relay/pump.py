@@ -61,10 +61,10 @@ async def pump(
     writer: asyncio.StreamWriter,
     count_up: Callable[[int], None],
     count_down: Callable[[int], None],
+    patcher: rcp.ClientInfoPatcher,
 ) -> str:
-    """Both ways until either side ends (or the browser shows no sign of life), auto-logon
-    set on the Client Info PDU; the bytes each way counted. Which side ended, and how."""
-    patcher = rcp.ClientInfoPatcher()
+    """Both ways until either side ends (or the browser shows no sign of life), the Client
+    Info PDU through ``patcher``; the bytes each way counted. Which side ended, and how."""
     liveness = BrowserLiveness(time.monotonic(), QUIET_SECONDS, ANSWER_SECONDS)
 
     async def browser_to_host() -> None:

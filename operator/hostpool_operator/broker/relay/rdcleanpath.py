@@ -31,8 +31,10 @@ _OCTETS = 0x04
 _UTF8 = 0x0C
 _TEXT_FIELDS = {2: "destination", 3: "proxy_auth", 4: "server_auth", 5: "preconnection_blob"}
 
-#: TS_INFO_PACKET flags: INFO_AUTOLOGON (xrdp logs the user on with the PDU's password).
+#: TS_INFO_PACKET flags: INFO_AUTOLOGON (xrdp logs the user on with the PDU's password),
+#: INFO_UNICODE (its strings are UTF-16).
 INFO_AUTOLOGON = 0x8
+INFO_UNICODE = 0x10
 #: Basic security header flag: the PDU is a Client Info PDU.
 SEC_INFO_PKT = 0x40
 SEC_ENCRYPT = 0x8
@@ -314,11 +316,10 @@ def selected_protocol(confirm: bytes) -> int | None:
     return int.from_bytes(confirm[15:19], "little")
 
 
-def autologon(packet: bytes) -> bytes | None:
-    """``packet`` (one whole TPKT packet) with INFO_AUTOLOGON set when it is the Client
-    Info PDU (TPKT, X.224 Data, MCS Send Data Request, a basic security header with
-    SEC_INFO_PKT, then TS_INFO_PACKET: CodePage, flags); every other byte the same. None
-    when it is not that PDU."""
+def _info_at(packet: bytes) -> int | None:
+    """Where TS_INFO_PACKET starts in ``packet`` (one whole TPKT packet) when it is the
+    Client Info PDU (TPKT, X.224 Data, MCS Send Data Request, a basic security header with
+    SEC_INFO_PKT, then TS_INFO_PACKET); None when it is not that PDU."""
     if x224_code(packet) != _X224_DT or packet[4] != 2:
         return None
     at = 7  # after TPKT (4) and X.224 Data (LI=2, code, EOT)
@@ -344,20 +345,116 @@ def autologon(packet: bytes) -> bytes | None:
     # header in the same place (totalLength, pduType) has a pduType in flagsHi.
     if not security & SEC_INFO_PKT or security & SEC_ENCRYPT or high != 0:
         return None
-    flags_at = at + 4 + 4  # basic security header, then CodePage
+    return at + 4
+
+
+def autologon(packet: bytes) -> bytes | None:
+    """``packet`` (one whole TPKT packet) with INFO_AUTOLOGON set when it is the Client
+    Info PDU (TS_INFO_PACKET: CodePage, flags); every other byte the same. None when it is
+    not that PDU."""
+    info = _info_at(packet)
+    if info is None:
+        return None
+    flags_at = info + 4  # after CodePage
     flags = int.from_bytes(packet[flags_at : flags_at + 4], "little")
     patched = bytearray(packet)
     patched[flags_at : flags_at + 4] = (flags | INFO_AUTOLOGON).to_bytes(4, "little")
     return bytes(patched)
 
 
+@dataclass(frozen=True, slots=True)
+class ClientInfo:
+    """What a Client Info PDU says of the logon (TS_INFO_PACKET), and where its own fields
+    end in the packet (the extra info after them is kept as it is)."""
+
+    flags: int
+    domain: str
+    user: str
+    password: str
+    #: TS_INFO_PACKET's offset in the packet, and the offset of what follows its five
+    #: strings (alternate shell and working directory are the last two).
+    info_at: int
+    strings_end: int
+    shell: bytes
+    directory: bytes
+
+
+#: The largest string of a Client Info PDU read or written (UTF-16: 255 characters).
+MAX_INFO_FIELD = 512
+
+
+def client_info(packet: bytes) -> ClientInfo | None:
+    """The logon fields of ``packet`` when it is a Client Info PDU whose five strings can be
+    read (Unicode, each within :data:`MAX_INFO_FIELD` bytes); None otherwise."""
+    info = _info_at(packet)
+    if info is None or len(packet) < info + 18:
+        return None
+    flags = int.from_bytes(packet[info + 4 : info + 8], "little")
+    if not flags & INFO_UNICODE:
+        return None  # IronRDP and FreeRDP send Unicode; no code page is guessed
+    sizes = [
+        int.from_bytes(packet[info + 8 + 2 * i : info + 10 + 2 * i], "little") for i in range(5)
+    ]
+    if any(size > MAX_INFO_FIELD or size % 2 for size in sizes):
+        return None
+    at = info + 18
+    fields: list[bytes] = []
+    for size in sizes:
+        end = at + size + 2  # each with its null terminator
+        if end > len(packet) or packet[end - 2 : end] != b"\0\0":
+            return None
+        fields.append(packet[at : end - 2])
+        at = end
+    try:
+        domain, user, password = (f.decode("utf-16-le") for f in fields[:3])
+    except UnicodeDecodeError:
+        return None
+    return ClientInfo(flags, domain, user, password, info, at, fields[3], fields[4])
+
+
+def with_logon(packet: bytes, user: str, password: str, domain: str = "") -> bytes | None:
+    """``packet`` (a Client Info PDU) with this user, password and domain, and auto-logon
+    set: the host signs the user on with them, whatever the browser put there. The other
+    fields and the extra info are kept; the lengths of the MCS and TPKT headers follow.
+    None when ``packet`` is not a Client Info PDU that can be read."""
+    info = client_info(packet)
+    if info is None:
+        return None
+    strings = [s.encode("utf-16-le") for s in (domain, user, password)]
+    strings += [info.shell, info.directory]
+    if any(len(s) > MAX_INFO_FIELD for s in strings):
+        raise ValueError("a logon field is longer than a Client Info PDU allows")
+    head = packet[info.info_at : info.info_at + 4]  # CodePage
+    flags = (info.flags | INFO_AUTOLOGON).to_bytes(4, "little")
+    sizes = b"".join(len(s).to_bytes(2, "little") for s in strings)
+    body = head + flags + sizes + b"".join(s + b"\0\0" for s in strings)
+    data = packet[info.info_at - 4 : info.info_at] + body + packet[info.strings_end :]
+    if len(data) > 0x3FFF:
+        raise ValueError("the Client Info PDU would be too long")
+    # PER's two-byte length whatever the size (as IronRDP and FreeRDP write it).
+    mcs = packet[7:13] + (0x8000 | len(data)).to_bytes(2, "big")
+    payload = packet[4:7] + mcs + data
+    return bytes([3, 0]) + (len(payload) + 4).to_bytes(2, "big") + payload
+
+
+class ClientInfoRefusedError(Exception):
+    """The browser's logon is refused before it reaches the host (the message says why)."""
+
+
 @dataclass
 class ClientInfoPatcher:
     """Follows what the browser sends until its Client Info PDU has passed: cuts the
     stream into TPKT packets, sets auto-logon on that one PDU, then passes everything on
-    untouched. Gives up (passes the rest on as it comes) on anything that is not TPKT
-    or after :attr:`limit` bytes without it."""
+    untouched.
 
+    For a single sign-on pool (``logon``: user and password) the PDU's logon is the
+    relay's, whatever the browser wrote; for another pool (``user``) a PDU naming another
+    user is refused. Either way a stream that cannot be read up to that PDU (not TPKT, or
+    past :attr:`limit` bytes without it) is refused; with neither it is passed on as it
+    comes."""
+
+    logon: tuple[str, str] | None = None
+    user: str | None = None
     limit: int = 256 * 1024
     done: bool = False
     patched: bool = False
@@ -366,7 +463,7 @@ class ClientInfoPatcher:
 
     def feed(self, data: bytes) -> bytes:
         """What to send on to the host for ``data`` (possibly held back, until a packet
-        is whole)."""
+        is whole); :class:`ClientInfoRefusedError` when the logon may not go on."""
         if self.done:
             return data
         self.buffer += data
@@ -384,7 +481,7 @@ class ClientInfoPatcher:
                 break
             packet = bytes(self.buffer[:length])
             del self.buffer[:length]
-            changed = autologon(packet)
+            changed = self._rewritten(packet)
             if changed is not None:
                 out += changed
                 self.patched = self.done = True
@@ -394,7 +491,25 @@ class ClientInfoPatcher:
                 out += packet
         return bytes(out)
 
+    def _rewritten(self, packet: bytes) -> bytes | None:
+        """The Client Info PDU as it goes on (None: ``packet`` is not that PDU)."""
+        if _info_at(packet) is None:
+            return None
+        if self.logon is not None:
+            user, password = self.logon
+            rewritten = with_logon(packet, user, password)
+            if rewritten is None:
+                raise ClientInfoRefusedError("the browser's logon could not be read")
+            return rewritten
+        if self.user is not None:
+            info = client_info(packet)
+            if info is None or info.user != self.user:
+                raise ClientInfoRefusedError("the browser's logon names another user")
+        return autologon(packet)
+
     def _give_up(self, out: bytearray) -> None:
+        if self.logon is not None or self.user is not None:
+            raise ClientInfoRefusedError("the browser's stream could not be read to its logon")
         out += self.buffer
         self.buffer.clear()
         self.done = True
@@ -404,11 +519,14 @@ __all__ = [
     "MAX_PDU",
     "PROTOCOL_SSL",
     "VERSION",
+    "ClientInfo",
     "ClientInfoPatcher",
+    "ClientInfoRefusedError",
     "ErrorField",
     "Pdu",
     "RdCleanPathError",
     "autologon",
+    "client_info",
     "decode",
     "encode",
     "error_response",
@@ -417,5 +535,6 @@ __all__ = [
     "selected_protocol",
     "total_length",
     "tpkt_length",
+    "with_logon",
     "x224_code",
 ]

@@ -27,6 +27,7 @@ from ...api import Phase
 from ..directory import Directory
 from ..gate import Gate, RefusalError
 from ..metrics import BrokerMetrics
+from ..signon import SignOn
 from . import rdcleanpath as rcp
 from .client_files import WebClient
 from .host import open_host
@@ -63,10 +64,16 @@ class WebDesktops:
     """The routes of browser desktops, behind the broker's gate."""
 
     def __init__(
-        self, gate: Gate, directory: Directory, metrics: BrokerMetrics, settings: WebSettings
+        self,
+        gate: Gate,
+        directory: Directory,
+        signon: SignOn,
+        metrics: BrokerMetrics,
+        settings: WebSettings,
     ) -> None:
         self.gate = gate
         self.directory = directory
+        self.signon = signon
         self.metrics = metrics
         self.client = WebClient(settings.client_dir)
         secret = settings.ticket_secret
@@ -214,6 +221,10 @@ class WebDesktops:
             return placed
         assert placed.address
         assert pdu.x224 is not None
+        patcher = await self._patcher(opened, placed)
+        if isinstance(patcher, Answer):
+            await ws.send_bytes(rcp.error_response(patcher.status))
+            return patcher.reason
         host = await open_host(placed.address, pool.connection.port, pdu.x224)
         if isinstance(host, bytes):
             await ws.send_bytes(host)
@@ -223,11 +234,26 @@ class WebDesktops:
             await ws.send_bytes(rcp.response(confirm, certs, placed.address))
             up = self.metrics.web_bytes.labels("to_host").inc
             down = self.metrics.web_bytes.labels("to_browser").inc
-            ended = await pump(ws, sock, reader, writer, up, down)
+            ended = await pump(ws, sock, reader, writer, up, down, patcher)
         finally:
             writer.close()
         log.info("web desktop %s/%s: %s", opened.namespace, pool.name, ended)
         return "Closed"
+
+    async def _patcher(
+        self, opened: _Opened, placed: RequestView
+    ) -> rcp.ClientInfoPatcher | Answer:
+        """What the browser's logon becomes: on a single sign-on pool the caller's own, with a
+        fresh one-time credential (or the refusal); elsewhere the browser's, as long as it
+        names the caller."""
+        user = opened.caller.user
+        if not opened.pool.connection.single_sign_on:
+            return rcp.ClientInfoPatcher(user=user)
+        grant = await self.signon.grant(opened.caller, placed)
+        if isinstance(grant, Answer):
+            return grant
+        password, _ = self.signon.mint(grant)
+        return rcp.ClientInfoPatcher(logon=(user, password))
 
     # ------------------------------------------------------------------ first frame
 

@@ -261,3 +261,113 @@ def test_the_patcher_gives_up_past_its_limit() -> None:
     assert patcher.feed(head) == b""
     assert patcher.feed(b"\x00" * 20) == head + b"\x00" * 20
     assert patcher.done
+
+
+# ---------------------------------------------------------------------- the logon fields
+
+
+EXTRA = (
+    bytes.fromhex("0200")
+    + b"\x1c\x00"
+    + "10.1.2.3".encode("utf-16-le")
+    + b"\x00\x00"
+    + b"\x07" * 40
+)
+
+
+def info_pdu(
+    user: str, password: str, domain: str = "", *, flags: int = 0x4B0173, extra: bytes = EXTRA
+) -> bytes:
+    """A Client Info PDU with these logon fields (Unicode), an empty shell and working
+    directory, and ``extra`` (the extended info) after them, as IronRDP sends it."""
+    strings = [s.encode("utf-16-le") for s in (domain, user, password, "", "")]
+    sizes = b"".join(len(s).to_bytes(2, "little") for s in strings)
+    rest = sizes + b"".join(s + b"\x00\x00" for s in strings) + extra
+    return client_info(flags, rest)
+
+
+def test_the_logon_fields_are_read() -> None:
+    info = rcp.client_info(info_pdu("alice", "s3cret", "CORP"))
+    assert info is not None
+    assert (info.domain, info.user, info.password) == ("CORP", "alice", "s3cret")
+    assert rcp.client_info(confirm_active()) is None
+    assert rcp.client_info(info_pdu("alice", "pw", flags=0x4B0163)) is None  # not Unicode
+
+
+@given(
+    st.text(max_size=40).filter(lambda t: "\x00" not in t),
+    st.text(min_size=1, max_size=150).filter(lambda t: "\x00" not in t),
+    st.text(max_size=100).filter(lambda t: "\x00" not in t),
+)
+def test_with_logon_writes_the_relays_logon_and_keeps_the_rest(
+    typed_user: str, password: str, typed_password: str
+) -> None:
+    packet = info_pdu(typed_user, typed_password)
+    rewritten = rcp.with_logon(packet, "alice", password)
+    assert rewritten is not None
+    assert rcp.tpkt_length(rewritten[:4]) == len(rewritten)
+    info = rcp.client_info(rewritten)
+    assert info is not None
+    assert (info.domain, info.user, info.password) == ("", "alice", password)
+    assert info.flags & rcp.INFO_AUTOLOGON
+    assert rewritten.endswith(EXTRA)
+    # It is a Client Info PDU as the host reads one: the same as one built with these fields.
+    assert rewritten == info_pdu("alice", password, flags=0x4B017B)
+
+
+def test_with_logon_fits_a_short_pdu_into_a_long_one() -> None:
+    """A one-byte PER length becomes two when the credential makes the PDU longer."""
+    short = info_pdu("", "", extra=b"")
+    short = short[:13] + bytes([len(short) - 15]) + short[15:]
+    short = short[:2] + (len(short)).to_bytes(2, "big") + short[4:]
+    assert rcp.client_info(short) is not None
+    rewritten = rcp.with_logon(short, "alice", "hp1." + "x" * 141)
+    assert rewritten is not None
+    info = rcp.client_info(rewritten)
+    assert info is not None
+    assert info.password == "hp1." + "x" * 141
+
+
+def logon_stream(user: str, password: str) -> bytes:
+    erect = bytes.fromhex("0300000c02f0800401000100")
+    attach = bytes.fromhex("0300000802f08028")
+    return erect + attach + info_pdu(user, password) + confirm_active() + b"\x44" * 30
+
+
+@given(st.lists(st.integers(1, 600), max_size=12))
+def test_on_a_single_sign_on_pool_the_logon_is_the_relays(cuts: list[int]) -> None:
+    whole = logon_stream("bob", "bobs-password")
+    expected = whole.replace(
+        info_pdu("bob", "bobs-password"), info_pdu("alice", "hp1.credential", flags=0x4B017B)
+    )
+    patcher = rcp.ClientInfoPatcher(logon=("alice", "hp1.credential"))
+    out, at = b"", 0
+    for cut in [*cuts, len(whole)]:
+        out += patcher.feed(whole[at : at + cut])
+        at += cut
+    assert patcher.patched
+    assert out == expected
+
+
+def test_elsewhere_the_browser_may_name_only_the_caller() -> None:
+    mine = rcp.ClientInfoPatcher(user="alice")
+    out = mine.feed(logon_stream("alice", "pw"))
+    assert mine.patched
+    assert info_pdu("alice", "pw", flags=0x4B017B) in out
+    theirs = rcp.ClientInfoPatcher(user="alice")
+    with pytest.raises(rcp.ClientInfoRefusedError, match="another user"):
+        theirs.feed(logon_stream("bob", "bobs-password"))
+
+
+@pytest.mark.parametrize(
+    "patcher",
+    [
+        pytest.param(rcp.ClientInfoPatcher(user="alice"), id="user"),
+        pytest.param(rcp.ClientInfoPatcher(logon=("alice", "hp1.x")), id="logon"),
+    ],
+)
+def test_a_stream_that_cannot_be_read_to_its_logon_is_refused(
+    patcher: rcp.ClientInfoPatcher,
+) -> None:
+    with pytest.raises(rcp.ClientInfoRefusedError):
+        patcher.feed(b"\x44\x00garbage")
