@@ -62,11 +62,13 @@ lint: $(STAMP) shellcheck ## ruff (with its complexity and size gates), mypy, im
 
 # The suite's tests wait on servers far more than they compute: TEST_WORKERS pytest-xdist
 # workers run files at once, each with its own control plane (tests/conftest.py: the groups
-# and the order). TEST_WORKERS=0 runs it in one process.
+# and the order). TEST_WORKERS=0 runs it in one process. The few tests that read the
+# machine's own load (marker solo) run afterwards, alone.
 TEST_WORKERS ?= 4
 
 test: lint test-prepare ## everything: lint, then unit, property, CRD, end-to-end and image tests (TEST_WORKERS at once)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30 -m "not solo"
+	$(PY) -m pytest -m solo --durations=5
 
 test-unit: $(STAMP) ## pure tests only (no control plane needed)
 	$(PY) -m pytest tests/unit

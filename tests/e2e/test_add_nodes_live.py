@@ -40,6 +40,7 @@ from support.real_nodes import (
     CLUSTER_SCRIPT,
     NODE,
     leftovers,
+    node_cluster_dir,
     node_tools,
     node_traces,
     pid_of,
@@ -134,7 +135,7 @@ def node_bin_dir() -> Path:
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory, node_bin_dir: Path) -> Iterator[ControlPlane]:
     with ControlPlane(
-        tmp_path_factory.mktemp("add-nodes") / "cp",
+        node_cluster_dir(tmp_path_factory, "add-nodes"),
         bin_dir=node_bin_dir,
         fake_nodes=1,
         hosts_bridge=BRIDGE,
@@ -309,7 +310,7 @@ def test_a_cluster_on_loopback_only_is_refused(
     tmp_path_factory: pytest.TempPathFactory, node_bin_dir: Path
 ) -> None:
     cp = ControlPlane(
-        tmp_path_factory.mktemp("add-nodes-lo") / "cp", bin_dir=node_bin_dir, fake_nodes=0
+        node_cluster_dir(tmp_path_factory, "add-nodes-lo"), bin_dir=node_bin_dir, fake_nodes=0
     )
     try:
         cp.start()

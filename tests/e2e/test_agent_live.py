@@ -86,6 +86,7 @@ def events(cluster: Cluster, name: str, reason: str) -> list[Any]:
 # --------------------------------------------------------------------------- metrics
 
 
+@pytest.mark.solo  # the machine's CPU, burnt and read back: nothing else may run
 def test_metrics_follow_the_machine_and_steer_a_horizon_pool(
     cluster: Cluster, operator_process: OperatorProcess, agents: dict[str, AgentProcess]
 ) -> None:
@@ -148,6 +149,7 @@ def test_metrics_follow_the_machine_and_steer_a_horizon_pool(
     assert agents["busy"].alive
 
 
+@pytest.mark.solo  # four failures a second apart, each within a deadline
 def test_custom_load_value_from_a_script_and_every_way_it_can_fail(
     cluster: Cluster, agents: dict[str, AgentProcess], tmp_path: Path
 ) -> None:

@@ -5,13 +5,16 @@ the kubelet's and containerd's CPU and memory sampled over the tests."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,6 +170,18 @@ def pid_of(directory: Path, name: str) -> int:
     return int((directory / "pids" / f"{name}.pid").read_text().strip())
 
 
+def node_cluster_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """The directory of a control plane with real nodes: in the session's temporary
+    directory, reached through a short link in /tmp (removed at exit). The nodes' unix
+    sockets must stay under 104 characters, and a pytest-xdist worker's temporary directory
+    is one level deeper than a single process's."""
+    real = tmp_path_factory.mktemp(name)
+    link = Path(tempfile.gettempdir()) / f"hpn-{uuid.uuid4().hex[:10]}"
+    link.symlink_to(real, target_is_directory=True)
+    atexit.register(link.unlink, missing_ok=True)
+    return link / "cp"
+
+
 @contextlib.contextmanager
 def real_node_cluster(
     tmp_path_factory: pytest.TempPathFactory, *extra_images: str
@@ -180,7 +195,7 @@ def real_node_cluster(
     timings: dict[str, str] = {}
     bin_dir = node_tools(timings)
 
-    directory = tmp_path_factory.mktemp("real-nodes") / "cp"
+    directory = node_cluster_dir(tmp_path_factory, "real-nodes")
     # Up to minutes the first time: containerd is installed with apt-get where missing.
     cp = ControlPlane(directory, bin_dir=bin_dir, fake_nodes=0, real_nodes=1, timeout=900)
     started = time.monotonic()

@@ -128,8 +128,9 @@ class LiveUpdates:
                     "X-Accel-Buffering": "no",
                 }
             )
-            await response.prepare(request)
+            # The browser may go before the stream's first byte: nothing failed.
             with contextlib.suppress(ConnectionError):
+                await response.prepare(request)
                 await self._pump(response, stream, ends)
             return response
         finally:

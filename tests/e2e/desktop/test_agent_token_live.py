@@ -30,7 +30,7 @@ from support.kube import Kube, unique_name, wait_default_service_account, wait_f
 from support.log_lines import lines_saying
 from support.paths import REPO_ROOT
 from support.podman import build_image
-from support.real_nodes import node_tools, require_nodes
+from support.real_nodes import node_cluster_dir, node_tools, require_nodes
 from support.report_logs import EXTRA_LOGS
 
 HOST = "tok-1"
@@ -64,7 +64,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     bin_dir = node_tools({})
     image = build_image("--session-host")
     with ControlPlane(
-        tmp_path_factory.mktemp("token-node") / "cp",
+        node_cluster_dir(tmp_path_factory, "token-node"),
         bin_dir=bin_dir,
         fake_nodes=0,
         real_nodes=1,
