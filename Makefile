@@ -64,7 +64,7 @@ lint: $(STAMP) shellcheck ## ruff (with its complexity and size gates), mypy, im
 # workers run files at once, each with its own control plane (tests/conftest.py: the groups
 # and the order). TEST_WORKERS=0 runs it in one process. The few tests that read the
 # machine's own load (marker solo) run afterwards, alone.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 
 test: lint test-prepare ## everything: lint, then unit, property, CRD, end-to-end and image tests (TEST_WORKERS at once)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30 -m "not solo"

@@ -6,8 +6,11 @@
 #
 # Usage: hack/cluster/xrdp-hosts.sh up DIR --bridge BR --hosts "NAME ..." [--first N]
 #                                           [--users "USER:PASSWORD ..."]
+#                                           [--signon KEYS.pem --verifier PATH]
 #            start the hosts (and create the users) when not already up; prints one line per
-#            host: NAME ADDRESS NETNS
+#            host: NAME ADDRESS NETNS. With --signon the hosts take the broker's one-time
+#            logon credentials (single sign-on): PATH is hostpool-logon, KEYS.pem the
+#            broker's public key(s); it makes the accounts at first logon
 #        hack/cluster/xrdp-hosts.sh down DIR     stop every process of the hosts, remove their
 #            namespaces, the users this script created and what Xorg left in /tmp
 #        hack/cluster/xrdp-hosts.sh exec DIR NAME COMMAND...
@@ -42,7 +45,7 @@ log() { printf 'xrdp-hosts: %s\n' "$*" >&2; }
 die() { printf 'xrdp-hosts: error: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-  sed -n '7,19p' "$0" >&2
+  sed -n '7,22p' "$0" >&2
   exit 2
 }
 
@@ -86,7 +89,13 @@ xrdp_ini() { # source dest log
 write_xsession() { # user
   local home
   home="$(getent passwd "$1" | cut -d: -f6)"
-  cat >"$home/.xsession" <<'EOF'
+  xsession_script >"$home/.xsession"
+  chmod 755 "$home/.xsession"
+  chown "$1:" "$home/.xsession"
+}
+
+xsession_script() {
+  cat <<'EOF'
 #!/bin/sh
 # The host this session runs on (its xrdp run directory is the host's own).
 [ -r /run/xrdp/host.env ] && . /run/xrdp/host.env
@@ -95,8 +104,6 @@ xterm -geometry 90x20+40+40 -title "${HOSTPOOL_DESKTOP_HOST:-desktop}" -e sh -c 
   'echo "host ${HOSTPOOL_DESKTOP_HOST:-?} $(ip -4 -o addr show dev eth0 | cut -d" " -f7) user $(id -un)"; exec bash' &
 exec twm
 EOF
-  chmod 755 "$home/.xsession"
-  chown "$1:" "$home/.xsession"
 }
 
 make_users() { # "user:password ..."
@@ -141,14 +148,20 @@ start_host() { # index name
   printf 'NAME=%s\nNETNS=%s\nADDRESS=%s\n' "$name" "$ns" "$address" >"$d/host.env"
 
   # `ip netns exec` gives each command a private mount namespace: the bind mount of the
-  # host's run directory on /run/xrdp stays the host's (pid-file-free with -n).
+  # host's run directory on /run/xrdp stays the host's (pid-file-free with -n), and so does
+  # sesman's PAM service of a single sign-on host.
+  local pam=""
+  if [[ -n "$SIGNON" ]]; then
+    pam="$d/etc/pam-xrdp-sesman"
+    signon_pam "$name" "$d" >"$pam"
+  fi
   local what
   for what in xrdp-sesman xrdp; do
-    local conf="$d/etc/sesman.ini"
-    [[ "$what" == xrdp ]] && conf="$d/etc/xrdp.ini"
+    local conf="$d/etc/sesman.ini" own_pam="$pam"
+    [[ "$what" == xrdp ]] && conf="$d/etc/xrdp.ini" own_pam=""
     # shellcheck disable=SC2016 # expanded by the inner shell
-    setsid ip netns exec "$ns" sh -c 'mount --bind "$1" /run/xrdp && echo $$ >"$2" && exec "$3" -n -c "$4"' \
-      _ "$d/run" "$d/$what.pid" "$what" "$conf" </dev/null >>"$d/logs/$what.out" 2>&1 &
+    setsid ip netns exec "$ns" sh -c 'mount --bind "$1" /run/xrdp && { [ -z "$5" ] || mount --bind "$5" /etc/pam.d/xrdp-sesman; } && echo $$ >"$2" && exec "$3" -n -c "$4"' \
+      _ "$d/run" "$d/$what.pid" "$what" "$conf" "$own_pam" </dev/null >>"$d/logs/$what.out" 2>&1 &
   done
   local n
   for ((n = 0; n < 100; n++)); do
@@ -161,6 +174,13 @@ start_host() { # index name
   die "host $name did not listen on 3389 and 3350 within 10 s; $(tail -n 5 "$d/logs/"*.out "$d/logs/"*.log 2>/dev/null)"
 }
 
+signon_pam() { # name dir: sesman's PAM service, the one-time credential checked first
+  echo "# hostpool single sign-on: the broker's one-time logon credential first"
+  printf 'auth [success=done default=ignore] pam_exec.so quiet expose_authtok %s --host %s --public-keys %s --state %s --xsession %s\n' \
+    "$VERIFIER" "$1" "$SIGNON" "$2/logon" "$DIR/xsession"
+  cat /etc/pam.d/xrdp-sesman
+}
+
 cmd_up() {
   local reason
   reason="$(why_not)"
@@ -171,6 +191,11 @@ cmd_up() {
   [[ -n "$GATEWAY" ]] || die "bridge $BRIDGE not found or without an IPv4 address (start the control plane with HOSTPOOL_HOSTS_BRIDGE)"
   NET="${GATEWAY%.*}"
   mkdir -p "$DIR"
+  if [[ -n "$SIGNON" ]]; then
+    [[ -r "$SIGNON" ]] || die "--signon $SIGNON: no such file"
+    [[ "$VERIFIER" == /* && -x "$VERIFIER" ]] || die "--verifier must be the absolute path of hostpool-logon"
+    xsession_script >"$DIR/xsession"
+  fi
   make_users
   mkdir -p /run/xrdp
   local i=0 name
@@ -214,7 +239,20 @@ cmd_down() {
   done
   # Sessions' processes that left the namespace's process list but not the machine (none
   # expected; a user's processes are in the host's namespace from sesman on).
-  local user
+  local user accounts
+  # The accounts single sign-on made on these hosts (hostpool-logon records each).
+  for accounts in "$DIR"/*/logon/accounts; do
+    [[ -f "$accounts" ]] || continue
+    while read -r user; do
+      [[ -n "$user" ]] || continue
+      pkill -KILL -u "$user" 2>/dev/null || true
+      if [[ "$(getent passwd "$user" | cut -d: -f5)" == "hostpool single sign-on" ]]; then
+        userdel -r "$user" 2>/dev/null || userdel "$user" 2>/dev/null || true
+        groupdel "$user" 2>/dev/null || true
+      fi
+    done <"$accounts"
+    rm -f "$accounts"
+  done
   if [[ -f "$DIR/users" ]]; then
     while read -r user; do
       [[ -n "$user" ]] || continue
@@ -259,7 +297,7 @@ fi
 mkdir -p "$1"
 DIR="$(cd "$1" && pwd)"
 shift
-BRIDGE="" HOSTS="" FIRST=11 USERS=""
+BRIDGE="" HOSTS="" FIRST=11 USERS="" SIGNON="" VERIFIER=""
 case "$CMD" in
   up)
     while [[ $# -gt 0 ]]; do
@@ -268,6 +306,8 @@ case "$CMD" in
         --hosts) HOSTS="$2"; shift 2 ;;
         --first) FIRST="$2"; shift 2 ;;
         --users) USERS="$2"; shift 2 ;;
+        --signon) SIGNON="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
+        --verifier) VERIFIER="$2"; shift 2 ;;
         *) usage ;;
       esac
     done

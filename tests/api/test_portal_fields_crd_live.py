@@ -68,7 +68,12 @@ def test_the_server_defaults_web_to_false_and_takes_only_a_boolean(
     made = kube.create(namespace, pool("p1", "BreadthFirst", 2, connection={"port": 3390}))
     assert made["spec"]["connection"]["web"] is False
     made = kube.create(namespace, pool("p2", "BreadthFirst", 2, connection={"web": True}))
-    assert made["spec"]["connection"] == {"web": True, "port": 3389, "protocol": "RDP"}
+    assert made["spec"]["connection"] == {
+        "web": True,
+        "singleSignOn": False,
+        "port": 3389,
+        "protocol": "RDP",
+    }
     assert "connection" not in kube.create(namespace, pool("p3", "BreadthFirst", 2))["spec"]
     with pytest.raises(ApiError) as info:
         kube.create(namespace, pool("p4", "BreadthFirst", 2, connection={"web": "yes"}))
@@ -76,4 +81,9 @@ def test_the_server_defaults_web_to_false_and_takes_only_a_boolean(
     assert "spec.connection.web" in info.value.message, info.value.message
     # Turned on later, on the pool as it is.
     patched = kube.merge_patch("HostPool", namespace, "p1", {"spec": {"connection": {"web": True}}})
-    assert patched["spec"]["connection"] == {"web": True, "port": 3390, "protocol": "RDP"}
+    assert patched["spec"]["connection"] == {
+        "web": True,
+        "singleSignOn": False,
+        "port": 3390,
+        "protocol": "RDP",
+    }

@@ -135,7 +135,7 @@ class ControlPlane:
         hosts_bridge: str | None = None,
         real_nodes: int = 0,
     ) -> None:
-        self.directory = Path(directory).resolve()
+        self.directory = Path(directory).absolute()  # a short link stays short (real nodes)
         #: real kubelet nodes real-node-1.. (HOSTPOOL_REAL_NODES of cluster.sh; root)
         self.real_nodes = real_nodes
         #: NAME:ADDRESS/PREFIX: a bridge for session hosts in network namespaces, the API

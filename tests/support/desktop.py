@@ -20,6 +20,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -103,19 +104,19 @@ class XrdpHosts:
             )
         return proc.stdout
 
-    def up(self, names: Sequence[str], users: Mapping[str, str]) -> dict[str, Host]:
-        out = self._run(
-            "up",
-            str(self.directory),
-            "--bridge",
-            self.bridge,
-            "--hosts",
-            " ".join(names),
-            "--first",
-            str(self.first),
-            "--users",
-            " ".join(f"{u}:{p}" for u, p in users.items()),
-        )
+    def up(
+        self, names: Sequence[str], users: Mapping[str, str], *, signon: Path | None = None
+    ) -> dict[str, Host]:
+        """Start the hosts with these users; with ``signon`` (the broker's public keys) they
+        take one-time logon credentials too, checked by the project's ``hostpool-logon``."""
+        args = [
+            "up", str(self.directory), "--bridge", self.bridge, "--hosts", " ".join(names),
+            "--first", str(self.first), "--users", " ".join(f"{u}:{p}" for u, p in users.items()),
+        ]  # fmt: skip
+        if signon is not None:
+            verifier = Path(sys.executable).with_name("hostpool-logon")
+            args += ["--signon", str(signon), "--verifier", str(verifier)]
+        out = self._run(*args)
         for line in out.splitlines():
             name, address, netns = line.split()
             self.hosts[name] = Host(name, address, netns)

@@ -30,11 +30,17 @@ Obj = dict[str, Any]
 
 class AgentHosts(Protocol):
     """The desktop tests' ``agent_hosts`` fixture: xrdp hosts ``names`` with ``users``
-    (name: password), network addresses from ``first`` on; the hosts and their agents (not
-    started) by name."""
+    (name: password), network addresses from ``first`` on, taking one-time logon credentials
+    of the broker whose public keys are ``signon``; the hosts and their agents (not started)
+    by name."""
 
     def __call__(
-        self, names: Sequence[str], users: Mapping[str, str], *, first: int
+        self,
+        names: Sequence[str],
+        users: Mapping[str, str],
+        *,
+        first: int,
+        signon: Path | None = None,
     ) -> tuple[XrdpHosts, dict[str, NetnsAgent]]: ...
 
 

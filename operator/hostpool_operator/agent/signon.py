@@ -41,6 +41,10 @@ USERADD = "/usr/sbin/useradd"
 MAX_INPUT = 4096
 USED_FILE = "used"
 REFUSALS_FILE = "refusals.jsonl"
+#: The accounts this verifier made, one name a line (what a host's clean-up removes).
+ACCOUNTS_FILE = "accounts"
+#: The GECOS comment of the accounts it makes.
+ACCOUNT_COMMENT = "hostpool single sign-on"
 #: Refusal lines kept (the oldest go first).
 MAX_REFUSALS = 1000
 #: A user name as Debian's useradd takes it, and a person's (no system account).
@@ -137,23 +141,6 @@ def observe(user: str, home_root: Path) -> Account:
     return Account(uid, owner)
 
 
-def make_account(user: str, uid: int, home_root: Path, xsession: Path | None) -> None:
-    """The user's private group and account with ``uid``, and a home they own (an existing
-    one of theirs is kept as it is)."""
-    home = home_root / user
-    subprocess.run([GROUPADD, "-g", str(uid), user], check=True, capture_output=True)
-    subprocess.run(
-        [USERADD, "-m", "-d", str(home), "-u", str(uid), "-g", str(uid), "-s", "/bin/bash", user],
-        check=True,
-        capture_output=True,
-    )
-    if xsession is not None and xsession.is_file() and not (home / ".xsession").exists():
-        target = home / ".xsession"
-        shutil.copyfile(xsession, target)
-        os.chown(target, uid, uid)
-        target.chmod(0o755)
-
-
 @dataclass(frozen=True)
 class Settings:
     host: str
@@ -161,6 +148,24 @@ class Settings:
     state: Path
     home_root: Path
     xsession: Path | None
+
+
+def make_account(user: str, uid: int, settings: Settings) -> None:
+    """The user's private group and account with ``uid``, and a home they own (an existing
+    one of theirs is kept as it is); its name recorded in the state directory."""
+    home = settings.home_root / user
+    subprocess.run([GROUPADD, "-g", str(uid), user], check=True, capture_output=True)
+    argv = [USERADD, "-m", "-d", str(home), "-u", str(uid), "-g", str(uid)]
+    argv += ["-s", "/bin/bash", "-c", ACCOUNT_COMMENT, user]
+    subprocess.run(argv, check=True, capture_output=True)
+    with open(settings.state / ACCOUNTS_FILE, "a", encoding="utf-8") as accounts:
+        accounts.write(user + "\n")
+    xsession = settings.xsession
+    if xsession is not None and xsession.is_file() and not (home / ".xsession").exists():
+        target = home / ".xsession"
+        shutil.copyfile(xsession, target)
+        os.chown(target, uid, uid)
+        target.chmod(0o755)
 
 
 def sign_on(settings: Settings, user: str, password: str, now: float) -> str | None:
@@ -180,7 +185,7 @@ def sign_on(settings: Settings, user: str, password: str, now: float) -> str | N
         return "Replayed"
     if observe(user, settings.home_root).uid is None:
         try:
-            make_account(user, claims.uid, settings.home_root, settings.xsession)
+            make_account(user, claims.uid, settings)
         except (OSError, subprocess.CalledProcessError):
             return "AccountNotMade"
     return None

@@ -69,12 +69,16 @@ def agent_hosts(
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
 
     def up(
-        names: Sequence[str], users: Mapping[str, str], *, first: int
+        names: Sequence[str],
+        users: Mapping[str, str],
+        *,
+        first: int,
+        signon: Path | None = None,
     ) -> tuple[XrdpHosts, dict[str, NetnsAgent]]:
         hosts = XrdpHosts(tmp_path / f"hosts-{first}", hosts_bridge, first=first)
         agents: dict[str, NetnsAgent] = {}
         made.append((hosts, agents))
-        hosts.up(names, users)
+        hosts.up(names, users, signon=signon)
         for name in names:
             logs.append((f"xrdp host {name} logs", lambda n=name: hosts.logs(n)))
             agents[name] = NetnsAgent(

@@ -360,6 +360,7 @@ HOSTS_PER_POOL = 100
 REQUESTS_PER_POOL = 250
 
 
+@pytest.mark.solo  # 5,000 sessions placed within a deadline: the machine's CPU, all of it
 def test_memory_stays_bounded(
     kube: Kube, namespace: str, identity: Identity, tmp_path: Path, record_property: Any
 ) -> None:
