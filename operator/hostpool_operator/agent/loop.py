@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -36,6 +37,7 @@ from ..kube.events import post_event
 from .commands import CommandResult, run_command
 from .desktop import X_TIMEOUT, Message, Windows
 from .figures import Counters, custom_load_value, load_figures
+from .logon_refusals import REFUSALS_FILE, refusals_after
 from .machine import XrdpMachine, server_of
 from .sessions import (
     HostRequest,
@@ -115,6 +117,9 @@ class AgentOptions:
     #: Where sessions come from without a sessions command: "users" (the machine's logged-in
     #: users, all Active) or "xrdp" (the xrdp instance beside the agent).
     sessions_from: str = "users"
+    #: The single sign-on verifier's state directory, whose refusals become Events (None:
+    #: none are read).
+    logon_state: str | None = None
 
 
 @dataclass
@@ -128,6 +133,8 @@ class Agent:
     logoffs: LogoffTracker = field(default_factory=LogoffTracker)
     host_object: dict[str, Any] = field(default_factory=dict)
     _event_at: dict[str, float] = field(default_factory=dict)
+    #: The time of the last single sign-on refusal reported (older ones are history).
+    _refusals_after: float = field(default_factory=time.time)
     #: Request uids deleted by this agent, while the API still lists them (pruned to those).
     _deleted: set[str] = field(default_factory=set)
     #: Forced logoffs that failed (the command, or the delete after it), by request uid: the
@@ -214,6 +221,7 @@ class Agent:
             await self.carry_out_notices()
             await self.carry_out_disconnects()
             await self.carry_out_logoffs(list(self.requests.values()))
+            await self.report_logon_refusals()
 
     # -------------------------------------------------------------- metrics
 
@@ -272,6 +280,24 @@ class Agent:
                 component="hostpool-agent",
             ):
                 return
+
+    async def report_logon_refusals(self) -> None:
+        """An Event for each logon the single sign-on verifier refused since the last look
+        (those before the agent started were reported by the agent before it)."""
+        if self.options.logon_state is None:
+            return
+        path = Path(self.options.logon_state) / REFUSALS_FILE
+        try:
+            text = await asyncio.to_thread(path.read_text, encoding="utf-8")
+        except FileNotFoundError:
+            text = ""
+        except OSError as exc:
+            self.warn_now_and_then(f"the logon refusals could not be read: {exc}")
+            return
+        refusals, self._refusals_after = refusals_after(text, self._refusals_after)
+        for refusal in refusals:
+            log.info("%s", refusal.message)
+            await self.event(refusal.event_reason, refusal.message)
 
     # -------------------------------------------------------------- sessions
 

@@ -68,6 +68,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--command-timeout", type=float, default=10.0, help="seconds any command may take"
     )
     parser.add_argument(
+        "--logon-state",
+        help="the single sign-on verifier's state directory (hostpool-logon --state): each "
+        "logon it refuses becomes a LogonRefused or HomeOwnedByAnotherUser Event",
+    )
+    parser.add_argument(
         "--address",
         help="the address clients use: an IP address (IPv6 without brackets) or a DNS name "
         "(default: detected)",
@@ -97,6 +102,7 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
         command_timeout=args.command_timeout,
         address=args.address,
         sessions_from=args.sessions_from,
+        logon_state=args.logon_state,
     )
     address = args.address or local_address(running.server)
     if address is not None and not is_host_address(address):

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..logon import credential
+from .logon_refusals import REFUSALS_FILE
 
 #: Absolute paths: pam_exec runs this with an empty environment (no PATH).
 GROUPADD = "/usr/sbin/groupadd"
@@ -40,7 +41,6 @@ USERADD = "/usr/sbin/useradd"
 #: The longest password read from PAM (a credential is 145 characters).
 MAX_INPUT = 4096
 USED_FILE = "used"
-REFUSALS_FILE = "refusals.jsonl"
 #: The accounts this verifier made, one name a line (what a host's clean-up removes).
 ACCOUNTS_FILE = "accounts"
 #: The GECOS comment of the accounts it makes.

@@ -3,7 +3,8 @@ the host does not gets a connect answer with a one-time logon credential, FreeRD
 the password, the host's PAM (``hostpool-logon`` before any password rule) signs the user on
 and makes the account with the uid the broker decided and a home they own, and the session
 is reported Active. The same credential a second time is refused (the session never starts;
-the refusal is recorded as ``Replayed``, without the credential)."""
+the refusal is recorded as ``Replayed``, without the credential, and the host's agent reports
+it as a ``LogonRefused`` Event)."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def test_freerdp_signs_on_with_the_one_time_password_once(
         entitlements={"users": [user], "groups": []},
         connection={"singleSignOn": True},
     )
-    agents[HOST].start()
+    agents[HOST].start("--logon-state", str(hosts.directory / HOST / "logon"))
     address = hosts.hosts[HOST].address
     cluster.wait(
         lambda: (
@@ -146,6 +147,21 @@ def test_freerdp_signs_on_with_the_one_time_password_once(
             )
             assert [json.loads(line)["reason"] for line in text.splitlines()] == ["Replayed"]
             assert logon["password"] not in refusals.read_text()
+            # The host's agent tells: an Event on the SessionHost, with the reason only.
+            event = cluster.wait(
+                lambda: next(
+                    (
+                        e
+                        for e in cluster.kube.events(namespace, HOST)
+                        if e["reason"] == "LogonRefused"
+                    ),
+                    None,
+                ),
+                "the agent's LogonRefused Event",
+                timeout=30,
+            )
+            assert "Replayed" in event["message"]
+            assert logon["password"] not in event["message"]
             displays = [args for _, args in session_processes(user) if "Xorg" in args]
             assert len(displays) == 1
             again.kill()

@@ -21,6 +21,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from hostpool_operator.agent import signon
+from hostpool_operator.agent.logon_refusals import REFUSALS_FILE, refusals_after
 from hostpool_operator.logon import credential
 
 KEY = Ed25519PrivateKey.from_private_bytes(b"b" * 32)
@@ -192,10 +193,30 @@ def test_as_pam_runs_it(settings: signon.Settings) -> None:
     assert run(settings, "nobody", forged.encode()).returncode == 1
     # A typed password is left to the next rule, unrecorded.
     assert run(settings, "nobody", b"hunter2").returncode == 1
-    lines = (settings.state / signon.REFUSALS_FILE).read_text().splitlines()
+    lines = (settings.state / REFUSALS_FILE).read_text().splitlines()
     assert [json.loads(line)["reason"] for line in lines] == ["Replayed", "InvalidSignature"]
-    written = (settings.state / signon.REFUSALS_FILE).read_text() + (
+    written = (settings.state / REFUSALS_FILE).read_text() + (
         settings.state / signon.USED_FILE
     ).read_text()
     for secret in (text, forged, "hunter2"):
         assert secret not in written
+
+
+def test_the_agent_reads_each_refusal_once_and_passes_over_what_it_cannot_read() -> None:
+    text = "\n".join(
+        [
+            json.dumps({"at": 10.0, "user": "old", "reason": "Replayed"}),
+            json.dumps({"at": 20.5, "user": "alice", "reason": "Replayed"}),
+            "not json",
+            json.dumps({"at": "x", "user": "bob", "reason": "Expired"}),
+            json.dumps({"at": 21.0, "user": "bob", "reason": "HomeOwnedByAnotherUser"}),
+        ]
+    )
+    found, latest = refusals_after(text, 15.0)
+    assert [(r.user, r.event_reason) for r in found] == [
+        ("alice", "LogonRefused"),
+        ("bob", "HomeOwnedByAnotherUser"),
+    ]
+    assert "Replayed" in found[0].message
+    assert latest == 21.0
+    assert refusals_after(text, latest) == ([], 21.0)

@@ -72,6 +72,7 @@ class DesktopPage:
                 "user": caller.user,
                 "rdp_module": self.client.module_url("iron-remote-desktop-rdp") or "",
                 "component_module": self.client.module_url("iron-remote-desktop") or "",
+                "sign_on": "true" if pool.connection.single_sign_on else "false",
             },
         )
         return web.Response(text=page, content_type="text/html", headers=SECURITY_HEADERS)

@@ -21,6 +21,7 @@ VALUES = {
     "user": "o'hara",
     "rdp_module": "/web-client/iron-remote-desktop-rdp@0.7.0/iron-remote-desktop-rdp.js",
     "component_module": "/web-client/iron-remote-desktop@0.11.0/iron-remote-desktop.js",
+    "sign_on": "false",
 }
 
 

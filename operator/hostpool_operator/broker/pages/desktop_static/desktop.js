@@ -161,9 +161,17 @@ async function connect(secret) {
   }
 }
 
+// Single sign-on: the relay signs the user on with a one-time credential of the broker's,
+// whatever the client sends; nobody types a password.
+const signOn = root.dataset.signOn === "true";
+if (signOn) {
+  password.required = false;
+  for (const part of form.querySelectorAll("[data-password]")) part.hidden = true;
+}
+
 form.addEventListener("submit", (event) => {
   event.preventDefault();
-  const secret = password.value;
+  const secret = signOn ? "single-sign-on" : password.value;
   password.value = "";
   connect(secret).catch((error) => {
     form.hidden = false;
@@ -180,5 +188,6 @@ disconnectButton.addEventListener("click", () => {
 loadClient()
   .then(() => {
     root.dataset.client = "ready";
+    if (signOn) form.requestSubmit(); // nothing to ask: open the desktop at once
   })
   .catch((error) => show("error", `the desktop client did not load: ${describe(error)}`));

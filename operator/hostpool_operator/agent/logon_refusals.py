@@ -1,0 +1,46 @@
+"""What the host's single sign-on verifier refused, read back for the agent's Events. The
+verifier (``hostpool-logon``) keeps its last refusals as JSON lines, each with when (``at``),
+the user and the reason (never the credential). Pure: the caller reads the file."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+#: The verifier's file of refusals, in its state directory.
+REFUSALS_FILE = "refusals.jsonl"
+#: The Event reason of a refusal that is about a home, not the credential.
+HOME_REASON = "HomeOwnedByAnotherUser"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    at: float
+    user: str
+    reason: str
+
+    @property
+    def event_reason(self) -> str:
+        """The host's Event reason: a home of another uid, else LogonRefused."""
+        return HOME_REASON if self.reason == HOME_REASON else "LogonRefused"
+
+    @property
+    def message(self) -> str:
+        return f"single sign-on of {self.user!r} refused: {self.reason}"
+
+
+def refusals_after(text: str, after: float) -> tuple[list[Refusal], float]:
+    """The refusals of ``text`` later than ``after``, oldest first, and the latest time
+    seen (``after`` when none is later). A line that cannot be read is passed over."""
+    found: list[Refusal] = []
+    latest = after
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+            refusal = Refusal(float(record["at"]), str(record["user"]), str(record["reason"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+        if refusal.at > after:
+            found.append(refusal)
+            latest = max(latest, refusal.at)
+    return found, latest
