@@ -14,26 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from hostpool_operator.logon import credential, uids
 from support.broker_helpers import POOL, Connecting, entitled_pool
+from support.signon import make_keys
 
 Obj = dict[str, Any]
-
-
-def key_file(tmp_path: Path) -> tuple[Path, Ed25519PrivateKey]:
-    key = Ed25519PrivateKey.generate()
-    path = tmp_path / "logon-key.pem"
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return path, key
 
 
 def signon_pool(connecting: Connecting, *, sign_on: bool = True) -> None:
@@ -58,7 +45,7 @@ def test_a_connect_answers_a_one_time_logon_for_the_placed_host(
 ) -> None:
     cluster, brokers, tokens = connecting
     signon_pool(connecting)
-    path, key = key_file(tmp_path)
+    path, _, key = make_keys(tmp_path)
     namespace = cluster.namespace
     broker = brokers("--logon-key-file", str(path), "--uid-namespace", namespace)
 
@@ -98,7 +85,7 @@ def test_the_uid_claim_names_the_uid(
 ) -> None:
     cluster, brokers, _ = connecting
     signon_pool(connecting)
-    path, key = key_file(tmp_path)
+    path, _, key = make_keys(tmp_path)
     broker = brokers("--logon-key-file", str(path), "--uid-claim", "uidNumber")
     answer = broker.connect(cluster.namespace, POOL, sign(uidNumber="4242"))
     assert answer.status == 200, answer.text
@@ -123,7 +110,7 @@ def test_a_pool_without_single_sign_on_hands_out_no_credential(
 ) -> None:
     cluster, brokers, tokens = connecting
     signon_pool(connecting, sign_on=False)
-    path, _ = key_file(tmp_path)
+    path, _, _ = make_keys(tmp_path)
     broker = brokers("--logon-key-file", str(path), "--uid-namespace", cluster.namespace)
     answer = broker.connect(cluster.namespace, POOL, tokens("alice"))
     assert answer.status == 200, answer.text

@@ -12,13 +12,10 @@ import json
 import os
 import pwd
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from hostpool_operator.logon import credential
 from support.broker_helpers import BrokerProcess
@@ -29,42 +26,12 @@ from support.keycloak import CLIENT_ID, CLIENT_SECRET, Keycloak
 from support.kube import wait_for
 from support.operator_process import OperatorProcess
 from support.report_logs import EXTRA_LOGS
+from support.signon import make_keys, new_user
 
 POOL = "sso"
 HOST = "sso-1"
 #: This test's hosts' addresses (others' use 11 on).
 FIRST = 41
-
-
-def make_keys(tmp_path: Path) -> tuple[Path, Path, Ed25519PrivateKey]:
-    key = Ed25519PrivateKey.generate()
-    private = tmp_path / "logon-key.pem"
-    private.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    public = tmp_path / "logon-keys.pem"
-    public.write_bytes(credential.public_pem(key))
-    return private, public, key
-
-
-def new_user(keycloak: Keycloak) -> tuple[str, str]:
-    """A user of realm corp that no machine knows yet (and its sign-in password)."""
-    name, password = f"sso-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    body = {
-        "username": name,
-        "enabled": True,
-        "email": f"{name}@corp.example",
-        "emailVerified": True,
-        "firstName": "Single",
-        "lastName": "Signon",
-        "credentials": [{"type": "password", "value": password, "temporary": False}],
-    }
-    keycloak.admin("POST", "/corp/users", body)
-    return name, password
 
 
 def test_freerdp_signs_on_with_the_one_time_password_once(

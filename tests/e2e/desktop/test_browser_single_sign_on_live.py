@@ -1,0 +1,95 @@
+"""Single sign-on in the browser, end to end: a person Keycloak knows and no host does signs
+in to the portal through Keycloak's form, opens the desktop of a ``singleSignOn`` pool and
+lands on it with no password typed anywhere (the page asks for none; the relay writes the
+person's name and a one-time credential into the logon). In the desktop's xterm ``whoami``
+and ``id -u`` print the signed-in user and the uid the broker recorded for them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from playwright.sync_api import Page, ViewportSize
+
+from e2e.desktop.test_browser_desktop_live import host_colour, shows_colour
+from hostpool_operator.access.names import request_name
+from hostpool_operator.logon import uids
+from support.broker_helpers import BrokerProcess
+from support.cluster import Cluster
+from support.desktop_sessions import AgentHosts, wait_state
+from support.keycloak import Keycloak
+from support.kube import wait_for
+from support.operator_process import OperatorProcess
+from support.portal import portal_args, sign_in
+from support.signon import make_keys, new_user
+from support.web_desktop import first_frame, web_client_or_stop
+
+HOST = "ssoweb-1"
+POOL = "ssoweb"
+FIRST_ADDRESS = 51
+VIEWPORT: ViewportSize = {"width": 1024, "height": 768}
+
+
+def test_the_signed_in_person_lands_on_their_desktop_with_no_second_password(
+    cluster: Cluster,
+    namespace: str,
+    operator_process: OperatorProcess,
+    agent_hosts: AgentHosts,
+    brokers: Callable[..., BrokerProcess],
+    keycloak: Keycloak,
+    new_page: Callable[..., Page],
+    tmp_path: Path,
+) -> None:
+    del operator_process
+    client_dir = web_client_or_stop()
+    private, public, _ = make_keys(tmp_path)
+    user, password = new_user(keycloak)
+    hosts, agents = agent_hosts([HOST], {}, first=FIRST_ADDRESS, signon=public)
+    cluster.setup_pool(
+        POOL,
+        "DepthFirst",
+        2,
+        hosts=[HOST],
+        entitlements={"users": [user], "groups": []},
+        connection={"web": True, "singleSignOn": True},
+    )
+    agents[HOST].start("--logon-state", str(hosts.directory / HOST / "logon"))
+    portal = portal_args(tmp_path / "portal")
+    broker = brokers(
+        *portal.args,
+        "--web-client-dir", str(client_dir),
+        "--logon-key-file", str(private),
+        "--uid-namespace", namespace,
+    )  # fmt: skip
+    desktop = f"/desktop/{namespace}/{POOL}"
+
+    page = new_page(viewport=VIEWPORT)
+    sign_in(page, broker.url, user, password, next_path=desktop)
+    assert page.url == broker.url + desktop
+    # No password is asked for: the page opens the desktop by itself.
+    assert not page.locator("#password").is_visible()
+    page.wait_for_selector("#desktop[data-client=ready]", state="attached", timeout=60_000)
+    assert 0 < first_frame(page) < 60_000
+    shows_colour(page, host_colour(hosts, HOST), tmp_path / "desktop.png")
+    wait_state(cluster, request_name(namespace, POOL, user), "Active", "the session to be Active")
+
+    record = cluster.kube.call(
+        "GET", f"/api/v1/namespaces/{namespace}/configmaps/{uids.record_name(user)}"
+    )
+    uid = int(record["data"]["uid"])
+    marker = Path(f"/tmp/hostpool-sso-{uuid.uuid4().hex[:8]}")
+    box = page.locator("#screen").bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + 150, box["y"] + 150)  # over the xterm (twm: focus follows)
+    page.mouse.click(box["x"] + 150, box["y"] + 150)
+    page.keyboard.type(f"(whoami; id -u) > {marker}\n", delay=20)
+    try:
+        text = wait_for(
+            lambda: marker.read_text() if marker.exists() and marker.stat().st_size else None,
+            20,
+            what="whoami and id -u to run in the desktop's xterm",
+        )
+        assert text.split() == [user, str(uid)]
+    finally:
+        marker.unlink(missing_ok=True)
