@@ -78,12 +78,17 @@ def test_the_signed_in_person_lands_on_their_desktop_with_no_second_password(
         "GET", f"/api/v1/namespaces/{namespace}/configmaps/{uids.record_name(user)}"
     )
     uid = int(record["data"]["uid"])
-    marker = Path(f"/tmp/hostpool-sso-{uuid.uuid4().hex[:8]}")
+    # What the xterm runs: only unshifted keys are typed (the web client's keyboard is the
+    # desktop's US layout), so the redirections live in a script the test writes.
+    name = f"hostpool-sso-{uuid.uuid4().hex[:8]}"
+    marker, script = Path(f"/tmp/{name}.out"), Path(f"/tmp/{name}.sh")
+    script.write_text(f"{{ whoami; id -u; }} > {marker}\n")
+    script.chmod(0o644)
     box = page.locator("#screen").bounding_box()
     assert box is not None
     page.mouse.move(box["x"] + 150, box["y"] + 150)  # over the xterm (twm: focus follows)
     page.mouse.click(box["x"] + 150, box["y"] + 150)
-    page.keyboard.type(f"(whoami; id -u) > {marker}\n", delay=20)
+    page.keyboard.type(f"sh {script}\n", delay=20)
     try:
         text = wait_for(
             lambda: marker.read_text() if marker.exists() and marker.stat().st_size else None,
@@ -93,3 +98,4 @@ def test_the_signed_in_person_lands_on_their_desktop_with_no_second_password(
         assert text.split() == [user, str(uid)]
     finally:
         marker.unlink(missing_ok=True)
+        script.unlink(missing_ok=True)
