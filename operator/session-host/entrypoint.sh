@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # PID 1 of the session-host image (operator/session-host.Containerfile): an xrdp + xorgxrdp
 # desktop host, optionally with hostpool-agent reporting for it. As root, it
-#   1. creates the desktop users listed in $HOSTPOOL_DESKTOP_USERS_FILE (lines `user:password`;
-#      in Kubernetes a Secret's key mounted there), each with an executable ~/.xsession (an
-#      xterm under twm) unless the home already has one;
+#   1. creates the desktop users listed in $HOSTPOOL_DESKTOP_USERS_FILE (lines
+#      `user:password[:uid]`; in Kubernetes a Secret's key mounted there), each with a fixed
+#      uid (the one written, else one derived from the name: adding, removing or reordering
+#      lines changes nobody's), a private group of the same id and an executable ~/.xsession
+#      (an xterm under twm) unless the home already has one; a user whose account or home
+#      belongs to another uid is not made (never re-owned), and the log says why;
 #   2. makes this container's own TLS certificate and RSA keys (or uses a mounted certificate);
 #   3. runs xrdp-sesman and xrdp in the foreground (-n: no daemon mode, so no pid files that a
 #      restarted container would trip over), xrdp as the unprivileged user xrdp, as Debian does;
@@ -36,6 +39,39 @@ log() { printf '%s session-host: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2
 # ------------------------------------------------------------------------------ users
 desktop_users=()
 
+# A user's uid when the users file names none: from the name alone, in a range of a billion
+# (two names of a lab's users meet with a chance of about one in four million), far above the
+# uids the image's own accounts and the broker's single sign-on allocations use.
+uid_of_name() {
+  local hash
+  hash="$(printf '%s' "$1" | sha256sum | cut -c1-8)"
+  echo $((1000000 + 16#$hash % 1000000000))
+}
+
+# make_user USER UID: the account with UID and a private group of the same id; 1 (and a log
+# line) when the name, the uid or the home already belongs to someone else.
+make_user() {
+  local user=$1 uid=$2 home="/home/$1" holder
+  if id -u "$user" >/dev/null 2>&1; then
+    if [[ "$(id -u "$user")" != "$uid" ]]; then
+      log "$user exists with uid $(id -u "$user"), not $uid: not made a desktop user"
+      return 1
+    fi
+    return 0
+  fi
+  holder="$(getent passwd "$uid" | cut -d: -f1)"
+  if [[ -n "$holder" ]]; then
+    log "uid $uid of $user is $holder's: not made (write another uid in the users file)"
+    return 1
+  fi
+  if [[ -e "$home" && "$(stat -c %u "$home")" != "$uid" ]]; then
+    log "$home belongs to uid $(stat -c %u "$home"), not $user's $uid: not made (HomeOwnedByAnotherUser)"
+    return 1
+  fi
+  getent group "$uid" >/dev/null || groupadd -g "$uid" "$user"
+  useradd --create-home --uid "$uid" --gid "$uid" --shell /bin/bash "$user" 2>/dev/null
+}
+
 create_users() {
   if [[ -d "$USERS_FILE" ]]; then
     log "$USERS_FILE is a directory (mount the Secret's key there with subPath): no desktop users created"
@@ -44,27 +80,35 @@ create_users() {
     log "no users file $USERS_FILE: no desktop users created"
     return 0
   fi
-  local line user password n=0 home
+  local line user password uid n=0 home
   while IFS= read -r line || [[ -n "$line" ]]; do
     n=$((n + 1))
     line="${line%$'\r'}"
     [[ -z "$line" || "$line" == \#* ]] && continue
     user="${line%%:*}"
     password="${line#*:}"
+    uid=""
+    # user:password:uid (a password may hold colons: the uid is the last field when numeric).
+    if [[ "$password" =~ ^(.*):([0-9]{4,10})$ ]]; then
+      password="${BASH_REMATCH[1]}"
+      uid="${BASH_REMATCH[2]}"
+    fi
     # Never log the line itself: it holds a password.
     if [[ "$line" != *:* || -z "$password" || ! "$user" =~ ^[a-z_][a-z0-9_-]{0,31}$ ]]; then
       log "$USERS_FILE line $n is not user:password with a lower-case user name: skipped"
       continue
     fi
-    if id -u "$user" >/dev/null 2>&1; then
+    if id -u "$user" >/dev/null 2>&1 && (($(id -u "$user") < 1000)); then
       # A system account (root, xrdp, ...) must not become a desktop login.
-      if (($(id -u "$user") < 1000)); then
-        log "$USERS_FILE line $n: $user is a system account: skipped"
-        continue
-      fi
-    else
-      useradd --create-home --shell /bin/bash "$user"
+      log "$USERS_FILE line $n: $user is a system account: skipped"
+      continue
     fi
+    [[ -n "$uid" ]] || uid="$(uid_of_name "$user")"
+    if ((uid < 1000 || uid > 2147483646)); then
+      log "$USERS_FILE line $n: uid $uid is not a person's: skipped"
+      continue
+    fi
+    make_user "$user" "$uid" || continue
     printf '%s:%s\n' "$user" "$password" | chpasswd
     home="$(getent passwd "$user" | cut -d: -f6)"
     # A home that already has its own session (a persistent volume) keeps it.
