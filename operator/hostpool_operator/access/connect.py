@@ -248,6 +248,8 @@ def pool_entry(
         "session": session,
         "displayName": pool.display_name or pool.name,
         "web": pool.connection.web,
+        # The broker signs the caller on: a connect answers a one-time password too.
+        "singleSignOn": pool.connection.single_sign_on,
         # No free slot now, but hosts are on their way: a connect waits for one.
         "hostsStarting": not pool.free and pool.hosts_starting,
         "type": str(PoolType.PERSONAL if pool.personal else PoolType.POOLED),

@@ -196,6 +196,7 @@ def test_pool_entry() -> None:
         "session": None,
         "displayName": "desk",
         "web": False,
+        "singleSignOn": False,
         "hostsStarting": False,
         "type": "Pooled",
     }

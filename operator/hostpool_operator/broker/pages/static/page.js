@@ -178,11 +178,20 @@
     parts.connect.disabled = true;
     try {
       for (let round = 0; round < MAX_WAIT_ROUNDS && !signedOut; round++) {
-        const response = await call("POST", `${base(parts.pool)}/connect`, "application/x-rdp");
+        const signOn = Boolean(parts.pool.singleSignOn);
+        const accept = signOn ? "application/json" : "application/x-rdp";
+        const response = await call("POST", `${base(parts.pool)}/connect`, accept);
         if (response.status === 200) {
           const file = `${parts.pool.name}.rdp`;
-          download(new Blob([await response.blob()], { type: "application/x-rdp" }), file);
-          parts.message.textContent = say("downloaded", { file });
+          if (!signOn) {
+            download(new Blob([await response.blob()], { type: "application/x-rdp" }), file);
+            parts.message.textContent = say("downloaded", { file });
+            return;
+          }
+          // The file never holds the one-time password: it is shown to copy into the client.
+          const answer = await response.json();
+          download(new Blob([answer.rdpFile], { type: "application/x-rdp" }), file);
+          showLogon(parts, file, answer.logon);
           return;
         }
         if (response.status !== 202 && response.status !== 503) {
@@ -200,6 +209,26 @@
     } finally {
       parts.connect.disabled = false;
     }
+  }
+
+  function showLogon(parts, file, logon) {
+    const until = new Date(logon.expiresAt).toLocaleTimeString();
+    parts.message.textContent = say("downloaded_signon", { file, until });
+    const secret = document.createElement("code");
+    secret.className = "one-time-password";
+    secret.dataset.logon = "password";
+    secret.textContent = logon.password;
+    const copy = document.createElement("button");
+    copy.type = "button";
+    copy.dataset.action = "copy-password";
+    copy.textContent = say("copy_password");
+    copy.addEventListener("click", () => {
+      navigator.clipboard.writeText(logon.password).then(
+        () => { copy.textContent = say("copied"); },
+        () => { copy.textContent = say("copy_failed"); },
+      );
+    });
+    parts.message.append(" ", secret, " ", copy);
   }
 
   function openInBrowser(pool) {
