@@ -26,10 +26,12 @@ import pytest
 from playwright.sync_api import Locator, Page, Route, expect
 
 from hostpool_operator.access.names import request_name
+from hostpool_operator.logon import credential
 from support.broker_helpers import BrokerProcess, Connecting, entitled_pool
 from support.cluster import Cluster
 from support.kube import MERGE_PATCH, Kube
 from support.portal import portal_args, sign_in
+from support.signon import make_keys
 
 Obj = dict[str, Any]
 PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
@@ -168,6 +170,40 @@ def test_connect_downloads_the_rdp_file_and_the_tile_follows_the_session_live(
     )
     assert page.evaluate("window.notReloaded") is True  # all of it without a reload
     assert page.evaluate("document.documentElement.dataset.live") == "events"
+
+
+def test_connect_on_a_single_sign_on_pool_shows_a_one_time_password_not_in_the_file(
+    connecting: Connecting, new_page: Callable[..., Page], tmp_path: Path
+) -> None:
+    cluster, brokers, tokens = connecting
+    private, _, key = make_keys(tmp_path)
+    flags = portal_args(tmp_path / "portal")
+    site = Site(
+        cluster,
+        brokers(
+            *flags.args, "--logon-key-file", str(private), "--uid-namespace", cluster.namespace
+        ),
+        tokens,
+    )
+    entitled_pool(
+        cluster, ["h1"], groups=["/finance-desk"], name="desk", connection={"singleSignOn": True}
+    )
+    page = signed_in(new_page, site, "alice")
+    desk = tile(page, cluster, "desk")
+    with page.expect_download(timeout=60_000) as download:
+        desk.locator('[data-action="connect"]').click()
+    rdp = Path(download.value.path()).read_text(encoding="utf-8-sig")
+    secret = desk.locator('[data-logon="password"]')
+    expect(secret).to_be_visible()
+    password = secret.inner_text()
+    assert password not in rdp
+    placed = cluster.request(request_name(cluster.namespace, "desk", "alice"))
+    claims = credential.verify(
+        password, "alice", placed["status"]["host"], [key.public_key()], time.time()
+    )
+    assert claims.uid >= 1000
+    expect(desk.locator(".message")).to_contain_text("one-time password")
+    expect(desk.locator('[data-action="copy-password"]')).to_be_visible()
 
 
 # ---------------------------------------------------------------------------------------
