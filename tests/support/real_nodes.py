@@ -309,7 +309,9 @@ def leftovers(node: NodeTraces) -> list[str]:
         line.split(" - ")[0].split() + line.split(" - ")[1].split()
         for line in Path("/proc/self/mountinfo").read_text().splitlines()
     ]
-    left += [f"mount {m[4]}" for m in mounts if m[4].startswith(str(node.directory))]
+    # The kernel names mounts by the real path, not the short link the cluster was given.
+    under = (str(node.directory), str(node.directory.resolve()))
+    left += [f"mount {m[4]}" for m in mounts if m[4].startswith(under)]
     cgroups = [Path(m[4]) for m in mounts if m[-3] in ("cgroup", "cgroup2")]
     left += [
         f"cgroup {p}"
