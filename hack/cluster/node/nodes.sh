@@ -647,10 +647,12 @@ nodes_down() {
   done
   # 3. Mounts under the nodes' directories, deepest first: the kubelet's bind mount of its root,
   #    volumes, network namespaces, sandbox shm, container root filesystems.
-  local m
+  #    The kernel names them by the real path: DIR may be reached through a (short) link.
+  local m resolved
+  resolved="$(readlink -f "$DIR")"
   while read -r m; do
     umount -l "$m" 2>/dev/null || log "could not unmount $m"
-  done < <(awk -v d="$DIR/nodes/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r)
+  done < <(awk -v d="$DIR/nodes/" -v r="$resolved/nodes/" 'index($5, d) == 1 || index($5, r) == 1 {print $5}' /proc/self/mountinfo | sort -r)
   # 4. Cgroups, the bridge (and any veth still on it), iptables.
   for ((k = 1; k <= REAL_NODES; k++)); do nodes_cgroups_down "$k"; done
   if ip link show "$NODES_BRIDGE" >/dev/null 2>&1; then
