@@ -479,7 +479,10 @@ def test_events_for_a_bearer_caller_coalesced_and_capped(
     sent = stream.events[before:]
     assert len(sent) <= took / 0.5 + 2, (len(sent), took)
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(sent)]
-    assert all(gap >= 0.45 for gap in gaps), gaps
+    # Times are the client's: one event read late on a busy machine shortens the next gap by
+    # as much as it lengthened its own, so two gaps together still span a second.
+    assert all(gap >= 0.25 for gap in gaps), gaps
+    assert all(a + b >= 0.9 for a, b in itertools.pairwise(gaps)), gaps
 
     # Eight streams a user at once; the ninth is refused, as is a caller with no token.
     more = [streams(broker, auth) for _ in range(7)]
