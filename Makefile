@@ -63,13 +63,15 @@ lint: $(STAMP) shellcheck ## ruff (with its complexity and size gates), mypy, im
 # The suite's tests wait on servers far more than they compute: TEST_WORKERS pytest-xdist
 # workers run files at once, each with its own control plane (tests/conftest.py: the groups
 # and the order). TEST_WORKERS=0 runs it in one process. The few tests that read the
-# machine's own load (marker solo) run afterwards, alone. Each test's time is in
+# machine's own load (marker solo) run afterwards, alone; the fault tests among them (they
+# leave the API server busy) with a control plane of their own. Each test's time is in
 # .cluster/test-report*.xml (hack/test_times.py sums them by tier).
 TEST_WORKERS ?= 3
 
 test: lint test-prepare ## everything: lint, then unit, property, CRD, end-to-end and image tests (TEST_WORKERS at once)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30 -m "not solo" --junitxml=.cluster/test-report.xml
-	$(PY) -m pytest -m solo --durations=5 --junitxml=.cluster/test-report-solo.xml
+	$(PY) -m pytest -m "solo and not faults" --durations=5 --junitxml=.cluster/test-report-solo.xml
+	$(PY) -m pytest -m "solo and faults" --durations=5 --junitxml=.cluster/test-report-solo-faults.xml
 
 test-unit: $(STAMP) ## pure tests only (no control plane needed)
 	$(PY) -m pytest tests/unit

@@ -10,7 +10,9 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORTS = (ROOT / ".cluster" / "test-report.xml", ROOT / ".cluster" / "test-report-solo.xml")
+REPORTS = tuple(
+    ROOT / ".cluster" / f"test-report{part}.xml" for part in ("", "-solo", "-solo-faults")
+)
 TIERS = ("unit", "api", "chart", "e2e/desktop", "e2e/faults", "e2e")
 
 
