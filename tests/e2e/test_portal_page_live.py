@@ -448,6 +448,7 @@ def streams() -> Iterator[Callable[[BrokerProcess, dict[str, str]], EventStream]
         stream.close()
 
 
+@pytest.mark.solo  # it times the events as the client reads them
 def test_events_for_a_bearer_caller_coalesced_and_capped(
     site: Site, streams: Callable[[BrokerProcess, dict[str, str]], EventStream]
 ) -> None:
@@ -479,10 +480,10 @@ def test_events_for_a_bearer_caller_coalesced_and_capped(
     sent = stream.events[before:]
     assert len(sent) <= took / 0.5 + 2, (len(sent), took)
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(sent)]
-    # Times are the client's: one event read late on a busy machine shortens the next gap by
-    # as much as it lengthened its own, so two gaps together still span a second.
+    # Times are the client's: one event read late shortens the next gap by as much as it
+    # lengthened its own, so the gaps are half a second on average, none much shorter.
     assert all(gap >= 0.25 for gap in gaps), gaps
-    assert all(a + b >= 0.9 for a, b in itertools.pairwise(gaps)), gaps
+    assert sum(gaps) / len(gaps) >= 0.45, gaps
 
     # Eight streams a user at once; the ninth is refused, as is a caller with no token.
     more = [streams(broker, auth) for _ in range(7)]

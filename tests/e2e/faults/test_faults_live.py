@@ -853,6 +853,9 @@ def host_reason(obj: Obj) -> str | None:
 # 6. a status write cut off in flight
 
 
+# Solo: once, with two other workers' tests on the machine, "after-close" ended with a host one
+# session over its limit; alone it never has. Kept apart until that is understood.
+@pytest.mark.solo
 @pytest.mark.parametrize(
     ("mode", "how"), [("before", "close"), ("before", "reset"), ("after", "close")]
 )
