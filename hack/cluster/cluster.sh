@@ -74,7 +74,9 @@ POD_COMPONENTS=(kube-scheduler kwok)
 COMPONENTS=("${BASE_COMPONENTS[@]}")
 # With fake nodes, kube-controller-manager also runs the node lifecycle controller (it takes
 # the not-ready taint off a node once kwok reports it Ready) and pod GC (the pods of a
-# removed node are deleted).
+# removed node are deleted). kwok renews a node's heartbeat every 20-45 s; on a loaded machine
+# that can pass the default 50 s grace, and the controller then marks every pod on the node
+# not Ready: a grace of 5 minutes keeps a slow heartbeat from looking like a lost node.
 POD_CONTROLLERS="node-lifecycle-controller,pod-garbage-collector-controller"
 # Real nodes run real Deployments (the chart's operator and broker): their controllers too;
 # and real volumes (nodes.sh volumes_start): the binder that binds a provisioned volume to its
@@ -365,6 +367,7 @@ start_controller_manager() {
     --kubeconfig="$KUBECONFIG_PATH" \
     --controllers="$KCM_CONTROLLERS" \
     --leader-elect=false \
+    --node-monitor-grace-period=5m \
     --secure-port=0 \
     --service-account-private-key-file="$PKI/sa.key" \
     --root-ca-file="$PKI/ca.crt"
