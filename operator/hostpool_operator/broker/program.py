@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import sys
 import urllib.parse
 from collections.abc import Sequence
@@ -14,9 +15,10 @@ from pathlib import Path
 from aiohttp import web
 
 from ..kube.program import Program, Running, add_logging_flags, pod_namespace, run
-from ..logon.credential import MAX_LIFETIME
+from ..logon.credential import MAX_LIFETIME, public_pem
 from .app import Broker, BrokerSettings
 from .directory import Directory
+from .logon_keys import LogonKeyPublisher
 from .metrics import BrokerMetrics
 from .oidc import OidcSettings, TokenVerifier
 from .relay.client_files import web_client_files
@@ -28,6 +30,8 @@ from .signin.urls import origin_of
 from .signon import DEFAULT_LIFETIME, SignOnSettings, read_key
 
 log = logging.getLogger("hostpool_operator.broker")
+#: A ConfigMap's name (an RFC 1123 DNS subdomain).
+_DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -148,6 +152,13 @@ def _add_signon_flags(parser: argparse.ArgumentParser) -> None:
         "allocates uids and records them in --uid-namespace",
     )
     parser.add_argument(
+        "--logon-public-keys-configmap",
+        metavar="NAME",
+        help="publish the public half of --logon-key-file as ConfigMap NAME (key keys.pem) in "
+        "each --namespace (default: the pod's), for the session hosts to mount; a new key is "
+        "put first and the one before it kept, so both are trusted while a new key rolls out",
+    )
+    parser.add_argument(
         "--uid-namespace",
         help="where the broker records the uids it allocates (ConfigMaps uid-*); default: "
         "the pod's namespace when --logon-key-file is given without --uid-claim",
@@ -166,6 +177,11 @@ def _check_signon_flags(parser: argparse.ArgumentParser, args: argparse.Namespac
             parser.error(f"--logon-key-file: {exc}")
     if args.uid_claim is not None and not args.uid_claim.strip():
         parser.error("--uid-claim must not be empty")
+    if args.logon_public_keys_configmap is not None:
+        if key is None:
+            parser.error("--logon-public-keys-configmap needs --logon-key-file")
+        if not _DNS_NAME.fullmatch(args.logon_public_keys_configmap):
+            parser.error("--logon-public-keys-configmap must be a ConfigMap name (DNS subdomain)")
     if key is not None and args.uid_claim is None and args.uid_namespace is None:
         args.uid_namespace = pod_namespace()
     args.signon = SignOnSettings(key=key, lifetime=args.logon_credential_seconds)
@@ -396,6 +412,14 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
         asyncio.create_task(directory.run(), name="watches"),
         asyncio.create_task(verifier.keep_fresh(), name="issuer-keys"),
     ]
+    if args.logon_public_keys_configmap and args.signon.key is not None:
+        publisher = LogonKeyPublisher(
+            running.client,
+            args.namespace or [pod_namespace()],
+            args.logon_public_keys_configmap,
+            public_pem(args.signon.key),
+        )
+        tasks.append(asyncio.create_task(publisher.run(), name="logon-keys"))
     stopping = asyncio.create_task(running.stop.wait())
     try:
         done, _ = await asyncio.wait([stopping, tasks[0]], return_when=asyncio.FIRST_COMPLETED)

@@ -353,6 +353,7 @@ class KubeClient:
         body: Mapping[str, Any],
         *,
         resource_version: str | None = None,
+        api_version: str = API_VERSION,
     ) -> JSON:
         """Merge-patch the object itself (spec, labels, annotations); with a resourceVersion,
         only onto exactly that version, never a newer one or a namesake (see
@@ -361,7 +362,10 @@ class KubeClient:
             meta = {**(body.get("metadata") or {}), "resourceVersion": resource_version}
             body = {**body, "metadata": meta}
         return await self.request(
-            "PATCH", self.path(plural, namespace, name), body=body, content_type=MERGE_PATCH
+            "PATCH",
+            self.path(plural, namespace, name, api_version=api_version),
+            body=body,
+            content_type=MERGE_PATCH,
         )
 
     async def replace_status(

@@ -178,6 +178,37 @@ def public_keys(pem: bytes) -> list[Ed25519PublicKey]:
 
 def public_pem(key: Ed25519PrivateKey) -> bytes:
     """The public half of the broker's key, as the hosts are given it."""
-    return key.public_key().public_bytes(
+    return public_pem_of(key.public_key())
+
+
+def public_pem_of(key: Ed25519PublicKey) -> bytes:
+    """A public key as PEM (SubjectPublicKeyInfo)."""
+    return key.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
+
+
+#: Public keys the hosts trust at once: the broker's current one and the one before it, so
+#: that credentials minted by a replica still on the old key pass while a new key rolls out.
+TRUSTED_KEYS: Final = 2
+
+
+def trusted_pem(current: bytes, published: str | None) -> str:
+    """What the hosts should trust once the broker's current public key (PEM) is published
+    over ``published`` (the file as it stands, or None). A key already there changes nothing
+    (two replicas mid-rotation never take turns reordering the file); a new one goes first,
+    with the newest earlier one after it, at most :data:`TRUSTED_KEYS`. What does not read
+    as an Ed25519 public key in ``published`` is dropped, never trusted."""
+    mine = public_pem_of(public_keys(current)[0])
+    earlier: list[bytes] = []
+    marker = "-----END PUBLIC KEY-----"
+    for block in (published or "").split(marker)[:-1]:
+        try:
+            (key,) = public_keys((block.strip() + "\n" + marker + "\n").encode())
+        except ValueError:
+            continue
+        pem = public_pem_of(key)
+        if pem not in earlier:
+            earlier.append(pem)
+    keys = earlier[:TRUSTED_KEYS] if mine in earlier[:TRUSTED_KEYS] else [mine, *earlier]
+    return b"".join(keys[:TRUSTED_KEYS]).decode()

@@ -57,6 +57,12 @@ def test_a_key_without_a_claim_records_uids_in_the_pods_namespace(tmp_path: Path
         pytest.param("ed", ["--logon-credential-seconds", "121"], "1..120", id="too-long"),
         pytest.param("ed", ["--logon-credential-seconds", "0"], "1..120", id="zero"),
         pytest.param("ed", ["--uid-claim", " "], "--uid-claim", id="empty-claim"),
+        pytest.param(
+            "ed",
+            ["--logon-public-keys-configmap", "Logon_Keys"],
+            "must be a ConfigMap name",
+            id="configmap-name",
+        ),
     ],
 )
 def test_bad_flags_are_clear_errors(
@@ -77,3 +83,16 @@ def test_bad_flags_are_clear_errors(
         parse("--logon-key-file", str(key), *flags)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_public_keys_configmap_needs_the_key(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("--logon-public-keys-configmap", "hostpool-logon-keys")
+    assert "needs --logon-key-file" in capsys.readouterr().err
+
+
+def test_the_public_keys_configmap_is_taken(tmp_path: Path) -> None:
+    key = tmp_path / "logon.pem"
+    key.write_bytes(pem(Ed25519PrivateKey.generate()))
+    args = parse("--logon-key-file", str(key), "--logon-public-keys-configmap", "logon-keys")
+    assert args.logon_public_keys_configmap == "logon-keys"

@@ -154,3 +154,40 @@ def test_keys_read_from_pem_files() -> None:
     assert c.verify(minted(), "alice", "desk-1", keys, NOW).uid == 20_123
     with pytest.raises(ValueError, match="no public key"):
         c.public_keys(b"")
+
+
+# ---------------------------------------------------------------- the keys hosts trust
+
+
+def _public() -> bytes:
+    return c.public_pem(Ed25519PrivateKey.generate())
+
+
+def test_the_first_key_published_is_trusted_alone() -> None:
+    mine = _public()
+    assert c.trusted_pem(mine, None) == mine.decode()
+
+
+def test_a_new_key_goes_first_and_the_oldest_is_dropped() -> None:
+    first, second, third = _public(), _public(), _public()
+    two = c.trusted_pem(second, first.decode())
+    assert two == (second + first).decode()
+    assert c.trusted_pem(third, two) == (third + second).decode()
+
+
+def test_a_key_already_trusted_changes_nothing() -> None:
+    a, b = _public(), _public()
+    both = (b + a).decode()
+    assert c.trusted_pem(a, both) == both  # the old replica, mid-rotation
+    assert c.trusted_pem(b, both) == both
+
+
+def test_what_is_not_a_key_is_dropped() -> None:
+    mine = _public()
+    junk = "-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\nnoise"
+    assert c.trusted_pem(mine, junk) == mine.decode()
+    x25519 = (
+        "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VuAyEAp8zL3zJ0sX2Yw1s0yG0u2Kc5b3b7a3GQWl8W1sZ2m3k=\n"
+        "-----END PUBLIC KEY-----\n"
+    )  # an X25519 key: a public key, but not one that signs
+    assert c.trusted_pem(mine, x25519) == mine.decode()
