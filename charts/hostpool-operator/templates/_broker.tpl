@@ -54,6 +54,16 @@ else http. */}}
 {{/* The portal's two secrets (one projected volume) and the image's browser RDP client. */}}
 {{- define "hostpool-operator.broker.portalDir" -}}/etc/hostpool-broker/portal{{- end }}
 {{- define "hostpool-operator.broker.webClientDir" -}}/usr/share/hostpool-operator/web-client{{- end }}
+{{- define "hostpool-operator.broker.logonKeyDir" -}}/etc/hostpool-broker/logon-key{{- end }}
+
+{{/* Single sign-on: the Secret with the broker's logon key, and the ConfigMap its public
+half is published in. */}}
+{{- define "hostpool-operator.broker.logonKeySecret" -}}
+{{- .Values.broker.singleSignOn.keySecret.secretName | default (printf "%s-logon-key" (include "hostpool-operator.fullname" .)) }}
+{{- end }}
+{{- define "hostpool-operator.broker.logonKeysConfigMap" -}}
+{{- .Values.broker.singleSignOn.publicKeysConfigMap | default (printf "%s-logon-keys" (include "hostpool-operator.fullname" .)) }}
+{{- end }}
 
 {{/* The portal's public URL: broker.portal.publicURL, else the Ingress's host (https with
 the Ingress's TLS Secret, else http); empty when neither is set. */}}
