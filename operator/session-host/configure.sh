@@ -47,3 +47,8 @@ find /etc/ssl/certs -lname '*ssl-cert-snakeoil.pem' -delete
 rm -f /etc/xrdp/rsakeys.ini /etc/xrdp/cert.pem /etc/xrdp/key.pem \
   /etc/ssl/certs/ssl-cert-snakeoil.pem /etc/ssl/private/ssl-cert-snakeoil.key
 
+
+# xrdp-sesman's PAM stack as Debian ships it: the entrypoint writes /etc/pam.d/xrdp-sesman from
+# this copy at every start, with the single sign-on rule first when the broker's keys are
+# mounted.
+cp /etc/pam.d/xrdp-sesman /usr/local/lib/hostpool-session-host/xrdp-sesman.pam

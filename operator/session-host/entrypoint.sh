@@ -7,20 +7,32 @@
 #      lines changes nobody's), a private group of the same id and an executable ~/.xsession
 #      (an xterm under twm) unless the home already has one; a user whose account or home
 #      belongs to another uid is not made (never re-owned), and the log says why;
-#   2. makes this container's own TLS certificate and RSA keys (or uses a mounted certificate);
-#   3. runs xrdp-sesman and xrdp in the foreground (-n: no daemon mode, so no pid files that a
+#   2. with the broker's public logon key(s) mounted at $HOSTPOOL_LOGON_KEYS (single sign-on,
+#      the ConfigMap the broker publishes), puts hostpool-logon first in xrdp-sesman's PAM
+#      stack: the broker's one-time credential signs a person on, their account (the uid the
+#      credential names) and home made at the first logon; typed passwords still go to the
+#      users file's accounts;
+#   3. makes this container's own TLS certificate and RSA keys (or uses a mounted certificate);
+#   4. runs xrdp-sesman and xrdp in the foreground (-n: no daemon mode, so no pid files that a
 #      restarted container would trip over), xrdp as the unprivileged user xrdp, as Debian does;
-#   4. if $HOSTPOOL_AGENT_HOST is set, runs `hostpool-agent --sessions-from xrdp --host HOST`
+#   5. if $HOSTPOOL_AGENT_HOST is set, runs `hostpool-agent --sessions-from xrdp --host HOST`
 #      plus $HOSTPOOL_AGENT_ARGS, and restarts it if it exits (an agent's crash must not end
 #      the users' sessions);
-#   5. on SIGTERM (or SIGINT) stops the agent, ends the sessions (the desktop users'
+#   6. on SIGTERM (or SIGINT) stops the agent, ends the sessions (the desktop users'
 #      processes), then xrdp and sesman, and exits 0;
-#   6. exits 1 as soon as xrdp or xrdp-sesman dies, so that the kubelet restarts the container.
+#   7. exits 1 as soon as xrdp or xrdp-sesman dies, so that the kubelet restarts the container.
 #
 # Env:  HOSTPOOL_DESKTOP_USERS_FILE  default /etc/hostpool/users (absent: no users are made)
 #       HOSTPOOL_XRDP_TLS_DIR        default /etc/hostpool/tls: tls.crt and tls.key there (a
 #                                    kubernetes.io/tls Secret) are xrdp's certificate; else a
 #                                    self-signed one is made at start
+#       HOSTPOOL_LOGON_KEYS          default /etc/hostpool/logon-keys/keys.pem (absent: no
+#                                    single sign-on)
+#       HOSTPOOL_LOGON_HOST          the SessionHost's name the credentials must be for
+#                                    (default $HOSTPOOL_AGENT_HOST; required with the keys)
+#       HOSTPOOL_LOGON_STATE         default /var/lib/hostpool-logon: the credentials taken
+#                                    (never twice) and the accounts made; put it on the home's
+#                                    volume to keep it across a pod's re-creation
 #       HOSTPOOL_AGENT_HOST          the SessionHost to report for (unset: no agent)
 #       HOSTPOOL_AGENT_ARGS          more agent arguments, split at white space
 #       HOSTPOOL_STOP_TIMEOUT        seconds sessions and daemons get after SIGTERM before they
@@ -32,7 +44,14 @@ set -euo pipefail
 USERS_FILE="${HOSTPOOL_DESKTOP_USERS_FILE:-/etc/hostpool/users}"
 TLS_DIR="${HOSTPOOL_XRDP_TLS_DIR:-/etc/hostpool/tls}"
 STOP_TIMEOUT="${HOSTPOOL_STOP_TIMEOUT:-5}"
+LOGON_KEYS="${HOSTPOOL_LOGON_KEYS:-/etc/hostpool/logon-keys/keys.pem}"
+LOGON_HOST="${HOSTPOOL_LOGON_HOST:-${HOSTPOOL_AGENT_HOST:-}}"
+LOGON_STATE="${HOSTPOOL_LOGON_STATE:-/var/lib/hostpool-logon}"
 XSESSION_TEMPLATE=/usr/local/lib/hostpool-session-host/xsession
+# xrdp-sesman's PAM stack as Debian ships it (configure.sh keeps a copy): single sign-on
+# puts its rule before it, on every start, so a restart never stacks the rule twice.
+SESMAN_PAM=/usr/local/lib/hostpool-session-host/xrdp-sesman.pam
+signon=""
 
 log() { printf '%s session-host: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
 
@@ -120,6 +139,34 @@ create_users() {
   log "desktop users: ${desktop_users[*]:-none}"
 }
 
+# ------------------------------------------------------------------------------ single sign-on
+setup_signon() {
+  if [[ ! -e "$LOGON_KEYS" ]]; then
+    cp "$SESMAN_PAM" /etc/pam.d/xrdp-sesman
+    return 0
+  fi
+  if [[ -z "$LOGON_HOST" ]]; then
+    log "single sign-on needs this host's SessionHost name: set HOSTPOOL_AGENT_HOST or HOSTPOOL_LOGON_HOST"
+    exit 1
+  fi
+  # The verifier reads the keys at each logon: a rotated key is trusted as soon as the
+  # kubelet updates the mounted ConfigMap. It must hold a key now, or nobody could sign on.
+  if ! grep -q -- '-----BEGIN PUBLIC KEY-----' "$LOGON_KEYS"; then
+    log "$LOGON_KEYS holds no public key: single sign-on cannot work"
+    exit 1
+  fi
+  install -d -m 0700 "$LOGON_STATE"
+  {
+    echo "# hostpool single sign-on: the broker's one-time logon credential first"
+    printf 'auth [success=done default=ignore] pam_exec.so quiet expose_authtok %s --host %s --public-keys %s --state %s --xsession %s\n' \
+      "$(command -v hostpool-logon)" "$LOGON_HOST" "$LOGON_KEYS" "$LOGON_STATE" "$XSESSION_TEMPLATE"
+    cat "$SESMAN_PAM"
+  } >/etc/pam.d/xrdp-sesman.new
+  mv -f /etc/pam.d/xrdp-sesman.new /etc/pam.d/xrdp-sesman
+  signon=1
+  log "single sign-on for host $LOGON_HOST (keys $LOGON_KEYS, state $LOGON_STATE)"
+}
+
 # ------------------------------------------------------------------------------ keys
 setup_keys() {
   if [[ -s "$TLS_DIR/tls.crt" && -s "$TLS_DIR/tls.key" ]]; then
@@ -168,8 +215,14 @@ stop_pids() {
 
 # The processes of the desktop users (the sessions: Xorg, the window manager, their programs).
 session_pids() {
-  local user
-  for user in "${desktop_users[@]}"; do pgrep -u "$user" || true; done
+  local user users=("${desktop_users[@]}")
+  # The accounts single sign-on made (one name a line).
+  if [[ -n "$signon" && -f "$LOGON_STATE/accounts" ]]; then
+    mapfile -t -O "${#users[@]}" users <"$LOGON_STATE/accounts"
+  fi
+  for user in "${users[@]}"; do
+    if [[ -n "$user" ]] && id -u "$user" >/dev/null 2>&1; then pgrep -u "$user" || true; fi
+  done
 }
 
 # shutdown STATUS: stop everything (agent, sessions, xrdp, sesman) and exit STATUS.
@@ -196,6 +249,7 @@ trap 'log "SIGTERM: stopping"; shutdown 0' TERM
 trap 'log "SIGINT: stopping"; shutdown 0' INT
 
 create_users
+setup_signon
 setup_keys
 # No session survives a restart of the container (podman restart keeps its files): the X
 # servers' locks and sockets of the last run would make sesman skip their display numbers.
@@ -214,6 +268,8 @@ log "xrdp-sesman (pid $sesman_pid) and xrdp (pid $xrdp_pid) started; RDP on port
 
 if [[ -n "${HOSTPOOL_AGENT_HOST:-}" ]]; then
   read -ra agent_args <<<"${HOSTPOOL_AGENT_ARGS:-}"
+  # The agent reports the verifier's refusals as Events (LogonRefused, HomeOwnedByAnotherUser).
+  [[ -z "$signon" ]] || agent_args+=(--logon-state "$LOGON_STATE")
   start_agent
 fi
 

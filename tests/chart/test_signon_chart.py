@@ -26,7 +26,7 @@ from hostpool_operator.logon import credential
 
 SSO: dict[str, Any] = {**BROKER, "broker.singleSignOn.enabled": True}
 KEY_DIR = "/etc/hostpool-broker/logon-key"
-KEYS_CONFIGMAP = "hp-hostpool-operator-logon-keys"
+KEYS_CONFIGMAP = "hostpool-logon-keys"
 
 
 def secrets(docs: list[Obj]) -> list[Obj]:

@@ -62,7 +62,7 @@ half is published in. */}}
 {{- .Values.broker.singleSignOn.keySecret.secretName | default (printf "%s-logon-key" (include "hostpool-operator.fullname" .)) }}
 {{- end }}
 {{- define "hostpool-operator.broker.logonKeysConfigMap" -}}
-{{- .Values.broker.singleSignOn.publicKeysConfigMap | default (printf "%s-logon-keys" (include "hostpool-operator.fullname" .)) }}
+{{- .Values.broker.singleSignOn.publicKeysConfigMap | default "hostpool-logon-keys" }}
 {{- end }}
 
 {{/* The portal's public URL: broker.portal.publicURL, else the Ingress's host (https with

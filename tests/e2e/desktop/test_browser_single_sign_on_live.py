@@ -17,6 +17,7 @@ from hostpool_operator.access.names import request_name
 from hostpool_operator.logon import uids
 from support.broker_helpers import BrokerProcess
 from support.cluster import Cluster
+from support.desktop import session_processes
 from support.desktop_sessions import AgentHosts, wait_state
 from support.keycloak import Keycloak
 from support.kube import wait_for
@@ -99,3 +100,93 @@ def test_the_signed_in_person_lands_on_their_desktop_with_no_second_password(
     finally:
         marker.unlink(missing_ok=True)
         script.unlink(missing_ok=True)
+
+
+def test_a_modified_client_naming_someone_else_gets_nothing_of_theirs(
+    cluster: Cluster,
+    namespace: str,
+    operator_process: OperatorProcess,
+    agent_hosts: AgentHosts,
+    brokers: Callable[..., BrokerProcess],
+    keycloak: Keycloak,
+    new_page: Callable[..., Page],
+    tmp_path: Path,
+) -> None:
+    """A signed-in person whose browser client is modified to log on as someone else (the
+    desktop page rewritten in transit: another user name, and that person's password where
+    one is asked). On a pool without single sign-on the relay refuses the logon before it
+    reaches the host: no session of the other person starts. On a single sign-on pool the
+    relay writes the caller's own name and credential: the desktop that opens is the caller's."""
+    del operator_process
+    client_dir = web_client_or_stop()
+    private, public, _ = make_keys(tmp_path)
+    user, password = new_user(keycloak)
+    victim, victim_password = f"hpv{uuid.uuid4().hex[:6]}", "victims-own-pw"
+    sso_host, typed_host = "ssomod-1", "pwmod-1"
+    hosts, agents = agent_hosts(
+        [sso_host, typed_host], {victim: victim_password}, first=FIRST_ADDRESS + 5, signon=public
+    )
+    for pool, host, signs_on in (("ssomod", sso_host, True), ("pwmod", typed_host, False)):
+        cluster.setup_pool(
+            pool,
+            "DepthFirst",
+            2,
+            hosts=[host],
+            entitlements={"users": [user], "groups": []},
+            connection={"web": True, "singleSignOn": signs_on},
+        )
+        agents[host].start("--logon-state", str(hosts.directory / host / "logon"))
+    portal = portal_args(tmp_path / "portal")
+    broker = brokers(
+        *portal.args,
+        "--web-client-dir", str(client_dir),
+        "--logon-key-file", str(private),
+        "--uid-namespace", namespace,
+    )  # fmt: skip
+    page = new_page(viewport=VIEWPORT)
+
+    sign_in(page, broker.url, user, password)
+    # The modification: the page's user name rewritten as soon as the page is parsed, before
+    # its client reads it (an init script runs ahead of the page's own).
+    page.add_init_script(
+        "new MutationObserver((_, seen) => {"
+        "  const root = document.getElementById('desktop');"
+        f"  if (root) {{ root.dataset.user = '{victim}'; seen.disconnect(); }}"
+        "}).observe(document, {childList: true, subtree: true});"
+    )
+    page.goto(f"{broker.url}/desktop/{namespace}/pwmod")
+    assert page.get_attribute("#desktop", "data-user") == victim
+    page.wait_for_selector("#desktop[data-client=ready]", state="attached", timeout=60_000)
+    page.fill("#password", victim_password)
+    page.click("[data-action=connect]")
+    state = wait_for(
+        lambda: page.get_attribute("#desktop", "data-desktop-state") in ("error", "closed")
+        and page.inner_text("#desktop"),
+        30,
+        what="the modified logon to end",
+        show=lambda: f"{page.get_attribute('#desktop', 'data-desktop-state')}: "
+        f"{page.inner_text('#desktop')}",
+    )
+    assert "connection failed" in state, state
+    # The relay said why, in its log (the refusal is the relay's, not the host's).
+    wait_for(
+        lambda: "logon refused for " + user + ": the browser's logon names another user"
+        in broker.log_tail(200),
+        10,
+        what="the relay's refusal in the broker's log",
+    )
+    assert session_processes(victim) == []
+    host_logs = "".join(
+        f.read_text(errors="replace") for f in (hosts.directory / typed_host / "logs").iterdir()
+    )
+    assert victim not in host_logs, "the logon reached the host"
+
+    # The single sign-on pool: the caller's own desktop, whatever name the client sent.
+    page.goto(f"{broker.url}/desktop/{namespace}/ssomod")
+    assert page.get_attribute("#desktop", "data-user") == victim
+    page.wait_for_selector("#desktop[data-client=ready]", state="attached", timeout=60_000)
+    assert 0 < first_frame(page) < 60_000
+    shows_colour(page, host_colour(hosts, sso_host), tmp_path / "desktop.png")
+    wait_state(cluster, request_name(namespace, "ssomod", user), "Active", "the caller's session")
+    assert any("Xorg" in args for _, args in session_processes(user))
+    assert session_processes(victim) == []

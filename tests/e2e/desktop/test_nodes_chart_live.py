@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from hostpool_operator.logon import uids
 from support.agent_objects import run_tool
 from support.broker_helpers import (
     CLIENT,
@@ -704,6 +705,150 @@ def test_personal_desktops_keep_their_data_on_the_real_node(
         60,
         what="bob's claim to be deleted with his host",
     )
+
+
+# ---------------------------------------------------------------------------------------
+# single sign-on: the chart's broker signs people on to pods on the real node
+
+#: The ConfigMap the chart's broker publishes its public key in (the examples mount it).
+LOGON_KEYS = "hostpool-logon-keys"
+
+
+def connect_through(forward: PortForward, namespace: str, pool: str, token: str) -> Obj:
+    """POST connect to the broker's Pod until it answers 200 (202 while a host starts)."""
+
+    def placed() -> Obj | None:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{forward.local}/v1/namespaces/{namespace}/pools/{pool}/connect",
+            data=b"{}",
+            method="POST",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            body: Obj = json.loads(answer.read())
+            return body if answer.status == 200 else None
+
+    found: Obj = wait_for(placed, 240, what=f"a connection to pool {pool}")
+    return found
+
+
+def account(nodes: RealCluster, pod: str, user: str) -> tuple[str, str]:
+    """The user's uid and their home's owner, as the pod's desktop container sees them."""
+    out = kubectl(
+        nodes, "-n", nodes.namespace, "exec", pod, "-c", "desktop", "--",
+        "sh", "-c", f"id -u {user}; stat -c %u /home/{user}",
+    )  # fmt: skip
+    uid, owner = out.split()
+    return uid, owner
+
+
+def test_single_sign_on_to_pods_on_the_real_node(
+    nodes: RealCluster,
+    operator_pod: Obj,
+    pod_keycloak: Keycloak,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """broker.singleSignOn: the chart makes the key, the broker's Pod publishes its public
+    half (ConfigMap hostpool-logon-keys, under the chart's Role) and the example templates'
+    Pods mount it. alice, known to Keycloak and to no host, connects to a pooled and to a
+    personal single sign-on pool: FreeRDP with the connect answer's one-time password shows
+    each desktop, and her account on both Pods has the uid the broker recorded, her home owned
+    by it. Her personal host's Pod deleted, the new Pod signs her on again with the same uid
+    and her file is there, still hers."""
+    del operator_pod
+    install_client()
+    ns = nodes.namespace
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+    run_tool(
+        [str(nodes.bin_dir / "helm"), "--kubeconfig", str(nodes.cp.kubeconfig), "upgrade", RELEASE,
+         str(CHART_DIR), "-n", ns, "--reuse-values",
+         "--set", "broker.enabled=true", "--set", "broker.replicas=1",
+         "--set", f"broker.oidc.issuer={pod_keycloak.issuer(REALM)}",
+         "--set", f"broker.oidc.audience={CLIENT}",
+         "--set", "broker.oidc.allowInsecureIssuer=true",
+         "--set", "broker.singleSignOn.enabled=true"]
+    )  # fmt: skip
+    selector = (
+        f"app.kubernetes.io/name=hostpool-operator-broker,app.kubernetes.io/instance={RELEASE}"
+    )
+    logs.append(
+        ("broker log", lambda: kubectl(nodes, "-n", ns, "logs", "--tail", "60", "-l", selector))
+    )
+    keys_path = f"/api/v1/namespaces/{ns}/configmaps/{LOGON_KEYS}"
+    published = wait_for(
+        lambda: nodes.kube.call("GET", keys_path)["data"]["keys.pem"],
+        120,
+        what="the broker to publish its public logon key",
+        retry_on=(ApiError,),
+    )
+    assert published.count("BEGIN PUBLIC KEY") == 1
+    broker = ready_pod(nodes, selector, "the single sign-on broker's Pod")
+    forward = PortForward(nodes, broker["metadata"]["name"], 8443)
+    forward.get("/healthz")
+    pooled = session_host_pool(nodes.images["--session-host"], agent_interval=1)
+    pooled["metadata"]["name"] = "sso-pooled"
+    pooled["spec"]["scaling"].update({"minHosts": 1, "maxHosts": 1})
+    personal = personal_desktop_pool(nodes.images["--session-host"], agent_interval=1)
+    personal["metadata"]["name"] = "sso-mine"
+    personal["spec"]["scaling"]["maxHosts"] = 1
+    for pool in (pooled, personal):
+        pool["spec"]["entitlements"] = {"users": ["alice"]}
+        pool["spec"].setdefault("connection", {})["singleSignOn"] = True
+        nodes.kube.create(ns, pool)
+    logs.append(("pods", lambda: kubectl(nodes, "-n", ns, "get", "pods,pvc", "-o", "wide")))
+    token = pod_keycloak.token(REALM, CLIENT, CLIENT_SECRET, "alice", "alice-pw")
+    display = VirtualDisplay(60 + os.getpid() % 9, tmp_path / "xvfb.log")
+    record = f"/api/v1/namespaces/{ns}/configmaps/{uids.record_name('alice')}"
+
+    def signed_on(pool: str, step: str) -> tuple[Obj, RdpClient]:
+        answer = connect_through(forward, ns, pool, token)
+        logon = answer["logon"]
+        assert logon["user"] == "alice"
+        assert logon["password"] not in answer["rdpFile"]
+        rdp = tmp_path / f"{step}.rdp"
+        rdp.write_text(answer["rdpFile"], newline="")
+        client = RdpClient(
+            display, rdp, logon["password"], tmp_path / f"{step}-xfreerdp.log", tmp_path / "home"
+        )
+        logs.append((f"xfreerdp log ({step})", client.log_text))
+        client.start()
+        wait_for(
+            lambda: (
+                pixel(display.screenshot(tmp_path / f"{step}.png"), *BACKGROUND) == IMAGE_COLOUR
+            ),
+            90,
+            what=f"alice's desktop on {answer['host']} ({step})",
+        )
+        return answer, client
+
+    with display:
+        answer, client = signed_on("sso-pooled", "pooled")
+        uid = str(nodes.kube.call("GET", record)["data"]["uid"])
+        assert account(nodes, answer["host"], "alice") == (uid, uid)
+        client.kill()
+
+        answer, client = signed_on("sso-mine", "personal")
+        mine = answer["host"]
+        assert account(nodes, mine, "alice") == (uid, uid)
+        in_home(nodes, mine, "alice", "echo 'kept by alice' > ~/notes.txt")
+        client.kill()
+        pod_uid = nodes.pod(mine)["metadata"]["uid"]
+        kubectl(nodes, "-n", ns, "delete", "pod", mine, "--wait=false")
+        wait_for(
+            lambda: (ready(p := nodes.pod(mine)) and p["metadata"]["uid"] != pod_uid) or None,
+            180,
+            what="a new Pod for alice's personal host",
+            retry_on=(ApiError,),
+        )
+        answer, client = signed_on("sso-mine", "re-created")
+        assert answer["host"] == mine
+        assert account(nodes, mine, "alice") == (uid, uid)
+        assert in_home(nodes, mine, "alice", "stat -c %u ~/notes.txt; cat ~/notes.txt").split(
+            "\n", 1
+        ) == [uid, "kept by alice\n"]
+        client.kill()
+    forward.close()
 
 
 def test_twenty_users_connecting_at_once_get_twenty_desktops_on_the_real_node(

@@ -149,6 +149,6 @@ async def _first_ends(*parts: Callable[[], Coroutine[Any, Any, None]]) -> tuple[
     finally:
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
-                await task
+        # Every part's end collected, the first one's error too (said above, never raised:
+        # a refused logon is an outcome, not a failure of the relay).
+        await asyncio.gather(*tasks, return_exceptions=True)

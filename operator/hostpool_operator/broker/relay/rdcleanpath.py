@@ -458,6 +458,8 @@ class ClientInfoPatcher:
     limit: int = 256 * 1024
     done: bool = False
     patched: bool = False
+    #: Why the logon was refused (None: it was not).
+    refusal: str | None = None
     seen: int = 0
     buffer: bytearray = field(default_factory=bytearray)
 
@@ -466,6 +468,13 @@ class ClientInfoPatcher:
         is whole); :class:`ClientInfoRefusedError` when the logon may not go on."""
         if self.done:
             return data
+        try:
+            return self._feed(data)
+        except ClientInfoRefusedError as refused:
+            self.refusal = str(refused)
+            raise
+
+    def _feed(self, data: bytes) -> bytes:
         self.buffer += data
         self.seen += len(data)
         out = bytearray()

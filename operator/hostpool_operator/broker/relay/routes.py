@@ -237,6 +237,16 @@ class WebDesktops:
             ended = await pump(ws, sock, reader, writer, up, down, patcher)
         finally:
             writer.close()
+        if patcher.refusal is not None:
+            # Before the host saw a logon: the browser's client is not the page's own.
+            log.warning(
+                "web desktop %s/%s: logon refused for %s: %s",
+                opened.namespace,
+                pool.name,
+                opened.caller.user,
+                patcher.refusal,
+            )
+            return "LogonRefused"
         log.info("web desktop %s/%s: %s", opened.namespace, pool.name, ended)
         return "Closed"
 

@@ -357,6 +357,8 @@ def test_elsewhere_the_browser_may_name_only_the_caller() -> None:
     theirs = rcp.ClientInfoPatcher(user="alice")
     with pytest.raises(rcp.ClientInfoRefusedError, match="another user"):
         theirs.feed(logon_stream("bob", "bobs-password"))
+    assert theirs.refusal == "the browser's logon names another user"  # the relay's outcome
+    assert mine.refusal is None
 
 
 @pytest.mark.parametrize(
@@ -371,3 +373,4 @@ def test_a_stream_that_cannot_be_read_to_its_logon_is_refused(
 ) -> None:
     with pytest.raises(rcp.ClientInfoRefusedError):
         patcher.feed(b"\x44\x00garbage")
+    assert patcher.refusal is not None
