@@ -160,18 +160,23 @@ def test_a_modified_client_naming_someone_else_gets_nothing_of_theirs(
     page.fill("#password", victim_password)
     page.click("[data-action=connect]")
     state = wait_for(
-        lambda: page.get_attribute("#desktop", "data-desktop-state") in ("error", "closed")
-        and page.inner_text("#desktop"),
+        lambda: (
+            page.get_attribute("#desktop", "data-desktop-state") in ("error", "closed")
+            and page.inner_text("#desktop")
+        ),
         30,
         what="the modified logon to end",
-        show=lambda: f"{page.get_attribute('#desktop', 'data-desktop-state')}: "
-        f"{page.inner_text('#desktop')}",
+        show=lambda: (
+            f"{page.get_attribute('#desktop', 'data-desktop-state')}: {page.inner_text('#desktop')}"
+        ),
     )
     assert "connection failed" in state, state
     # The relay said why, in its log (the refusal is the relay's, not the host's).
     wait_for(
-        lambda: "logon refused for " + user + ": the browser's logon names another user"
-        in broker.log_tail(200),
+        lambda: (
+            "logon refused for " + user + ": the browser's logon names another user"
+            in broker.log_tail(200)
+        ),
         10,
         what="the relay's refusal in the broker's log",
     )
