@@ -11,11 +11,15 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shutil
 import time
+import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from hostpool_operator.logon import credential
 from support.broker_helpers import BrokerProcess
@@ -134,3 +138,94 @@ def test_freerdp_signs_on_with_the_one_time_password_once(
             again.kill()
         finally:
             client.kill()
+
+
+def test_credentials_that_are_not_this_persons_start_no_session(
+    agent_hosts: AgentHosts, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Through xrdp's real PAM stack, each refused before any session starts and recorded
+    with its reason (never the credential): a forged credential (another key), one for
+    another host, one for another user, an expired one, one naming a uid other than the
+    account's, and one whose home belongs to another uid. No account is made for any."""
+    _, public, key = make_keys(tmp_path)
+    forger = Ed25519PrivateKey.generate()
+    tag = uuid.uuid4().hex[:5]
+    names = {case: f"hpr{tag}{i}" for i, case in enumerate(CASES)}
+    existing = names["UidMismatch"]
+    hosts, _ = agent_hosts([HOST], {existing: "typed-pw"}, first=FIRST + 3, signon=public)
+    address = hosts.hosts[HOST].address
+    now = int(time.time())
+    home = Path("/home") / names["HomeOwnedByAnotherUser"]
+    home.mkdir()
+    os.chown(home, 23456, 23456)  # someone else's, from a volume kept elsewhere
+
+    def grant(user: str, uid: int, host: str = HOST) -> credential.Grant:
+        return credential.Grant(user=user, host=host, request_uid=str(uuid.uuid4()), uid=uid)
+
+    minted = {
+        "forged": credential.mint(forger, grant(names["forged"], 61001), now, 60, os.urandom(12)),
+        "other host": credential.mint(
+            key, grant(names["other host"], 61002, host="another-host"), now, 60, os.urandom(12)
+        ),
+        "other user": credential.mint(
+            key, grant(names["other user"] + "x", 61003), now, 60, os.urandom(12)
+        ),
+        "Expired": credential.mint(
+            key, grant(names["Expired"], 61004), now - 300, 60, os.urandom(12)
+        ),
+        "UidMismatch": credential.mint(
+            key, grant(existing, pwd.getpwnam(existing).pw_uid + 1), now, 60, os.urandom(12)
+        ),
+        "HomeOwnedByAnotherUser": credential.mint(
+            key, grant(names["HomeOwnedByAnotherUser"], 61006), now, 60, os.urandom(12)
+        ),
+    }
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+    refusals = hosts.directory / HOST / "logon" / "refusals.jsonl"
+    display = VirtualDisplay(70 + os.getpid() % 9, tmp_path / "xvfb.log")
+    try:
+        with display:
+            for n, case in enumerate(CASES, start=1):
+                user = names[case]
+                rdp = tmp_path / f"{n}.rdp"
+                rdp.write_text(f"full address:s:{address}:3389\r\nusername:s:{user}\r\n")
+                client = RdpClient(
+                    display, rdp, minted[case], tmp_path / f"xfreerdp-{n}.log", tmp_path
+                )
+                logs.append((f"xfreerdp log ({case})", client.log_text))
+                client.start()
+                try:
+                    lines = wait_for(
+                        partial(_refusals, refusals, n), 30, what=f"the {case} credential's refusal"
+                    )
+                finally:
+                    client.kill()
+                refusal = json.loads(lines[n - 1])
+                assert refusal["reason"] == CASES[case], refusal
+                assert refusal["user"] == user
+                assert minted[case] not in refusals.read_text()
+                assert session_processes(user) == []
+                if case != "UidMismatch":
+                    with pytest.raises(KeyError):
+                        pwd.getpwnam(user)
+        assert home.stat().st_uid == 23456  # never re-owned
+        assert list(home.iterdir()) == []
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _refusals(path: Path, at_least: int) -> list[str] | None:
+    """The verifier's refusal lines once there are ``at_least``."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    return lines if len(lines) >= at_least else None
+
+
+#: Each case and the verifier's reason for it.
+CASES = {
+    "forged": "InvalidSignature",
+    "other host": "InvalidSignature",
+    "other user": "InvalidSignature",
+    "Expired": "Expired",
+    "UidMismatch": "UidMismatch",
+    "HomeOwnedByAnotherUser": "HomeOwnedByAnotherUser",
+}
