@@ -7,6 +7,11 @@ Measured:
 - click → first frame: the desktop page's own timing (from the click on Connect to the
   first drawn pixel), over BENCH_PORTAL_RUNS runs of one user (the first a new session, the
   others reconnects: the tab closed and opened again), median and p95;
+- the same with single sign-on (a pool with connection.singleSignOn, a host whose PAM runs
+  hostpool-logon first): from the page's own connect (nothing to type) to the first frame,
+  the first run making the person's account;
+- the verifier's time per logon: hostpool-logon run as pam_exec runs it, for a first logon
+  (the account and home made) and for BENCH_PORTAL_RUNS later ones;
 - the relay's CPU per MiB relayed: the broker process's CPU time over the relayed bytes
   (both ways) while a desktop draws (an xterm listing /usr over and over on it);
 - BENCH_PORTAL_DESKTOPS (default 20) browser desktops at once through the one broker: all
@@ -23,6 +28,7 @@ import math
 import os
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,9 +36,11 @@ from typing import Any
 
 import psutil
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from playwright.sync_api import Page, ViewportSize
 
 from hostpool_operator.access.names import request_name
+from hostpool_operator.logon import credential
 from support.broker_helpers import BrokerProcess
 from support.cluster import Cluster
 from support.desktop_sessions import AgentHosts, session_env, wait_state
@@ -40,6 +48,7 @@ from support.keycloak import Keycloak, KeycloakError
 from support.kube import wait_for
 from support.operator_process import OperatorProcess
 from support.portal import portal_args, sign_in
+from support.signon import make_keys
 from support.web_desktop import (
     first_frame,
     metric,
@@ -48,6 +57,7 @@ from support.web_desktop import (
 )
 
 POOL = "benchweb"
+SSO_POOL, SSO_HOST = "benchsso", "bs-1"
 FIRST_ADDRESS = 71
 PER_HOST = 10
 DESKTOPS = int(os.environ.get("BENCH_PORTAL_DESKTOPS", "20"))
@@ -119,6 +129,45 @@ def cpu_seconds(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
+def verifier_seconds(tmp_path: Path, runs: int) -> dict[str, Any]:
+    """hostpool-logon as pam_exec runs it (PAM_USER, the credential on stdin), timed: the
+    first logon of a person (account and home made) and ``runs`` later ones."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    key = Ed25519PrivateKey.generate()
+    keys, state, homes = tmp_path / "keys.pem", tmp_path / "state", tmp_path / "homes"
+    keys.write_bytes(credential.public_pem(key))
+    homes.mkdir()
+    user = f"hpbench{os.getpid() % 100000}"
+    program = str(Path(sys.executable).with_name("hostpool-logon"))
+    argv = [program, "--host", "bench", "--public-keys", str(keys), "--state", str(state)]
+    argv += ["--home-root", str(homes)]
+
+    def logon() -> float:
+        grant = credential.Grant(user=user, host="bench", request_uid="bench", uid=61999)
+        secret = credential.mint(key, grant, int(time.time()), 60, os.urandom(12))
+        started = time.perf_counter()
+        done = subprocess.run(
+            argv, input=(secret + "\0").encode(), env={**os.environ, "PAM_USER": user},
+            capture_output=True, check=False,
+        )  # fmt: skip
+        took = time.perf_counter() - started
+        assert done.returncode == 0, done.stderr.decode()
+        return took
+
+    try:
+        first = logon()
+        later = [logon() for _ in range(runs)]
+    finally:
+        subprocess.run(["userdel", user], capture_output=True, check=False)
+        subprocess.run(["groupdel", user], capture_output=True, check=False)
+    return {
+        "firstLogonMs": round(first * 1000),
+        "logonMsMedian": round(statistics.median(later) * 1000),
+        "logonMsMax": round(max(later) * 1000),
+        "runs": runs,
+    }
+
+
 def test_bench_portal(
     cluster: Cluster,
     namespace: str,
@@ -144,10 +193,28 @@ def test_bench_portal(
         entitlements={"users": names, "groups": []},
         connection={"web": True},
     )
-    for agent in agents.values():
+    # Single sign-on: its own pool and host, and a person no host knows yet.
+    private, public, _ = make_keys(tmp_path)
+    sso_user = f"webs{os.getpid() % 10000:04d}"
+    add_keycloak_users(keycloak, [sso_user])
+    _, sso_agents = agent_hosts([SSO_HOST], {}, first=FIRST_ADDRESS + 5, signon=public)
+    cluster.setup_pool(
+        SSO_POOL,
+        "DepthFirst",
+        PER_HOST,
+        hosts=[SSO_HOST],
+        entitlements={"users": [sso_user], "groups": []},
+        connection={"web": True, "singleSignOn": True},
+    )
+    for agent in [*agents.values(), *sso_agents.values()]:
         agent.start()
     portal = portal_args(tmp_path / "portal")
-    broker = brokers(*portal.args, "--web-client-dir", str(client_dir))
+    broker = brokers(
+        *portal.args,
+        "--web-client-dir", str(client_dir),
+        "--logon-key-file", str(private),
+        "--uid-namespace", namespace,
+    )  # fmt: skip
     assert broker.proc is not None
     process = psutil.Process(broker.proc.pid)
     metrics = f"http://127.0.0.1:{broker.metrics_port}"
@@ -178,6 +245,33 @@ def test_bench_portal(
         "all": timings,
     }
     print(f"bench-portal: click -> first frame {result['firstFrameMs']}", flush=True)
+
+    # 1b. The same with single sign-on: the page connects by itself, nothing typed.
+    sso_url = f"{broker.url}/desktop/{namespace}/{SSO_POOL}"
+    page = new_page(viewport=VIEWPORT)
+    sign_in(page, broker.url, sso_user, sign_in_password(sso_user))
+    sso_timings: list[int] = []
+    for run in range(RUNS):
+        if run:
+            page = page.context.new_page()
+            page.set_viewport_size(VIEWPORT)
+        page.goto(sso_url)
+        sso_timings.append(first_frame(page))
+        page.close()
+        wait_for(lambda: metric(metrics, "hostpool_broker_web_sessions") == 0, 20, what="relay end")
+    sso_reconnects = [float(t) for t in sso_timings[1:]] or [float(sso_timings[0])]
+    result["singleSignOn"] = {
+        "firstFrameMs": {
+            "newSession": sso_timings[0],
+            "reconnectMedian": statistics.median(sso_reconnects),
+            "reconnectP95": percentile(sso_reconnects, 0.95),
+            "all": sso_timings,
+        },
+        "reconnectMedianVsTypedMs": statistics.median(sso_reconnects)
+        - result["firstFrameMs"]["reconnectMedian"],
+        "verifier": verifier_seconds(tmp_path / "verifier", RUNS),
+    }
+    print(f"bench-portal: single sign-on {result['singleSignOn']}", flush=True)
 
     # 2. The relay's CPU per MiB while one desktop draws.
     page = context.new_page()
