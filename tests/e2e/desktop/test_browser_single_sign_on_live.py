@@ -159,11 +159,14 @@ def test_a_modified_client_naming_someone_else_gets_nothing_of_theirs(
     page.wait_for_selector("#desktop[data-client=ready]", state="attached", timeout=60_000)
     page.fill("#password", victim_password)
     page.click("[data-action=connect]")
+
+    def ended() -> str | None:
+        if page.get_attribute("#desktop", "data-desktop-state") in ("error", "closed"):
+            return page.inner_text("#desktop")
+        return None
+
     state = wait_for(
-        lambda: (
-            page.get_attribute("#desktop", "data-desktop-state") in ("error", "closed")
-            and page.inner_text("#desktop")
-        ),
+        ended,
         30,
         what="the modified logon to end",
         show=lambda: (
