@@ -86,11 +86,16 @@ def read(key: bytes, text: str, now: float) -> Ticket:
         raise TicketError("not a ticket")
     try:
         given = _unb64(mac)
+    except ValueError:
+        raise TicketError("not a ticket") from None
+    # The MAC first: nothing a stranger wrote is parsed (a payload of nested brackets would
+    # take the JSON parser past Python's recursion limit).
+    if not hmac.compare_digest(given, _mac(key, payload)):
+        raise TicketError("the ticket's signature is wrong")
+    try:
         fields = json.loads(_unb64(payload))
     except ValueError:
         raise TicketError("not a ticket") from None
-    if not hmac.compare_digest(given, _mac(key, payload)):
-        raise TicketError("the ticket's signature is wrong")
     if (
         not isinstance(fields, list)
         or len(fields) != 7

@@ -66,6 +66,23 @@ def test_a_changed_field_breaks_the_mac() -> None:
         tickets.read(KEY, f"t1.{payload_of_other}.{mac_of_good}", NOW)
 
 
+def test_nothing_is_parsed_before_the_mac_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ticket of 2,008 characters whose payload is nested brackets: refused for its
+    signature, its payload never read (the JSON parser would recurse past Python's limit)."""
+    payload = tickets._b64(b"[" * 1_450)
+    text = f"t1.{payload}.{tickets._b64(b'x' * 32)}"
+    assert len(text) <= tickets.MAX_TICKET
+    with pytest.raises(tickets.TicketError, match="signature"):
+        tickets.read(KEY, text, NOW)
+
+    def parsed(*_: object) -> None:
+        raise AssertionError("the payload was parsed before its MAC was checked")
+
+    monkeypatch.setattr(tickets.json, "loads", parsed)
+    with pytest.raises(tickets.TicketError, match="signature"):
+        tickets.read(KEY, tickets.mint(tickets.ticket_key(b"o" * 32), TICKET), NOW)
+
+
 def test_a_well_signed_payload_of_the_wrong_shape_is_refused() -> None:
     payload = tickets._b64(b'["a","b"]')
     text = f"t1.{payload}.{tickets._b64(tickets._mac(KEY, payload))}"
