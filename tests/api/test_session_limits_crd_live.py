@@ -1,9 +1,10 @@
 """A pool's session limits and a request's limit fields, as the API server takes them.
 
 The generated CRDs on a real kube-apiserver: a HostPool's ``spec.sessionLimits`` gets its
-defaults (idleAction Disconnect, maxSessionAction Logoff, warningMinutes 5) and refuses, naming
-the field, what is out of range, an unknown action, a warning as long as the limit it warns of
-(CEL) and a message over 512 characters; a request's new status timestamps take RFC3339 and
+defaults (idleAction Disconnect, maxSessionAction Logoff; warningMinutes, when absent, is 5
+minutes clamped below the shorter limit, so a default never refuses a 5-minute limit) and
+refuses, naming the field, what is out of range, an unknown action, a warning set as long as
+the limit it warns of (CEL) and a message over 512 characters; a request's new status timestamps take RFC3339 and
 refuse what is not a time. Each table is also given to the pydantic models the operator
 reads these objects with, which must take and refuse the same values.
 """
@@ -25,7 +26,7 @@ from support.kube import ApiError, Kube
 
 Obj = dict[str, Any]
 
-DEFAULTS: Obj = {"idleAction": "Disconnect", "maxSessionAction": "Logoff", "warningMinutes": 5}
+DEFAULTS: Obj = {"idleAction": "Disconnect", "maxSessionAction": "Logoff"}
 
 #: Limits both the server and the model take, with what the server stores.
 VALID: list[tuple[Obj, Obj]] = [
@@ -43,6 +44,12 @@ VALID: list[tuple[Obj, Obj]] = [
     (
         {"idleMinutes": 61, "warningMinutes": 60, "maxSessionMinutes": 10080},
         {**DEFAULTS, "idleMinutes": 61, "warningMinutes": 60, "maxSessionMinutes": 10080},
+    ),
+    # A limit of 5 minutes or less with the default warning: taken (the warning is clamped).
+    ({"idleMinutes": 5}, {**DEFAULTS, "idleMinutes": 5}),
+    (
+        {"maxSessionMinutes": 3, "idleMinutes": 1},
+        {**DEFAULTS, "maxSessionMinutes": 3, "idleMinutes": 1},
     ),
     (
         {"maxSessionMinutes": 6, "maxSessionAction": "Disconnect", "message": "m" * 512},
@@ -70,9 +77,9 @@ INVALID: list[tuple[Obj, str]] = [
     ({"idleMinutes": 10, "warningMinutes": 10}, "warningMinutes"),
     ({"idleMinutes": 10, "warningMinutes": 11}, "warningMinutes"),
     ({"maxSessionMinutes": 20, "warningMinutes": 20}, "warningMinutes"),
-    # the default warning (5 minutes) is as long as a 5-minute limit
-    ({"idleMinutes": 5}, "warningMinutes"),
-    ({"maxSessionMinutes": 3}, "warningMinutes"),
+    # a warning set as long as a 5-minute limit
+    ({"idleMinutes": 5, "warningMinutes": 5}, "warningMinutes"),
+    ({"maxSessionMinutes": 3, "warningMinutes": 3}, "warningMinutes"),
     ({"message": "m" * 513}, "message"),
 ]
 
@@ -185,7 +192,7 @@ def test_a_limit_changed_to_a_bad_value_is_refused(kube: Kube, namespace: str) -
     assert info.value.status == 422, info.value
     assert "spec.sessionLimits.warningMinutes" in info.value.message, info.value.message
     assert "less than idleMinutes" in info.value.message, info.value.message
-    assert kube.get("HostPool", namespace, "p")["spec"]["sessionLimits"]["warningMinutes"] == 5
+    assert "warningMinutes" not in kube.get("HostPool", namespace, "p")["spec"]["sessionLimits"]
 
 
 def test_request_times_take_rfc3339_and_refuse_garbage(kube: Kube, namespace: str) -> None:
@@ -275,3 +282,20 @@ def server_takes(kube: Kube, namespace: str, body: Obj) -> Obj | None:
             raise
         return None
     return made
+
+
+@pytest.mark.parametrize(
+    ("limits", "warning"),
+    [
+        ({}, 5),
+        ({"idleMinutes": 30}, 5),
+        ({"idleMinutes": 6}, 5),
+        ({"idleMinutes": 5}, 4),
+        ({"idleMinutes": 30, "maxSessionMinutes": 3}, 2),
+        ({"idleMinutes": 1}, 0),
+        ({"idleMinutes": 5, "warningMinutes": 2}, 2),
+        ({"idleMinutes": 30, "warningMinutes": 0}, 0),
+    ],
+)
+def test_the_default_warning_is_clamped_below_the_shorter_limit(limits: Obj, warning: int) -> None:
+    assert SessionLimits.model_validate(limits).warning() == warning

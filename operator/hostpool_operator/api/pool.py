@@ -353,14 +353,16 @@ class SessionLimits(ApiModel):
 
     x_kubernetes_validations: ClassVar[list[dict[str, str]]] = [
         {
-            "rule": "!has(self.idleMinutes) || self.warningMinutes < self.idleMinutes",
+            "rule": "!has(self.warningMinutes) || !has(self.idleMinutes) "
+            "|| self.warningMinutes < self.idleMinutes",
             "message": "warningMinutes must be less than idleMinutes (the warning is given "
             "that long before the idle limit acts)",
             "fieldPath": ".warningMinutes",
             "reason": "FieldValueInvalid",
         },
         {
-            "rule": "!has(self.maxSessionMinutes) || self.warningMinutes < self.maxSessionMinutes",
+            "rule": "!has(self.warningMinutes) || !has(self.maxSessionMinutes) "
+            "|| self.warningMinutes < self.maxSessionMinutes",
             "message": "warningMinutes must be less than maxSessionMinutes (the warning is "
             "given that long before the session limit acts)",
             "fieldPath": ".warningMinutes",
@@ -395,12 +397,14 @@ class SessionLimits(ApiModel):
         default=LimitAction.LOGOFF,
         description="What the session-time limit does: Disconnect or Logoff (the default).",
     )
-    warning_minutes: int = Field(
-        default=DEFAULT_WARNING_MINUTES,
+    warning_minutes: int | None = Field(
+        default=None,
         ge=0,
         le=MAX_WARNING_MINUTES,
         description="Users of an Active session are told this long before the idle or "
-        "session-time limit acts (0 = no warning).",
+        "session-time limit acts (0 = no warning). Set, it must be less than both limits; "
+        "absent, 5 minutes, or one minute less than the shorter limit where that is 5 "
+        "minutes or less.",
     )
     message: str | None = Field(
         default=None,
@@ -414,9 +418,21 @@ class SessionLimits(ApiModel):
             ("idleMinutes", self.idle_minutes),
             ("maxSessionMinutes", self.max_session_minutes),
         ):
-            if minutes is not None and self.warning_minutes >= minutes:
+            if (
+                self.warning_minutes is not None
+                and minutes is not None
+                and self.warning_minutes >= minutes
+            ):
                 raise ValueError(f"warningMinutes must be less than {name}")
         return self
+
+    def warning(self) -> int:
+        """The warning's minutes: as set, else the default, clamped below the shorter limit
+        (a default never makes a valid limit invalid: idleMinutes 5 warns after 4)."""
+        if self.warning_minutes is not None:
+            return self.warning_minutes
+        limits = [m for m in (self.idle_minutes, self.max_session_minutes) if m is not None]
+        return min([DEFAULT_WARNING_MINUTES, *(m - 1 for m in limits)])
 
 
 class Personal(ApiModel):

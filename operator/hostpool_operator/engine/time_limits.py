@@ -295,7 +295,7 @@ def _limit_steps(
     found = [_Candidate(due_at, LimitStep(kind, limit, minutes, action, acts_at, message))]
     if due_at != acts_at:
         return found  # asked for already: no warning of it
-    warning = limits.warning_minutes
+    warning = limits.warning()
     if not active or warning == 0 or acts_at <= clock.now:
         return found
     warn_at = acts_at - timedelta(minutes=warning)

@@ -38,7 +38,7 @@ def session_limits(draw: st.DrawFn) -> SessionLimits:
         idle_action=draw(st.sampled_from(LimitAction)),
         max_session_minutes=most,
         max_session_action=draw(st.sampled_from(LimitAction)),
-        warning_minutes=draw(st.integers(0, bound - 1)),
+        warning_minutes=draw(st.none() | st.integers(0, bound - 1)),
     )
 
 
@@ -96,11 +96,11 @@ def test_no_action_before_its_time_by_the_hosts_clock(
         assert facts.state == ACTIVE
         assert facts.idle_since is not None
         start = max(facts.idle_since, facts.state_changed_at or facts.idle_since)
-        needed = limit_minutes - timedelta(minutes=rules.warning_minutes * step.warning)
+        needed = limit_minutes - timedelta(minutes=rules.warning() * step.warning)
         assert elapsed_by_host(start, now, offset) >= needed
     else:
         assert facts.logon_at is not None
-        needed = limit_minutes - timedelta(minutes=rules.warning_minutes * step.warning)
+        needed = limit_minutes - timedelta(minutes=rules.warning() * step.warning)
         assert elapsed_by_host(facts.logon_at, now, offset) >= needed
 
 
@@ -250,7 +250,7 @@ def test_an_active_session_within_its_limits_gets_nothing(
     host_now = min(
         [t(36_001 * 4)]
         + [
-            start + timedelta(minutes=minutes - rules.warning_minutes) - timedelta(seconds=1)
+            start + timedelta(minutes=minutes - rules.warning()) - timedelta(seconds=1)
             for start, minutes in (
                 (idle_start, rules.idle_minutes),
                 (t(logon), rules.max_session_minutes),
