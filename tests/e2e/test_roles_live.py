@@ -552,6 +552,33 @@ def test_session_admins_set_notice_disconnect_and_logoff_and_nothing_else(
         host_path,
         {"metadata": {"annotations": {"hostpool.io/drained-by-plan": "2026-12-02T00:00:00Z"}}},
     )
+    # Nor the host's owners or finalizers: an owner pointed at another object would have
+    # the garbage collector delete the host with its workload and claims; a finalizer would
+    # keep it from ever going.
+    owners_rule = "session-admin-host-owners"
+    other = kube.call(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "doomed"}},
+    )
+    elsewhere = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "doomed",
+        "uid": other["metadata"]["uid"],
+    }
+    assert_held(
+        helpdesk,
+        chart_roles,
+        owners_rule,
+        host_path,
+        {"metadata": {"ownerReferences": [elsewhere]}},
+    )
+    assert_held(
+        helpdesk, chart_roles, owners_rule, host_path, {"metadata": {"finalizers": ["x.io/never"]}}
+    )
+    host_meta = kube.get("SessionHost", namespace, HOST)["metadata"]
+    assert "ownerReferences" not in host_meta and "finalizers" not in host_meta
     code, answer = patch(ops, host_path, {"spec": {"address": "10.0.0.9"}}, dryRun="All")
     assert code == 200, answer
     # The garbage collector's role (patch and delete on anything, create on nothing) is held
