@@ -199,3 +199,69 @@ def test_an_unused_host_is_stopped_and_starts_again_when_its_user_connects(
     assert pod["metadata"]["uid"] != pod_uid  # a new pod for the same host
     cluster.wait_host(mine, lambda h: status(h).get("power") == "Running", "power Running")
     assert len(cluster.hosts()) == 1  # started again, not a second host
+
+
+def test_a_claim_another_controls_is_never_mounted(
+    cluster: Cluster,
+    kube: Kube,
+    operator_process: OperatorProcess,
+    node_label: Callable[[], list[str]],  # noqa: F811
+) -> None:
+    """A personal host's claim home-<host> replaced by a namesake it does not control (made
+    by someone else, or another pool's host whose names run together): when the host's Pod
+    is made again the operator does not mount it; the pool says WorkloadFailure naming the
+    claim, and no Pod is made."""
+    del operator_process
+    node_label()
+    # The fake nodes have no storage: the Pod's own volume of the template's name stands
+    # in for the claim (left as written), so the Pod runs while its claims are still made.
+    own_volume = {**pod_spec(), "volumes": [{"name": "home", "emptyDir": {}}]}
+    template = workloads.scaling(workloads.pod_template(own_volume), maxHosts=2)
+    claim_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    template["hostTemplate"]["volumeClaimTemplates"] = [
+        {"metadata": {"name": "home"}, "spec": claim_spec}
+    ]
+    spec = {"type": "Personal", "scaling": template}
+    cluster.create_body(manifest("HostPool", POOL, spec, namespace=cluster.namespace))
+    cluster.create_request("alice-1", POOL, "alice")
+    mine = status(cluster.wait_request("alice-1", phase_="Assigned", timeout=60))["host"]
+    claims = f"/api/v1/namespaces/{cluster.namespace}/persistentvolumeclaims"
+    ours = kube.call("GET", f"{claims}/home-{mine}")
+    assert ours["metadata"]["ownerReferences"][0]["uid"] == cluster.host(mine)["metadata"]["uid"]
+
+    # No claim-protection controller runs here: its finalizer is taken off by hand.
+    unprotected = {"metadata": {"finalizers": None}}
+    kube.call("PATCH", f"{claims}/home-{mine}", body=unprotected, content_type=MERGE_PATCH)
+    kube.call("DELETE", f"{claims}/home-{mine}")
+    cluster.wait(
+        lambda: kube.request("GET", f"{claims}/home-{mine}")[0] == 404 or None,
+        "alice's claim to be gone",
+    )
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": f"home-{mine}"},
+        "spec": claim_spec,
+    }
+    kube.call("POST", claims, body=foreign)
+    pod = workloads.get_pod(kube, cluster.namespace, mine)
+    assert pod is not None
+    kube.call("DELETE", f"/api/v1/namespaces/{cluster.namespace}/pods/{mine}")
+
+    failed = cluster.wait(
+        lambda: (
+            (
+                cond_is(cluster.pool(POOL), "WorkloadFailure", "True", "ClaimNotOwned")
+                and cluster.pool(POOL)
+            )
+            or None
+        ),
+        "the pool to refuse the claim it does not control",
+        timeout=60,
+    )
+    message = next(
+        c["message"] for c in status(failed)["conditions"] if c["type"] == "WorkloadFailure"
+    )
+    assert f"home-{mine}" in message, message
+    again = workloads.get_pod(kube, cluster.namespace, mine)
+    assert again is None or again["metadata"]["uid"] == pod["metadata"]["uid"], again

@@ -226,16 +226,36 @@ class WorkloadKeeper:
             try:
                 await self.deps.client.create(CLAIMS, state.namespace, manifest, api_version="v1")
             except ApiError as error:
-                if error.conflict:
-                    continue  # made before (a stopped host's, kept): its data is there
-                self._refuse("FailedCreate", f"PersistentVolumeClaim {name!r}: {error.message}")
-                return False
+                if not error.conflict:
+                    self._refuse("FailedCreate", f"PersistentVolumeClaim {name!r}: {error.message}")
+                    return False
+                # Made before (a stopped host's, kept: its data is there), but only if this
+                # host controls it: a namesake of anyone else's is never mounted.
+                holder = await self._claim_holder(name)
+                if holder != host.meta.uid:
+                    whose = "no SessionHost" if holder is None else f"SessionHost uid {holder}"
+                    self._refuse(
+                        "ClaimNotOwned",
+                        f"PersistentVolumeClaim {name!r} exists and is controlled by {whose}, "
+                        f"not by host {host.meta.name}: it is not mounted",
+                    )
+                    return False
+                continue
             except ApiTransportError as error:
                 log.warning("%s/%s: claim not created: %s", state.namespace, name, error)
                 self._retry_at = time.monotonic() + self._backoff.next()
                 return False
             log.info("%s/%s: created PersistentVolumeClaim %s", state.namespace, state.name, name)
         return True
+
+    async def _claim_holder(self, name: str) -> str | None:
+        """The uid of the SessionHost that controls claim ``name`` (None: none does, or it
+        cannot be read now)."""
+        try:
+            obj = await self.deps.client.get(CLAIMS, self.state.namespace, name, api_version="v1")
+        except (ApiError, ApiTransportError):
+            return None
+        return WorkloadRecord.of(obj, "PersistentVolumeClaim").owner_host_uid
 
     async def _ours_already(
         self, template: WorkloadTemplate, plural: str, host: HostRecord
