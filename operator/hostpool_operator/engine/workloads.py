@@ -73,6 +73,9 @@ class WorkloadRecord:
     owner_host_uid: str | None
     #: metadata and status, for addressFrom (the spec is dropped: pods' are large).
     readable: dict[str, Any]
+    #: Why it is not Ready, as its own status says (the scheduler's reason, a container
+    #: waiting); empty when it says nothing.
+    why_not_ready: str = ""
 
     @classmethod
     def of(cls, obj: Mapping[str, Any], kind: str) -> WorkloadRecord:
@@ -115,6 +118,7 @@ class WorkloadRecord:
             terminal=terminal,
             owner_host_uid=owner,
             readable=readable,
+            why_not_ready="" if ready else _why_not_ready(status),
         )
 
     def address(self, path: str | None) -> str | None:
@@ -167,6 +171,41 @@ class WorkloadState:
     ready_by: datetime | None = None
 
 
+#: The longest reason quoted from a workload's status.
+MAX_WHY = 300
+
+
+def _why_not_ready(status: Mapping[str, Any]) -> str:
+    """A workload's own account of why it is not Ready: a Pod the scheduler cannot place
+    (PodScheduled False: "0/3 nodes are available: ..."), else a container waiting with a
+    reason (ImagePullBackOff, CrashLoopBackOff) and its message."""
+    conditions = status.get("conditions")
+    for c in conditions if isinstance(conditions, list) else []:
+        if (
+            isinstance(c, Mapping)
+            and c.get("type") == "PodScheduled"
+            and c.get("status") == "False"
+        ):
+            return _said(c.get("reason"), c.get("message"))
+    for key in ("initContainerStatuses", "containerStatuses"):
+        containers = status.get(key)
+        for c in containers if isinstance(containers, list) else []:
+            waiting = (c.get("state") or {}).get("waiting") if isinstance(c, Mapping) else None
+            if isinstance(waiting, Mapping) and waiting.get("reason") not in (
+                None,
+                "ContainerCreating",
+                "PodInitializing",
+            ):
+                said = _said(waiting.get("reason"), waiting.get("message"))
+                return f"container {c.get('name')}: {said}"
+    return ""
+
+
+def _said(reason: object, message: object) -> str:
+    text = ": ".join(str(p) for p in (reason, message) if isinstance(p, str) and p)
+    return text[:MAX_WHY]
+
+
 def workload_state(
     ref: WorkloadRef,
     workload: WorkloadRecord | None,
@@ -190,6 +229,8 @@ def workload_state(
         gate = Gate.NOT_READY
         reason = "Terminated" if workload.terminal else "NotReady"
         message = f"{what} has ended" if workload.terminal else f"{what} is not Ready"
+        if workload.why_not_ready and not workload.terminal:
+            message = f"{message} ({workload.why_not_ready})"
     starting = timed_out = False
     ready_by = None
     if managed and (workload is not None or not known):

@@ -694,3 +694,63 @@ def test_a_pod_mounts_its_claims_by_template_name() -> None:
         {"name": "home", "persistentVolumeClaim": {"claimName": "home-h1"}},
     ]
     assert template.spec["volumes"] == [{"name": "cache", "emptyDir": {}}]  # not changed
+
+
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "0/3 nodes are available: 3 pod has unbound immediate PersistentVolumeClaims.",
+}
+
+
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [
+        pytest.param(
+            {"conditions": [UNSCHEDULABLE]},
+            "(Unschedulable: 0/3 nodes are available: 3 pod has unbound immediate "
+            "PersistentVolumeClaims.)",
+            id="unschedulable",
+        ),
+        pytest.param(
+            {
+                "containerStatuses": [
+                    {
+                        "name": "desktop",
+                        "state": {
+                            "waiting": {
+                                "reason": "ImagePullBackOff",
+                                "message": 'Back-off pulling image "x"',
+                            }
+                        },
+                    }
+                ]
+            },
+            '(container desktop: ImagePullBackOff: Back-off pulling image "x")',
+            id="image",
+        ),
+        pytest.param(
+            {
+                "containerStatuses": [
+                    {"name": "d", "state": {"waiting": {"reason": "ContainerCreating"}}}
+                ]
+            },
+            None,
+            id="just-starting",
+        ),
+        pytest.param({"conditions": "garbage", "containerStatuses": [1, None]}, None, id="bad"),
+        pytest.param(
+            {"conditions": [{**UNSCHEDULABLE, "message": "m" * 5_000}]}, "m" * 200, id="long"
+        ),
+    ],
+)
+def test_a_pod_that_is_not_ready_says_why(status: Obj, said: str | None) -> None:
+    """The scheduler's reason (or a container's) is in the host's message, bounded."""
+    body = {**pod("h1", ready=False), "status": status}
+    message = state_of(body, now=5).message
+    if said is None:
+        assert message == "Pod 'h1' is not Ready"
+    else:
+        assert said in message
+        assert len(message) < 400
