@@ -547,9 +547,14 @@ def test_a_pod_lost_under_a_host_that_is_removed_for_it_is_not_made_again(
     other = next(h for h in assigned_per_host(placed) if h != victim)
     delete_pod(kube, ns, victim)
     cluster.wait(lambda: victim not in cluster.hosts() or None, f"host {victim} removed", 60)
-    reasons = [e[1] for e in events(cluster, "SessionHost", victim)]
+
+    # Events are written after the decisions they tell of: wait for the HostLost one.
+    def lost() -> list[str] | None:
+        reasons = [e[1] for e in events(cluster, "SessionHost", victim)]
+        return reasons if "HostLost" in reasons else None
+
+    reasons = cluster.wait(lost, "the HostLost Event of the removed host", 30)
     assert "WorkloadRecreated" not in reasons, reasons
-    assert "HostLost" in reasons, reasons
     cluster.wait(lambda: set(pods(kube, ns)) == {other} or None, "only the other pod left", 30)
 
 

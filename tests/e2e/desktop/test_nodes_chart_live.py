@@ -724,9 +724,15 @@ def connect_through(forward: PortForward, namespace: str, pool: str, token: str)
             method="POST",
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            body: Obj = json.loads(answer.read())
-            return body if answer.status == 200 else None
+        # The broker holds a connect while the host starts; a slow start is asked again.
+        try:
+            with urllib.request.urlopen(request, timeout=90) as answer:
+                body: Obj = json.loads(answer.read())
+                return body if answer.status == 200 else None
+        except (TimeoutError, urllib.error.URLError) as error:
+            if isinstance(error, urllib.error.HTTPError):
+                raise
+            return None
 
     found: Obj = wait_for(placed, 240, what=f"a connection to pool {pool}")
     return found
