@@ -22,6 +22,7 @@ from .logon_keys import LogonKeyPublisher
 from .metrics import BrokerMetrics
 from .oidc import OidcSettings, TokenVerifier
 from .relay.client_files import web_client_files
+from .relay.open_desktops import PER_USER, TOTAL
 from .relay.routes import WebSettings
 from .serving import HEAD_TIMEOUT, HeadLimits, ReloadingCertificate, serve
 from .signin.cookies import derive_key
@@ -194,6 +195,20 @@ def _add_web_flags(parser: argparse.ArgumentParser) -> None:
         "and relay pools with connection.web to their hosts (default: no browser desktops)",
     )
     parser.add_argument(
+        "--max-web-desktops-per-user",
+        type=int,
+        default=PER_USER,
+        help=f"browser desktops one user may have open at once through this replica (default "
+        f"{PER_USER}; more are refused 429 TooManyDesktops)",
+    )
+    parser.add_argument(
+        "--max-web-desktops",
+        type=int,
+        default=TOTAL,
+        help=f"browser desktops this replica relays at once (default {TOTAL}; more are "
+        "refused 503 RelayBusy)",
+    )
+    parser.add_argument(
         "--ticket-secret-file",
         help="file holding the desktop relay's ticket secret (32+ random bytes, the same for "
         "every replica); default: the cookie secret, else a random one of this replica",
@@ -214,7 +229,14 @@ def _check_web_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) 
             parser.error(f"--ticket-secret-file: {exc}")
         if len(secret) < 32:
             parser.error(f"{secret_file}: the ticket secret must be at least 32 bytes")
-    args.web = WebSettings(client_dir=client_dir, ticket_secret=secret)
+    if args.max_web_desktops_per_user < 1 or args.max_web_desktops < 1:
+        parser.error("--max-web-desktops-per-user and --max-web-desktops must be at least 1")
+    args.web = WebSettings(
+        client_dir=client_dir,
+        ticket_secret=secret,
+        max_per_user=args.max_web_desktops_per_user,
+        max_total=args.max_web_desktops,
+    )
 
 
 def _add_portal_flags(parser: argparse.ArgumentParser) -> None:

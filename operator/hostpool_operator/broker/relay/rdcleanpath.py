@@ -456,6 +456,10 @@ class ClientInfoPatcher:
     logon: tuple[str, str] | None = None
     user: str | None = None
     limit: int = 256 * 1024
+    #: Packets read at most before the Client Info PDU (a real client sends about twenty):
+    #: the cutting is work on the event loop, so a stream of tiny packets ends it early.
+    max_packets: int = 64
+    packets: int = 0
     done: bool = False
     patched: bool = False
     #: Why the logon was refused (None: it was not).
@@ -487,6 +491,10 @@ class ClientInfoPatcher:
             if length is None or len(self.buffer) < length:
                 if self.seen > self.limit:
                     self._give_up(out)
+                break
+            self.packets += 1
+            if self.packets > self.max_packets:
+                self._give_up(out)
                 break
             packet = bytes(self.buffer[:length])
             del self.buffer[:length]

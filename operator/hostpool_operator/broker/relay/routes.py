@@ -31,6 +31,7 @@ from ..signon import SignOn
 from . import rdcleanpath as rcp
 from .client_files import WebClient
 from .host import open_host
+from .open_desktops import PER_USER, TOTAL, OpenDesktops
 from .pump import first_pdu, pump, ws_socket
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,9 @@ class WebSettings:
 
     client_dir: Path | None = None
     ticket_secret: bytes | None = None
+    #: Browser desktops open at once through this replica: per user, and in all.
+    max_per_user: int = PER_USER
+    max_total: int = TOTAL
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ class WebDesktops:
             secret = secrets.token_bytes(32)
         self.key = tickets.ticket_key(secret)
         self.used = tickets.UsedTickets()
+        self.open = OpenDesktops(settings.max_per_user, settings.max_total)
 
     def routes(self) -> list[web.RouteDef]:
         base = "/v1/namespaces/{namespace}/pools/{pool}/session"
@@ -165,9 +170,31 @@ class WebDesktops:
                     error(403, "CsrfRefused", "a WebSocket from another origin is refused")
                 )
             opened = await self._opened(request)
+            self._room_for(opened.caller.user)
         except RefusalError as refusal:
             return self.gate.send(request, "web", refusal.answer)
         where = f"{opened.namespace}/{opened.pool.name}"
+        user = opened.caller.user
+        self.open.opened(user)
+        try:
+            return await self._relay(request, opened, where)
+        finally:
+            self.open.closed(user)
+
+    def _room_for(self, user: str) -> None:
+        """Refuses (before the WebSocket opens) a desktop over this replica's limits."""
+        why = self.open.refusal(user)
+        if why == "TooManyDesktops":
+            message = (
+                f"you have {self.open.per_user} desktops open in the browser already: "
+                "close one first"
+            )
+            raise RefusalError(error(429, why, message, 5))
+        if why is not None:
+            message = "this broker relays as many desktops as it may: try again shortly"
+            raise RefusalError(error(503, why, message, 5))
+
+    async def _relay(self, request: web.Request, opened: _Opened, where: str) -> web.StreamResponse:
         # No aiohttp heartbeat: its pong deadline misjudges a busy browser (liveness.py);
         # pump() pings and answers pings itself.
         ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, autoping=False, autoclose=True)

@@ -5,6 +5,7 @@ anything but RdCleanPathError."""
 from __future__ import annotations
 
 import contextlib
+import time
 
 import pytest
 from hypothesis import given
@@ -374,3 +375,29 @@ def test_a_stream_that_cannot_be_read_to_its_logon_is_refused(
     with pytest.raises(rcp.ClientInfoRefusedError):
         patcher.feed(b"\x44\x00garbage")
     assert patcher.refusal is not None
+
+
+@pytest.mark.parametrize(
+    "patcher",
+    [
+        pytest.param(rcp.ClientInfoPatcher(user="alice"), id="user"),
+        pytest.param(rcp.ClientInfoPatcher(logon=("alice", "hp1.x")), id="logon"),
+    ],
+)
+def test_a_flood_of_tiny_packets_is_refused_after_a_few(patcher: rcp.ClientInfoPatcher) -> None:
+    """1 MiB of 7-byte TPKT packets in one message: refused once past max_packets, the rest
+    never cut (it cost 0.28 s of the event loop when every packet was read)."""
+    tiny = bytes([3, 0, 0, 7, 2, 0xF0, 0x80])
+    flood = tiny * (1024 * 1024 // len(tiny))
+    started = time.perf_counter()
+    with pytest.raises(rcp.ClientInfoRefusedError):
+        patcher.feed(flood)
+    assert patcher.packets == patcher.max_packets + 1
+    assert time.perf_counter() - started < 0.05
+
+
+def test_a_real_logon_fits_well_within_the_packets_allowed() -> None:
+    patcher = rcp.ClientInfoPatcher(user="alice")
+    patcher.feed(logon_stream("alice", "pw"))
+    assert patcher.patched
+    assert patcher.packets < patcher.max_packets
