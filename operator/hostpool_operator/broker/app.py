@@ -63,6 +63,8 @@ class Broker:
         self.directory = directory
         self.verifier = verifier
         self.portal = portal
+        if portal is not None:
+            portal.groups_named = directory.groups_named
         self.settings = settings
         self.metrics = metrics or BrokerMetrics()
         limit = RateLimit(settings.rate, settings.burst)

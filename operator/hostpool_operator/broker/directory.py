@@ -120,6 +120,16 @@ class Directory:
             if p.admits(user, groups)
         ]
 
+    def groups_named(self) -> frozenset[str]:
+        """Every group some pool's entitlements name: the only groups a caller's session
+        needs to keep (a person in 1,000 groups must not carry them all in a cookie)."""
+        return frozenset(
+            g
+            for p in self.pools.values()
+            if p.entitlements is not None
+            for g in p.entitlements.groups
+        )
+
     def pools_of(self, namespace: str | None = None) -> list[PoolView]:
         return sorted(
             (p for p in self.pools.values() if namespace is None or p.namespace == namespace),

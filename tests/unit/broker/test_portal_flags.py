@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from hostpool_operator.access.connect import Caller
 from hostpool_operator.broker.oidc import OidcSettings, TokenVerifier
 from hostpool_operator.broker.program import parse_args
 from hostpool_operator.broker.signin import cookies
@@ -139,10 +140,42 @@ def test_login_sends_the_browser_to_the_provider_with_pkce_and_a_sealed_cookie(
     assert "samesite=lax" in attributes
     assert "path=/auth/" in attributes
     name, _, value = cookie.split(";")[0].partition("=")
-    assert name == "hostpool_signin"
-    started = cookies.open_sealed(args.portal_settings.cookie_key, name, value, time.time())
+    assert name == "__Secure-hostpool_signin"  # behind https: sent only over TLS
+    started = cookies.open_sealed(
+        args.portal_settings.cookie_key, "hostpool_signin", value, time.time()
+    )
     assert started["s"] == query["state"]
     assert started["n"] == query["nonce"]
     assert pkce_challenge(started["c"]) == query["code_challenge"]
     assert started["next"] == "/"  # //evil.example was not kept
     assert started["c"] not in location
+
+
+def test_behind_https_the_session_cookie_is_host_prefixed(tmp_path: Path) -> None:
+    https = parse_args([*REQUIRED, *files(tmp_path), "--public-url", "https://d.example.com"])
+    assert https.portal_settings.session_cookie == "__Host-hostpool_session"
+    http = parse_args([*REQUIRED, *files(tmp_path), "--public-url", "http://127.0.0.1:8443"])
+    assert http.portal_settings.session_cookie == "hostpool_session"  # no prefix without TLS
+
+
+def test_a_session_keeps_only_the_groups_some_pool_names(tmp_path: Path) -> None:
+    """A person in 1,000 groups: the session keeps the three some pool names, and its
+    cookie (with a refresh token of Keycloak's size) stays one cookie under 4 KB."""
+    args = parse_args([*REQUIRED, *files(tmp_path), "--public-url", "https://d.example.com"])
+    portal = Portal(
+        TokenVerifier(OidcSettings(issuer=REQUIRED[1], audience="desk")), args.portal_settings
+    )
+    groups = frozenset(f"/corp/department-{i:04d}/team" for i in range(1_000))
+    named = frozenset({"/corp/department-0007/team", "/corp/department-0500/team", "/other"})
+    portal.groups_named = lambda: named
+    caller = Caller("alice@corp.example", groups, None)
+    kept = portal._kept_groups(caller)
+    assert kept == ["/corp/department-0007/team", "/corp/department-0500/team"]
+    now = time.time()
+    data = {"u": caller.user, "g": kept, "rt": "r" * 900, "ax": now + 300, "sx": now + 36_000,
+            "csrf": "c" * 43, "x": None}  # fmt: skip
+    sealed = cookies.seal(args.portal_settings.cookie_key, "hostpool_session", data, now, 36_000)
+    assert len(sealed) < 4_000
+    assert list(cookies.split("__Host-hostpool_session", sealed)) == ["__Host-hostpool_session"]
+    portal.groups_named = None  # not said: all are kept
+    assert len(portal._kept_groups(caller)) == 1_000

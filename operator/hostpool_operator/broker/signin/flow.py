@@ -34,7 +34,7 @@ import logging
 import secrets
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
 from typing import Any
@@ -77,6 +77,18 @@ class PortalSettings:
     @property
     def secure(self) -> bool:
         return self.public_url.startswith("https://")
+
+    @property
+    def session_cookie(self) -> str:
+        """The session cookie's name: ``__Host-`` behind https, so that the browser takes
+        it only from this origin, over TLS, for the whole site and no other domain."""
+        return f"__Host-{SESSION_COOKIE}" if self.secure else SESSION_COOKIE
+
+    @property
+    def signin_cookie(self) -> str:
+        """The sign-in cookie's name: ``__Secure-`` behind https (its path is /auth/, which
+        ``__Host-`` does not allow)."""
+        return f"__Secure-{SIGNIN_COOKIE}" if self.secure else SIGNIN_COOKIE
 
     @property
     def redirect_uri(self) -> str:
@@ -139,6 +151,8 @@ class Portal:
         self.verifier = verifier
         self.settings = settings
         self.public_origin = origin_of(settings.public_url) or settings.public_url
+        #: The groups some pool's entitlements name (the broker sets it; None: keep all).
+        self.groups_named: Callable[[], frozenset[str]] | None = None
         # One refresh per refresh token at a time in this replica: a page's parallel
         # requests share it.
         self._refreshing: dict[str, asyncio.Future[dict[str, Any]]] = {}
@@ -177,7 +191,7 @@ class Portal:
         return pending
 
     async def _session(self, request: web.Request, pending: _Pending) -> PortalSession | None:
-        value = cookies.join(SESSION_COOKIE, request.cookies)
+        value = cookies.join(self.settings.session_cookie, request.cookies)
         if value is None:
             return None
         now = time.time()
@@ -233,7 +247,7 @@ class Portal:
         fresh = dict(data)
         fresh.update(
             u=caller.user,
-            g=sorted(caller.groups),
+            g=self._kept_groups(caller),
             x=caller.uid,
             ax=expires,
             rt=answer.get("refresh_token") or token,
@@ -244,6 +258,14 @@ class Portal:
     def _seal_session(self, data: Mapping[str, Any], now: float) -> str:
         lifetime = max(1.0, float(data["sx"]) - now)
         return cookies.seal(self.settings.cookie_key, SESSION_COOKIE, data, now, lifetime)
+
+    def _kept_groups(self, caller: Caller) -> list[str]:
+        """The caller's groups the session keeps: those some pool names (all of them when
+        the broker has not said). A pool that names another of the caller's groups later
+        sees it at the session's next refresh, within the access token's life."""
+        named = self.groups_named() if self.groups_named is not None else None
+        kept = caller.groups if named is None else caller.groups & named
+        return sorted(kept)
 
     def _who(self, caller: Caller) -> str:
         return f" for {caller.user}" if self.settings.log_users else ""
@@ -257,7 +279,7 @@ class Portal:
         if pending.set_value is not None:
             self._set_session(request, response, pending.set_value)
         elif pending.clear:
-            self._clear(request, response, SESSION_COOKIE, "/")
+            self._clear(request, response, self.settings.session_cookie, "/")
 
     # ------------------------------------------------------------------ cookies
 
@@ -280,10 +302,10 @@ class Portal:
         response.headers.add("Set-Cookie", morsel.OutputString())
 
     def _set_session(self, request: web.Request, response: web.StreamResponse, value: str) -> None:
-        parts = cookies.split(SESSION_COOKIE, value)
+        parts = cookies.split(self.settings.session_cookie, value)
         for name, part in parts.items():
             self._cookie(response, name, part, "/")
-        for name in cookies.names(SESSION_COOKIE):
+        for name in cookies.names(self.settings.session_cookie):
             if name in request.cookies and name not in parts:
                 self._cookie(response, name, "", "/", drop=True)
 
@@ -326,7 +348,7 @@ class Portal:
         separator = "&" if "?" in endpoint else "?"
         response = web.Response(status=302, headers={"Location": f"{endpoint}{separator}{query}"})
         response.headers["Cache-Control"] = "no-store"
-        self._cookie(response, SIGNIN_COOKIE, sealed, "/auth/")
+        self._cookie(response, self.settings.signin_cookie, sealed, "/auth/")
         return response
 
     async def _endpoint(self, name: str) -> str:
@@ -352,11 +374,11 @@ class Portal:
         response = web.Response(status=303, headers={"Location": target})
         response.headers["Cache-Control"] = "no-store"
         self._set_session(request, response, self._seal_session(data, time.time()))
-        self._clear(request, response, SIGNIN_COOKIE, "/auth/")
+        self._clear(request, response, self.settings.signin_cookie, "/auth/")
         return response
 
     async def _callback(self, request: web.Request) -> tuple[dict[str, Any], str]:
-        sealed = request.cookies.get(SIGNIN_COOKIE)
+        sealed = request.cookies.get(self.settings.signin_cookie)
         if sealed is None:
             raise SigninError(400, "This sign-in was not started here, or took too long.")
         try:
@@ -387,7 +409,7 @@ class Portal:
         now = time.time()
         data = {
             "u": caller.user,
-            "g": sorted(caller.groups),
+            "g": self._kept_groups(caller),
             "x": caller.uid,
             "sub": subject,
             "rt": answer.get("refresh_token") or "",
@@ -488,7 +510,7 @@ class Portal:
             response = web.json_response({"signedOut": True, "providerSessionEnded": ended})
         response.headers["Cache-Control"] = "no-store"
         self._pending(request).set_value = None
-        self._clear(request, response, SESSION_COOKIE, "/")
+        self._clear(request, response, self.settings.session_cookie, "/")
         return response
 
     def _logout_allowed(
