@@ -4,9 +4,10 @@ The generated CRDs on a real kube-apiserver: a HostPool's ``spec.sessionLimits``
 defaults (idleAction Disconnect, maxSessionAction Logoff; warningMinutes, when absent, is 5
 minutes clamped below the shorter limit, so a default never refuses a 5-minute limit) and
 refuses, naming the field, what is out of range, an unknown action, a warning set as long as
-the limit it warns of (CEL) and a message over 512 characters; a request's new status timestamps take RFC3339 and
-refuse what is not a time. Each table is also given to the pydantic models the operator
-reads these objects with, which must take and refuse the same values.
+the limit it warns of (CEL) and a message over 512 characters; a request's new status
+timestamps take RFC3339 and refuse what is not a time. Each table is also given to the
+pydantic models the operator reads these objects with, which must take and refuse the same
+values.
 """
 
 from __future__ import annotations

@@ -578,7 +578,8 @@ def test_session_admins_set_notice_disconnect_and_logoff_and_nothing_else(
         helpdesk, chart_roles, owners_rule, host_path, {"metadata": {"finalizers": ["x.io/never"]}}
     )
     host_meta = kube.get("SessionHost", namespace, HOST)["metadata"]
-    assert "ownerReferences" not in host_meta and "finalizers" not in host_meta
+    assert "ownerReferences" not in host_meta
+    assert "finalizers" not in host_meta
     code, answer = patch(ops, host_path, {"spec": {"address": "10.0.0.9"}}, dryRun="All")
     assert code == 200, answer
     # The garbage collector's role (patch and delete on anything, create on nothing) is held

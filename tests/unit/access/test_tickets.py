@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 
 import pytest
 from hypothesis import given
@@ -78,7 +79,7 @@ def test_nothing_is_parsed_before_the_mac_is_checked(monkeypatch: pytest.MonkeyP
     def parsed(*_: object) -> None:
         raise AssertionError("the payload was parsed before its MAC was checked")
 
-    monkeypatch.setattr(tickets.json, "loads", parsed)
+    monkeypatch.setattr(json, "loads", parsed)  # the module the tickets' code calls
     with pytest.raises(tickets.TicketError, match="signature"):
         tickets.read(KEY, tickets.mint(tickets.ticket_key(b"o" * 32), TICKET), NOW)
 
