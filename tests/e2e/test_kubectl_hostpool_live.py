@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -499,3 +500,46 @@ def test_assign_and_unassign_a_personal_host_as_a_session_admin(
         "d2 unassigned (was alice's)\n"
     )
     assert "assignedUser" not in cluster.host("d2")["spec"]
+
+
+def test_two_assigns_of_one_user_at_once_leave_them_one_host(
+    cluster: Cluster, operator_process: OperatorProcess, admin_kubeconfig: Path
+) -> None:
+    """``assign`` checks "one host per user" against what it reads, so two at once for one
+    user (two administrators, two hosts) can both land. Here both land every time: the two
+    writes ``assign`` makes once its check passed, sent at once. The operator takes one back
+    (the one assigned later as it saw them), with a Warning Event on it; ``assign`` then
+    refuses a second host as before. Eight rounds, each ending with alice on one host."""
+    del operator_process
+    spec = {"type": "Personal", "personal": {"assignment": "Direct"}}
+    cluster.create("HostPool", "desks", spec)
+    cluster.create_hosts(["d1", "d2"], "desks")
+    cluster.wait_operator_knows("desks", ["d1", "d2"])
+
+    def assign(host: str) -> None:
+        cluster.kube.merge_patch(
+            "SessionHost", cluster.namespace, host, {"spec": {"assignedUser": "alice"}}
+        )
+
+    def alices() -> list[str]:
+        hosts = cluster.hosts().items()
+        return [name for name, h in hosts if h["spec"].get("assignedUser") == "alice"]
+
+    def taken_back(host: str) -> int:
+        return [e["reason"] for e in cluster.events_for(host)].count("SecondHostTakenBack")
+
+    for round_ in range(8):
+        before = {h: taken_back(h) for h in ("d1", "d2")}
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(assign, ("d1", "d2")))
+        cluster.wait(lambda: len(alices()) == 1 or None, f"alice on one host (round {round_})", 30)
+        (kept,) = alices()
+        other = "d2" if kept == "d1" else "d1"
+
+        def told(host: str = other, earlier: int = before[other]) -> bool | None:
+            return taken_back(host) > earlier or None
+
+        cluster.wait(told, f"the Event on {other}, taken back", 30)
+        failed(plugin("assign", other, "alice", kubeconfig=admin_kubeconfig), f"has host {kept}")
+        ok(plugin("unassign", kept, kubeconfig=admin_kubeconfig))
+        cluster.wait(lambda: not alices() or None, "alice unassigned", 30)

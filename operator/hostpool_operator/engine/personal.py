@@ -15,6 +15,10 @@ Load balancing does not apply (AVD's personal pools, Horizon's dedicated assignm
 
 A host is claimed by one user only: the claims of earlier decisions (passed in) count as
 owners, so two first connects in one pass, of one user or of two, never share or double up.
+
+One host per user holds for administrators' assignments too: two ``kubectl hostpool
+assign`` of one user at once each check only the host they write, so both can land.
+:func:`second_assignments` names the hosts to take back.
 """
 
 from __future__ import annotations
@@ -81,3 +85,31 @@ def place_personal(
     if can_add or any(host.starting for host in free):
         return PersonalPlacement(Placement(None, Reason.HOSTS_STARTING))
     return PersonalPlacement(Placement(None, Reason.NO_HOST_ASSIGNED))
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """A host's ``spec.assignedUser`` as the operator saw it."""
+
+    host: str
+    user: str
+    #: Sessions on the host now.
+    sessions: int
+    #: When the operator first saw this assignment, in its own order (lower: earlier).
+    seen: int
+
+
+def second_assignments(assignments: Iterable[Assignment]) -> list[Assignment]:
+    """The assignments to take back so that each user has one host: of a user's hosts the
+    one with sessions is kept (the most), else the one assigned first, else the first by
+    name. A host with sessions is never taken back (its user is in it)."""
+    by_user: dict[str, list[Assignment]] = {}
+    for assignment in assignments:
+        by_user.setdefault(assignment.user, []).append(assignment)
+    undo: list[Assignment] = []
+    for hosts in by_user.values():
+        if len(hosts) < 2:
+            continue
+        kept = min(hosts, key=lambda a: (-a.sessions, a.seen, a.host))
+        undo.extend(a for a in hosts if a is not kept and a.sessions == 0)
+    return sorted(undo, key=lambda a: a.host)

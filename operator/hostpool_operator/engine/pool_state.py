@@ -29,6 +29,7 @@ from .balancer_view import Placement
 from .due import DueTimes
 from .host_views import HostViews
 from .ledger import LogoffDeadlines, Session, SessionLedger
+from .personal import Assignment, second_assignments
 from .records import HostRecord, PoolRecord, RequestRecord, newer_or_same
 from .time_limits import BadFactsError, LimitStep, decide, facts_of
 from .workloads import WorkloadRecord, WorkloadState, host_address, workload_state
@@ -61,6 +62,10 @@ class PoolState:
     #: Personal pools: hosts claimed for a user (host -> user) whose spec.assignedUser is not
     #: seen written yet; they count as that user's in every decision meanwhile.
     claims: dict[str, str] = field(default_factory=dict)
+    #: Personal pools: each host's spec.assignedUser and when this operator first saw it
+    #: (a counter): of two hosts given one user at once, the one seen first is kept.
+    assignment_seen: dict[str, tuple[str, int]] = field(default_factory=dict)
+    assignments_seen: int = 0
     #: Personal pools: hosts whose workload the operator deleted after stopAfterMinutes
     #: unused (status.power Stopped); their user's next connect starts them.
     power_off: set[str] = field(default_factory=set)
@@ -135,6 +140,19 @@ class PoolState:
             if name not in owners and host.spec is not None and host.spec.assigned_user:
                 owners[name] = host.spec.assigned_user
         return owners
+
+    def second_assignments(self, now: datetime) -> list[Assignment]:
+        """Personal pools: hosts given to a user who has another (administrators' assigns
+        at once), to be taken back; see ``personal.second_assignments``."""
+        found = []
+        for name, (user, seen) in self.assignment_seen.items():
+            host = self.hosts.get(name)
+            if host is None:
+                continue
+            view = self.views.view(host, now)
+            sessions = max(view.sessions if view is not None else 0, self.ledger.count_on(name))
+            found.append(Assignment(name, user, sessions, seen))
+        return second_assignments(found)
 
     def workload_state(self, host: HostRecord, now: datetime) -> WorkloadState | None:
         """The host's workload as decisions see it (None: the host has no workloadRef)."""
@@ -224,8 +242,14 @@ class PoolState:
         if record.meta.name not in self.hosts and record.status.get("power") == "Stopped":
             self.power_off.add(record.meta.name)  # stopped before this operator started
         self.hosts[record.meta.name] = record
-        if record.spec is not None and record.spec.assigned_user is not None:
+        user = record.spec.assigned_user if record.spec is not None else None
+        if user is not None:
             self.claims.pop(record.meta.name, None)  # written: the host says it now
+            if self.assignment_seen.get(record.meta.name, ("",))[0] != user:
+                self.assignments_seen += 1
+                self.assignment_seen[record.meta.name] = (user, self.assignments_seen)
+        else:
+            self.assignment_seen.pop(record.meta.name, None)
         self.views.note_sample(record, now)
         self.views.refresh_host(record, now)
         self.capacity_changed = True
@@ -236,6 +260,7 @@ class PoolState:
         self.hosts.pop(name, None)
         self.removing.discard(name)
         self.claims.pop(name, None)
+        self.assignment_seen.pop(name, None)
         self.power_off.discard(name)
         self.starts.discard(name)
         self.unused_since.pop(name, None)

@@ -26,6 +26,7 @@ from ...api import Phase, Reason
 from ...api.timestamps import rfc3339
 from ...api.vocabulary import HOSTS, REQUESTS
 from ...engine.balancer_view import Placement
+from ...engine.personal import Assignment
 from ...engine.pool_state import PoolState
 from ...engine.records import RequestRecord, newer_or_same
 from ...engine.status import assigned_status, failed_status, pending_status, says_pending
@@ -233,6 +234,52 @@ class RequestWriter:
         state.capacity_changed = True
         self.router.wake()
         return False
+
+    async def take_back(self, assignment: Assignment) -> bool:
+        """One host per user: ``assignment`` is a second host of its user (administrators
+        assigned two at once). Its ``spec.assignedUser`` is removed, only from a version
+        that still names that user (the CRD refuses it while a session is on the host); the
+        host says why in a Warning Event. Whether it was taken back."""
+        state = self.state
+        host, user = assignment.host, assignment.user
+        try:
+            for _ in range(CLAIM_ATTEMPTS):
+                obj = await self.deps.client.get(HOSTS, state.namespace, host)
+                spec = obj.get("spec")
+                if not isinstance(spec, dict) or spec.get("assignedUser") != user:
+                    return False  # changed meanwhile: the observed state decides again
+                try:
+                    await self.deps.client.patch(
+                        HOSTS,
+                        state.namespace,
+                        host,
+                        {"spec": {"assignedUser": None}},
+                        resource_version=str(obj.get("metadata", {}).get("resourceVersion", "")),
+                    )
+                    break
+                except ApiError as error:
+                    if not error.conflict:
+                        raise
+            else:
+                return False  # changed under every try: the next look decides again
+        except (ApiError, ApiTransportError) as error:
+            # Refused (a session started on it) or the API away: the next look decides.
+            log.info("%s/%s: %s kept for %s: %s", state.namespace, state.name, host, user, error)
+            return False
+        kept = next(
+            (h for h, (u, _) in state.assignment_seen.items() if u == user and h != host), "?"
+        )
+        message = (
+            f"{user} has host {kept} already (one host per user): this host's assignment to "
+            f"them was taken back"
+        )
+        log.warning("%s/%s: %s: %s", state.namespace, state.name, host, message)
+        record = state.hosts.get(host)
+        if record is not None:
+            self.deps.events.post(
+                record.body, "SessionHost", "SecondHostTakenBack", message, "Warning"
+            )
+        return True
 
     async def after_failed_write(self, record: RequestRecord, error: ApiError) -> None:
         """Re-read the request and let the observed state decide what happens next."""

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from ...engine.personal import Assignment
 from ...engine.placement import Assign, Reject, Wait, place_pending
 from ...engine.pool_state import PoolState, reports_metrics
 from ...engine.records import HostRecord, PlanRecord, PoolRecord, RequestRecord
@@ -36,6 +37,11 @@ log = logging.getLogger(__name__)
 #: Sessions the session limits look at in one pass, at most (at a start, every held session
 #: of a pool with limits is due at once; the pass must not keep placements waiting).
 LIMIT_LOOKS_PER_PASS = 1_000
+
+
+#: A second host of a user not taken back (it changed, or the write was refused) is looked
+#: at again after this long.
+RELOOK_SECONDS = 1.0
 
 
 def _now() -> datetime:
@@ -64,6 +70,8 @@ class PoolWorker:
             namespace, name, metrics_stale_after=deps.settings.metrics_stale_after
         )
         self.writer = RequestWriter(self.state, deps, self)
+        #: Second hosts of a user being taken back (host, user): one write each at a time.
+        self._taking_back: set[tuple[str, str]] = set()
         self.keeper = WorkloadKeeper(
             self.state,
             deps,
@@ -156,6 +164,8 @@ class PoolWorker:
         self.state.put_host(record, _now())
         self.plans.observe_host(record)
         self._changed()
+        if record.spec is not None and record.spec.assigned_user is not None:
+            self._one_host_per_user()
         if record.spec_error:
             self.deps.events.post(
                 record.body,
@@ -165,6 +175,26 @@ class PoolWorker:
                 "Warning",
                 once_per=("host", self.namespace, record.meta.name, "InvalidSpec"),
             )
+
+    def _one_host_per_user(self) -> None:
+        """Takes back a user's second host (administrators' assigns raced), once a write."""
+        for assignment in self.state.second_assignments(_now()):
+            key = (assignment.host, assignment.user)
+            if key in self._taking_back:
+                continue
+            self._taking_back.add(key)
+            self.deps.spawn(self._take_back(assignment, key))
+
+    async def _take_back(self, assignment: Assignment, key: tuple[str, str]) -> None:
+        try:
+            taken = await self.writer.take_back(assignment)
+            if not taken:
+                # Changed or refused: a host event that came meanwhile was not acted on, and
+                # a real second host must not wait for the next one; at most once a second.
+                await asyncio.sleep(RELOOK_SECONDS)
+        finally:
+            self._taking_back.discard(key)
+        self._one_host_per_user()
 
     def on_host_deleted(self, name: str) -> None:
         # Sessions on a deleted host are gone: their requests fail (documented), never move.

@@ -1,0 +1,56 @@
+"""One host per user, whatever administrators assign at once: which assignments are taken
+back."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hostpool_operator.engine.personal import Assignment, second_assignments
+
+
+def a(host: str, user: str, sessions: int = 0, seen: int = 0) -> Assignment:
+    return Assignment(host, user, sessions, seen)
+
+
+def test_a_user_with_one_host_keeps_it() -> None:
+    assert second_assignments([a("h1", "alice"), a("h2", "bob")]) == []
+
+
+def test_the_assignment_seen_first_is_kept() -> None:
+    undo = second_assignments([a("h1", "alice", seen=2), a("h2", "alice", seen=1)])
+    assert undo == [a("h1", "alice", seen=2)]
+
+
+def test_the_host_in_use_is_kept_and_a_host_in_use_never_taken_back() -> None:
+    assert second_assignments([a("h1", "alice", seen=1), a("h2", "alice", 1, seen=2)]) == [
+        a("h1", "alice", seen=1)
+    ]
+    both = [a("h1", "alice", 1, seen=1), a("h2", "alice", 2, seen=2)]
+    assert second_assignments(both) == []  # in use: left, never taken from under a session
+
+
+assignments = st.lists(
+    st.builds(
+        Assignment,
+        host=st.sampled_from([f"h{i}" for i in range(8)]),
+        user=st.sampled_from(["alice", "bob", "carol"]),
+        sessions=st.integers(0, 2),
+        seen=st.integers(0, 20),
+    ),
+    unique_by=lambda x: x.host,
+)
+
+
+@given(assignments)
+def test_after_taking_back_each_user_has_one_idle_host_at_most_besides_in_use_ones(
+    given_: list[Assignment],
+) -> None:
+    undo = second_assignments(given_)
+    left = [x for x in given_ if x not in undo]
+    assert all(x.sessions == 0 for x in undo)
+    for user in {x.user for x in given_}:
+        theirs = [x for x in left if x.user == user]
+        assert theirs  # nobody loses every host
+        idle = [x for x in theirs if x.sessions == 0]
+        assert len(theirs) == 1 or not idle
