@@ -724,14 +724,16 @@ def connect_through(forward: PortForward, namespace: str, pool: str, token: str)
             method="POST",
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
-        # The broker holds a connect while the host starts; a slow start is asked again.
         try:
             with urllib.request.urlopen(request, timeout=90) as answer:
                 body: Obj = json.loads(answer.read())
                 return body if answer.status == 200 else None
-        except (TimeoutError, urllib.error.URLError) as error:
+        except OSError as error:
+            # A refusal is an answer; a connection cut or timed out (the port-forward under
+            # load, a connect held while a Pod starts) is asked again.
             if isinstance(error, urllib.error.HTTPError):
                 raise
+            assert forward.proc.poll() is None, "kubectl port-forward ended"
             return None
 
     found: Obj = wait_for(placed, 240, what=f"a connection to pool {pool}")
