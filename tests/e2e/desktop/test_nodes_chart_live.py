@@ -791,7 +791,22 @@ def test_single_sign_on_to_pods_on_the_real_node(
         retry_on=(ApiError,),
     )
     assert published.count("BEGIN PUBLIC KEY") == 1
-    broker = ready_pod(nodes, selector, "the single sign-on broker's Pod")
+
+    # The upgrade rolls the broker (an earlier test may have one running already): the Pod
+    # to talk to is a new one, Ready and not going.
+    def signing_broker() -> Obj | None:
+        return next(
+            (
+                p
+                for p in pods(nodes, selector)
+                if ready(p)
+                and not p["metadata"].get("deletionTimestamp")
+                and "--logon-key-file" in p["spec"]["containers"][0]["args"]
+            ),
+            None,
+        )
+
+    broker: Obj = wait_for(signing_broker, 120, what="the single sign-on broker's Pod Ready")
     forward = PortForward(nodes, broker["metadata"]["name"], 8443)
     forward.get("/healthz")
     pooled = session_host_pool(nodes.images["--session-host"], agent_interval=1)
