@@ -712,6 +712,8 @@ def test_personal_desktops_keep_their_data_on_the_real_node(
 
 #: The ConfigMap the chart's broker publishes its public key in (the examples mount it).
 LOGON_KEYS = "hostpool-logon-keys"
+#: Signs on with single sign-on: in Keycloak's realm, in no users file of this module.
+PERSON = "erin"
 
 
 def connect_through(forward: PortForward, namespace: str, pool: str, token: str) -> Obj:
@@ -759,11 +761,12 @@ def test_single_sign_on_to_pods_on_the_real_node(
 ) -> None:
     """broker.singleSignOn: the chart makes the key, the broker's Pod publishes its public
     half (ConfigMap hostpool-logon-keys, under the chart's Role) and the example templates'
-    Pods mount it. alice, known to Keycloak and to no host, connects to a pooled and to a
-    personal single sign-on pool: FreeRDP with the connect answer's one-time password shows
-    each desktop, and her account on both Pods has the uid the broker recorded, her home owned
-    by it. Her personal host's Pod deleted, the new Pod signs her on again with the same uid
-    and her file is there, still hers."""
+    Pods mount it. erin, known to Keycloak and to no host's users file (alice and bob are in
+    this module's: an account of the users file is never taken over by single sign-on),
+    connects to a pooled and to a personal single sign-on pool: FreeRDP with the connect
+    answer's one-time password shows each desktop, and her account on both Pods has the uid
+    the broker recorded, her home owned by it. Her personal host's Pod deleted, the new Pod
+    signs her on again with the same uid and her file is there, still hers."""
     del operator_pod
     install_client()
     ns = nodes.namespace
@@ -809,6 +812,8 @@ def test_single_sign_on_to_pods_on_the_real_node(
     broker: Obj = wait_for(signing_broker, 120, what="the single sign-on broker's Pod Ready")
     forward = PortForward(nodes, broker["metadata"]["name"], 8443)
     forward.get("/healthz")
+    # The hosts have a users file too (its accounts typed passwords sign on to, beside).
+    put_desktop_users(nodes, PERSONAL_PASSWORDS)
     pooled = session_host_pool(nodes.images["--session-host"], agent_interval=1)
     pooled["metadata"]["name"] = "sso-pooled"
     pooled["spec"]["scaling"].update({"minHosts": 1, "maxHosts": 1})
@@ -816,18 +821,18 @@ def test_single_sign_on_to_pods_on_the_real_node(
     personal["metadata"]["name"] = "sso-mine"
     personal["spec"]["scaling"]["maxHosts"] = 1
     for pool in (pooled, personal):
-        pool["spec"]["entitlements"] = {"users": ["alice"]}
+        pool["spec"]["entitlements"] = {"users": [PERSON]}
         pool["spec"].setdefault("connection", {})["singleSignOn"] = True
         nodes.kube.create(ns, pool)
     logs.append(("pods", lambda: kubectl(nodes, "-n", ns, "get", "pods,pvc", "-o", "wide")))
-    token = pod_keycloak.token(REALM, CLIENT, CLIENT_SECRET, "alice", "alice-pw")
+    token = pod_keycloak.token(REALM, CLIENT, CLIENT_SECRET, PERSON, f"{PERSON}-pw")
     display = VirtualDisplay(60 + os.getpid() % 9, tmp_path / "xvfb.log")
-    record = f"/api/v1/namespaces/{ns}/configmaps/{uids.record_name('alice')}"
+    record = f"/api/v1/namespaces/{ns}/configmaps/{uids.record_name(PERSON)}"
 
     def signed_on(pool: str, step: str) -> tuple[Obj, RdpClient]:
         answer = connect_through(forward, ns, pool, token)
         logon = answer["logon"]
-        assert logon["user"] == "alice"
+        assert logon["user"] == PERSON
         assert logon["password"] not in answer["rdpFile"]
         rdp = tmp_path / f"{step}.rdp"
         rdp.write_text(answer["rdpFile"], newline="")
@@ -841,35 +846,35 @@ def test_single_sign_on_to_pods_on_the_real_node(
                 pixel(display.screenshot(tmp_path / f"{step}.png"), *BACKGROUND) == IMAGE_COLOUR
             ),
             90,
-            what=f"alice's desktop on {answer['host']} ({step})",
+            what=f"{PERSON}'s desktop on {answer['host']} ({step})",
         )
         return answer, client
 
     with display:
         answer, client = signed_on("sso-pooled", "pooled")
         uid = str(nodes.kube.call("GET", record)["data"]["uid"])
-        assert account(nodes, answer["host"], "alice") == (uid, uid)
+        assert account(nodes, answer["host"], PERSON) == (uid, uid)
         client.kill()
 
         answer, client = signed_on("sso-mine", "personal")
         mine = answer["host"]
-        assert account(nodes, mine, "alice") == (uid, uid)
-        in_home(nodes, mine, "alice", "echo 'kept by alice' > ~/notes.txt")
+        assert account(nodes, mine, PERSON) == (uid, uid)
+        in_home(nodes, mine, PERSON, "echo 'kept by erin' > ~/notes.txt")
         client.kill()
         pod_uid = nodes.pod(mine)["metadata"]["uid"]
         kubectl(nodes, "-n", ns, "delete", "pod", mine, "--wait=false")
         wait_for(
             lambda: (ready(p := nodes.pod(mine)) and p["metadata"]["uid"] != pod_uid) or None,
             180,
-            what="a new Pod for alice's personal host",
+            what=f"a new Pod for {PERSON}'s personal host",
             retry_on=(ApiError,),
         )
         answer, client = signed_on("sso-mine", "re-created")
         assert answer["host"] == mine
-        assert account(nodes, mine, "alice") == (uid, uid)
-        assert in_home(nodes, mine, "alice", "stat -c %u ~/notes.txt; cat ~/notes.txt").split(
+        assert account(nodes, mine, PERSON) == (uid, uid)
+        assert in_home(nodes, mine, PERSON, "stat -c %u ~/notes.txt; cat ~/notes.txt").split(
             "\n", 1
-        ) == [uid, "kept by alice\n"]
+        ) == [uid, "kept by erin\n"]
         client.kill()
     forward.close()
 
