@@ -28,6 +28,7 @@ from hostpool_operator.broker.signin import cookies
 from support.broker_helpers import POOL, REALM, BrokerProcess, Connecting, Reply, entitled_pool
 from support.cluster import Cluster
 from support.keycloak import PORTAL_SHORT_CLIENT_ID, SHORT_LIFESPAN, Keycloak
+from support.kube import wait_for
 from support.portal import (
     CSRF_HEADER,
     SESSION_COOKIE,
@@ -169,7 +170,14 @@ def test_sign_in_through_keycloaks_form_and_call_v1_with_the_cookie(
 def test_cookies_the_broker_refuses(portal: Callable[..., Portal]) -> None:
     site = portal()
     now = time.time()
-    good = {"u": "alice", "g": ["/finance-desk"], "sub": "x", "rt": "", "csrf": "c" * 43}
+    good = {
+        "u": "alice",
+        "g": ["/finance-desk"],
+        "sub": "x",
+        "rt": "",
+        "csrf": "c" * 43,
+        "sid": secrets.token_urlsafe(16),
+    }
     # A cookie the test seals with the broker's own secret is taken: what fails below
     # fails for what was changed, not for the test's way of sealing.
     valid = site.seal({**good, "ax": now + 600, "sx": now + 3600})
@@ -194,6 +202,10 @@ def test_cookies_the_broker_refuses(portal: Callable[..., Portal]) -> None:
         ),
         "issued in the future": site.seal(
             {**good, "ax": now + 7200, "sx": now + 7200}, issued=now + 3600
+        ),
+        # One an earlier broker sealed, without the id sign-out ends.
+        "without a session id": site.seal(
+            {k: v for k, v in good.items() if k != "sid"} | {"ax": now + 600, "sx": now + 3600}
         ),
     }
     for what, value in cases.items():
@@ -382,6 +394,39 @@ def test_sign_out_ends_the_keycloak_session(
     page.goto(f"{site.url}/auth/login")
     page.wait_for_selector("#username", timeout=30_000)
     assert page.url.startswith(keycloak.issuer(REALM))
+
+
+def test_sign_out_in_one_replica_ends_the_session_in_every_replica(
+    portal: Callable[..., Portal], new_page: Callable[..., Page]
+) -> None:
+    # Issue 49, item 11: a cookie copied before sign-out still opened the portal (on the
+    # replica that signed out and on any other) until the cookie's own end, hours later.
+    shared = secrets.token_urlsafe(48).encode()
+    first, second = portal(cookie_secret=shared), portal(cookie_secret=shared)
+    page = new_page()
+    sign_in(page, first.url, "erin", "erin-pw", next_path="/auth/session")
+    copied = session_cookies(page.context, first.url)[SESSION_COOKIE]
+    assert second.call("GET", "/auth/session", copied).status == 200
+    answer = page.request.post(
+        f"{first.url}/auth/logout",
+        headers={CSRF_HEADER: csrf_token(page, first.url), "Origin": first.url},
+    )
+    assert answer.status == 200, answer.text()
+    signed_out = time.monotonic()
+    # The replica that signed out refuses the copy at once; the other within 60 s.
+    assert first.call("GET", "/auth/session", copied).status == 401
+    assert first.call("GET", "/v1/pools", copied).status == 401
+    wait_for(
+        lambda: second.call("GET", "/auth/session", copied).status == 401,
+        60 - (time.monotonic() - signed_out),
+        what="the other replica to refuse the cookie copied before sign-out",
+    )
+    assert second.call("GET", "/v1/pools", copied).status == 401
+    assert "portal cookie refused: signed out" in second.broker.log_text()
+    # A fresh sign-in is a new session: it is not refused.
+    sign_in(page, second.url, "erin", "erin-pw", next_path="/auth/session")
+    fresh = session_cookies(page.context, second.url)[SESSION_COOKIE]
+    assert first.call("GET", "/auth/session", fresh).status == 200
 
 
 def test_the_session_is_refreshed_and_ends_when_keycloak_ends_it(

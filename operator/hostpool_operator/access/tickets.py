@@ -4,8 +4,9 @@ The page asks for a ticket (signed in, its CSRF header checked) and hands it to 
 client, which sends it in its first relay message; the relay takes the ticket only from the
 caller it names, for the pool and the very request (name and uid) it names, before it
 expires, and only once. A ticket is an HMAC-SHA256 over its fields with a key every replica
-derives from the same secret, so any replica can check it; which tickets were used is
-known only to the replica that took them (see :class:`UsedTickets`).
+derives from the same secret, so any replica can check it. Which tickets were used each
+replica keeps (see :class:`UsedTickets`), and the broker records each use in the cluster
+too, so that a ticket is good once across replicas (``broker.relay.ticket_ledger``).
 
 Pure: the caller passes the clock and the random id. :func:`admit` is the relay's whole
 decision on a presented ticket: the request to relay to, or the refusal's reason."""
@@ -152,10 +153,18 @@ class Presented:
     destination: str | None
 
 
-def admit(key: bytes, presented: Presented, now: float, used: UsedTickets) -> RequestView | Refusal:
-    """The placed request to relay to, or why not. A ticket is used up once it is known to
-    be this caller's, whatever is refused after that: a ticket that reached the wrong
-    session cannot be tried again."""
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A ticket taken: the ticket and the placed request to relay to."""
+
+    ticket: Ticket
+    placed: RequestView
+
+
+def admit(key: bytes, presented: Presented, now: float, used: UsedTickets) -> Admitted | Refusal:
+    """The ticket and the placed request to relay to, or why not. A ticket is used up once
+    it is known to be this caller's, whatever is refused after that: a ticket that reached
+    the wrong session cannot be tried again."""
     try:
         ticket = read(key, presented.text, now)
     except TicketError:
@@ -174,12 +183,13 @@ def admit(key: bytes, presented: Presented, now: float, used: UsedTickets) -> Re
     allowed = (f"{placed.address}:{presented.port}", str(placed.address))
     if presented.destination is not None and presented.destination not in allowed:
         return "DestinationRefused"
-    return placed
+    return Admitted(ticket, placed)
 
 
 __all__ = [
     "LIFETIME",
     "MAX_TICKET",
+    "Admitted",
     "Presented",
     "Refusal",
     "Ticket",

@@ -7,9 +7,11 @@ it can concern (a request: its user's streams; a pool: the streams of callers it
 admitted); a woken stream computes its caller's body and sends it only when it differs from the
 last one sent, at most one event per :attr:`LiveSettings.coalesce` seconds. A comment every
 :attr:`LiveSettings.heartbeat` seconds keeps proxies from closing an idle stream and finds
-closed connections. A stream ends after :attr:`LiveSettings.lifetime` seconds, or when its
-portal session ends: the browser's EventSource connects again, and that request checks the
-token or the cookie again (and refreshes the session when due)."""
+closed connections. A stream ends after :attr:`LiveSettings.lifetime` seconds, when its
+portal session ends or is signed out (in any replica), or when its access token is due: the
+browser's EventSource connects again, and that request checks the token or the cookie again
+and refreshes the session (a refresh the provider refuses ends the session everywhere, the
+page's desktops too)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from ..access.connect import Caller, error
 from .directory import Change, Directory
 from .gate import Gate, RefusalError
 from .metrics import BrokerMetrics
+from .signin.flow import REFRESH_MARGIN
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,12 @@ class LiveSettings:
 class _Stream:
     caller: Caller
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Its portal session was signed out.
+    signed_out: bool = False
+
+    def sign_out(self) -> None:
+        self.signed_out = True
+        self.wake.set()
 
 
 class LiveUpdates:
@@ -110,11 +119,15 @@ class LiveUpdates:
         except RefusalError as refusal:
             return gate.send(request, "events", refusal.answer)
         ends = time.monotonic() + self.settings.lifetime
+        stream = _Stream(caller)
+        forget = None
         if gate.portal is not None and "Authorization" not in request.headers:
             session = await gate.portal.session(request)
             if session is not None:  # a cookie's stream ends with its session
-                ends = min(ends, time.monotonic() + session.expires_at - time.time())
-        stream = _Stream(caller)
+                now = time.time()
+                due = max(5.0, session.access_expires - REFRESH_MARGIN / 2 - now)
+                ends = min(ends, time.monotonic() + min(session.expires_at - now, due))
+                forget = gate.portal.sign_outs.on_end(session.sid, stream.sign_out)
         self.streams.setdefault(caller.user, set()).add(stream)
         self.open += 1
         self.metrics.event_streams.inc()
@@ -134,6 +147,8 @@ class LiveUpdates:
                 await self._pump(response, stream, ends)
             return response
         finally:
+            if forget is not None:
+                forget()
             self.open -= 1
             self.metrics.event_streams.dec()
             mine = self.streams.get(caller.user)
@@ -157,7 +172,7 @@ class LiveUpdates:
         await response.write(f"retry: {settings.retry_ms}\n\n".encode())
         last: bytes | None = None
         woken = True  # the first body is always sent
-        while not self.closing:
+        while not self.closing and not stream.signed_out:
             if woken:
                 stream.wake.clear()
                 body = self._body(stream.caller)

@@ -27,6 +27,7 @@ from .relay.routes import WebSettings
 from .serving import HEAD_TIMEOUT, HeadLimits, ReloadingCertificate, serve
 from .signin.cookies import derive_key
 from .signin.flow import Portal, PortalSettings
+from .signin.sign_outs import SharedRecord
 from .signin.urls import origin_of
 from .signon import DEFAULT_LIFETIME, SignOnSettings, read_key
 
@@ -264,6 +265,17 @@ def _add_portal_flags(parser: argparse.ArgumentParser) -> None:
         default=10.0,
         help="a portal session ends this long after sign-in, refreshed or not",
     )
+    parser.add_argument(
+        "--sign-outs-configmap",
+        default="hostpool-portal-sign-outs",
+        metavar="NAME",
+        help="the ConfigMap where replicas share the portal sessions that ended (sign-out, a "
+        "refresh refused), so each refuses them within seconds; empty: this replica alone",
+    )
+    parser.add_argument(
+        "--sign-outs-namespace",
+        help="its namespace (default: the first --namespace, else the pod's)",
+    )
 
 
 def _check_portal_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -430,10 +442,17 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
     )
     if portal is not None:
         log.info("portal at %s (client %s)", args.public_url, args.portal_client_id)
+        if args.sign_outs_configmap:
+            namespace = args.sign_outs_namespace or (args.namespace or [pod_namespace()])[0]
+            portal.sign_outs.shared = SharedRecord(
+                running.client, namespace, args.sign_outs_configmap
+            )
     tasks = [
         asyncio.create_task(directory.run(), name="watches"),
         asyncio.create_task(verifier.keep_fresh(), name="issuer-keys"),
     ]
+    if portal is not None:
+        tasks.append(asyncio.create_task(portal.sign_outs.run(), name="sign-outs"))
     if args.logon_public_keys_configmap and args.signon.key is not None:
         publisher = LogonKeyPublisher(
             running.client,

@@ -167,7 +167,12 @@ def test_admit_decides_each_case(
     ticket: tickets.Ticket | None, changes: dict[str, object], expected: object
 ) -> None:
     text = tickets.mint(KEY, ticket) if ticket is not None else "t1.nothing.here"
-    assert tickets.admit(KEY, presented(text, **changes), NOW, tickets.UsedTickets()) == expected
+    answer = tickets.admit(KEY, presented(text, **changes), NOW, tickets.UsedTickets())
+    if isinstance(answer, tickets.Admitted):
+        assert answer.ticket == ticket
+        assert answer.placed == expected
+    else:
+        assert answer == expected
 
 
 def test_admit_uses_a_ticket_up_once_it_is_known_to_be_the_callers() -> None:
@@ -179,4 +184,6 @@ def test_admit_uses_a_ticket_up_once_it_is_known_to_be_the_callers() -> None:
     # Another caller's attempt spends nothing: its owner can still use it.
     other = tickets.mint(KEY, dataclasses.replace(MINE, id="rnd-2"))
     assert tickets.admit(KEY, presented(other, user="bob"), NOW, used) == "TicketNotYours"
-    assert tickets.admit(KEY, presented(other), NOW, used) == PLACED
+    assert tickets.admit(KEY, presented(other), NOW, used) == tickets.Admitted(
+        dataclasses.replace(MINE, id="rnd-2"), PLACED
+    )

@@ -5,20 +5,26 @@ takes, serves the web client's files and takes the page's first-frame timing.
 Everything is checked before any connection to a host: the caller (cookie with the public
 origin, or bearer), the pool (entitled, ``connection.web``), the ticket (``access.tickets``:
 this caller, this pool, the caller's current assigned request by name and uid, unexpired,
-unused) and the destination the client names (the assigned address and port, else
-refused). The host and port come from the request, never from the client."""
+unused in this replica and, recorded in the cluster, in any other) and the destination the
+client names (the assigned address and port, else refused). The host and port come from the
+request, never from the client. A relay opened with a portal session ends with it: at its
+end, or when it is signed out or its refresh refused in any replica."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import secrets
 import socket
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 
 from ...access import tickets
 from ...access.connect import Answer, Caller, error
@@ -27,12 +33,15 @@ from ...api import Phase
 from ..directory import Directory
 from ..gate import Gate, RefusalError
 from ..metrics import BrokerMetrics
+from ..signin.flow import PortalSession
+from ..signin.sign_outs import SignOuts
 from ..signon import SignOn
 from . import rdcleanpath as rcp
 from .client_files import WebClient
 from .host import open_host
 from .open_desktops import PER_USER, TOTAL, OpenDesktops
 from .pump import first_pdu, pump, ws_socket
+from .ticket_ledger import TicketLedger
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +64,14 @@ class WebSettings:
 
 @dataclass(frozen=True)
 class _Opened:
-    """A checked call on a pool's desktop: who, where, and their placed request (None:
-    none)."""
+    """A checked call on a pool's desktop: who, where, their placed request (None: none)
+    and the portal session it came with (None: a bearer token)."""
 
     caller: Caller
     namespace: str
     pool: PoolView
     placed: RequestView | None
+    session: PortalSession | None = None
 
 
 class WebDesktops:
@@ -86,6 +96,7 @@ class WebDesktops:
             secret = secrets.token_bytes(32)
         self.key = tickets.ticket_key(secret)
         self.used = tickets.UsedTickets()
+        self.ledger = TicketLedger(directory.client)
         self.open = OpenDesktops(settings.max_per_user, settings.max_total)
 
     def routes(self) -> list[web.RouteDef]:
@@ -115,7 +126,11 @@ class WebDesktops:
             raise RefusalError(
                 error(404, "WebClientMissing", "this broker does not serve the browser's client")
             )
-        return _Opened(caller, namespace, pool, self._placed(namespace, pool_name, caller))
+        session = None
+        if gate.portal is not None and "Authorization" not in request.headers:
+            session = await gate.portal.session(request)  # the one gate.caller read
+        placed = self._placed(namespace, pool_name, caller)
+        return _Opened(caller, namespace, pool, placed, session)
 
     def _placed(self, namespace: str, pool: str, caller: Caller) -> RequestView | None:
         for view in self.directory.mine(namespace, pool, caller.user):
@@ -203,7 +218,8 @@ class WebDesktops:
         started = time.perf_counter()
         outcome = "Closed"
         try:
-            outcome = await self._serve(ws, ws_socket(request), opened)
+            serving = self._serve(ws, ws_socket(request), opened)
+            outcome = await self._while_signed_in(serving, opened.session)
         except Exception:
             outcome = "Failed"
             log.exception("the desktop relay for %s failed", where)
@@ -211,9 +227,44 @@ class WebDesktops:
             self.metrics.web_open.dec()
             self.metrics.web_relays.labels(outcome).inc()
             if not ws.closed:
-                await ws.close()
+                ended = outcome in ("SignedOut", "SessionExpired")
+                code = WSCloseCode.POLICY_VIOLATION if ended else WSCloseCode.OK
+                await ws.close(code=code, message=outcome.encode() if ended else b"")
         log.info("web desktop %s: %s after %.1fs", where, outcome, time.perf_counter() - started)
         return ws
+
+    @property
+    def _sign_outs(self) -> SignOuts | None:
+        portal = self.gate.portal
+        return portal.sign_outs if portal is not None else None
+
+    async def _while_signed_in(
+        self, serving: Coroutine[Any, Any, str], session: PortalSession | None
+    ) -> str:
+        """The relay's outcome, or ``SignedOut``/``SessionExpired`` when the portal session
+        that opened it ended first (then the relay is stopped: no byte more either way)."""
+        sign_outs = self._sign_outs
+        if session is None or sign_outs is None:
+            return await serving
+        relay = asyncio.ensure_future(serving)
+        signed_out = asyncio.Event()
+        forget = sign_outs.on_end(session.sid, signed_out.set)
+        waiting = asyncio.ensure_future(signed_out.wait())
+        try:
+            left = max(0.0, session.expires_at - time.time())
+            done, _ = await asyncio.wait(
+                {relay, waiting}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
+            if relay in done:
+                return relay.result()
+            return "SignedOut" if signed_out.is_set() else "SessionExpired"
+        finally:
+            forget()
+            waiting.cancel()
+            if not relay.done():
+                relay.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await relay
 
     async def _serve(
         self, ws: web.WebSocketResponse, sock: socket.socket | None, opened: _Opened
@@ -241,11 +292,16 @@ class WebDesktops:
             placed=self._placed(opened.namespace, pool.name, opened.caller),
             destination=pdu.destination,
         )
-        placed = tickets.admit(self.key, presented, time.time(), self.used)
-        if isinstance(placed, str):
-            status = 404 if placed == "SessionChanged" else 403
+        admitted = tickets.admit(self.key, presented, time.time(), self.used)
+        if isinstance(admitted, str):
+            status = 404 if admitted == "SessionChanged" else 403
             await ws.send_bytes(rcp.error_response(status))
-            return placed
+            return admitted
+        taken = await self.ledger.take(admitted.ticket, admitted.placed)
+        if taken != "Taken":  # used on another replica, or its use cannot be recorded
+            await ws.send_bytes(rcp.error_response(403 if taken == "TicketUsed" else 503))
+            return taken
+        placed = admitted.placed
         assert placed.address
         assert pdu.x224 is not None
         patcher = await self._patcher(opened, placed)

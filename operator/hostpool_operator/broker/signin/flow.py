@@ -16,6 +16,9 @@ sealed cookie; refresh; sign-out that ends the provider's session too; the CSRF 
 - A request arriving when the access token has less than :data:`REFRESH_MARGIN` seconds
   left refreshes it (user and groups read again); a refresh the provider refuses ends the
   session.
+- Every session has a random id; sign-out and a refused refresh end it in every replica
+  (``sign_outs``): a cookie copied before sign-out is refused everywhere within seconds, and
+  the browser desktops it opened end with it.
 - ``POST /auth/logout`` (CSRF-checked) ends the provider's session from the broker itself:
   ``POST end_session_endpoint`` with the client's credentials and the refresh token (what
   Keycloak offers confidential clients), else the refresh token revoked at the
@@ -42,10 +45,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from ...access import sign_outs as ended_sessions
 from ...access.connect import Caller
 from ..oidc import InvalidTokenError, TokenVerifier, check_time
 from ..render import message_page
 from . import cookies
+from .sign_outs import SignOuts
 from .urls import origin_of, safe_next, same_origin_headers
 
 log = logging.getLogger(__name__)
@@ -97,11 +102,14 @@ class PortalSettings:
 
 @dataclass(frozen=True)
 class PortalSession:
-    """A signed-in browser: who, the CSRF token its page sends back, when the session ends."""
+    """A signed-in browser: who, the CSRF token its page sends back, when the session ends,
+    its id (what sign-out ends) and when its access token is due to be refreshed."""
 
     caller: Caller
     csrf: str
     expires_at: float
+    sid: str = ""
+    access_expires: float = 0.0
 
 
 class SigninError(Exception):
@@ -153,6 +161,8 @@ class Portal:
         self.public_origin = origin_of(settings.public_url) or settings.public_url
         #: The groups some pool's entitlements name (the broker sets it; None: keep all).
         self.groups_named: Callable[[], frozenset[str]] | None = None
+        #: The ended sessions (shared with the other replicas when the broker says where).
+        self.sign_outs = SignOuts()
         # One refresh per refresh token at a time in this replica: a page's parallel
         # requests share it.
         self._refreshing: dict[str, asyncio.Future[dict[str, Any]]] = {}
@@ -201,6 +211,11 @@ class Portal:
             log.info("portal cookie refused: %s", exc)
             pending.clear = True
             return None
+        why = self._ended(data.get("sid"))
+        if why is not None:
+            log.info("portal cookie refused: %s", why)
+            pending.clear = True
+            return None
         if float(data.get("ax", 0)) - now < REFRESH_MARGIN:
             refreshed = await self._refreshed(data, pending, now)
             if refreshed is None:
@@ -211,6 +226,14 @@ class Portal:
         if session is None:
             pending.clear = True
         return session
+
+    def _ended(self, sid: object) -> str | None:
+        """Why a session with this id is over (None: it is not)."""
+        if not ended_sessions.is_sid(sid):
+            # One an earlier broker sealed: it could not be ended by signing out.
+            return "a session without an id"
+        assert isinstance(sid, str)
+        return "signed out" if self.sign_outs.is_ended(sid) else None
 
     async def _refreshed(
         self, data: dict[str, Any], pending: _Pending, now: float
@@ -226,6 +249,8 @@ class Portal:
         except SigninError as exc:
             log.info("portal session ended: its refresh failed (%s)", exc)
             pending.clear = exc.status < 500
+            if pending.clear:  # the provider said no: over in every replica, desktops too
+                await self.sign_outs.end(str(data["sid"]), float(data.get("sx", now)))
             return None
         pending.set_value = self._seal_session(fresh, time.time())
         return fresh
@@ -416,6 +441,7 @@ class Portal:
             "ax": expires,
             "sx": int(now + self.settings.session_seconds),
             "csrf": secrets.token_urlsafe(32),
+            "sid": secrets.token_urlsafe(16),
         }
         log.info("portal sign-in%s", self._who(caller))
         return data, safe_next(str(started.get("next", "/")))
@@ -502,6 +528,7 @@ class Portal:
         data = self._pending(request).data
         if session is not None and data is not None:
             refresh = str(data.get("rt", ""))
+            await self.sign_outs.end(session.sid, session.expires_at)
             ended = bool(refresh) and await self._end_at_provider(refresh)
             log.info("portal sign-out%s", self._who(session.caller))
         if form:
@@ -571,7 +598,9 @@ def _session_of(data: Mapping[str, Any]) -> PortalSession | None:
         return None
     uid = data.get("x")  # the uid claim's, where the broker reads one
     caller = Caller(user, frozenset(map(str, groups)), uid if type(uid) is int else None)
-    return PortalSession(caller, csrf, float(ends))
+    access = data.get("ax")
+    access_expires = float(access) if isinstance(access, int | float) else 0.0
+    return PortalSession(caller, csrf, float(ends), str(data["sid"]), access_expires)
 
 
 def _page(status: int, title: str, message: str, *, link: bool = False) -> web.Response:
