@@ -11,7 +11,7 @@ SHELL_SCRIPTS = $(shell git ls-files '*.sh' 2>/dev/null)
 GO_CHECK := (cd hack/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .) && \
 	(cd hack/cluster/provisioner && test -z "$$(gofmt -l volumehelper)" && go vet ./volumehelper)
 
-.PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-packages test-prepare test test-faults test-unit lint shellcheck crds bench-engine bench-recommend bench bench-hosts bench-scale bench-portal bench-portal-events web-client tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-portal demo-down clean
+.PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-packages test-prepare test test-faults test-unit lint shellcheck crds bench-engine bench-recommend bench bench-hosts bench-scale bench-portal bench-relay-flood bench-portal-events web-client tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-portal demo-down clean
 
 ##@ Getting started
 
@@ -121,6 +121,9 @@ bench-scale: $(STAMP) tools-cluster ## 100,000 assigned sessions over 1,000 pool
 
 bench-portal: $(STAMP) tools-cluster web-client ## (root) browser desktops through one broker: click -> first frame, relay CPU per MiB, 20 at once
 	@$(PY) hack/bench/portal.py
+
+bench-relay-flood: $(STAMP) tools-cluster web-client ## (root) one user flooding the browser-desktop relay: the broker's /readyz latency quiet and flooded
+	@$(PY) hack/bench/portal.py relay_flood_bench.py
 
 bench-portal-events: $(STAMP) tools-cluster ## what open portal pages cost the broker: memory and CPU for 100..1,000 event streams
 	@$(PY) hack/bench/portal_events.py

@@ -7,6 +7,9 @@ The set-up is the end-to-end suite's (its control plane, operator, Keycloak, xrd
 agents, the broker with the portal, chromium): the bench itself is hack/bench/portal_bench.py,
 run here by pytest with the suite's conftest files as plugins. The last line of stdout is one
 JSON object with the figures.
+
+``portal.py relay_flood_bench.py`` runs another bench of this directory the same way
+(`make bench-relay-flood`).
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ PLUGINS = ("conftest", "e2e.conftest", "e2e.desktop.conftest")
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="bench-portal-") as work:
+    bench = ROOT / "hack" / "bench" / sys.argv[1] if len(sys.argv) > 1 else BENCH
+    with tempfile.TemporaryDirectory(prefix=f"bench-{bench.stem}-") as work:
         out = Path(work) / "result.json"
         path = os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, "BENCH_PORTAL_OUT": str(out), "PYTHONPATH": path}
-        argv = [sys.executable, "-m", "pytest", str(BENCH), "-s", "-q", "-p", "no:cacheprovider"]
+        argv = [sys.executable, "-m", "pytest", str(bench), "-s", "-q", "-p", "no:cacheprovider"]
         argv += [arg for plugin in PLUGINS for arg in ("-p", plugin)]
         argv += ["--basetemp", str(Path(work) / "pytest")]
         code = subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode

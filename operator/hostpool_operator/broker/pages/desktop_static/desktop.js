@@ -191,3 +191,10 @@ loadClient()
     if (signOn) form.requestSubmit(); // nothing to ask: open the desktop at once
   })
   .catch((error) => show("error", `the desktop client did not load: ${describe(error)}`));
+
+// The portal session kept fresh while the desktop is open: the broker refreshes it when its
+// access token is due, and a refresh the provider refuses ends the session (and, in every
+// replica, this desktop's relay) instead of it lasting until the cookie's own end.
+setInterval(() => {
+  fetch("/auth/session", { credentials: "same-origin", cache: "no-store" }).catch(() => {});
+}, 60_000);
