@@ -654,6 +654,12 @@ STATUS_REFUSALS: dict[str, tuple[str, dict[str, Any], str]] = {
     "host-loadIndex-minus-2": ("SessionHost", {"loadIndex": -2}, "status.loadIndex"),
     "host-bucket-4": ("SessionHost", {"bucket": 4}, "status.bucket"),
     "host-cpuPercent-101": ("SessionHost", {"metrics": {"cpuPercent": 101}}, "status.metrics"),
+    # The relay's pin has one form: lowercase hex (not openssl's upper case and colons).
+    "host-rdpCertificateSha256-uppercase": (
+        "SessionHost",
+        {"agent": {"rdpCertificateSha256": "AB" * 32}},
+        "status.agent.rdpCertificateSha256",
+    ),
     "request-unknown-phase": ("SessionRequest", {"phase": "Running"}, "status.phase"),
     "request-unknown-reason": ("SessionRequest", {"reason": "Because"}, "status.reason"),
     "request-unknown-sessionState": (

@@ -10,8 +10,10 @@ metrics the test writes itself, as that host's agent would.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -28,6 +30,7 @@ from support.conditions import cond_is, host_of, now_rfc3339, parse_time, phase,
 from support.kube import Kube, need_control_plane
 from support.operator_process import OperatorProcess
 from support.report_logs import EXTRA_LOGS
+from support.tls import self_signed
 
 POOL = "hz"
 Obj = dict[str, Any]
@@ -425,6 +428,83 @@ def test_a_failing_logoff_command_keeps_the_request_and_is_retried_with_back_off
     assert 2 <= tries <= 5, f"{tries} logoff tries in about 9 s"
     works.touch()
     cluster.wait(lambda: "alice" not in cluster.requests() or None, "alice logged off", 30)
+
+
+# --------------------------------------------------------------------------- RDP certificate
+
+
+def published_certificate(cluster: Cluster, host: str) -> str | None:
+    agent = status(cluster.host(host)).get("agent")
+    value = agent.get("rdpCertificateSha256") if isinstance(agent, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def test_the_agent_publishes_its_hosts_rdp_certificate_and_follows_it(
+    cluster: Cluster, agents: dict[str, AgentProcess], tmp_path: Path
+) -> None:
+    """``--rdp-certificate FILE``: the SHA-256 of the DER certificate (lowercase hex) in
+    ``status.agent.rdpCertificateSha256``, what the broker's relay pins. A rotated file is
+    published within seconds, not at the next report; one that cannot be read is published
+    as none (the relay then refuses the host, never trusting a certificate that was) with a
+    Warning Event, and the agent keeps reporting."""
+    cluster.create_pool(POOL, "BreadthFirst", 10)
+    cluster.create_host("h1", POOL)
+    first_cert, _, first_der = self_signed("first", tmp_path / "first")
+    second_cert, _, second_der = self_signed("second", tmp_path / "second")
+    served = tmp_path / "cert.pem"
+    shutil.copy(first_cert, served)
+    # Reports every 20 s: what is seen sooner is the certificate being followed on its own.
+    agents["h1"].start("--rdp-certificate", str(served), interval=20)
+    first = hashlib.sha256(first_der).hexdigest()
+    cluster.wait(
+        lambda: published_certificate(cluster, "h1") == first or None, "the first published", 15
+    )
+
+    replacement = tmp_path / "cert.pem.new"
+    shutil.copy(second_cert, replacement)
+    replacement.replace(served)  # rotated, as cert-manager and the kubelet do: atomically
+    second = hashlib.sha256(second_der).hexdigest()
+    cluster.wait(
+        lambda: published_certificate(cluster, "h1") == second or None,
+        "the rotated certificate published",
+        10,
+    )
+
+    served.unlink()
+    cluster.wait(
+        lambda: published_certificate(cluster, "h1") is None or None,
+        "no fingerprint published for a certificate that is gone",
+        10,
+    )
+    (event,) = cluster.wait(
+        lambda: events(cluster, "h1", "RdpCertificateUnreadable") or None,
+        "a RdpCertificateUnreadable Event",
+        10,
+    )
+    assert event["type"] == "Warning"
+    assert f"could not read the RDP certificate {served}" in event["message"], event
+    assert "could not read the RDP certificate" in agents["h1"].log()
+    served.write_text("not a certificate\n")
+    cluster.wait(
+        lambda: (
+            any(
+                "holds no PEM certificate" in str(e.get("message"))
+                for e in events(cluster, "h1", "RdpCertificateUnreadable")
+            )
+            or None
+        ),
+        "the Event for a file that holds no certificate",
+        10,
+    )
+    assert published_certificate(cluster, "h1") is None
+    assert agents["h1"].alive
+
+    shutil.copy(first_cert, served)
+    cluster.wait(
+        lambda: published_certificate(cluster, "h1") == first or None, "published again", 10
+    )
+    assert agents["h1"].alive
+    assert "Traceback" not in agents["h1"].log()
 
 
 # --------------------------------------------------------------------------- faults

@@ -3,6 +3,7 @@ in front of 100,000 sessions keeps one small record each, not the objects)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -18,9 +19,11 @@ from ..api import (
     Phase,
     Reason,
 )
+from ..api.host import RDP_CERTIFICATE_SHA256_PATTERN
 from ..api.timestamps import parse_time
 
 JSON = dict[str, Any]
+_SHA256 = re.compile(RDP_CERTIFICATE_SHA256_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,10 @@ class HostView:
     assigned_user: str | None = None
     #: A personal, workload-backed host's power (status.power).
     power: str | None = None
+    #: The SHA-256 of the host's RDP certificate as its agent publishes it
+    #: (status.agent.rdpCertificateSha256, lowercase hex): the browser relay's pin. None: none
+    #: published, or not in that form (then the relay trusts no certificate of the host).
+    rdp_certificate_sha256: str | None = None
 
     @classmethod
     def from_api(cls, obj: JSON) -> HostView:
@@ -99,6 +106,8 @@ class HostView:
         sampled = parse_time(metrics.get("sampledAt")) if isinstance(metrics, dict) else None
         pool_ref = spec.get("poolRef")
         user, power = spec.get("assignedUser"), status.get("power")
+        agent = status.get("agent")
+        pin = agent.get("rdpCertificateSha256") if isinstance(agent, dict) else None
         return cls(
             str(meta.get("namespace", "")),
             str(meta.get("name", "")),
@@ -107,6 +116,7 @@ class HostView:
             pool=str(pool_ref.get("name", "")) if isinstance(pool_ref, dict) else "",
             assigned_user=user if isinstance(user, str) and user else None,
             power=power if isinstance(power, str) else None,
+            rdp_certificate_sha256=pin if isinstance(pin, str) and _SHA256.fullmatch(pin) else None,
         )
 
     def agent_alive(self, now: datetime, stale_after: float) -> bool:

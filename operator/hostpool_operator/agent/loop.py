@@ -7,8 +7,11 @@ host's ``status.metrics`` (figures over the interval, see ``agent.figures``) and
 machine reports, and ``idleSince`` from each session's idle time (sampled every few seconds);
 it deletes a request whose user has logged off, carries out forced logoffs
 (``status.logoff``) and disconnects (``status.disconnect``), and shows notices
-(``status.notice``) in the user's desktop. Every write is a merge patch of the agent's own
-fields only, so it can never overwrite what the operator writes.
+(``status.notice``) in the user's desktop. It publishes the SHA-256 of its host's RDP
+certificate in ``status.agent.rdpCertificateSha256`` (xrdp's beside it, or
+``--rdp-certificate``), read again every few seconds, for the broker's browser relay to pin.
+Every write is a merge patch of the agent's own fields only, so it can never overwrite what
+the operator writes.
 Errors (the API server away, a failing script) are logged and reported; the agent keeps
 running.
 """
@@ -38,7 +41,7 @@ from .commands import CommandResult, run_command
 from .desktop import X_TIMEOUT, Message, Windows
 from .figures import Counters, custom_load_value, load_figures
 from .logon_refusals import REFUSALS_FILE, refusals_after
-from .machine import XrdpMachine, server_of
+from .machine import XrdpMachine, rdp_certificate_in, server_of
 from .sessions import (
     HostRequest,
     LogoffTracker,
@@ -120,6 +123,9 @@ class AgentOptions:
     #: The single sign-on verifier's state directory, whose refusals become Events (None:
     #: none are read).
     logon_state: str | None = None
+    #: The host's RDP certificate (PEM): with sessions from xrdp, a path in the xrdp's file
+    #: system (None: what its xrdp.ini names); else in the agent's (None: none published).
+    rdp_certificate: str | None = None
 
 
 @dataclass
@@ -155,6 +161,11 @@ class Agent:
     _warned_at: dict[str, float] = field(default_factory=dict)
     _unknown_idle: UnknownIdle = field(default_factory=UnknownIdle)
     windows: Windows = field(default_factory=lambda: Windows(threading.Event()))
+    #: The SHA-256 of the host's RDP certificate as last read (None: it could not be), once
+    #: read; and whether that reading is what the host's status says.
+    rdp_sha256: str | None = None
+    _rdp_read: bool = False
+    _rdp_published: bool = False
 
     @property
     def xrdp(self) -> XrdpMachine:
@@ -191,6 +202,7 @@ class Agent:
         before = read_counters()
         memory = [psutil.virtual_memory().percent]
         next_report = time.monotonic() + interval
+        await self.follow_certificate()  # published at once, not after the first interval
         while not stop.is_set():
             requests = list(self.requests.values())
             now = time.monotonic()
@@ -217,6 +229,7 @@ class Agent:
                 await self.follow_sessions(requests)
             elif deadline is not None and deadline <= datetime.now(UTC):
                 requests = await self.host_requests()
+            await self.follow_certificate()
             await self.follow_idle()
             await self.carry_out_notices()
             await self.carry_out_disconnects()
@@ -233,6 +246,8 @@ class Agent:
         agent: dict[str, Any] = {"version": version()}
         if self.address:
             agent["address"] = self.address
+        if self._rdp_read:  # again each report: a value written over meanwhile is put right
+            agent["rdpCertificateSha256"] = self.rdp_sha256
         try:
             self.host_object = await self.client.patch_status(
                 HOSTS,
@@ -244,6 +259,53 @@ class Agent:
             log.warning("could not write the metrics of %s: %s", self.options.host, error)
             return
         log.debug("reported %s", metrics)
+
+    # -------------------------------------------------------------- the RDP certificate
+
+    @property
+    def reads_certificate(self) -> bool:
+        """The agent knows its host's RDP certificate: xrdp's beside it, or the flag's. An
+        agent that does not leaves the field to whoever writes it (an administrator may pin a
+        host without an agent by hand)."""
+        return self.options.sessions_from == "xrdp" or self.options.rdp_certificate is not None
+
+    def read_certificate(self) -> tuple[str | None, str]:
+        if self.options.sessions_from == "xrdp":
+            return self.xrdp.rdp_certificate(self.options.rdp_certificate)
+        return rdp_certificate_in(None, self.options.rdp_certificate)
+
+    async def follow_certificate(self) -> None:
+        """Read the host's RDP certificate (every step: a rotated one is published within
+        seconds; until then the relay refuses the host rather than trust the old one) and
+        publish its fingerprint when it changed. One that cannot be read is published as
+        none, with a warning and a Warning Event ``RdpCertificateUnreadable``."""
+        if not self.reads_certificate:
+            return
+        sha256, problem = await asyncio.to_thread(self.read_certificate)
+        if problem:
+            self.warn_now_and_then(problem)
+            await self.event(
+                "RdpCertificateUnreadable",
+                f"{problem}; no fingerprint published: the broker relays no browser desktop "
+                "to this host",
+            )
+        if self._rdp_read and sha256 == self.rdp_sha256 and self._rdp_published:
+            return
+        self.rdp_sha256, self._rdp_read = sha256, True
+        try:
+            self.host_object = await self.client.patch_status(
+                HOSTS,
+                self.options.namespace,
+                self.options.host,
+                {"agent": {"rdpCertificateSha256": sha256}},
+            )
+        except (ApiError, ApiTransportError) as error:
+            self._rdp_published = False  # tried again at the next step
+            log.warning("could not publish the RDP certificate of %s: %s", self.options.host, error)
+            return
+        self._rdp_published = True
+        if sha256 is not None:
+            log.info("published the RDP certificate's SHA-256: %s", sha256)
 
     async def custom_load(self) -> int | None:
         assert self.options.load_script is not None

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -34,10 +36,13 @@ from .xrdp import (
     DELETED,
     MIXED_UIDS,
     SESSION_MANAGERS,
+    XRDP_INI,
     Process,
     SocketTableError,
     UnixSocket,
     XrdpSession,
+    certificate_path,
+    certificate_sha256,
     connected_displays,
     display_peers,
     listening_displays,
@@ -61,6 +66,10 @@ PROC_NET_UNIX = "/proc/net/unix"
 #: How long a logoff waits for the session's X server to exit after the window manager was
 #: asked to (TERM) before killing what is left, of the command timeout's share.
 LOGOFF_TERM_SHARE = 0.5
+#: Symbolic links followed in one path at most (the kernel's own limit), and the most of a
+#: file read for a certificate (a chain is a few KiB).
+MAX_LINKS = 40
+MAX_CERTIFICATE = 1 << 20
 
 
 def netns_of(pid: int | str) -> int | None:
@@ -106,6 +115,9 @@ class XrdpMachine:
     #: The sessions as the last reading of them found (``sessions``): the idle time, sampled
     #: more often than the sessions are read, is asked of these X servers.
     known: list[XrdpSession] | None = None
+    #: An xrdp-sesman of this host as the last reading of the processes found (its root is
+    #: the file system xrdp serves from).
+    sesman: int | None = None
 
     def __post_init__(self) -> None:
         if self.netns is None:
@@ -151,6 +163,7 @@ class XrdpMachine:
                     exe=exe,
                 )
             )
+        self.sesman = sesmen[0] if sesmen else None
         names = users_beside(sesmen)
         found = [
             dataclasses.replace(p, user=names[uids[p.pid]])
@@ -173,6 +186,24 @@ class XrdpMachine:
             return None, f"could not read {PROC_NET_UNIX}: {error}"
         self.known = xrdp_sessions(processes)
         return session_states(self.known, connected_displays(sockets)), ""
+
+    def rdp_certificate(self, path: str | None) -> tuple[str | None, str]:
+        """The SHA-256 of the certificate the xrdp beside the agent serves (``path``, else
+        what its xrdp.ini names), read in the root of its xrdp-sesman: a sidecar's own files
+        are not the desktop container's. None and why, when it cannot be read."""
+        if not self._sesman_still_runs():
+            self.processes()
+        if self.sesman is None:
+            return None, f"no {SESMAN} runs in this network namespace: no certificate to read"
+        return rdp_certificate_in(f"/proc/{self.sesman}/root", path)
+
+    def _sesman_still_runs(self) -> bool:
+        """The sesman found last is still one (its pid not reused), run by root, here."""
+        pid = self.sesman
+        if pid is None or uid_now(pid) != 0:
+            return False
+        exe = (exe_of(pid) or "").removesuffix(DELETED)
+        return exe in SESSION_MANAGERS and netns_of(pid) in (self.netns, None)
 
     def user_sessions(self, users: set[str] | None = None) -> list[XrdpSession]:
         """The xrdp sessions here (of ``users`` only, when given)."""
@@ -377,6 +408,89 @@ def socket_inodes(pid: int) -> set[int]:
                 if link.startswith("socket:[") and link.endswith("]"):
                     found.add(int(link[8:-1]))
     return found
+
+
+def read_in_root(root: str, path: str, limit: int = MAX_CERTIFICATE) -> bytes:
+    """The file at ``path`` as a process whose root directory is ``root`` sees it: each
+    symbolic link followed inside ``root`` (an absolute target starts again at ``root``,
+    ``..`` stops there), as openat2's RESOLVE_IN_ROOT does. The kernel would take an absolute
+    link under /proc/PID/root from the agent's own root: the session-host image's
+    /etc/xrdp/cert.pem -> /etc/hostpool/tls/tls.crt would be the sidecar's file, not the
+    desktop container's. OSError when it cannot be read, is no regular file, has more than
+    ``limit`` bytes or takes more than MAX_LINKS links."""
+    pending = list(reversed(path.split("/")))
+    walked: list[str] = []
+    links = 0
+    while pending:
+        part = pending.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if walked:
+                walked.pop()
+            continue
+        try:
+            target = os.readlink(os.path.join(root, *walked, part))
+        except OSError as error:
+            if error.errno != errno.EINVAL:  # EINVAL: there, and no link
+                raise
+            walked.append(part)
+            continue
+        links += 1
+        if links > MAX_LINKS:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+        if target.startswith("/"):
+            walked = []
+        pending.extend(reversed(target.split("/")))
+    # O_NOFOLLOW: a link swapped in since is refused (read again next time), never followed
+    # from the agent's root; O_NONBLOCK: a FIFO planted there cannot hold the agent.
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    handle = os.open(os.path.join(root, *walked), flags)
+    with os.fdopen(handle, "rb") as file:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", path)
+    return data
+
+
+def rdp_certificate_in(root: str | None, path: str | None) -> tuple[str | None, str]:
+    """The SHA-256 (``xrdp.certificate_sha256``) of the RDP certificate at ``path`` (None:
+    the one xrdp serves by its xrdp.ini) in the file system whose root is ``root`` (None:
+    the agent's own, read as it is); or None and why not, for a log line and an Event."""
+    if path is None:
+        try:
+            ini = _read(root, XRDP_INI).decode("utf-8", "replace")
+        except FileNotFoundError:
+            ini = ""  # no xrdp.ini: xrdp's defaults
+        except OSError as error:
+            return None, f"could not read {XRDP_INI}: {_why(error)}"
+        path = certificate_path(ini)
+    try:
+        pem = _read(root, path)
+    except OSError as error:
+        return None, f"could not read the RDP certificate {path}: {_why(error)}"
+    try:
+        return certificate_sha256(pem), ""
+    except ValueError:
+        return None, f"the RDP certificate {path} holds no PEM certificate"
+
+
+def _read(root: str | None, path: str) -> bytes:
+    if root is not None:
+        return read_in_root(root, path)
+    with open(path, "rb") as file:  # any platform's path (a Windows agent's too)
+        data = file.read(MAX_CERTIFICATE + 1)
+    if len(data) > MAX_CERTIFICATE:
+        raise OSError(errno.EFBIG, f"larger than {MAX_CERTIFICATE} bytes", path)
+    return data
+
+
+def _why(error: OSError) -> str:
+    """An OSError's reason without the path (the message names the path as asked for, not
+    as the agent reached it under /proc)."""
+    return (error.strerror or str(error)).lower()
 
 
 def users_beside(sesmen: list[int]) -> dict[int, str]:

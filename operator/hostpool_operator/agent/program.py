@@ -73,6 +73,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "logon it refuses becomes a LogonRefused or HomeOwnedByAnotherUser Event",
     )
     parser.add_argument(
+        "--rdp-certificate",
+        help="the host's RDP TLS certificate (PEM), whose SHA-256 the agent publishes for the "
+        "broker's browser relay to pin; with --sessions-from xrdp a path as the xrdp beside "
+        "the agent sees it (default: what its /etc/xrdp/xrdp.ini names, else "
+        "/etc/xrdp/cert.pem); otherwise a path here (default: none published)",
+    )
+    parser.add_argument(
         "--address",
         help="the address clients use: an IP address (IPv6 without brackets) or a DNS name "
         "(default: detected)",
@@ -103,6 +110,7 @@ async def amain(args: argparse.Namespace, running: Running) -> int:
         address=args.address,
         sessions_from=args.sessions_from,
         logon_state=args.logon_state,
+        rdp_certificate=args.rdp_certificate,
     )
     address = args.address or local_address(running.server)
     if address is not None and not is_host_address(address):

@@ -26,9 +26,14 @@ in.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from cryptography import x509
 
 from ..api.base import SessionState
 
@@ -418,3 +423,46 @@ def may_be_xrdp(process: Process) -> bool:
 
 def xrdp_binary(exe: str) -> bool:
     return _binary(exe) in XRDP_BINARIES
+
+
+# ---------------------------------------------------------------------- the TLS certificate
+
+#: xrdp's configuration, and the certificate it serves when xrdp.ini names none (or a path
+#: that is not absolute, which xrdp 0.9 replaces with this one: "should use absolute path").
+XRDP_INI = "/etc/xrdp/xrdp.ini"
+DEFAULT_CERTIFICATE = "/etc/xrdp/cert.pem"
+_PEM_CERTIFICATE = re.compile(
+    rb"-----BEGIN (?:X509 )?CERTIFICATE-----([A-Za-z0-9+/=\s]*?)-----END (?:X509 )?CERTIFICATE-----"
+)
+
+
+def certificate_path(ini: str) -> str:
+    """The certificate xrdp serves by its xrdp.ini: ``certificate=`` of ``[Globals]``, read
+    as xrdp 0.9 reads it (names without case, the last line wins; empty, absent or not an
+    absolute path: the default)."""
+    section, path = "", ""
+    for raw in ini.splitlines():
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip().lower()
+        elif section == "globals" and "=" in line:
+            key, _, value = line.partition("=")
+            if key.strip().lower() == "certificate":
+                path = value.strip()
+    return path if path.startswith("/") else DEFAULT_CERTIFICATE
+
+
+def certificate_sha256(pem: bytes) -> str:
+    """The fingerprint of the certificate a TLS server presents from this PEM file (the
+    first; a chain, or the key, may be in the file too): the SHA-256 of its DER form, in
+    lowercase hex, what the broker's relay compares with what the host presents. ValueError
+    when the file holds no certificate."""
+    found = _PEM_CERTIFICATE.search(pem)
+    try:
+        if found is None:
+            raise ValueError("no PEM block")
+        der = base64.b64decode(b"".join(found.group(1).split()), validate=True)
+        x509.load_der_x509_certificate(der)  # a certificate, not just any base64
+    except ValueError:  # binascii.Error and cryptography's refusals are ValueErrors
+        raise ValueError("holds no PEM certificate") from None
+    return hashlib.sha256(der).hexdigest()

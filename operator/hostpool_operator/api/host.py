@@ -28,6 +28,10 @@ from .base import (
 )
 from .workload import WorkloadRef
 
+#: A certificate's fingerprint as hosts publish it and the relay compares it: the SHA-256 of
+#: the DER certificate in lowercase hex, one form only (no colons, no upper case).
+RDP_CERTIFICATE_SHA256_PATTERN = "^[0-9a-f]{64}$"
+
 
 class HostFeatures(ApiModel):
     """What a session host supports; Horizon puts hosts with every default feature first."""
@@ -112,6 +116,16 @@ class HostAgent(ApiModel):
         "address, IPv6 without brackets, or a DNS name); used only when neither spec.address "
         "nor the workload gives one.",
     )
+    rdp_certificate_sha256: str | None = Field(
+        default=None,
+        min_length=64,
+        max_length=64,
+        pattern=RDP_CERTIFICATE_SHA256_PATTERN,
+        description="The SHA-256 of the host's RDP TLS certificate (of the DER certificate, "
+        "64 lowercase hex digits: `openssl x509 -outform DER | sha256sum`), as the agent reads "
+        "it (for xrdp: xrdp.ini's certificate=). The broker relays a browser's desktop only to "
+        "a host presenting this certificate; absent: to none.",
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -178,7 +192,8 @@ class SessionHostStatus(ApiModel):
         default=None, description="Written by the host's agent, not by the operator."
     )
     agent: HostAgent | None = Field(
-        default=None, description="The agent's version and address, written by the agent."
+        default=None,
+        description="The agent's version, address and RDP certificate, written by the agent.",
     )
     sessions: SessionCounts = Field(default_factory=SessionCounts, description="Sessions.")
     address: str | None = Field(

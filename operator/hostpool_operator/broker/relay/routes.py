@@ -38,7 +38,7 @@ from ..signin.sign_outs import SignOuts
 from ..signon import SignOn
 from . import rdcleanpath as rcp
 from .client_files import WebClient
-from .host import open_host
+from .host import HostLink, HostRefused, not_trusted, open_host
 from .open_desktops import PER_USER, TOTAL, OpenDesktops
 from .pump import first_pdu, pump, ws_socket
 from .ticket_ledger import TicketLedger
@@ -308,10 +308,10 @@ class WebDesktops:
         if isinstance(patcher, Answer):
             await ws.send_bytes(rcp.error_response(patcher.status))
             return patcher.reason
-        host = await open_host(placed.address, pool.connection.port, pdu.x224)
-        if isinstance(host, bytes):
-            await ws.send_bytes(host)
-            return "HostRefused"
+        host = await self._trusted_host(opened.namespace, placed, pool.connection.port, pdu.x224)
+        if isinstance(host, HostRefused):
+            await ws.send_bytes(host.pdu)
+            return host.outcome
         reader, writer, confirm, certs = host
         try:
             await ws.send_bytes(rcp.response(confirm, certs, placed.address))
@@ -332,6 +332,20 @@ class WebDesktops:
             return "LogonRefused"
         log.info("web desktop %s/%s: %s", opened.namespace, pool.name, ended)
         return "Closed"
+
+    async def _trusted_host(
+        self, namespace: str, placed: RequestView, port: int, x224: bytes
+    ) -> HostLink | HostRefused:
+        """The link to the placed request's host, which must present the certificate its
+        SessionHost publishes; a host that publishes none is refused before any connection."""
+        assert placed.address
+        name = f"{namespace}/{placed.host}"
+        view = self.directory.hosts.get((namespace, placed.host or ""))
+        sha256 = view.rdp_certificate_sha256 if view is not None else None
+        if sha256 is None:
+            why = "its SessionHost publishes no RDP certificate (status.agent.rdpCertificateSha256)"
+            return not_trusted(name, why)
+        return await open_host(placed.address, port, x224, host=name, sha256=sha256)
 
     async def _patcher(
         self, opened: _Opened, placed: RequestView
