@@ -67,11 +67,12 @@ HOST_FINALIZERS_RULE: Obj = {
     "resources": ["sessionhosts/finalizers"],
     "verbs": ["update"],
 }
-#: A hostTemplate's volumeClaimTemplates: one claim per host (controlled by the host).
+#: A hostTemplate's volumeClaimTemplates: one claim per host (controlled by the host), listed
+#: and deleted when a personal host is taken from its user.
 CLAIMS_RULE: Obj = {
     "apiGroups": [""],
     "resources": ["persistentvolumeclaims"],
-    "verbs": ["get", "create"],
+    "verbs": ["get", "list", "create", "delete"],
 }
 POD_RULE: Obj = {"apiGroups": [""], "resources": ["pods"], "verbs": WORKLOAD_VERBS}
 #: The rules of the default values: the operator's own, and Pods as workloads.

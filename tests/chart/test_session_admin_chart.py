@@ -125,8 +125,12 @@ def test_the_policy_holds_all_but_three_request_fields_drain_and_assignment(rend
     assert unchanged(hosts["expression"], "spec") == crd_fields("sessionhosts", "spec") - {
         "drainMode",
         "assignedUser",
+        "keepData",  # unassign --keep-data
     }
     assert "object.metadata.?labels == oldObject.metadata.?labels" in hosts["expression"]
+    # Not the operator's hostpool.io/data-of either: edited away, a user's files would reach
+    # the host's next user.
+    assert "object.metadata.?annotations == oldObject.metadata.?annotations" in hosts["expression"]
     # Not the owners or finalizers: the garbage collector (no create on anything) is held too.
     assert "ownerReferences" not in hosts["expression"]
     assert "finalizers" not in hosts["expression"]

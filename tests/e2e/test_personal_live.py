@@ -3,8 +3,10 @@ requests go to one host of their own, which the operator writes as the host's
 ``spec.assignedUser``; concurrent first connects of many users never share a host or take
 two; in a Direct pool a user waits ``NoHostAssigned`` until an administrator assigns a host.
 
-Hosts here have no workload (the operator places on them as they are); workload-backed
-personal hosts, stopped and started with their volumes, are not built yet.
+Most hosts here have no workload (the operator places on them as they are). Pod-backed ones
+on the fake nodes: a host stopped when unused and started on connect; a claim another
+controls never mounted; and a user's claim never reaching another user: deleted on
+``unassign`` before the host is free, kept for that user alone with ``--keep-data``.
 """
 
 from __future__ import annotations
@@ -12,9 +14,17 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from e2e import test_workloads_live as workloads
+from e2e.test_kubectl_hostpool_live import (  # noqa: F401  (fixtures)
+    admin_kubeconfig,
+    failed,
+    ok,
+    plugin,
+    session_admin_role,
+)
 from e2e.test_workloads_live import node_label  # noqa: F401  (a fixture)
 from support.builders import manifest
 from support.cluster import Cluster
@@ -265,3 +275,209 @@ def test_a_claim_another_controls_is_never_mounted(
     assert f"home-{mine}" in message, message
     again = workloads.get_pod(kube, cluster.namespace, mine)
     assert again is None or again["metadata"]["uid"] == pod["metadata"]["uid"], again
+
+
+#: Whose files a personal host holds (the operator's annotation; the API contract's name).
+DATA_OF = "hostpool.io/data-of"
+#: Fake nodes store nothing: a mark on a claim stands for the files in it.
+MARK = "e2e.hostpool.test/files-of"
+CLAIM_SPEC = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+
+
+def home_pool(cluster: Cluster, max_hosts: int) -> None:
+    """An Automatic personal pool whose hosts get a Pod and a claim home-<host>. The Pod's
+    own volume of the template's name stands in for the claim (the fake nodes have no
+    storage, left as written), so it runs while its claim stays Pending."""
+    own_volume = {**pod_spec(), "volumes": [{"name": "home", "emptyDir": {}}]}
+    template = workloads.scaling(workloads.pod_template(own_volume), maxHosts=max_hosts)
+    template["hostTemplate"]["volumeClaimTemplates"] = [
+        {"metadata": {"name": "home"}, "spec": CLAIM_SPEC}
+    ]
+    spec = {"type": "Personal", "scaling": template}
+    cluster.create_body(manifest("HostPool", POOL, spec, namespace=cluster.namespace))
+
+
+def claim_path(cluster: Cluster, name: str) -> str:
+    return f"/api/v1/namespaces/{cluster.namespace}/persistentvolumeclaims/{name}"
+
+
+def claim(kube: Kube, cluster: Cluster, name: str) -> dict[str, Any] | None:
+    code, body = kube.request("GET", claim_path(cluster, name))
+    if code == 404:
+        return None
+    assert 200 <= code < 300, (code, body)
+    found: dict[str, Any] = body
+    return found
+
+
+def first_desktop(cluster: Cluster, kube: Kube, request: str, user: str) -> tuple[str, str, str]:
+    """``user`` connects, is given a host and its claim home-<host>, marked as theirs, and
+    logs off: (host, the claim's uid, the Pod's uid)."""
+    cluster.create_request(request, POOL, user)
+    host = status(cluster.wait_request(request, phase_="Assigned", reason="Personal", timeout=60))[
+        "host"
+    ]
+    home = claim(kube, cluster, f"home-{host}")
+    assert home is not None
+    mark = {"metadata": {"annotations": {MARK: user}}}
+    kube.call("PATCH", claim_path(cluster, f"home-{host}"), body=mark, content_type=MERGE_PATCH)
+    pod = workloads.get_pod(kube, cluster.namespace, host)
+    assert pod is not None
+    cluster.delete("SessionRequest", request)
+    cluster.wait_host(host, lambda h: status(h).get("sessions", {}).get("total") == 0, "empty")
+    return host, home["metadata"]["uid"], pod["metadata"]["uid"]
+
+
+def available(obj: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in status(obj).get("conditions", []) if c["type"] == "Available")
+
+
+def test_unassign_deletes_the_users_claims_before_anyone_else_gets_the_host(
+    cluster: Cluster,
+    kube: Kube,
+    operator_process: OperatorProcess,
+    node_label: Callable[[], list[str]],  # noqa: F811
+    admin_kubeconfig: Path,  # noqa: F811
+) -> None:
+    """Security review item 2, as reported: alice's host unassigned by the helpdesk was the
+    first free host for bob, her claim home-<host> (her files) and her Pod with it. Now:
+    one host in the pool; after ``unassign`` her claim is deleted and her Pod with it, and
+    bob waits (the host held, saying why) until the claim is gone; then he gets the host
+    with a new, empty claim and a new Pod."""
+    del operator_process
+    node_label()
+    home_pool(cluster, max_hosts=1)
+    mine, alices_claim, alices_pod = first_desktop(cluster, kube, "alice-1", "alice")
+
+    said = ok(plugin("unassign", mine, kubeconfig=admin_kubeconfig))
+    cluster.create_request("bob-1", POOL, "bob")
+    # Passes go by (the operator's status interval is 0.2 s): bob is never given her host
+    # while her claim is there.
+    until = time.monotonic() + 3
+    while time.monotonic() < until:
+        bob = cluster.request("bob-1")
+        home = claim(kube, cluster, f"home-{mine}")
+        given = status(bob).get("phase") == "Assigned" and status(bob).get("host") == mine
+        assert not (given and home is not None and home["metadata"]["uid"] == alices_claim), (
+            "bob was given alice's host while her claim is still there",
+            home,
+        )
+        time.sleep(0.2)
+    cluster.wait_request("bob-1", phase_="Pending", reason="HostsStarting")
+    assert said == (
+        f"{mine} unassigned (was alice's)\nits workload and volume claims (alice's files) are "
+        "deleted before anyone else is given it\n"
+    )
+
+    def being_deleted() -> bool | None:
+        home = claim(kube, cluster, f"home-{mine}")
+        return home is None or bool(home["metadata"].get("deletionTimestamp")) or None
+
+    cluster.wait(being_deleted, "alice's claim to be deleted")
+    held = cluster.wait_host(
+        mine, lambda h: cond_is(h, "Available", "False", "DeletingData"), "DeletingData"
+    )
+    assert "alice's files" in available(held)["message"], available(held)
+    cluster.wait(
+        lambda: workloads.get_pod(kube, cluster.namespace, mine) is None or None,
+        "alice's Pod to be gone",
+    )
+    time.sleep(1)  # more passes: bob is still not on her host, her claim still there
+    assert status(cluster.request("bob-1")).get("phase") == "Pending"
+    home = claim(kube, cluster, f"home-{mine}")
+    assert home is not None
+    assert home["metadata"]["uid"] == alices_claim
+    assert workloads.get_pod(kube, cluster.namespace, mine) is None  # not made again
+
+    # The claim-protection controller (not run here) lets the claim go once no Pod uses it.
+    unprotected = {"metadata": {"finalizers": None}}
+    kube.call(
+        "PATCH", claim_path(cluster, f"home-{mine}"), body=unprotected, content_type=MERGE_PATCH
+    )
+    placed = cluster.wait_request("bob-1", phase_="Assigned", reason="Personal", timeout=60)
+    assert status(placed)["host"] == mine
+    home = claim(kube, cluster, f"home-{mine}")
+    assert home is not None
+    assert home["metadata"]["uid"] != alices_claim
+    assert MARK not in (home["metadata"].get("annotations") or {})
+    pod = workloads.get_pod(kube, cluster.namespace, mine)
+    assert pod is not None
+    assert pod["metadata"]["uid"] != alices_pod
+    host = cluster.host(mine)
+    assert host["spec"]["assignedUser"] == "bob"
+    assert host["metadata"]["annotations"][DATA_OF] == "bob"
+    deleted = [e for e in cluster.events_for(mine) if e["reason"] == "HostDataDeleted"]
+    assert [e["type"] for e in deleted] == ["Normal"], deleted
+    assert f"PersistentVolumeClaim home-{mine}" in deleted[0]["message"], deleted
+
+
+def test_unassign_keep_data_keeps_the_claim_for_that_user_alone(
+    cluster: Cluster,
+    kube: Kube,
+    operator_process: OperatorProcess,
+    node_label: Callable[[], list[str]],  # noqa: F811
+    admin_kubeconfig: Path,  # noqa: F811
+) -> None:
+    """``unassign --keep-data``: alice's claim and Pod stay and the host is hers alone. bob's
+    connect gets another host; ``assign`` of hers to carol is refused; a write that races
+    past that check gives carol nothing (a Warning Event, the host says why, the claim and
+    Pod untouched); back to nobody, alice's next connect gets her own claim again."""
+    del operator_process
+    node_label()
+    home_pool(cluster, max_hosts=2)
+    mine, alices_claim, alices_pod = first_desktop(cluster, kube, "alice-1", "alice")
+
+    said = ok(plugin("unassign", mine, "--keep-data", kubeconfig=admin_kubeconfig))
+    assert said == (
+        f"{mine} unassigned (was alice's)\nits files are kept for alice: only alice may be "
+        "assigned it again\n"
+    )
+    assert cluster.host(mine)["spec"]["keepData"] is True
+    cluster.wait_host(mine, lambda h: cond_is(h, "Available", "False", "DataKept"), "DataKept")
+    cluster.create_request("bob-1", POOL, "bob")
+    bob = cluster.wait_request("bob-1", phase_="Assigned", reason="Personal", timeout=60)
+    assert status(bob)["host"] != mine
+
+    failed(plugin("assign", mine, "carol", kubeconfig=admin_kubeconfig), "keeps alice's files")
+    cluster.patch("SessionHost", mine, {"spec": {"assignedUser": "carol"}})
+    cluster.create_request("carol-1", POOL, "carol")
+    cluster.wait_request("carol-1", phase_="Pending", reason="NoEligibleHost")
+    refused = cluster.wait_host(
+        mine,
+        lambda h: (
+            cond_is(h, "Available", "False", "DataKept")
+            and "carol is not placed" in available(h)["message"]
+        ),
+        "the host to say carol is not placed there",
+    )
+    assert "alice's files" in available(refused)["message"]
+
+    def warned() -> list[dict[str, Any]] | None:
+        found = [e for e in cluster.events_for(mine) if e["reason"] == "HostDataKept"]
+        return found or None
+
+    (event,) = cluster.wait(warned, "the HostDataKept Event")
+    assert event["type"] == "Warning"
+    assert "carol" in event["message"]
+    time.sleep(2)
+    assert status(cluster.request("carol-1")).get("phase") == "Pending"
+    home = claim(kube, cluster, f"home-{mine}")
+    assert home is not None
+    assert home["metadata"]["uid"] == alices_claim
+    assert not home["metadata"].get("deletionTimestamp")
+    pod = workloads.get_pod(kube, cluster.namespace, mine)
+    assert pod is not None
+    assert pod["metadata"]["uid"] == alices_pod
+
+    cluster.delete("SessionRequest", "carol-1")
+    cluster.patch("SessionHost", mine, {"spec": {"assignedUser": None}})
+    cluster.create_request("alice-2", POOL, "alice")
+    again = cluster.wait_request("alice-2", phase_="Assigned", reason="Personal", timeout=60)
+    assert status(again)["host"] == mine
+    home = claim(kube, cluster, f"home-{mine}")
+    assert home is not None
+    assert home["metadata"]["uid"] == alices_claim
+    assert home["metadata"]["annotations"][MARK] == "alice"
+    host = cluster.host(mine)
+    assert "keepData" not in host["spec"]  # hers again: kept no longer
+    assert host["metadata"]["annotations"][DATA_OF] == "alice"

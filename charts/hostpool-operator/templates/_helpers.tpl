@@ -74,8 +74,10 @@ The rules the operator needs, and nothing else (proven by tests/e2e/test_rbac_li
   and a terminally failed workload the operator created is deleted and created again);
 - with any workload resource, sessionhosts/finalizers: update (each workload it creates is
   controlled by its SessionHost with blockOwnerDeletion: true; see hostpools/finalizers),
-  and persistentvolumeclaims: get, create (a hostTemplate's volumeClaimTemplates: one claim
-  per host, controlled by the host, so never deleted by the operator itself).
+  and persistentvolumeclaims: get, list, create, delete (a hostTemplate's
+  volumeClaimTemplates: one claim per host, controlled by the host; a personal host's claims
+  listed by its label and deleted, those the host controls only, when the host is taken from
+  its user: that user's files never reach another).
 API discovery (/api/v1, /apis/<group>/<version>) needs no rule: the default
 system:discovery ClusterRole allows it to every authenticated identity.
 */}}
@@ -110,7 +112,7 @@ system:discovery ClusterRole allows it to every authenticated identity.
   verbs: ["update"]
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["get", "create"]
+  verbs: ["get", "list", "create", "delete"]
 {{- end }}
 {{- range .Values.workloadResources }}
 - apiGroups: [{{ .apiGroup | toJson }}]

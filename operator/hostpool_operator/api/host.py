@@ -180,6 +180,14 @@ class SessionHostSpec(ApiModel):
         "first connect with Automatic assignment, by an administrator with Direct). Cannot "
         "change while a session is on the host.",
     )
+    keep_data: bool | None = Field(
+        default=None,
+        description="Personal pools: true keeps the files of the user whose data the host "
+        "holds (annotation hostpool.io/data-of) when the host has no user: its workload and "
+        "volume claims stay, and only that user may be given it again (kubectl hostpool "
+        "unassign --keep-data). Absent or false: taking the host from its user deletes its "
+        "workload and volume claims before anyone else is given it.",
+    )
 
 
 class SessionHostStatus(ApiModel):

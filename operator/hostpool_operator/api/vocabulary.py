@@ -17,3 +17,8 @@ POOL_LABEL = "hostpool.io/pool"
 PLAN_DRAINED_ANNOTATION = "hostpool.io/drained-by-plan"
 #: Label on every workload the operator creates, naming its SessionHost.
 HOST_LABEL = "hostpool.io/host"
+#: Annotation the operator puts on a personal pool's host that has a workload it made: the
+#: user whose files the workload and its volume claims hold, written before that user is
+#: placed there and removed only once they are deleted. A session administrator cannot
+#: change it (the session-admin policy), so no one skips the deletion by editing it.
+DATA_OF_ANNOTATION = "hostpool.io/data-of"

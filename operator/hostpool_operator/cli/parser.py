@@ -115,6 +115,13 @@ def add_assignment_commands(sub: argparse._SubParsersAction[Any]) -> None:
         "unassign", help="take a personal pool's host back from its user (no session on it)"
     )
     unassign.add_argument("host", metavar="HOST")
+    unassign.add_argument(
+        "--keep-data",
+        action="store_true",
+        help="keep the host's workload and volume claims (its user's files) for that user: "
+        "only they may be assigned it again. Without it, the operator deletes them before "
+        "anyone else is given the host",
+    )
     _add_login(unassign)
     unassign.set_defaults(func=assignment.unassign_command)
 

@@ -19,15 +19,50 @@ owners, so two first connects in one pass, of one user or of two, never share or
 One host per user holds for administrators' assignments too: two ``kubectl hostpool
 assign`` of one user at once each check only the host they write, so both can land.
 :func:`second_assignments` names the hosts to take back.
+
+A user's files never reach another user. A host with a workload the operator made holds its
+user's files (the workload, its volume claims); :func:`data_step` says what is done with
+them when the host's user changes (an unassign, an assign, a host taken back, by any
+client): they are deleted before anyone else is given the host, or, with ``spec.keepData``,
+kept for that user alone. Placement gives a host only to the user whose files it holds, or
+one holding nobody's.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..api import PersonalAssignment, Reason
 from .balancer_view import Placement
+
+
+class DataStep(enum.Enum):
+    """What is done with the files a personal host holds, from whose they are, whose host it
+    is and ``spec.keepData``."""
+
+    #: They are its user's, or it has no user and holds nobody's (then it is free).
+    NONE = "None"
+    #: It has a user and holds nobody's files: they are written down as the user's
+    #: (``hostpool.io/data-of``) before the user is placed there, so a later change of user
+    #: finds them whoever made it and whenever the operator saw it.
+    RECORD = "Record"
+    #: No user, its former user's files kept (``spec.keepData``): only they may be given it.
+    KEEP = "Keep"
+    #: Its former user's files (its workload and volume claims) are deleted before anyone
+    #: else is given it.
+    DELETE = "Delete"
+    #: The same, once the sessions still on it end (never from under a session).
+    DELETE_WHEN_EMPTY = "DeleteWhenEmpty"
+    #: Given to another user while its former user's files are kept for them: the new user
+    #: is not placed there (deleting files someone asked to keep cannot be undone; not
+    #: placing the new user can, by assigning the host back or unassigning it).
+    REFUSE = "Refuse"
+
+
+#: Steps after which the host opens to its user (or to anyone) without anyone acting.
+_ON_ITS_WAY = frozenset({DataStep.RECORD, DataStep.DELETE, DataStep.DELETE_WHEN_EMPTY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +78,10 @@ class PersonalHost:
     sessions: int = 0
     #: Its workload is being made or started: it will open without anyone acting.
     starting: bool = False
+    #: What is to be done with the files it holds (see :func:`data_step`).
+    data: DataStep = DataStep.NONE
+    #: Whose files it holds (None: nobody's, or it has no workload the operator made).
+    data_of: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,19 +111,100 @@ def place_personal(
     if reconnect is not None and (own is None or own.name == reconnect):
         return PersonalPlacement(Placement(reconnect, Reason.RECONNECTED))
     if own is not None:
-        if own.open:
+        if own.open and own.data is DataStep.NONE:
             return PersonalPlacement(Placement(own.name, Reason.PERSONAL))
-        reason = Reason.HOSTS_STARTING if own.starting else Reason.NO_ELIGIBLE_HOST
-        return PersonalPlacement(Placement(None, reason))
+        # Its files are written as theirs first, or someone else's are deleted first: on
+        # its way. Someone else's kept there: never theirs without an administrator.
+        on_its_way = own.starting or own.data in _ON_ITS_WAY
+        if own.data is DataStep.REFUSE or not on_its_way:
+            return PersonalPlacement(Placement(None, Reason.NO_ELIGIBLE_HOST))
+        return PersonalPlacement(Placement(None, Reason.HOSTS_STARTING))
     if assignment is PersonalAssignment.DIRECT:
         return PersonalPlacement(Placement(None, Reason.NO_HOST_ASSIGNED))
-    free = [host for host in hosts if owners[host.name] is None and host.sessions == 0]
+    free = [
+        host
+        for host in hosts
+        if owners[host.name] is None and host.sessions == 0 and may_take(host, user)
+    ]
+    free.sort(key=lambda host: host.data is not DataStep.KEEP)  # their own files first
     for host in free:
         if host.open:
             return PersonalPlacement(Placement(host.name, Reason.PERSONAL), claim=True)
-    if can_add or any(host.starting for host in free):
+    # A host being emptied is free soon; one with its former user's session on it is not.
+    freed = any(owners[h.name] is None and h.data is DataStep.DELETE for h in hosts)
+    if can_add or freed or any(host.starting for host in free):
         return PersonalPlacement(Placement(None, Reason.HOSTS_STARTING))
     return PersonalPlacement(Placement(None, Reason.NO_HOST_ASSIGNED))
+
+
+def may_take(host: PersonalHost, user: str) -> bool:
+    """May ``user`` be given this host (that has no user) as far as its files go: it holds
+    nobody's, or theirs kept for them. A host whose files are being deleted is nobody's
+    until they are gone."""
+    return host.data is DataStep.NONE or (host.data is DataStep.KEEP and host.data_of == user)
+
+
+@dataclass(frozen=True, slots=True)
+class HostData:
+    """A personal host with a workload the operator made, as the rule for its files sees
+    it."""
+
+    name: str
+    #: ``spec.assignedUser``, or the user of a claim being written (which writes
+    #: ``data_of`` in the same write).
+    user: str | None
+    #: Whose files its workload and volume claims hold (``hostpool.io/data-of``; None:
+    #: nobody's).
+    data_of: str | None
+    #: ``spec.keepData``: keep the files for ``data_of`` while the host has no user.
+    keep: bool = False
+    #: Sessions on it, whoever's.
+    sessions: int = 0
+    #: A deletion of its files is under way: it is finished whatever the spec says meanwhile
+    #: (the claims going away cannot be called back).
+    deleting: bool = False
+
+
+def data_step(host: HostData) -> DataStep:
+    """What is done with the host's files now."""
+    if host.deleting:
+        return DataStep.DELETE
+    if host.data_of is None:
+        return DataStep.NONE if host.user is None else DataStep.RECORD
+    if host.data_of == host.user:
+        return DataStep.NONE
+    if host.keep:
+        return DataStep.KEEP if host.user is None else DataStep.REFUSE
+    return DataStep.DELETE if host.sessions == 0 else DataStep.DELETE_WHEN_EMPTY
+
+
+def data_condition(host: HostData) -> tuple[str, str] | None:
+    """The host's Available condition (reason, message) while its files keep it from being
+    given (None: they do not)."""
+    step = data_step(host)
+    whose = host.data_of or "its former user"
+    if step is DataStep.DELETE:
+        message = (
+            f"deleting {whose}'s files (its workload and volume claims) before anyone else "
+            "is given it"
+        )
+        return "DeletingData", message
+    if step is DataStep.DELETE_WHEN_EMPTY:
+        message = (
+            f"{whose}'s files are deleted once the {host.sessions} session(s) on it end; "
+            "nobody else is given it before"
+        )
+        return "DeletingData", message
+    if step is DataStep.KEEP:
+        message = f"{whose}'s files are kept for them (spec.keepData): only {whose} may be given it"
+        return "DataKept", message
+    if step is DataStep.REFUSE:
+        message = (
+            f"holds {whose}'s files, kept for them (spec.keepData): {host.user} is not placed "
+            f"here; assign it to {whose}, or unassign it to delete the files"
+        )
+        return "DataKept", message
+    return None
 
 
 @dataclass(frozen=True, slots=True)

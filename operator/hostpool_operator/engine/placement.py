@@ -17,7 +17,7 @@ from typing import Any
 from ..api import Reason
 from .balancer_view import Placement
 from .demand import Demand
-from .personal import PersonalHost, place_personal
+from .personal import DataStep, PersonalHost, data_step, place_personal
 from .pool_state import PoolState
 from .records import RequestRecord, query_order
 from .status import pending_message, says_pending
@@ -132,10 +132,15 @@ def decide_personal(
     )
     placement = answer.placement
     if placement.host is None:
-        own = owned_host(state, demand.user)
-        host_spec = state.hosts[own].spec if own is not None else None
-        if own in state.power_off and host_spec is not None and not host_spec.drain_mode:
-            state.starts.add(own)  # Start on Connect: its workload is made again
+        start = owned_host(state, demand.user) or kept_host(state, demand.user)
+        host_spec = state.hosts[start].spec if start is not None else None
+        if (
+            start in state.power_off
+            and host_spec is not None
+            and not host_spec.drain_mode
+            and state.data_step(start) in _STARTS
+        ):
+            state.starts.add(start)  # Start on Connect: its workload is made again
         return wait(state, record, placement.reason, pending_message(placement.reason))
     state.waiting.pop(record.meta.name, None)
     state.pending_said.pop(record.meta.name, None)
@@ -145,9 +150,20 @@ def decide_personal(
     return Assign(record, placement, claim=answer.claim)
 
 
+#: A stopped host starts on its user's connect only when its files are theirs (or are
+#: being written down as theirs), or kept for them.
+_STARTS = frozenset({DataStep.NONE, DataStep.RECORD, DataStep.KEEP})
+
+
 def owned_host(state: PoolState, user: str) -> str | None:
     """The user's host in a personal pool (claimed for them, or assigned)."""
     return next((name for name, owner in state.owners().items() if owner == user), None)
+
+
+def kept_host(state: PoolState, user: str) -> str | None:
+    """The host without a user keeping this user's files for them (Automatic pools give it
+    back to them on connect)."""
+    return next((name for name, former in state.kept().items() if former == user), None)
 
 
 def personal_hosts(state: PoolState, demand: Demand, now: datetime) -> list[PersonalHost]:
@@ -159,6 +175,7 @@ def personal_hosts(state: PoolState, demand: Demand, now: datetime) -> list[Pers
             continue
         view = state.views.view(host, now)
         workload = state.workload_state(host, now)
+        data = state.host_data(host)
         found.append(
             (
                 query_order(host.meta.created),
@@ -171,6 +188,8 @@ def personal_hosts(state: PoolState, demand: Demand, now: datetime) -> list[Pers
                     # A stopped host starts when its user connects: on its way too.
                     starting=(workload is not None and workload.starting)
                     or name in state.power_off,
+                    data=DataStep.NONE if data is None else data_step(data),
+                    data_of=None if data is None else data.data_of,
                 ),
             )
         )

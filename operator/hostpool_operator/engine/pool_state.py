@@ -29,7 +29,7 @@ from .balancer_view import Placement
 from .due import DueTimes
 from .host_views import HostViews
 from .ledger import LogoffDeadlines, Session, SessionLedger
-from .personal import Assignment, second_assignments
+from .personal import Assignment, DataStep, HostData, data_step, second_assignments
 from .records import HostRecord, PoolRecord, RequestRecord, newer_or_same
 from .time_limits import BadFactsError, LimitStep, decide, facts_of
 from .workloads import WorkloadRecord, WorkloadState, host_address, workload_state
@@ -73,6 +73,9 @@ class PoolState:
     starts: set[str] = field(default_factory=set)
     #: Personal pools: since when each running host has had no session.
     unused_since: dict[str, datetime] = field(default_factory=dict)
+    #: Personal pools: hosts whose former user's files (workload, volume claims) are being
+    #: deleted now; none is given to anyone, nor gets a workload, until that is done.
+    deleting: set[str] = field(default_factory=set)
     empty_since: dict[str, datetime] = field(default_factory=dict)  # managed, no session
     #: The workload of each host with a workloadRef whose kind has been listed (None: it
     #: does not exist). A host missing here has a workload not observed yet.
@@ -153,6 +156,42 @@ class PoolState:
             sessions = max(view.sessions if view is not None else 0, self.ledger.count_on(name))
             found.append(Assignment(name, user, sessions, seen))
         return second_assignments(found)
+
+    def host_data(self, host: HostRecord) -> HostData | None:
+        """Personal pools: the host as the rule for its user's files sees it (None: it holds
+        none the operator looks after: not a personal pool's, or no workload the operator
+        made). A claim being written counts as written: its write says whose the files are
+        too."""
+        if host.spec is None or not host.holds_data or self.spec is None:
+            return None
+        if not self.spec.is_personal:
+            return None
+        name = host.meta.name
+        claimed = self.claims.get(name)
+        return HostData(
+            name=name,
+            user=claimed or host.spec.assigned_user,
+            data_of=claimed or host.data_of,
+            keep=bool(host.spec.keep_data),
+            sessions=self.ledger.count_on(name),
+            deleting=name in self.deleting,
+        )
+
+    def data_step(self, name: str) -> DataStep:
+        """What is done with the host's files now (NONE: nothing, or it has none)."""
+        host = self.hosts.get(name)
+        data = self.host_data(host) if host is not None else None
+        return DataStep.NONE if data is None else data_step(data)
+
+    def kept(self) -> dict[str, str]:
+        """Personal pools: host -> the former user whose files it keeps for them (no user
+        now; only they may be given it): as good as theirs for scaling."""
+        kept = {}
+        for host in self.hosts.values():
+            data = self.host_data(host)
+            if data is not None and data.data_of and data_step(data) is DataStep.KEEP:
+                kept[host.meta.name] = data.data_of
+        return kept
 
     def workload_state(self, host: HostRecord, now: datetime) -> WorkloadState | None:
         """The host's workload as decisions see it (None: the host has no workloadRef)."""
@@ -266,6 +305,7 @@ class PoolState:
         self.unused_since.pop(name, None)
         self.empty_since.pop(name, None)
         self.workloads.pop(name, None)
+        self.deleting.discard(name)
         self.views.forget(name)
         lost = self._end_sessions_on(name)
         self.capacity_changed = True

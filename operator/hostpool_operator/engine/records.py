@@ -26,7 +26,7 @@ from ..api import (
 )
 from ..api.plan import ScalingPlanSpec
 from ..api.timestamps import parse_time
-from ..api.vocabulary import MANAGED_LABEL, MANAGER, PLAN_DRAINED_ANNOTATION
+from ..api.vocabulary import DATA_OF_ANNOTATION, MANAGED_LABEL, MANAGER, PLAN_DRAINED_ANNOTATION
 from .demand import Demand
 
 
@@ -212,11 +212,27 @@ class HostRecord:
     @property
     def plan_drained_at(self) -> datetime | None:
         """When a scaling plan drained this host (None: it did not, or the mark is bad)."""
+        return parse_time(self._annotation(PLAN_DRAINED_ANNOTATION))
+
+    @property
+    def data_of(self) -> str | None:
+        """Personal pools: whose files the host's workload and claims hold (None: nobody's)."""
+        return self._annotation(DATA_OF_ANNOTATION) or None
+
+    @property
+    def holds_data(self) -> bool:
+        """Its workload is one the operator made: it holds its user's files, which the
+        operator deletes or keeps when the user changes. (Another's machine is theirs to
+        look after.)"""
+        return self.managed and self.spec is not None and self.spec.workload_ref is not None
+
+    def _annotation(self, key: str) -> str | None:
         metadata = self.body.get("metadata")
         annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
         if not isinstance(annotations, Mapping):
             return None
-        return parse_time(annotations.get(PLAN_DRAINED_ANNOTATION))
+        value = annotations.get(key)
+        return value if isinstance(value, str) else None
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> HostRecord:

@@ -199,12 +199,16 @@ def host_status(
     workload: WorkloadState | None = None,
     address: str | None = None,
     power: PowerState | None = None,
+    data: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """A host's status: Available (and why not), WorkloadReady, MetricsStale, load index,
-    bucket, sessions, the address in force and (personal pools) its power."""
+    bucket, sessions, the address in force and (personal pools) its power. ``data``: why
+    its former user's files keep it from being given (reason, message), which wins."""
     name = host.meta.name
     status: dict[str, Any] = {"observedGeneration": host.meta.generation}
-    if power is PowerState.STOPPED:
+    if data is not None:
+        desired = [cond.Cond("Available", "False", *data)]
+    elif power is PowerState.STOPPED:
         message = "stopped while unused (its volumes are kept); its user's next connect starts it"
         desired = [cond.Cond("Available", "False", "Stopped", message)]
     else:

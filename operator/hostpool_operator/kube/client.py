@@ -231,14 +231,12 @@ class KubeClient:
         namespace: str | None = None,
         *,
         api_version: str = API_VERSION,
-        field_selector: str | None = None,
+        **selected: Unpack[Selectors],
     ) -> JSON:
         """Every object of a kind (paged), with the list's resourceVersion."""
         items: list[JSON] = []
         version: str | None = None
-        pages = self.list_pages(
-            plural, namespace, api_version=api_version, field_selector=field_selector
-        )
+        pages = self.list_pages(plural, namespace, api_version=api_version, **selected)
         async for page in pages:
             if page.restarted:
                 items = []

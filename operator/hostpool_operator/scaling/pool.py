@@ -20,11 +20,19 @@ from .rules import ScaleHost, ScalingDecision, decide_scaling, hosts_to_add
 WAITING_FOR_CAPACITY = frozenset({Reason.POOL_SATURATED, Reason.HOSTS_STARTING})
 
 
+def holders(state: PoolState) -> dict[str, str]:
+    """Personal pools: host -> the user whose host it is, or whose files it keeps for them
+    (removing it would delete them; nobody else may take it)."""
+    if state.spec is None or not state.spec.is_personal:
+        return {}
+    return {**state.kept(), **state.owners()}
+
+
 def waiting_for_capacity(state: PoolState) -> int:
     """Distinct users whose requests wait because every slot is taken (or still starting).
     In a personal pool only users without a host count: another host is no use to a user
     whose own one is starting."""
-    owners = state.owners() if state.spec is not None and state.spec.is_personal else {}
+    owners = holders(state)
     users = set()
     for name, reason in state.pending_said.items():
         record = state.requests.get(name)
@@ -39,7 +47,7 @@ def scale_hosts(state: PoolState, now: datetime) -> list[ScaleHost]:
     hosts = []
     # A personal pool scales as one slot per host, an assigned host's slot always its
     # user's: never spare capacity, never empty, so never removed.
-    owners = state.owners() if state.spec is not None and state.spec.is_personal else {}
+    owners = holders(state)
     for record in sorted(
         state.hosts.values(), key=lambda h: (query_order(h.meta.created), h.meta.name)
     ):
@@ -98,7 +106,7 @@ def decide(
     else:
         message = f"{len(hosts)} of at most {maximum} hosts"
     known = {host.name for host in hosts}
-    owners = state.owners() if spec.is_personal else {}
+    owners = holders(state)
     remove = [
         name
         for name in plan.delete

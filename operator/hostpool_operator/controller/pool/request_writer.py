@@ -24,11 +24,11 @@ from typing import Any, Protocol
 
 from ...api import Phase, Reason
 from ...api.timestamps import rfc3339
-from ...api.vocabulary import HOSTS, REQUESTS
+from ...api.vocabulary import DATA_OF_ANNOTATION, HOSTS, REQUESTS
 from ...engine.balancer_view import Placement
 from ...engine.personal import Assignment
 from ...engine.pool_state import PoolState
-from ...engine.records import RequestRecord, newer_or_same
+from ...engine.records import HostRecord, RequestRecord, newer_or_same
 from ...engine.status import assigned_status, failed_status, pending_status, says_pending
 from ...engine.time_limits import LimitStep, limit_patch
 from ...kube.backoff import Backoff
@@ -45,6 +45,21 @@ CLAIM_ATTEMPTS = 5
 #: Seconds before a session limit's write that failed (no answer, or an error other than a
 #: conflict) is decided again.
 LIMIT_RETRY = 5.0
+
+
+def claim_patch(host: HostRecord, user: str) -> dict[str, Any] | None:
+    """The write that gives a host without a user to ``user`` (None: it may not be theirs).
+    A host holding its user's files says they are ``user``'s in the same write, so no
+    later change of user misses them; a host keeping a former user's files is theirs only
+    (and no longer kept once it is)."""
+    patch: dict[str, Any] = {"spec": {"assignedUser": user}}
+    if not host.holds_data:
+        return patch
+    if host.data_of not in (None, user):
+        return None
+    patch["spec"]["keepData"] = None
+    patch["metadata"] = {"annotations": {DATA_OF_ANNOTATION: user}}
+    return patch
 
 
 class RequestRouter(Protocol):
@@ -197,20 +212,22 @@ class RequestWriter:
         try:
             for _ in range(CLAIM_ATTEMPTS):
                 obj = await self.deps.client.get(HOSTS, state.namespace, host)
-                spec = obj.get("spec")
-                owner = spec.get("assignedUser") if isinstance(spec, dict) else None
+                found = HostRecord.of(obj)
+                owner = found.spec.assigned_user if found.spec is not None else None
                 if owner == user:
                     return True
                 if owner is not None:
                     break  # someone else's since the decision
-                version = str(obj.get("metadata", {}).get("resourceVersion", ""))
+                patch = claim_patch(found, user)
+                if patch is None:
+                    break  # it holds someone else's files since the decision
                 try:
                     await self.deps.client.patch(
                         HOSTS,
                         state.namespace,
                         host,
-                        {"spec": {"assignedUser": user}},
-                        resource_version=version,
+                        patch,
+                        resource_version=found.meta.resource_version,
                     )
                 except ApiError as error:
                     if error.conflict:

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...api.vocabulary import HOSTS, POOLS
+from ...engine.personal import data_condition
 from ...engine.pool_state import PoolState, pending_count, waiting_reasons
 from ...engine.power import power_of
 from ...engine.records import HostRecord
@@ -177,6 +178,7 @@ class StatusFlusher:
                 workload=state.workload_state(host, now),
                 address=state.address_of(host),
                 power=power_of(state, host, now),
+                data=data_condition(data) if (data := state.host_data(host)) else None,
             )
             previous = self.written_hosts.get(host.meta.name)
             if previous is not None and same_status(previous, status):

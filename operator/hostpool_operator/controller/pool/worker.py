@@ -25,6 +25,7 @@ from ...engine.time_limits import BadFactsError
 from ...engine.workloads import WorkloadRecord
 from ...scaling import pool as pool_scaling
 from ..deps import Deps
+from .data_keeper import DataKeeper
 from .host_scaler import HostScaler
 from .plan_keeper import PlanKeeper
 from .power_keeper import PowerKeeper
@@ -80,6 +81,14 @@ class PoolWorker:
             mark_dirty=self.mark_dirty,
         )
         self.power = PowerKeeper(self.state, deps, self.keeper, mark_dirty=self.mark_dirty)
+        self.data = DataKeeper(
+            self.state,
+            deps,
+            self.keeper,
+            host_changed=lambda obj: router.on_host_event("MODIFIED", obj),
+            wake=self.wake,
+            mark_dirty=self.mark_dirty,
+        )
         self.scaler = HostScaler(
             self.state,
             deps,
@@ -282,6 +291,9 @@ class PoolWorker:
         plan = self.plans.evaluate(now)  # first: the phase's algorithm places this pass
         # Hosts the plan drains now take no new session in this very pass.
         state.close_for_plan(plan.drain if plan is not None else (), now)
+        # Personal hosts' files: written down as their new user's, or deleted before anyone
+        # else is given the host (placement gives neither kind to anyone meanwhile).
+        self.data.apply()
         for intent in place_pending(state, now):
             if isinstance(intent, Assign):
                 self.flusher.placed()

@@ -15,7 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ...api.vocabulary import HOST_LABEL
 from ...api.workload import VolumeClaimTemplate, WorkloadTemplate
+from ...engine.personal import DataStep
 from ...engine.pool_state import PoolState
 from ...engine.records import HostRecord
 from ...engine.workloads import WorkloadRecord, claim_manifests, workload_manifest
@@ -27,6 +29,10 @@ log = logging.getLogger(__name__)
 
 #: Where a host's PersistentVolumeClaims are made (the core group's plural).
 CLAIMS = "persistentvolumeclaims"
+
+#: A host's files in these steps keep it from getting a workload: it would mount a former
+#: user's claims while they are being deleted, or for a user they are not kept for.
+NO_WORKLOAD = frozenset({DataStep.DELETE, DataStep.DELETE_WHEN_EMPTY, DataStep.REFUSE})
 
 #: Back-off of workload creation after a refusal: first wait, then doubled up to the max.
 RETRY_FIRST = 5.0
@@ -96,6 +102,7 @@ class WorkloadKeeper:
                 or not host.managed
                 or host.meta.name in state.removing
                 or host.meta.name in state.power_off  # stopped on purpose
+                or state.data_step(host.meta.name) in NO_WORKLOAD
                 or host.meta.name not in state.workloads
                 or (ref.api_version, ref.kind) != (template.api_version, template.kind)
             ):
@@ -276,11 +283,73 @@ class WorkloadKeeper:
     async def start(self, host: HostRecord) -> None:
         """Make a stopped personal host's workload again (its volumes are there)."""
         template = self.template()
-        if template is None:
+        if template is None or self.state.data_step(host.meta.name) in NO_WORKLOAD:
             return
         self.decided_at[host.meta.name] = time.monotonic()
         await self._create_workload(template, host)
         self._wake()
+
+    async def delete_files(self, host: HostRecord, deleted: set[str]) -> list[str]:
+        """One round of deleting a personal host's files: its workload and its volume claims,
+        only those this host controls (by uid), each deleted once. Returns those still there
+        (being deleted; empty: all gone); adds what it deleted to ``deleted``. API errors
+        are raised: the caller tries again."""
+        left = []
+        ref = host.spec.workload_ref if host.spec is not None else None
+        if ref is not None:
+            plural = await self.deps.workload_resource(ref.api_version, ref.kind)
+            if plural and await self._delete_own(plural, ref.name, host, ref.api_version, ref.kind):
+                left.append(f"{ref.kind} {ref.name}")
+                deleted.add(f"{ref.kind} {ref.name}")
+        # Every claim of this host, whatever the template makes now: one made by a template
+        # since removed holds the former user's files too.
+        claims = await self.deps.client.list(
+            CLAIMS,
+            self.state.namespace,
+            api_version="v1",
+            label_selector=f"{HOST_LABEL}={host.meta.name}",
+        )
+        for claim in claims["items"]:
+            name = str(claim.get("metadata", {}).get("name", ""))
+            if await self._delete_own(CLAIMS, name, host, "v1", "PersistentVolumeClaim", claim):
+                left.append(f"PersistentVolumeClaim {name}")
+                deleted.add(f"PersistentVolumeClaim {name}")
+        return left
+
+    async def _delete_own(
+        self,
+        plural: str,
+        name: str,
+        host: HostRecord,
+        api_version: str,
+        kind: str,
+        obj: dict[str, Any] | None = None,
+    ) -> bool:
+        """Delete the object if this host controls it and its deletion has not begun. True
+        while it is still there (a claim stays until no Pod uses it)."""
+        if obj is None:
+            try:
+                obj = await self.deps.client.get(
+                    plural, self.state.namespace, name, api_version=api_version
+                )
+            except ApiError as error:
+                if error.not_found:
+                    return False
+                raise
+        record = WorkloadRecord.of(obj, kind)
+        if record.owner_host_uid != host.meta.uid:
+            return False  # not this host's: not its user's files, and never ours to delete
+        if not obj.get("metadata", {}).get("deletionTimestamp"):
+            try:
+                await self.deps.client.delete(
+                    plural, self.state.namespace, name, uid=record.uid, api_version=api_version
+                )
+            except ApiError as error:
+                if error.not_found:
+                    return False
+                raise
+            log.info("%s/%s: deleting %s %s", self.state.namespace, host.meta.name, kind, name)
+        return True
 
     async def stop(self, host: HostRecord, workload: WorkloadRecord | None) -> None:
         """Delete a personal host's workload (the operator's own, by uid); its volumes,
