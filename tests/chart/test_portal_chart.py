@@ -16,6 +16,7 @@ import yaml
 from chart.test_chart import (
     BROKER,
     BROKER_NAME,
+    BROKER_RULES,
     Obj,
     Render,
     broker_api_service,
@@ -102,6 +103,30 @@ def test_no_portal_by_default(render: Render) -> None:
     parsed = parse_broker_args(args)
     assert parsed.portal_client_id is None
     assert parsed.web_client_dir is None
+
+
+def test_the_portal_role_grants_ticket_records_and_the_one_sign_outs_configmap(
+    render: Render,
+) -> None:
+    """Ticket records are only created (owned by their request, collected with it); the
+    sign-outs ConfigMap, the one the broker reads and changes, is named; no portal, neither."""
+    (role,) = [r for r in by_kind(render(**PORTAL), "Role") if r["metadata"]["name"] == BROKER_NAME]
+    assert role["rules"] == [
+        *BROKER_RULES,
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [
+                parse_broker_args(
+                    ["--oidc-issuer", "https://i", "--oidc-audience", "a"]
+                ).sign_outs_configmap
+            ],
+            "verbs": ["get", "patch"],
+        },
+    ]
+    (bare,) = [r for r in by_kind(render(**BROKER), "Role") if r["metadata"]["name"] == BROKER_NAME]
+    assert bare["rules"] == BROKER_RULES
 
 
 def test_portal_flags_and_secret_files(render: Render, tmp_path: Path) -> None:
