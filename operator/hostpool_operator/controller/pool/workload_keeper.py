@@ -238,7 +238,16 @@ class WorkloadKeeper:
                     return False
                 # Made before (a stopped host's, kept: its data is there), but only if this
                 # host controls it: a namesake of anyone else's is never mounted.
-                holder = await self._claim_holder(name)
+                try:
+                    holder = await self._claim_holder(name)
+                except (ApiError, ApiTransportError) as unread:
+                    # Not known whose it is (the API away, or it went meanwhile): asked
+                    # again later, never called someone else's.
+                    log.warning(
+                        "%s/%s: the existing claim was not read: %s", state.namespace, name, unread
+                    )
+                    self._retry_at = time.monotonic() + self._backoff.next()
+                    return False
                 if holder != host.meta.uid:
                     whose = "no SessionHost" if holder is None else f"SessionHost uid {holder}"
                     self._refuse(
@@ -256,12 +265,9 @@ class WorkloadKeeper:
         return True
 
     async def _claim_holder(self, name: str) -> str | None:
-        """The uid of the SessionHost that controls claim ``name`` (None: none does, or it
-        cannot be read now)."""
-        try:
-            obj = await self.deps.client.get(CLAIMS, self.state.namespace, name, api_version="v1")
-        except (ApiError, ApiTransportError):
-            return None
+        """The uid of the SessionHost that controls claim ``name`` (None: none does); raises
+        when it cannot be read."""
+        obj = await self.deps.client.get(CLAIMS, self.state.namespace, name, api_version="v1")
         return WorkloadRecord.of(obj, "PersistentVolumeClaim").owner_host_uid
 
     async def _ours_already(
