@@ -4,7 +4,8 @@ in front of 100,000 sessions keeps one small record each, not the objects)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ from ..api import (
     Phase,
     Reason,
 )
+from ..api.address import is_host_address
 from ..api.host import RDP_CERTIFICATE_SHA256_PATTERN
 from ..api.timestamps import parse_time
 
@@ -94,6 +96,9 @@ class HostView:
     #: (status.agent.rdpCertificateSha256, lowercase hex): the browser relay's pin. None: none
     #: published, or not in that form (then the relay trusts no certificate of the host).
     rdp_certificate_sha256: str | None = None
+    #: The address in force as the operator writes it (status.address; None: none yet, or
+    #: not an IP address or DNS name).
+    address: str | None = None
 
     @classmethod
     def from_api(cls, obj: JSON) -> HostView:
@@ -108,6 +113,7 @@ class HostView:
         user, power = spec.get("assignedUser"), status.get("power")
         agent = status.get("agent")
         pin = agent.get("rdpCertificateSha256") if isinstance(agent, dict) else None
+        address = status.get("address")
         return cls(
             str(meta.get("namespace", "")),
             str(meta.get("name", "")),
@@ -117,6 +123,7 @@ class HostView:
             assigned_user=user if isinstance(user, str) and user else None,
             power=power if isinstance(power, str) else None,
             rdp_certificate_sha256=pin if isinstance(pin, str) and _SHA256.fullmatch(pin) else None,
+            address=address if isinstance(address, str) and is_host_address(address) else None,
         )
 
     def agent_alive(self, now: datetime, stale_after: float) -> bool:
@@ -184,6 +191,19 @@ class RequestView:
     def live(self) -> bool:
         """Counts as the user's session in the pool: not failed, not ending."""
         return self.phase is not Phase.FAILED and not self.ending
+
+
+def addressed(request: RequestView, hosts: Mapping[tuple[str, str], HostView]) -> RequestView:
+    """The request with its host's address where the operator placed it before the host had
+    one (its agent had not reported yet): the operator writes a request's address once, at
+    placement, so without this the user's connects would say HostAddressUnknown until the
+    session ended. The address comes from the host's status, as the operator writes it."""
+    if request.host is None or request.address is not None:
+        return request
+    host = hosts.get((request.namespace, request.host))
+    if host is None or host.address is None:
+        return request
+    return replace(request, address=host.address)
 
 
 def _field(status: JSON, part: str, name: str) -> Any:

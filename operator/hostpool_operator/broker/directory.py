@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..access.connect import pool_entry
-from ..access.views import HostView, PoolView, RequestView
+from ..access.views import HostView, PoolView, RequestView, addressed
 from ..api.vocabulary import HOSTS, POOLS, REQUESTS
 from ..kube.client import JSON, KubeClient
 from ..kube.informer import Informer
@@ -68,6 +68,9 @@ class Directory:
         self.skipped = 0
         #: Told of every change to a pool or a request (the portal's live updates).
         self.listeners: list[Listener] = []
+        #: The broker serves the browser's client (the listing offers desktops in the
+        #: browser only then).
+        self.web_served = False
         self._synced = False
         self.informers: list[Informer] = []
         for namespace in namespaces or [None]:  # type: ignore[list-item]
@@ -100,7 +103,11 @@ class Directory:
     def mine(self, namespace: str, pool: str, user: str) -> list[RequestView]:
         """The user's requests in that pool."""
         names = self._mine.get((namespace, pool, user), ())
-        return [self.requests[(namespace, n)] for n in names if (namespace, n) in self.requests]
+        return [
+            addressed(self.requests[(namespace, n)], self.hosts)
+            for n in names
+            if (namespace, n) in self.requests
+        ]
 
     def desktop(self, namespace: str, pool: str, user: str) -> HostView | None:
         """The user's own host in a personal pool (spec.assignedUser), if any."""
@@ -115,6 +122,7 @@ class Directory:
                 p,
                 self.mine(p.namespace, p.name, user),
                 self.desktop(p.namespace, p.name, user) if p.personal else None,
+                web_served=self.web_served,
             )
             for p in self.pools_of()
             if p.admits(user, groups)
@@ -261,6 +269,7 @@ class Directory:
         try:
             while True:
                 view = self.requests.get(key)
+                view = addressed(view, self.hosts) if view is not None else None
                 left = deadline - time.monotonic()
                 if done(view) or left <= 0:
                     return view
