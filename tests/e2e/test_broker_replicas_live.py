@@ -81,3 +81,10 @@ def test_a_ticket_is_good_once_across_replicas(connecting: Connecting, tmp_path:
     assert taken.id not in str(record)
     for broker in (first, second):
         assert not broker.problems(), broker.log_tail()
+
+    # Issue 50, item 6: a replica that does not serve the browser's client does not offer
+    # the pool's desktop in the browser (its page's button would end in a 404).
+    listed = first.pools(token).body["pools"]
+    assert [p["web"] for p in listed] == [True]
+    without = brokers()
+    assert [p["web"] for p in without.pools(token).body["pools"]] == [False]

@@ -26,12 +26,14 @@ import pytest
 from playwright.sync_api import Locator, Page, Route, expect
 
 from hostpool_operator.access.names import request_name
+from hostpool_operator.broker.pages import i18n
 from hostpool_operator.logon import credential
 from support.broker_helpers import BrokerProcess, Connecting, entitled_pool
 from support.cluster import Cluster
 from support.kube import MERGE_PATCH, Kube
 from support.portal import portal_args, sign_in
 from support.signon import make_keys
+from support.web_desktop import web_client_or_stop
 
 Obj = dict[str, Any]
 PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
@@ -50,10 +52,12 @@ class Site(NamedTuple):
 
 @pytest.fixture
 def site(connecting: Connecting, tmp_path: Path) -> Site:
-    """A broker with the portal in this test's namespace (the operator running)."""
+    """A broker with the portal and the browser's client in this test's namespace (the
+    operator running)."""
     cluster, brokers, tokens = connecting
     flags = portal_args(tmp_path / f"portal-{secrets.token_hex(3)}")
-    return Site(cluster, brokers(*flags.args), tokens)
+    client = web_client_or_stop()
+    return Site(cluster, brokers(*flags.args, "--web-client-dir", str(client)), tokens)
 
 
 def signed_in(new_page: Callable[..., Page], site: Site, user: str, **options: Any) -> Page:
@@ -332,6 +336,23 @@ def test_the_page_in_the_language_the_browser_asks_for(
     expect(page.locator("html")).to_have_attribute("lang", lang)
     button = tile(page, site.cluster, "desk").locator('[data-action="connect"]')
     expect(button).to_contain_text(connect)
+
+
+def test_the_desktop_page_in_the_language_the_browser_asks_for(
+    site: Site, new_page: Callable[..., Page]
+) -> None:
+    # Issue 50, item 5: the desktop page was English only.
+    entitled_pool(site.cluster, ["h1"], users=["alice"], name="desk", connection={"web": True})
+    page = signed_in(new_page, site, "alice", extra_http_headers={"Accept-Language": "tr"})
+    page.goto(f"{site.broker.url}/desktop/{site.cluster.namespace}/desk")
+    turkish = i18n.strings("tr")
+    expect(page.locator("html")).to_have_attribute("lang", "tr")
+    expect(page.locator('[data-action="connect"]')).to_have_text(turkish["connect"])
+    label = turkish["desktop_password"].replace("{user}", "alice")
+    expect(page.locator("label[for=password]")).to_have_text(label)
+    expect(page.locator("#status")).to_have_text(turkish["desktop_not_connected"])
+    # The script read its strings (the page's JSON) and loaded the client.
+    expect(page.locator("#desktop")).to_have_attribute("data-client", "ready", timeout=60_000)
 
 
 def test_tab_reaches_every_button_and_shows_where_the_focus_is(

@@ -227,10 +227,16 @@ def placed_or_final(request: RequestView) -> bool:
 
 
 def pool_entry(
-    pool: PoolView, mine: list[RequestView], desktop: HostView | None = None
+    pool: PoolView,
+    mine: list[RequestView],
+    desktop: HostView | None = None,
+    *,
+    web_served: bool = True,
 ) -> dict[str, Any]:
     """One pool in ``GET /v1/pools``: whether a new session fits now, and the caller's; in
-    a personal pool, the caller's desktop (``desktop``, their assigned host) and its power."""
+    a personal pool, the caller's desktop (``desktop``, their assigned host) and its power.
+    ``web`` only where the broker also serves the browser's client (``web_served``): a page
+    never offers a desktop in the browser that would end in a 404."""
     live = [r for r in mine if r.live]
     session = None
     if live:
@@ -247,7 +253,7 @@ def pool_entry(
         "available": bool(pool.free),
         "session": session,
         "displayName": pool.display_name or pool.name,
-        "web": pool.connection.web,
+        "web": pool.connection.web and web_served,
         # The broker signs the caller on: a connect answers a one-time password too.
         "singleSignOn": pool.connection.single_sign_on,
         # No free slot now, but hosts are on their way: a connect waits for one.

@@ -86,6 +86,7 @@ class Broker:
         )
         self.live = LiveUpdates(self.gate, directory, self.metrics)
         self.desktops = WebDesktops(self.gate, directory, self.signon, self.metrics, settings.web)
+        directory.web_served = self.desktops.client.enabled
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self.gate.errors])

@@ -49,6 +49,13 @@ def test_web_follows_the_connection() -> None:
     assert pool_entry(view({"connection": {"web": True}}), [])["web"] is True
 
 
+def test_no_desktop_in_the_browser_where_the_broker_serves_no_client() -> None:
+    # Issue 50, item 6: the page offered "Open in browser" and the click ended in a 404.
+    web = view({"connection": {"web": True}})
+    assert pool_entry(web, [], web_served=False)["web"] is False
+    assert pool_entry(view(), [], web_served=True)["web"] is False
+
+
 @pytest.mark.parametrize(
     ("status", "available", "starting"),
     [

@@ -1,10 +1,13 @@
 """The desktop page, ``GET /desktop/{namespace}/{pool}``: the signed-in user's session of
 one pool in the browser (a password field, IronRDP's web component, status text and a
 Disconnect button; ``desktop_static/``). It needs the portal's cookie session; without one
-the browser is sent to sign in and comes back."""
+the browser is sent to sign in and comes back. In the language the browser asks for, as the
+portal page (``i18n``): the page's text rendered by the server, its script's strings as JSON
+data in the page."""
 
 from __future__ import annotations
 
+import html
 import urllib.parse
 
 from aiohttp import web
@@ -13,8 +16,9 @@ from ...access.connect import entitled
 from ...access.names import is_namespace, is_object_name
 from ..directory import Directory
 from ..relay.client_files import WebClient
-from ..render import StaticFiles, message_page, read, render, security_headers
+from ..render import StaticFiles, message_page, read, render, script_json, security_headers
 from ..signin.flow import Portal
+from . import i18n
 
 PACKAGE = "hostpool_operator.broker.pages"
 #: The page's own files (served at /desktop-static/NAME).
@@ -27,7 +31,7 @@ POLICY = (
     "style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
     "connect-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 )
-SECURITY_HEADERS = security_headers(POLICY)
+SECURITY_HEADERS = security_headers(POLICY, Vary="Accept-Language, Cookie")
 _BACK = ("/", "Back to the portal")
 
 
@@ -62,9 +66,18 @@ class DesktopPage:
                 404, "Not offered", "This pool's desktops do not open in a browser.", link=_BACK
             )
         title = getattr(pool, "display_name", None) or pool_name
+        language = i18n.choose(request.headers.get("Accept-Language"))
+        strings = i18n.strings(language)
+        plain = {k: v for k, v in strings.items() if "{" not in v}
+        # The user's name in bold wherever the language puts it.
+        label = html.escape(strings["desktop_password"]).replace(
+            "{user}", f"<strong>{html.escape(caller.user)}</strong>"
+        )
         page = render(
             self.template,
             {
+                **plain,
+                "lang": language,
                 "csrf": session.csrf,
                 "title": str(title),
                 "namespace": namespace,
@@ -74,5 +87,6 @@ class DesktopPage:
                 "component_module": self.client.module_url("iron-remote-desktop") or "",
                 "sign_on": "true" if pool.connection.single_sign_on else "false",
             },
+            {"password_label": label, "strings_json": script_json(strings)},
         )
         return web.Response(text=page, content_type="text/html", headers=SECURITY_HEADERS)

@@ -12,6 +12,12 @@ const disconnectButton = document.querySelector('[data-action="disconnect"]');
 const csrf = document.querySelector('meta[name="hostpool-csrf"]').content;
 const { namespace, pool, user, rdpModule, componentModule } = root.dataset;
 const base = `/v1/namespaces/${encodeURIComponent(namespace)}/pools/${encodeURIComponent(pool)}`;
+// The page's strings in its language (the server chose it from Accept-Language).
+const text = JSON.parse(document.getElementById("hostpool-strings").textContent);
+
+function t(key, values) {
+  return (text[key] ?? key).replace(/\{(\w+)\}/g, (place, name) => values?.[name] ?? place);
+}
 
 let backend = null;
 let ui = null;
@@ -50,11 +56,11 @@ async function placed() {
     const response = await post("/connect");
     if (response.status === 200) return response.json();
     if (response.status !== 202) throw await failure(response);
-    show("connecting", "Waiting for a host…");
+    show("connecting", t("waiting"));
     const wait = Number(response.headers.get("Retry-After") || "2");
     await sleep(Math.min(Math.max(wait, 1), 30) * 1000);
   }
-  throw new Error("no host became free");
+  throw new Error(t("desktop_no_host"));
 }
 
 async function loadClient() {
@@ -113,8 +119,8 @@ function desktopSize() {
 
 function describe(error) {
   if (error && typeof error.kind === "function") {
-    const kinds = ["error", "wrong password", "logon failure", "access denied", "refused by the relay", "relay unreachable", "negotiation failure"];
-    return `connection failed (${kinds[error.kind()] ?? "error"})`;
+    const kinds = ["error", "password", "logon", "denied", "relay_refused", "relay_unreachable", "negotiation"];
+    return t("desktop_failed", { kind: t(`desktop_kind_${kinds[error.kind()] ?? "error"}`) });
   }
   return String((error && error.message) || error);
 }
@@ -122,7 +128,7 @@ function describe(error) {
 async function connect(secret) {
   const clicked = performance.now();
   form.hidden = true;
-  show("connecting", "Connecting…");
+  show("connecting", t("desktop_connecting"));
   await placed();
   const ticketAnswer = await post("/session/web-ticket");
   if (!ticketAnswer.ok) throw await failure(ticketAnswer);
@@ -146,14 +152,14 @@ async function connect(secret) {
   const session = await ui.connect(config);
   ui.setVisibility(true);
   disconnectButton.hidden = false;
-  show("connected", "Connected");
+  show("connected", t("desktop_connected"));
   firstFrame(element).then(() => {
     root.dataset.firstFrameMs = String(Math.round(performance.now() - clicked));
     post("/session/web/first-frame", { ms: Math.round(performance.now() - clicked) }).catch(() => {});
   });
   try {
     await session.run();
-    show("closed", "Disconnected");
+    show("closed", t("desktop_disconnected"));
   } finally {
     ui = null;
     disconnectButton.hidden = true;
@@ -190,7 +196,7 @@ loadClient()
     root.dataset.client = "ready";
     if (signOn) form.requestSubmit(); // nothing to ask: open the desktop at once
   })
-  .catch((error) => show("error", `the desktop client did not load: ${describe(error)}`));
+  .catch((error) => show("error", t("desktop_client_failed", { message: describe(error) })));
 
 // The portal session kept fresh while the desktop is open: the broker refreshes it when its
 // access token is due, and a refresh the provider refuses ends the session (and, in every
