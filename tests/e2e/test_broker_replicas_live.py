@@ -1,9 +1,9 @@
 """Two replicas of the broker, one cluster: what must hold once holds across them.
 
 A browser-desktop ticket is good once whichever replica takes it (issue 49, item 7: within
-its 30 s it was good once on each replica). The relay's host here is an address where
-nothing listens, so a taken ticket ends in ``HostRefused`` at once, and a refused one in a
-403 before any connection is tried.
+its 30 s it was good once on each replica). The relay's host here publishes no RDP
+certificate, so a taken ticket ends at once in ``HostNotTrusted`` (502, no connection
+tried), and a refused one in a 403 before that.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def relays(broker: BrokerProcess, outcome: str) -> float:
 def test_a_ticket_is_good_once_across_replicas(connecting: Connecting, tmp_path: Path) -> None:
     cluster, brokers, tokens = connecting
     client_dir = web_client_or_stop()
-    port = free_port()  # nothing listens there: a relay that gets that far fails at once
+    port = free_port()  # nothing listens there either
     entitled_pool(cluster, ["h1"], users=["alice"], connection={"web": True, "port": port})
     cluster.patch("SessionHost", "h1", {"spec": {"address": "127.0.0.1"}})
     secret = tmp_path / "ticket-secret"
@@ -55,13 +55,13 @@ def test_a_ticket_is_good_once_across_replicas(connecting: Connecting, tmp_path:
         url = f"ws://127.0.0.1:{broker.port}{base}/session/web"
         return relay_status(try_relay(url, ticket, f"127.0.0.1:{port}", auth))
 
-    # Taken on the first replica (it gets as far as the host), refused on the second.
+    # Taken on the first replica (it gets as far as the host's pin), refused on the second.
     ticket = ticket_from(first)
     assert relay(first, ticket) == 502
-    assert relays(first, "HostRefused") == 1
+    assert relays(first, "HostNotTrusted") == 1
     assert relay(second, ticket) == 403
     assert relays(second, "TicketUsed") == 1
-    assert relays(second, "HostRefused") == 0
+    assert relays(second, "HostNotTrusted") == 0
     # The other way round, and on the same replica again: once.
     other = ticket_from(first)
     assert relay(second, other) == 502

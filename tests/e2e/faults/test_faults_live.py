@@ -49,6 +49,9 @@ T = TypeVar("T")
 
 #: --lease-duration of every operator here: a killed leader's Lease expires after this long.
 LEASE_SECONDS = 3
+#: The standby test's: the new leader renews during a storm, beside the rest of the suite, and
+#: a renewal that took longer than 2 s of 3 ended its leadership in a loaded run.
+STANDBY_LEASE_SECONDS = 6
 
 
 @dataclass
@@ -529,12 +532,14 @@ def test_two_instances_one_places_standby_takes_over(rig: Rig) -> None:
     """Instance A takes the Lease and places; instance B, started next to it, logs that it
     waits as a standby and places nothing (it never gets past start-up, so it has no
     controller). 160 requests arrive; once 50 are placed A is killed with SIGKILL: B takes
-    over when the Lease has gone unrenewed for --lease-duration (3 s; plus a 2 s retry
-    period) and finishes the storm. No double placement, no over-limit, nothing moved."""
+    over when the Lease has gone unrenewed for --lease-duration (STANDBY_LEASE_SECONDS; plus
+    a 2 s retry period) and finishes the storm. No double placement, no over-limit, nothing
+    moved."""
     limits = {"df": 10, "bf": 10}
-    a = rig.operator("operator-a")
+    lease_flag = ("--lease-duration", str(STANDBY_LEASE_SECONDS))
+    a = rig.operator("operator-a", *lease_flag)
     a.start()
-    b = rig.operator("operator-b")
+    b = rig.operator("operator-b", *lease_flag)
     b_offset = b.launch()
     b.wait_line(STANDBY_LINE, b_offset, 60)
     rig.pool("df", "DepthFirst", 10, [f"df-{i:02d}" for i in range(10)])
@@ -568,13 +573,13 @@ def test_two_instances_one_places_standby_takes_over(rig: Rig) -> None:
     assert int(after.get("leaseTransitions") or 0) >= 1
     print(f"standby took over {takeover:.1f}s after the leader was killed; lease {after}")
     # Timing last, so that a slow takeover does not hide the checks above.
-    assert before["leaseDurationSeconds"] == LEASE_SECONDS, (
+    assert before["leaseDurationSeconds"] == STANDBY_LEASE_SECONDS, (
         f"the Lease says leaseDurationSeconds={before['leaseDurationSeconds']}, "
-        f"the operator was started with --lease-duration {LEASE_SECONDS}"
+        f"the operator was started with --lease-duration {STANDBY_LEASE_SECONDS}"
     )
-    assert takeover <= LEASE_SECONDS + 2 + 5, (
+    assert takeover <= STANDBY_LEASE_SECONDS + 2 + 5, (
         f"the standby took {takeover:.1f}s to take over; the Lease expires "
-        f"{LEASE_SECONDS}s after the last renewal (checked every 2 s)"
+        f"{STANDBY_LEASE_SECONDS}s after the last renewal (checked every 2 s)"
     )
 
 
