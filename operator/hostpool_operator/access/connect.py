@@ -245,6 +245,9 @@ def pool_entry(
             "request": r.name,
             "host": r.host,
             "state": r.session_state or (str(r.phase) if r.phase else str(Phase.PENDING)),
+            # A session limit disconnected it on purpose (the desktop page reconnects a
+            # dropped connection by itself, never one of these).
+            "disconnectRequestedAt": r.disconnect_requested_at,
         }
     entry = {
         "namespace": pool.namespace,

@@ -155,6 +155,9 @@ class RequestView:
     deleting: bool
     #: A logoff was asked for (status.logoff): the host's agent is to end the session.
     logoff: bool
+    #: When a disconnect was last asked for (status.disconnect.requestedAt, as written; a
+    #: session limit's): a page does not reconnect a session disconnected on purpose.
+    disconnect_requested_at: str | None = None
 
     @classmethod
     def from_api(cls, obj: JSON) -> RequestView:
@@ -180,6 +183,7 @@ class RequestView:
             ),
             deleting=bool(meta.get("deletionTimestamp")),
             logoff=bool(status.get("logoff")),
+            disconnect_requested_at=_text(_field(status, "disconnect", "requestedAt")),
         )
 
     @property
@@ -204,6 +208,10 @@ def addressed(request: RequestView, hosts: Mapping[tuple[str, str], HostView]) -
     if host is None or host.address is None:
         return request
     return replace(request, address=host.address)
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _field(status: JSON, part: str, name: str) -> Any:

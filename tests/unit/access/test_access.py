@@ -203,7 +203,12 @@ def test_pool_entry() -> None:
     placed = request_view("r", phase="Assigned", host="h1", address="a")
     entry = connect.pool_entry(pool_view(["alice"], free=None), [placed])
     assert entry["available"] is False
-    assert entry["session"] == {"request": "r", "host": "h1", "state": "Assigned"}
+    assert entry["session"] == {
+        "request": "r",
+        "host": "h1",
+        "state": "Assigned",
+        "disconnectRequestedAt": None,
+    }
     assert connect.pool_entry(pool_view(["alice"]), [])["available"] is True
 
 

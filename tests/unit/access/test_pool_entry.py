@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hostpool_operator.access.connect import pool_entry
-from hostpool_operator.access.views import HostView, PoolView
+from hostpool_operator.access.views import HostView, PoolView, RequestView
 from support.access_views import host_view, request_view
 
 Obj = dict[str, Any]
@@ -86,7 +86,27 @@ def test_the_earlier_keys_stay() -> None:
     placed = request_view("r", phase="Assigned", host="h1", address="a")
     entry = pool_entry(view({"displayName": "D", "connection": {"web": True}}), [placed])
     assert set(entry) >= EARLIER_KEYS
-    assert entry["session"] == {"request": "r", "host": "h1", "state": "Assigned"}
+    session = {"request": "r", "host": "h1", "state": "Assigned"}
+    assert entry["session"] == {**session, "disconnectRequestedAt": None}
+
+
+def test_a_disconnect_a_limit_asked_for_is_said() -> None:
+    # Issue 50, item 4: the desktop page reconnects a dropped connection, never a session a
+    # limit disconnected on purpose; it tells them apart by this.
+    at = "2026-12-05T08:00:00Z"
+    placed = RequestView.from_api(
+        {
+            "metadata": {"namespace": "ns", "name": "r", "uid": "u1"},
+            "spec": {"poolRef": {"name": "desk"}, "user": "alice"},
+            "status": {
+                "phase": "Assigned",
+                "host": "h1",
+                "disconnect": {"requestedAt": at, "limit": "idle", "doneAt": None},
+            },
+        }
+    )
+    entry = pool_entry(view(), [placed])
+    assert entry["session"]["disconnectRequestedAt"] == at
 
 
 @given(

@@ -1,7 +1,9 @@
 // The desktop page: the user's session of one pool in the browser. It makes sure the user
 // has a placed session (POST connect, waiting as told), takes a one-use ticket, and connects
 // IronRDP's web component through the broker's relay (RDCleanPath over a WebSocket). The
-// page root's data-desktop-state is idle, connecting, connected, closed or error.
+// page root's data-desktop-state is idle, connecting, connected, reconnecting, closed or error. The desktop
+// takes the page's size (in device pixels) at connect and follows the window's (RDP display
+// control); a fullscreen control fills the screen.
 
 const root = document.getElementById("desktop");
 const form = document.getElementById("logon");
@@ -9,6 +11,7 @@ const password = document.getElementById("password");
 const statusLine = document.getElementById("status");
 const screen = document.getElementById("screen");
 const disconnectButton = document.querySelector('[data-action="disconnect"]');
+const fullscreenButton = document.querySelector('[data-action="fullscreen"]');
 const csrf = document.querySelector('meta[name="hostpool-csrf"]').content;
 const { namespace, pool, user, rdpModule, componentModule } = root.dataset;
 const base = `/v1/namespaces/${encodeURIComponent(namespace)}/pools/${encodeURIComponent(pool)}`;
@@ -55,7 +58,10 @@ async function placed() {
   for (let round = 0; round < 120; round++) {
     const response = await post("/connect");
     if (response.status === 200) return response.json();
-    if (response.status !== 202) throw await failure(response);
+    // 202: not placed yet; 503 with Retry-After: placed on a host whose address is not
+    // known yet (its agent about to report), or the broker not ready: both pass.
+    const passing = response.status === 503 && response.headers.get("Retry-After");
+    if (response.status !== 202 && !passing) throw await failure(response);
     show("connecting", t("waiting"));
     const wait = Number(response.headers.get("Retry-After") || "2");
     await sleep(Math.min(Math.max(wait, 1), 30) * 1000);
@@ -110,12 +116,44 @@ function firstFrame(element) {
   });
 }
 
+// The desktop's size: the page's (connected, the bar floats over the desktop), in device
+// pixels so that it is crisp on high-DPI screens; even numbers, within what xrdp takes.
 function desktopSize() {
-  const box = screen.getBoundingClientRect();
-  const width = Math.max(640, Math.min(3840, Math.floor(box.width / 2) * 2));
-  const height = Math.max(480, Math.min(2160, Math.floor(box.height / 2) * 2));
-  return { width, height };
+  const ratio = window.devicePixelRatio || 1;
+  const even = (css, least, most) => Math.max(least, Math.min(most, Math.floor((css * ratio) / 2) * 2));
+  return { width: even(root.clientWidth, 640, 3840), height: even(root.clientHeight, 480, 2160) };
 }
+
+// Follows the window: a new size a moment after the last resize event (one display-control
+// request per settled size, not one per pixel of a drag).
+let resizing = null;
+let sizeSent = null;
+
+// The size the host's desktop has now, as the client draws it (its canvas; null: none yet).
+function drawnSize() {
+  const element = screen.firstElementChild;
+  const canvas = element && element.shadowRoot && element.shadowRoot.querySelector("canvas");
+  return canvas ? { width: canvas.width, height: canvas.height } : null;
+}
+
+// Asks for the page's size until the host's desktop has it: a request that reaches xrdp
+// while it is still changing the size (or before the display-control channel is open) is
+// dropped, so it is asked again, a few times.
+function followWindow(tries) {
+  clearTimeout(resizing);
+  resizing = setTimeout(() => {
+    if (ui === null || root.dataset.desktopState !== "connected") return;
+    const size = desktopSize();
+    const drawn = drawnSize();
+    if (drawn && drawn.width === size.width && drawn.height === size.height) return;
+    sizeSent = size;
+    ui.resize(size.width, size.height);
+    root.dataset.desktopSize = `${size.width}x${size.height}`;
+    if (tries > 1) followWindow(tries - 1);
+  }, tries === RESIZE_TRIES ? 300 : 2000);
+}
+const RESIZE_TRIES = 4;
+window.addEventListener("resize", () => followWindow(RESIZE_TRIES));
 
 function describe(error) {
   if (error && typeof error.kind === "function") {
@@ -125,10 +163,12 @@ function describe(error) {
   return String((error && error.message) || error);
 }
 
-async function connect(secret) {
+// One connection: the placed session, a ticket, the relay; resolves with how it ended
+// ({ reason } from the client, or { error }) once the session's connection is over.
+async function connect(secret, again) {
   const clicked = performance.now();
   form.hidden = true;
-  show("connecting", t("desktop_connecting"));
+  if (!again) show("connecting", t("desktop_connecting"));
   await placed();
   const ticketAnswer = await post("/session/web-ticket");
   if (!ticketAnswer.ok) throw await failure(ticketAnswer);
@@ -147,24 +187,96 @@ async function connect(secret) {
     .withAuthToken(ticket.ticket)
     .withServerDomain("")
     .withExtension(rdp.enableCredssp(false)) // xrdp 0.9 has no NLA: TLS, then the Client Info PDU
-    .withDesktopSize(desktopSize())
+    .withExtension(rdp.displayControl(true)) // the desktop follows the window
+    .withDesktopSize((sizeSent = desktopSize()))
     .build();
   const session = await ui.connect(config);
+  // The broker's clock at this connect: a disconnect a limit asks for after it is on purpose.
+  connectedAt = Date.parse(ticketAnswer.headers.get("Date") || "") || Date.now();
+  reconnectUntil = null;
   ui.setVisibility(true);
+  root.dataset.desktopSize = `${sizeSent.width}x${sizeSent.height}`;
   disconnectButton.hidden = false;
+  fullscreenButton.hidden = false;
   show("connected", t("desktop_connected"));
   firstFrame(element).then(() => {
-    root.dataset.firstFrameMs = String(Math.round(performance.now() - clicked));
-    post("/session/web/first-frame", { ms: Math.round(performance.now() - clicked) }).catch(() => {});
+    const ms = Math.round(performance.now() - clicked);
+    root.dataset.firstFrameMs = String(ms);
+    if (!again) post("/session/web/first-frame", { ms }).catch(() => {});
   });
   try {
-    await session.run();
-    show("closed", t("desktop_disconnected"));
+    const info = await session.run();
+    return { reason: info && typeof info.reason === "function" ? info.reason() : "" };
+  } catch (error) {
+    return { error };
   } finally {
     ui = null;
     disconnectButton.hidden = true;
-    form.hidden = false;
+    fullscreenButton.hidden = true;
   }
+}
+
+// Reconnecting by itself: a connection that drops (Wi-Fi, sleep, a relay restarted) is made
+// again with a new ticket to the same session, for up to RECONNECT_FOR ms; never after the
+// person's Disconnect, a logoff (their session is gone or ending), sign-out, or a disconnect a
+// session limit asked for.
+const RECONNECT_FOR = 60_000;
+let leaving = false;
+let connectedAt = null;
+let reconnectUntil = null;
+
+// Whether the person's session is there to come back to: "yes", "no", or "unknown" (the
+// broker could not be asked: offline, restarting).
+async function comeBack() {
+  try {
+    const response = await fetch("/v1/pools", {
+      credentials: "same-origin",
+      cache: "no-store",
+      headers: { Accept: "application/json" },
+    });
+    if (response.status === 401 || response.status === 403) return "no";
+    if (!response.ok) return "unknown";
+    const { pools } = await response.json();
+    const mine = pools.find((p) => p.namespace === namespace && p.name === pool);
+    const session = mine && mine.session;
+    if (!session || !session.host) return "no";
+    const asked = Date.parse(session.disconnectRequestedAt || "");
+    if (!Number.isNaN(asked) && connectedAt !== null && asked >= connectedAt - 1000) return "no";
+    return "yes";
+  } catch (_) {
+    return "unknown";
+  }
+}
+
+// A client's reason for an end the host chose (a logoff, or a disconnect from the desktop).
+const ON_PURPOSE = /log ?off|logged off|disconnect(ed)? by (the )?(server|user)|shut ?down/i;
+
+async function open(secret) {
+  leaving = false;
+  let again = false;
+  for (;;) {
+    let ended;
+    try {
+      ended = await connect(secret, again);
+    } catch (error) {
+      if (reconnectUntil === null) throw error; // the first connect: say why
+      ended = { error };
+    }
+    root.dataset.endReason = String(ended.reason ?? (ended.error && describe(ended.error)) ?? "");
+    if (leaving || (ended.reason && ON_PURPOSE.test(ended.reason))) break;
+    reconnectUntil ??= Date.now() + RECONNECT_FOR;
+    show("reconnecting", t("desktop_reconnecting"));
+    let answer = "unknown";
+    for (let wait = 250; answer === "unknown" && Date.now() < reconnectUntil; wait = Math.min(wait * 2, 4000)) {
+      answer = await comeBack();
+      if (answer === "unknown") await sleep(wait);
+    }
+    if (answer !== "yes") break;
+    again = true;
+  }
+  reconnectUntil = null;
+  form.hidden = false;
+  show("closed", t("desktop_disconnected"));
 }
 
 // Single sign-on: the relay signs the user on with a one-time credential of the broker's,
@@ -179,7 +291,7 @@ form.addEventListener("submit", (event) => {
   event.preventDefault();
   const secret = signOn ? "single-sign-on" : password.value;
   password.value = "";
-  connect(secret).catch((error) => {
+  open(secret).catch((error) => {
     form.hidden = false;
     disconnectButton.hidden = true;
     show("error", describe(error));
@@ -187,7 +299,15 @@ form.addEventListener("submit", (event) => {
 });
 
 disconnectButton.addEventListener("click", () => {
+  leaving = true;
   if (ui !== null) ui.shutdown();
+});
+
+// Fullscreen: the page fills the screen (the desktop follows, as on any resize); again, or
+// Escape, leaves it.
+fullscreenButton.addEventListener("click", () => {
+  if (document.fullscreenElement) document.exitFullscreen().catch(() => {});
+  else root.requestFullscreen().catch(() => {});
 });
 
 // Load the client while the user types the password (data-client="ready" once it is).
