@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +146,11 @@ def test_a_list_as_the_api_server_comes_back_gets_every_object(
         events.append((kind, obj["metadata"]["name"]))
 
     async def run() -> tuple[bool, int]:
-        restart = asyncio.create_task(asyncio.to_thread(plane.restart_apiserver))
+        # Down for 2 s: on a loaded machine a poll can take longer than the instant between
+        # the old server's stop and the new one's first answer, and then no list began while
+        # it was down (seen once in CI).
+        down = functools.partial(plane.restart_apiserver, down_seconds=2.0)
+        restart = asyncio.create_task(asyncio.to_thread(down))
         tries = 0
         async with operator_client(kube.kubeconfig, monkeypatch) as client:
             while not restart.done():  # until the old API server stops answering

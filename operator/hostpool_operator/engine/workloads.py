@@ -24,7 +24,7 @@ from ..api.workload import (
     WorkloadRef,
     WorkloadTemplate,
 )
-from .records import HostRecord
+from .records import HostRecord, newer_or_same
 
 #: Phases a Pod or a KubeVirt VirtualMachineInstance never leaves: its machine is gone.
 TERMINAL_PHASES = frozenset({"Failed", "Succeeded"})
@@ -119,6 +119,22 @@ class WorkloadRecord:
             owner_host_uid=owner,
             readable=readable,
             why_not_ready="" if ready else _why_not_ready(status),
+        )
+
+    @property
+    def resource_version(self) -> str | None:
+        version = self.readable.get("metadata", {}).get("resourceVersion")
+        return str(version) if version is not None else None
+
+    def older_than(self, seen: WorkloadRecord | None) -> bool:
+        """Is this an older version of the same workload than ``seen``? A create's answer
+        can arrive after the watch has delivered a newer version (a fast kubelet had made
+        the Pod Ready meanwhile): taken last, it would leave the host waiting for a Ready
+        that was already seen, with nothing left to tell it again."""
+        return (
+            seen is not None
+            and seen.uid == self.uid
+            and not newer_or_same(self.resource_version, seen.resource_version)
         )
 
     def address(self, path: str | None) -> str | None:

@@ -146,6 +146,35 @@ def test_a_workload_being_deleted_is_not_ready() -> None:
     assert WorkloadRecord.of(pod("p"), "Pod").ready
 
 
+def versioned(version: str | None, *, ready: bool, uid: str = "u1") -> WorkloadRecord:
+    obj = pod("p", ready=ready, uid=uid)
+    obj["metadata"]["resourceVersion"] = version
+    if version is None:
+        del obj["metadata"]["resourceVersion"]
+    return WorkloadRecord.of(obj, "Pod")
+
+
+@pytest.mark.parametrize(
+    ("answer", "seen", "older"),
+    [
+        # The create's answer (not Ready) after the watch's Ready version: older, dropped.
+        (versioned("10", ready=False), versioned("12", ready=True), True),
+        (versioned("12", ready=False), versioned("12", ready=True), False),
+        (versioned("13", ready=False), versioned("12", ready=True), False),
+        (versioned("10", ready=False), None, False),
+        # Another Pod of the same name (made again): never older than the one it replaces.
+        (versioned("10", ready=False, uid="u2"), versioned("12", ready=True), False),
+        # No comparable version: arrival order decides.
+        (versioned(None, ready=False), versioned("12", ready=True), False),
+        (versioned("x", ready=False), versioned("12", ready=True), False),
+    ],
+)
+def test_an_answer_older_than_the_watched_version_is_older(
+    answer: WorkloadRecord, seen: WorkloadRecord | None, older: bool
+) -> None:
+    assert answer.older_than(seen) is older
+
+
 def test_phases_end_only_pods_and_vm_instances() -> None:
     record = WorkloadRecord.of(pod("vm", phase="Failed"), "VirtualMachine")
     assert record.ready

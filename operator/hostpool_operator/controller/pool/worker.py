@@ -76,7 +76,7 @@ class PoolWorker:
         self.keeper = WorkloadKeeper(
             self.state,
             deps,
-            workload_created=lambda host, record: self.on_workload(host, record, known=True),
+            workload_created=self._on_workload_written,
             wake=self.wake,
             mark_dirty=self.mark_dirty,
         )
@@ -231,6 +231,12 @@ class PoolWorker:
         for request, name in lost:
             self.deps.spawn(self.writer.write_workload_lost(request, name))
         self._changed()
+
+    def _on_workload_written(self, host: str, record: WorkloadRecord) -> None:
+        """The answer of the operator's own create (or read): known at once, unless the
+        watch already told of a newer version."""
+        if not record.older_than(self.state.workloads.get(host)):
+            self.on_workload(host, record, known=True)
 
     def on_watch_error(self, message: str | None) -> None:
         if self.keeper.watch_error != message:
