@@ -71,6 +71,7 @@ def test_the_server_defaults_web_to_false_and_takes_only_a_boolean(
     assert made["spec"]["connection"] == {
         "web": True,
         "singleSignOn": False,
+        "clipboard": "Enabled",
         "port": 3389,
         "protocol": "RDP",
     }
@@ -84,6 +85,7 @@ def test_the_server_defaults_web_to_false_and_takes_only_a_boolean(
     assert patched["spec"]["connection"] == {
         "web": True,
         "singleSignOn": False,
+        "clipboard": "Enabled",
         "port": 3390,
         "protocol": "RDP",
     }

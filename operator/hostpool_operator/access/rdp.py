@@ -1,7 +1,8 @@
 """The ``.rdp`` file a client opens: where to connect, as whom, and the pool's settings.
 
 Written the way mstsc and FreeRDP read it: one ``name:type:value`` a line, CRLF line ends,
-``full address`` as ``host:port`` (an IPv6 address in brackets).
+``full address`` as ``host:port`` (an IPv6 address in brackets), and ``redirectclipboard``
+as the pool's ``connection.clipboard`` says.
 
 Every value is checked here, where the file is written, whatever checked it before (the
 CRD's patterns, the token's verifier): a line break in any of them would add a property of
@@ -13,6 +14,7 @@ a second ``full address``). A value that cannot be written as it is raises
 from __future__ import annotations
 
 from ..api import Connection, parse_rdp_properties
+from ..api.access import CLIPBOARD_PROPERTY
 from ..api.address import ADDRESS_RULE, has_control_character, is_gateway, is_host_address
 
 
@@ -42,6 +44,9 @@ def rdp_file(address: str, user: str, connection: Connection) -> str:
         f"username:s:{user}",
     ]
     lines += _properties(connection.rdp_properties)
+    # One clipboard line, the pool's (clipboard, or a redirectclipboard:i:0 of its
+    # properties): the properties' own is left out, so no client reads two answers.
+    lines.append(f"{CLIPBOARD_PROPERTY}:i:{1 if connection.clipboard_allowed else 0}")
     if connection.gateway is not None:
         hostname = connection.gateway.hostname
         if not is_gateway(hostname):
@@ -65,4 +70,8 @@ def _properties(text: str | None) -> list[str]:
     for name, _, value in parsed:
         if has_control_character(value):
             raise RdpValueError("rdpProperties", f"the value of {name!r} holds a control character")
-    return [f"{name}:{kind}:{value}" for name, kind, value in parsed]
+    return [
+        f"{name}:{kind}:{value}"
+        for name, kind, value in parsed
+        if name.lower() != CLIPBOARD_PROPERTY
+    ]

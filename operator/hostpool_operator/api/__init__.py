@@ -23,6 +23,9 @@ from .access import (
     MAX_RDP_PROPERTIES as MAX_RDP_PROPERTIES,
 )
 from .access import (
+    Clipboard as Clipboard,
+)
+from .access import (
     Connection as Connection,
 )
 from .access import (

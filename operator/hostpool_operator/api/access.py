@@ -16,7 +16,7 @@ import enum
 import re
 from typing import Annotated, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from .address import CONTROL_CHARACTERS, GATEWAY_PATTERN
 from .base import MAX_USER, ApiModel
@@ -102,6 +102,44 @@ class ConnectionProtocol(enum.StrEnum):
     RDP = "RDP"
 
 
+class Clipboard(enum.StrEnum):
+    """Whether text may be copied between the user's device and the desktop."""
+
+    ENABLED = "Enabled"
+    DISABLED = "Disabled"
+
+
+#: The .rdp property of the clipboard: the broker writes it from ``connection.clipboard``.
+CLIPBOARD_PROPERTY = "redirectclipboard"
+
+
+def _clipboard_settings(text: str | None) -> list[bool]:
+    """What each ``redirectclipboard`` item of ``rdpProperties`` says: False for an integer
+    0 (off), True for any other value."""
+    if not text:
+        return []
+    try:
+        parsed = parse_rdp_properties(text)
+    except ValueError:
+        return []
+    return [
+        not (kind is RdpType.INTEGER and int(value) == 0)
+        for name, kind, value in parsed
+        if name.lower() == CLIPBOARD_PROPERTY
+    ]
+
+
+def clipboard_off_in(text: str | None) -> bool:
+    """Whether ``rdpProperties`` turns the clipboard off (``redirectclipboard:i:0``): a pool
+    that did so before ``clipboard`` existed keeps it off everywhere."""
+    return False in _clipboard_settings(text)
+
+
+def clipboard_on_in(text: str | None) -> bool:
+    """Whether ``rdpProperties`` sets ``redirectclipboard`` to anything but 0."""
+    return True in _clipboard_settings(text)
+
+
 class Gateway(ApiModel):
     """An RD Gateway the client goes through to reach the host."""
 
@@ -134,6 +172,17 @@ class Connection(ApiModel):
             "fieldPath": ".rdpProperties",
             "reason": "FieldValueForbidden",
         },
+        {
+            # The two say opposite things: refused rather than one silently winning.
+            "rule": "!has(self.clipboard) || self.clipboard != 'Disabled' || "
+            "!has(self.rdpProperties) || !self.rdpProperties.split(';').exists(p, "
+            "p.split(':')[0].lowerAscii() == 'redirectclipboard' && "
+            "!p.matches('^[^:]*:i:-?0+$'))",
+            "message": "rdpProperties: redirectclipboard turns the clipboard on, but clipboard "
+            "is Disabled",
+            "fieldPath": ".rdpProperties",
+            "reason": "FieldValueInvalid",
+        },
     ]
 
     protocol: ConnectionProtocol = Field(
@@ -160,6 +209,12 @@ class Connection(ApiModel):
         "(signed, for this user on this host, at most 120 s) instead of a password, and the "
         "account made from the identity with the same uid on every host.",
     )
+    clipboard: Clipboard = Field(
+        default=Clipboard.ENABLED,
+        description="Whether text may be copied between the user's device and the desktop: "
+        "the desktop page in the browser, the .rdp file (redirectclipboard) and the hosts the "
+        "operator starts. rdpProperties' redirectclipboard:i:0 also turns it off.",
+    )
 
     @field_validator("rdp_properties")
     @classmethod
@@ -167,3 +222,17 @@ class Connection(ApiModel):
         if text is not None:
             parse_rdp_properties(text)
         return text
+
+    @model_validator(mode="after")
+    def _clipboard(self) -> Connection:
+        if self.clipboard is Clipboard.DISABLED and clipboard_on_in(self.rdp_properties):
+            raise ValueError(
+                "rdpProperties: redirectclipboard turns the clipboard on, but clipboard is Disabled"
+            )
+        return self
+
+    @property
+    def clipboard_allowed(self) -> bool:
+        """Whether the pool's clipboard is on: ``clipboard`` Enabled and no
+        ``redirectclipboard:i:0`` in rdpProperties (the stricter of the two wins)."""
+        return self.clipboard is Clipboard.ENABLED and not clipboard_off_in(self.rdp_properties)

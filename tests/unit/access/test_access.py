@@ -239,8 +239,9 @@ def test_rdp_file_carries_the_pools_settings_and_gateway() -> None:
         "full address:s:10.0.0.7:3389",
         "username:s:alice",
         "audiomode:i:0",
-        "redirectclipboard:i:1",
         "drivestoredirect:s:*",
+        # The pool's clipboard (Enabled by default), written once by the broker.
+        "redirectclipboard:i:1",
         "gatewayhostname:s:rdgw.corp.example",
         "gatewayusagemethod:i:1",
         "gatewayprofileusagemethod:i:1",

@@ -35,10 +35,20 @@ def connection(
 
 
 def expected_lines(
-    address: str, user: str, properties: list[str], gateway: str | None, port: int = 3389
+    address: str,
+    user: str,
+    properties: list[str],
+    gateway: str | None,
+    port: int = 3389,
+    clipboard: int = 1,
 ) -> list[str]:
     host = f"[{address}]" if ":" in address else address
-    lines = [f"full address:s:{host}:{port}", f"username:s:{user}", *properties]
+    lines = [
+        f"full address:s:{host}:{port}",
+        f"username:s:{user}",
+        *properties,
+        f"redirectclipboard:i:{clipboard}",
+    ]
     if gateway is not None:
         lines += [
             f"gatewayhostname:s:{gateway}",
@@ -101,7 +111,33 @@ def test_a_value_that_would_add_a_line_is_refused(
 )
 def test_valid_addresses_are_written_as_host_port(address: str, full: str) -> None:
     text = rdp_file(address, "alice", connection())
-    assert lines_of(text) == [f"full address:s:{full}", "username:s:alice"]
+    assert lines_of(text) == [
+        f"full address:s:{full}",
+        "username:s:alice",
+        "redirectclipboard:i:1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("clipboard", "properties", "written"),
+    [
+        (api.Clipboard.ENABLED, None, 1),
+        (api.Clipboard.DISABLED, None, 0),
+        (api.Clipboard.ENABLED, "redirectclipboard:i:1", 1),
+        # A pool that turned it off in its properties before `clipboard` keeps it off.
+        (api.Clipboard.ENABLED, "RedirectClipboard:i:0", 0),
+        (api.Clipboard.DISABLED, "redirectclipboard:i:0", 0),
+    ],
+)
+def test_the_clipboard_line_is_the_pools_and_there_is_one(
+    clipboard: api.Clipboard, properties: str | None, written: int
+) -> None:
+    connection = api.Connection(clipboard=clipboard, rdp_properties=properties)
+    lines = lines_of(rdp_file("10.0.0.5", "alice", connection))
+    assert [line for line in lines if line.lower().startswith("redirectclipboard:")] == [
+        f"redirectclipboard:i:{written}"
+    ]
+    assert connection.clipboard_allowed is bool(written)
 
 
 def test_the_pools_settings_and_gateway_each_on_their_line() -> None:
