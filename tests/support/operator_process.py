@@ -3,7 +3,7 @@
 :class:`OperatorProcess` starts it and waits for its log line, stops it (SIGTERM, then
 SIGKILL), kills it (SIGKILL: no clean-up, the Lease not released), starts it as a
 leader-election standby (:meth:`OperatorProcess.launch` and :meth:`OperatorProcess.wait_line`),
-reads its metrics and measures its memory.
+pauses and resumes it (SIGSTOP, SIGCONT), reads its metrics and measures its memory.
 """
 
 from __future__ import annotations
@@ -24,8 +24,11 @@ import pytest
 STARTED_LINE = "hostpool-operator started"
 #: kopf's log line once every task and the cleanup handler are done, after SIGTERM.
 SHUTDOWN_LINE = "Root tasks are stopped"
-#: What a leader-election standby logs once, while it waits for the Lease.
+#: What a leader-election standby logs once, while it waits for the Lease (its watches run
+#: and its pools' state is built: it writes nothing).
 STANDBY_LINE = "waiting as a standby"
+#: What an instance logs once its initial LIST is done, before it seeks the Lease.
+SYNCED_LINE = "standby: "
 #: What an instance logs when it holds the Lease.
 LEADER_LINE = "leader election:"
 
@@ -211,6 +214,36 @@ class OperatorProcess:
         self.exit_codes.append(code)
         self.kills += 1
         self._note(f"operator killed with SIGKILL (exit code {code})")
+
+    def pause(self) -> None:
+        """SIGSTOP: the process is frozen where it is (a stalled VM, a stop-the-world pause)."""
+        proc = self.proc
+        if proc is None:
+            raise RuntimeError("the operator is not running")
+        proc.send_signal(signal.SIGSTOP)
+        self._note("operator paused with SIGSTOP")
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        proc = self.proc
+        if proc is None:
+            raise RuntimeError("the operator is not running")
+        self._note("operator resumed with SIGCONT")
+        proc.send_signal(signal.SIGCONT)
+
+    def wait_exit(self, timeout: float) -> int:
+        """Wait for the process to exit by itself; its exit code (fails on timeout)."""
+        proc = self.proc
+        if proc is None:
+            raise RuntimeError("the operator is not running")
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the operator did not exit within {timeout:.0f}s:\n{self.log_tail(60)}")
+        self.proc = None
+        self.exit_codes.append(code)
+        self._note(f"operator exited by itself, exit code {code}")
+        return code
 
     def memory_kb(self) -> tuple[int, int]:
         """(VmRSS, VmHWM) of the running process in kB, from /proc/<pid>/status."""

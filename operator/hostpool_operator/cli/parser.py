@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 
-from ..controller.settings import ControllerSettings
+from ..controller.settings import LEASE_DURATION, ControllerSettings
 from ..kube.program import add_logging_flags
 from ..recommend.recommender import Options
 from ..recommend.sources import prometheus
@@ -271,9 +271,23 @@ def _add_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lease-duration",
         type=float,
-        default=15.0,
-        help="seconds a Lease not renewed stays another instance's (default %(default)g; "
-        "renewals every 2 s, give-up after 2/3 of this)",
+        default=LEASE_DURATION,
+        help="seconds a Lease not renewed stays another instance's: a standby takes over this "
+        "long after the leader was killed (default %(default)g)",
+    )
+    parser.add_argument(
+        "--lease-renew-deadline",
+        type=float,
+        default=None,
+        help="seconds after its last renewal was sent at which the leader stops writing and "
+        "exits (default: the Lease duration less a quarter of it, at least 1 s less)",
+    )
+    parser.add_argument(
+        "--lease-retry-period",
+        type=float,
+        default=None,
+        help="seconds between renewals, and between a standby's looks at the Lease "
+        "(default: 0.5, or an eighth of a shorter Lease)",
     )
     parser.add_argument(
         "--no-leader-election",

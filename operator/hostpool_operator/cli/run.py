@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ..controller.settings import ControllerSettings
+from ..controller.settings import ControllerSettings, LeaseSettings
 from .errors import CliError, UsageError
 
 if TYPE_CHECKING:
@@ -23,9 +23,14 @@ def command(args: argparse.Namespace) -> int:
         settings,
         liveness_endpoint=args.liveness,
         metrics=_serve_metrics(args.metrics_address) if args.metrics_address else None,
-        leader_election=not args.no_leader_election,
-        lease_namespace=args.lease_namespace,
-        lease_duration=args.lease_duration,
+        lease=None
+        if args.no_leader_election
+        else LeaseSettings(
+            namespace=args.lease_namespace,
+            duration=args.lease_duration,
+            renew_deadline=args.lease_renew_deadline,
+            retry_period=args.lease_retry_period,
+        ),
     )
 
 
@@ -37,11 +42,19 @@ def settings_of(args: argparse.Namespace) -> ControllerSettings:
         ("--metrics-stale-after", args.metrics_stale_after),
         ("--logoff-grace", args.logoff_grace),
         ("--lease-duration", args.lease_duration),
+        ("--lease-renew-deadline", args.lease_renew_deadline or 1),
+        ("--lease-retry-period", args.lease_retry_period or 1),
         ("--write-concurrency", args.write_concurrency),
         ("--status-concurrency", args.status_concurrency),
     ):
         if not value > 0:
             raise UsageError(f"{flag} must be positive, not {value:g}")
+    deadline = args.lease_renew_deadline
+    if deadline is not None and deadline >= args.lease_duration:
+        raise UsageError(
+            f"--lease-renew-deadline {deadline:g} must be shorter than --lease-duration "
+            f"{args.lease_duration:g}: the leader must stop writing before a standby may take over"
+        )
     if args.metrics_address:
         _, colon, port = args.metrics_address.rpartition(":")
         if not colon or not port.isdigit() or not 0 < int(port) < 65536:

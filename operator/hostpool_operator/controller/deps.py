@@ -36,3 +36,7 @@ class Deps:
     #: The resource (plural) serving a workload kind (apiVersion, kind), discovered on first
     #: use; None when the API server does not serve it.
     workload_resource: Callable[[str, str], Awaitable[str | None]]
+    #: True while this instance may write (it leads): a standby builds its pools' state from
+    #: its watches and writes nothing; what it would have written on an event is done at
+    #: take-over (see ``PoolWorker.take_over``).
+    leading: Callable[[], bool]

@@ -26,9 +26,17 @@ from ..kube.auth import login, token_file
 from ..kube.client import KubeClient
 from ..kube.program import connect
 from ..kube.sinks import MetricsSink
-from .leader import LeaderElector, LeaseForbiddenError, default_namespace
+from .leader import (
+    LeaderElector,
+    LeaseForbiddenError,
+    default_namespace,
+    renew_deadline_for,
+    retry_period_for,
+)
 from .manager import Controller
-from .settings import ControllerSettings
+from .settings import ControllerSettings, LeaseSettings
+
+LEASE = LeaseSettings()
 
 registry = kopf.OperatorRegistry()
 #: Allocations between two young-generation collections (CPython's default is 700).
@@ -47,17 +55,17 @@ class Runtime(kopf.Memo):
     namespaces: list[str]
     settings: ControllerSettings
     metrics: MetricsSink
-    leader_election: bool
-    lease_namespace: str | None
-    lease_duration: float
+    #: None: no leader election (a single instance is guaranteed).
+    lease: LeaseSettings | None
     stop: asyncio.Event
     exit_code: int
-    #: Set once the Lease is held and its renewal runs; cleared when leadership is lost.
-    lease_held: bool
+    #: starting, standby (synced, writing nothing), leader, or lost (the process stops).
+    role: str
     client: KubeClient
     controller: Controller
     elector: LeaderElector
-    watchdog: asyncio.Task[None]
+    #: Seeks the Lease, then renews it (see _lead).
+    leading: asyncio.Task[None]
 
 
 class _Logins:
@@ -100,7 +108,7 @@ async def authenticate(settings: kopf.OperatorSettings, **_: Any) -> kopf.Connec
 @kopf.on.startup(registry=registry)
 async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> None:
     # No Events for kopf's own log lines (the controller posts its own, rate-limited), and no
-    # peering objects: a single instance per scope (see the chart's notes on replicas).
+    # peering objects: which instance writes is decided by the Lease (see leader.py).
     settings.posting.enabled = False
     settings.peering.standalone = True
     # Three fixed kinds: no CRD or namespace scanning, so no cluster-scoped read permission.
@@ -114,59 +122,88 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
     connections = memo.settings.write_concurrency + memo.settings.status_concurrency + 64
     client = connect(login(settings), connections, memo.metrics)
     memo.client = client
-    memo.metrics.leading(not memo.leader_election)
-    if memo.leader_election:
-        # Nothing is placed before this instance holds the Lease (see leader.py).
+    memo.metrics.role("starting")
+    controller = Controller(client, memo.settings, memo.metrics)
+    memo.controller = controller
+    elector = None
+    lease = memo.lease
+    if lease is not None:
         elector = LeaderElector(
             client,
-            memo.lease_namespace or default_namespace(memo.namespaces),
-            lease_duration=memo.lease_duration,
-            renew_deadline=memo.lease_duration * 2 / 3,
-            retry_period=min(2.0, memo.lease_duration / 5),
+            lease.namespace or default_namespace(memo.namespaces),
+            lease_duration=lease.duration,
+            renew_deadline=lease.renew_deadline or renew_deadline_for(lease.duration),
+            retry_period=lease.retry_period or retry_period_for(lease.duration),
         )
-        try:
-            await elector.acquire()
-        except LeaseForbiddenError as error:
-            await client.close()
-            raise kopf.PermanentError(str(error)) from error
-        except asyncio.CancelledError:
-            await client.close()  # stopped while waiting as a standby
-            raise
         memo.elector = elector
-        memo.lease_held = True
-        memo.metrics.leading(True)
-        memo.watchdog = asyncio.get_running_loop().create_task(_stop_when_lost(memo, elector))
-    controller = Controller(client, memo.settings, memo.metrics)
-    await controller.initial_sync(memo.namespaces or None)
+        # Nothing but the Lease is written unless this instance holds it (see leader.py).
+        client.write_gate = elector.may_write
+    # The view is built before the Lease is sought: a standby keeps it current from its
+    # watches and takes over without listing anything again.
+    await controller.initial_sync(memo.namespaces or None, lead=elector is None)
     # What exists now (modules, kopf's and our own start-up state) lives as long as the
     # process: keep it out of the cyclic collector's scans. A logon storm allocates fast,
     # and each full collection used to walk all of it (up to ~0.1 s with the loop stalled);
     # fewer, larger young-generation collections cost less in total.
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    memo.controller = controller
+    if elector is None:
+        _now_leading(memo, "without leader election")
+        return
+    memo.role = "standby"
+    memo.metrics.role("standby")
+    log.info("standby: %d pool(s) synced; seeking the Lease", len(controller.pools))
+    memo.leading = asyncio.get_running_loop().create_task(_lead(memo, elector))
+
+
+def _now_leading(memo: Runtime, how: str) -> None:
+    memo.role = "leader"
+    memo.metrics.role("leader")
+    memo.controller.lead()
     log.info(
-        "hostpool-operator started: %d pool(s), watching %s",
-        len(controller.pools),
+        "hostpool-operator started: %d pool(s), watching %s (%s)",
+        len(memo.controller.pools),
         ", ".join(memo.namespaces) if memo.namespaces else "all namespaces",
+        how,
     )
+
+
+async def _lead(memo: Runtime, elector: LeaderElector) -> None:
+    """Wait as a standby until the Lease is this instance's, then place at once, and stop
+    the process when leadership cannot be proven any more."""
+    try:
+        t0 = time.monotonic()
+        await elector.acquire()
+        _now_leading(memo, f"leader after {time.monotonic() - t0:.1f}s as a standby")
+        await _stop_when_lost(memo, elector)
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:  # forbidden Lease, or a bug: this instance can never lead
+        if isinstance(error, LeaseForbiddenError):
+            log.critical("%s", error)
+        else:
+            log.critical("leader election failed", exc_info=error)
+        memo.role = "lost"
+        memo.metrics.role("stopping")
+        memo.exit_code = 1
+        memo.stop.set()
 
 
 @kopf.on.cleanup(registry=registry)
 async def cleanup(memo: Runtime, **_: Any) -> None:
     # Release kopf's waiter on our stop flag, or kopf waits 5 s for it as a "hung" task.
     memo.stop.set()
+    memo.metrics.role("stopping")
+    leading = getattr(memo, "leading", None)
+    if leading is not None:
+        leading.cancel()
+        await asyncio.wait({leading})
     controller = getattr(memo, "controller", None)
     if controller is not None:
         await controller.stop()
-    watchdog = getattr(memo, "watchdog", None)
-    if watchdog is not None:
-        watchdog.cancel()
     elector = getattr(memo, "elector", None)
-    if elector is not None and not elector.lost.is_set():
-        await elector.release()
-    if elector is not None:
-        memo.metrics.leading(False)
+    if elector is not None and memo.role == "leader":
+        await elector.release()  # a standby takes over at its next look
     client = getattr(memo, "client", None)
     if client is not None:
         await client.close()
@@ -177,7 +214,8 @@ async def _stop_when_lost(memo: Runtime, elector: LeaderElector) -> None:
     lost, the renewal task ended (it may have died on an unexpected exception), or no renewal
     succeeded within the renew deadline (a request that never returns). Without the last two,
     an instance whose renewal died would keep placing while a standby takes the expired
-    Lease: two leaders."""
+    Lease: two leaders. (The client's write gate refuses every write past the deadline in
+    any case; this stops the process, to be started again as a standby.)"""
     loop = asyncio.get_running_loop()
     keeper = loop.create_task(elector.keep())
     lost = loop.create_task(elector.lost.wait())
@@ -192,28 +230,27 @@ async def _stop_when_lost(memo: Runtime, elector: LeaderElector) -> None:
                 why = f"the Lease renewal stopped ({type(error).__name__}: {error})"
                 break
             if elector.overdue():
-                why = f"no renewal succeeded within {elector.renew_deadline:.0f}s"
+                why = f"no renewal succeeded within {elector.renew_deadline:.1f}s"
                 break
     finally:
         keeper.cancel()
         lost.cancel()
-    memo.lease_held = False
-    memo.metrics.leading(False)
+    memo.role = "lost"
+    memo.metrics.role("stopping")
     log.critical("leadership lost (%s): stopping so that only one instance places requests", why)
-    controller = getattr(memo, "controller", None)
-    if controller is not None:
-        await controller.stop()  # no placement from here on, before kopf's shutdown
+    await memo.controller.stop()  # no placement from here on, before kopf's shutdown
     memo.exit_code = 1
     memo.stop.set()
 
 
 @kopf.on.probe(id="supervision", registry=registry)
 async def supervision(memo: Runtime, **_: Any) -> str:
-    """The liveness probe: red while a supervised task keeps failing or the Lease renewal is
-    not running, so the kubelet restarts a process that can no longer place correctly."""
+    """The liveness probe: red while a supervised task keeps failing or leadership was lost,
+    so the kubelet restarts a process that can no longer place correctly. A standby is
+    alive: its watches are supervised like the leader's."""
     problems = []
-    if getattr(memo, "elector", None) is not None and not memo.lease_held:
-        problems.append("the Lease renewal is not running")
+    if memo.role == "lost":
+        problems.append("leadership was lost; the process stops")
     controller = getattr(memo, "controller", None)
     if controller is not None:
         problems.extend(controller.supervisor.problems())
@@ -222,29 +259,33 @@ async def supervision(memo: Runtime, **_: Any) -> str:
     return "ok"
 
 
+@kopf.on.probe(id="role", registry=registry)
+async def role(memo: Runtime, **_: Any) -> str:
+    """In the liveness probe's answer: leader, standby (synced, writing nothing), starting
+    or lost. ``/readyz`` on the metrics address says the same."""
+    return memo.role
+
+
 def run(
     namespaces: list[str],
     settings: ControllerSettings,
     *,
     liveness_endpoint: str | None = None,
     metrics: MetricsSink | None = None,
-    leader_election: bool = True,
-    lease_namespace: str | None = None,
-    lease_duration: float = 15.0,
+    lease: LeaseSettings | None = LEASE,
 ) -> int:
-    """Run the operator until it is stopped (SIGINT/SIGTERM, or lost leadership: exit 1)."""
+    """Run the operator until it is stopped (SIGINT/SIGTERM, or lost leadership: exit 1).
+    With ``lease`` (the default) it is a warm standby until the Lease is its own."""
     import uvloop
 
     memo = Runtime(
         namespaces=namespaces,
         settings=settings,
         metrics=metrics or MetricsSink(),
-        leader_election=leader_election,
-        lease_namespace=lease_namespace,
-        lease_duration=lease_duration,
+        lease=lease,
         stop=asyncio.Event(),
         exit_code=0,
-        lease_held=False,
+        role="starting",
     )
     coro = kopf.operator(
         registry=registry,

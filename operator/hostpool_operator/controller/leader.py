@@ -1,11 +1,24 @@
 """Leader election on a coordination.k8s.io Lease: only one instance ever places requests.
 
 Two instances with their own in-memory view could each fill the last slot of a host. So an
-instance places nothing until it holds the Lease, renews it every ``retry_period`` seconds, and
-stops (the process exits, to be restarted as a standby) as soon as it cannot prove it still
-holds it within ``renew_deadline``. Expiry is judged the way client-go judges it: by how long
-the Lease has gone *unchanged as observed locally*, never by comparing another machine's
-clock.
+instance writes nothing until it holds the Lease (a standby meanwhile keeps its view current
+from its watches, see ``handlers``), renews it every ``retry_period`` seconds, and stops (the
+process exits, to be restarted as a standby) as soon as it cannot prove it still holds it
+within ``renew_deadline``. Expiry is judged the way client-go judges it: by how long the Lease
+has gone *unchanged as observed locally*, never by comparing another machine's clock.
+
+Why the defaults (4 s / 3 s / 0.5 s) are safe: a standby takes the Lease only after it has
+seen the same version for ``lease_duration`` on its own clock, counted from when *it* saw
+that version (after the write that made it had been applied). The leader counts its
+``renew_deadline`` from *before* it sent the renewal that made that version. So the leader's
+right to write ends at least ``lease_duration - renew_deadline`` (1 s) before a standby can
+take over, whatever the clocks of the two machines say (only their rates matter) and however
+slow the API server is (latency only shortens the leader's window). Every write the leader
+sends is gated on that deadline just before it is sent (``may_write``), so a leader that was
+paused (SIGSTOP, a stalled VM, a long pause of its loop) or cut off past its deadline sends
+nothing when it runs again; the 1 s is the margin for a write between that check and the
+wire. The clock is CLOCK_BOOTTIME where there is one: it keeps counting while the machine
+is suspended.
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ from typing import Any
 
 from ..kube.client import KubeClient
 from ..kube.errors import ApiError, ApiTransportError
+from .settings import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +60,24 @@ def default_namespace(watched: list[str]) -> str:
     return watched[0] if watched else "default"
 
 
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def clock() -> float:
+    """Seconds on a clock that never goes back and counts while the machine is suspended."""
+    return time.clock_gettime(_BOOTTIME) if _BOOTTIME is not None else time.monotonic()
+
+
+def renew_deadline_for(lease_duration: float) -> float:
+    """The renew deadline of a Lease duration: a quarter of it (at least 1 s) before it."""
+    return max(lease_duration - max(1.0, lease_duration / 4), lease_duration / 2)
+
+
+def retry_period_for(lease_duration: float) -> float:
+    """How often the Lease is renewed (and looked at by a standby)."""
+    return min(RETRY_PERIOD, lease_duration / 8)
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
@@ -62,9 +94,9 @@ class LeaderElector:
         name: str = "hostpool-operator",
         *,
         holder: str | None = None,
-        lease_duration: float = 15.0,
-        renew_deadline: float = 10.0,
-        retry_period: float = 2.0,
+        lease_duration: float = LEASE_DURATION,
+        renew_deadline: float = RENEW_DEADLINE,
+        retry_period: float = RETRY_PERIOD,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -74,8 +106,9 @@ class LeaderElector:
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self.lost = asyncio.Event()
-        self._observed: tuple[str, float] | None = None  # (resourceVersion, monotonic time)
-        self._renewed = 0.0
+        self._observed: tuple[str, float] | None = None  # (resourceVersion, clock())
+        #: When the last successful acquire or renewal was *sent* (clock()); None: not held.
+        self._renewed: float | None = None
 
     @property
     def _path(self) -> str:
@@ -107,6 +140,7 @@ class LeaderElector:
 
     async def _try(self) -> bool:
         """One attempt to acquire or renew. True when this instance holds the Lease."""
+        sent = clock()
         try:
             lease = await self.client.request("GET", f"{self._path}/{self.name}")
         except ApiError as error:
@@ -118,15 +152,15 @@ class LeaderElector:
                 if again.conflict:  # someone else created it first
                     return False
                 raise
-            self._renewed = time.monotonic()
+            self._renewed = sent
             return True
         holder = (lease.get("spec") or {}).get("holderIdentity")
         version = lease["metadata"]["resourceVersion"]
         if holder != self.holder:
             if self._observed is None or self._observed[0] != version:
-                self._observed = (version, time.monotonic())
+                self._observed = (version, clock())
             duration = float((lease.get("spec") or {}).get("leaseDurationSeconds") or 15)
-            if holder and time.monotonic() - self._observed[1] < duration:
+            if holder and clock() - self._observed[1] < duration:
                 return False  # held by another instance that is still renewing
         try:
             await self.client.request("PUT", f"{self._path}/{self.name}", body=self._body(lease))
@@ -134,7 +168,7 @@ class LeaderElector:
             if error.conflict:
                 return False
             raise
-        self._renewed = time.monotonic()
+        self._renewed = sent
         return True
 
     async def acquire(self) -> None:
@@ -163,14 +197,22 @@ class LeaderElector:
             except ApiTransportError as error:
                 log.warning("leader election: %s", error)
             if held_elsewhere and not announced:
-                log.info("leader election: another instance leads; waiting as a standby")
+                log.info(
+                    "leader election: another instance leads; "
+                    "waiting as a standby (watching, writing nothing)"
+                )
                 announced = True
             await asyncio.sleep(self.retry_period)
 
     def overdue(self) -> bool:
         """No renewal succeeded within ``renew_deadline``: leadership cannot be proven, whatever
         the renewal task is doing (failing, or waiting on a request that never returns)."""
-        return time.monotonic() - self._renewed >= self.renew_deadline
+        return self._renewed is None or clock() - self._renewed >= self.renew_deadline
+
+    def may_write(self) -> bool:
+        """This instance holds the Lease and its last renewal was sent within the renew
+        deadline: the client's write gate (see the module)."""
+        return not self.lost.is_set() and not self.overdue()
 
     async def keep(self) -> None:
         """Renew until leadership cannot be proven any more; then set ``lost``."""
@@ -181,17 +223,20 @@ class LeaderElector:
                     continue
                 log.error("leader election: another instance took lease %s", self.name)
             except (ApiError, ApiTransportError) as error:
-                if time.monotonic() - self._renewed < self.renew_deadline:
+                if not self.overdue():
                     log.warning("leader election: renewal failed (%s); retrying", error)
                     continue
                 log.error(
                     "leader election: could not renew within %.0fs: %s", self.renew_deadline, error
                 )
+            self._renewed = None
             self.lost.set()
             return
 
     async def release(self) -> None:
-        """Give the Lease up on a clean shutdown, so a standby takes over at once."""
+        """Give the Lease up on a clean shutdown, so a standby takes over at once (at its next
+        look, within ``retry_period``). Nothing is written by this instance after it."""
+        self._renewed = None
         try:
             lease = await self.client.request("GET", f"{self._path}/{self.name}")
             if (lease.get("spec") or {}).get("holderIdentity") != self.holder:

@@ -68,17 +68,21 @@ class Controller:
             on_named_synced=self.on_named_workload_synced,
             on_error=self.on_workload_kind_error,
         )
+        self.events = ApiEvents(
+            client, self.spawn, self.settings.event_interval, allowed=self._is_leading
+        )
         self.deps = Deps(
             client=client,
             settings=self.settings,
             metrics=self.metrics,
-            events=ApiEvents(client, self.spawn, self.settings.event_interval),
+            events=self.events,
             write_slots=WriteSlots(self.settings.write_concurrency),
             status_slots=WriteSlots(self.settings.status_concurrency),
             spawn=self.spawn,
             supervise=self.supervisor.supervise,
             next_seq=self._next_seq,
             workload_resource=self.workloads.resource,
+            leading=self._is_leading,
         )
         self.plans = PlanWatch(
             client,
@@ -107,7 +111,13 @@ class Controller:
         self._seq = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self.informers: list[Informer] = []
+        #: The informers run (the view is current); set by initial_sync.
         self.started = False
+        #: This instance decides and writes (see :meth:`lead`); a standby only watches.
+        self.leading = False
+
+    def _is_leading(self) -> bool:
+        return self.leading
 
     def _next_seq(self) -> int:
         self._seq += 1
@@ -119,7 +129,7 @@ class Controller:
         if worker is None:
             worker = self.pools[key] = PoolWorker(self.deps, self, namespace, pool)
             worker.on_plan(self.plans.plan_for(namespace, pool))
-            if self.started:
+            if self.leading:
                 worker.start()
         return worker
 
@@ -158,14 +168,19 @@ class Controller:
 
     # -------------------------------------------------------------- start / stop
 
-    async def initial_sync(self, namespaces: list[str] | None) -> None:
+    async def initial_sync(self, namespaces: list[str] | None, *, lead: bool = True) -> None:
         """LIST everything before the first decision, so no existing session is missed; then
         keep pools, hosts and requests current with the operator's own informers (one relist,
         skip and metric behaviour for every kind). The garbage collector is paused meanwhile
-        and what was built is frozen after (see :func:`collector_paused`)."""
+        and what was built is frozen after (see :func:`collector_paused`).
+
+        With ``lead=False`` the instance is a warm standby: its informers run and its pools'
+        state follows them, but nothing decides or writes until :meth:`lead`."""
         with collector_paused():
             await self._initial_sync(namespaces)
-        self.start()
+        self.started = True
+        if lead:
+            self.lead()
         for informer in self.informers:
             self.supervisor.supervise(
                 f"informer {informer.plural} {informer.namespace or '*'}",
@@ -209,10 +224,24 @@ class Controller:
             timing.objects - before.objects,
         )
 
+    def lead(self) -> None:
+        """Decide and write from now on (this instance holds the Lease, or runs alone): the
+        plans' status writer and every pool's loop start, and each pool first does what a
+        standby left to the leader (see ``PoolWorker.take_over``). No LIST: the view the
+        informers kept is the one decided on."""
+        if self.leading:
+            return
+        self.leading = True
+        # What the first LIST skipped or found invalid is said now (older: by the leader).
+        self.events.release(max_age=self.settings.event_interval)
+        self.plans.start_writing()
+        for worker in list(self.pools.values()):
+            worker.take_over()
+            worker.start()
+
     def start(self) -> None:
         self.started = True
-        for worker in self.pools.values():
-            worker.start()
+        self.lead()
 
     async def stop(self) -> None:
         for worker in list(self.pools.values()):
@@ -440,6 +469,7 @@ class Controller:
         if self.pools.get(key) is not worker or not worker.state.forgotten:
             return
         del self.pools[key]
+        worker.halt()  # before its series go: a pass already due must not bring them back
         self.metrics.forget_pool(*key)
         self.spawn(worker.stop())
 

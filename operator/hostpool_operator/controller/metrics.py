@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import platform
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from importlib import metadata
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CollectorRegistry,
@@ -15,7 +18,7 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
-    start_http_server,
+    make_wsgi_app,
 )
 
 from ..api import LimitAction, SessionLimit
@@ -45,6 +48,8 @@ class PrometheusMetrics(MetricsSink):
             registry=self.registry,
         )
         self.build_info.labels(package_version(), platform.python_version()).set(1)
+        #: What /readyz answers: starting, standby, leader or stopping (see ``role``).
+        self.current_role = "starting"
         self.leader = Gauge(
             "hostpool_leader",
             "1 while this instance holds the leader Lease (or runs without leader election), "
@@ -56,6 +61,13 @@ class PrometheusMetrics(MetricsSink):
             "Failed tries of the operator's own API requests (retries included), by HTTP "
             'status ("409", "429", "500", ...), or "transport" when no answer came.',
             ("code",),
+            registry=self.registry,
+        )
+        self.api_writes = Counter(
+            "hostpool_api_writes",
+            "Writes (POST, PUT, PATCH, DELETE) sent to the API server, by verb: the Lease's, "
+            "statuses, Events, hosts and workloads. A standby sends none.",
+            ("verb",),
             registry=self.registry,
         )
         labels = ("namespace", "pool")
@@ -191,8 +203,15 @@ class PrometheusMetrics(MetricsSink):
     def leading(self, leader: bool) -> None:
         self.leader.set(leader)
 
+    def role(self, role: str) -> None:
+        self.current_role = role
+        self.leading(role == "leader")
+
     def api_error(self, code: str) -> None:
         self.api_errors.labels(code).inc()
+
+    def api_write(self, verb: str) -> None:
+        self.api_writes.labels(verb).inc()
 
     def task_restarted(self, task: str) -> None:
         self.task_restarts.labels(task).inc()
@@ -270,9 +289,37 @@ class PrometheusMetrics(MetricsSink):
                 metric.remove(namespace, pool, *extra)
 
     def serve(self, address: str) -> None:
-        """Serve /metrics on ``host:port`` in a background thread."""
+        """Serve /metrics and /readyz on ``host:port`` in a background thread. /readyz says
+        ``leader`` or ``standby`` (200: synced, it places or can take over at once), or
+        ``starting`` / ``stopping`` (503)."""
         host, _, port = address.rpartition(":")
-        start_http_server(int(port), addr=host or "0.0.0.0", registry=self.registry)
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            if environ.get("PATH_INFO") != "/readyz":
+                answer: Iterable[bytes] = metrics_app(environ, start_response)
+                return answer
+            role = self.current_role
+            ready = role in ("standby", "leader")
+            start_response(
+                "200 OK" if ready else "503 Service Unavailable",
+                [("Content-Type", "text/plain; charset=utf-8")],
+            )
+            return [f"{role}\n".encode()]
+
+        server = make_server(
+            host or "0.0.0.0", int(port), app, _ThreadingServer, handler_class=_QuietHandler
+        )
+        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No line per scrape."""
 
 
 def package_version() -> str:

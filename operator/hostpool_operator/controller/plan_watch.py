@@ -70,7 +70,8 @@ class PlanWatch:
 
     async def start(self, scopes: list[str | None]) -> None:
         """List the plans (before the first placement, so pools start with their phase's
-        algorithm), then watch them and write their statuses."""
+        algorithm), then watch them (their statuses are written once the instance leads:
+        :meth:`start_writing`)."""
         self.informers = [
             Informer(self.client, PLANS, scope, self.on_event, on_skip=self.on_skip)
             for scope in scopes
@@ -84,6 +85,9 @@ class PlanWatch:
             self.supervise(
                 f"informer {PLANS} {informer.namespace or '*'}", f"informer/{PLANS}", informer.run
             )
+
+    def start_writing(self) -> None:
+        """Write the plans' statuses from now on (the instance leads; a standby writes none)."""
         self.supervise("plan status writer", "plan_status", self._write_loop)
 
     def plan_for(self, namespace: str, pool: str) -> PlanRecord | None:

@@ -4,6 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: The leader-election Lease (see ``leader``): a kill -9'd leader is replaced within
+#: LEASE_DURATION + 2 x RETRY_PERIOD; the leader writes nothing RENEW_DEADLINE after its last
+#: renewal was sent, LEASE_DURATION - RENEW_DEADLINE before a standby may take over.
+LEASE_DURATION = 4.0
+RENEW_DEADLINE = 3.0
+RETRY_PERIOD = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSettings:
+    """Leader election: where the Lease is and how it is held (see ``leader``)."""
+
+    #: The Lease's namespace (None: the operator's own, else the first watched, else default).
+    namespace: str | None = None
+    duration: float = LEASE_DURATION
+    #: None: derived from the duration (``leader.renew_deadline_for``, ``retry_period_for``).
+    renew_deadline: float | None = None
+    retry_period: float | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class ControllerSettings:

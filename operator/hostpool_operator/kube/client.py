@@ -17,7 +17,7 @@ import builtins
 import logging
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any, TypedDict, Unpack
 from urllib.parse import quote
 
@@ -31,7 +31,7 @@ from .auth import (
     Credentials,
     ssl_context,
 )
-from .errors import ApiError, ApiTransportError
+from .errors import ApiError, ApiTransportError, NotLeaderError
 from .lists import LIST_PAGE, ListPage, ListTiming, event_lines, initial_events_end, selectors
 from .sinks import MetricsSink
 
@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 STREAMED_LIST_SILENCE = 30.0
 
 JSON = dict[str, Any]
+#: Methods that change something: the write gate is asked before each try of one.
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: The leader-election Lease is written to win and keep the right to write: never gated.
+LEASES_PATH = "/apis/coordination.k8s.io/"
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -108,6 +112,11 @@ class KubeClient:
         self._limit = max_connections
         self._session: aiohttp.ClientSession | None = None
         self.list_timing = ListTiming()
+        #: Asked right before each try of a write (not a Lease's): False refuses it with
+        #: NotLeaderError, unsent. The operator sets it to "this instance holds the Lease and
+        #: its last renewal is within the renew deadline", so a leader that was paused or cut
+        #: off past its deadline sends nothing once it runs again (None: always write).
+        self.write_gate: Callable[[], bool] | None = None
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -164,8 +173,14 @@ class KubeClient:
         extra = {"Content-Type": content_type} if body is not None else {}
         attempt = 0
         reauthenticated = False
+        gated = self.write_gate is not None and method in WRITES
+        gated = gated and not path.startswith(LEASES_PATH)
         while True:
             headers = {**self._credentials.header(), **extra}
+            if gated and self.write_gate is not None and not self.write_gate():
+                raise NotLeaderError(f"{method} {path}: not sent, this instance does not lead")
+            if method in WRITES:
+                self._metrics.api_write(method)
             try:
                 async with self._http().request(
                     method, self._server + path, data=data, params=params, headers=headers

@@ -8,6 +8,11 @@ class ApiTransportError(ConnectionError):
     may or may not have been applied. Callers that must know re-read the object."""
 
 
+class NotLeaderError(ApiTransportError):
+    """A write this instance refused to send: it does not hold the leader Lease, or cannot
+    prove it still does (see ``KubeClient.write_gate``). Nothing reached the API server."""
+
+
 class ApiError(Exception):
     """A non-2xx answer from the API server."""
 

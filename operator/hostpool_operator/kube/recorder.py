@@ -12,6 +12,8 @@ from .events import post_event
 #: Keys the limiter remembers before it prunes those whose interval is over (and, if that
 #: is not enough, the oldest half).
 MAX_KEYS = 10_000
+#: Events a standby holds back at most (the newest), for its take-over (see ApiEvents.release).
+MAX_HELD = 1_000
 
 
 class EventLimiter:
@@ -48,10 +50,15 @@ class ApiEvents:
         client: KubeClient,
         spawn: Callable[[Coroutine[Any, Any, Any]], object],
         interval: float,
+        allowed: Callable[[], bool] = lambda: True,
     ) -> None:
         self._client = client
         self._spawn = spawn
         self.limiter = EventLimiter(interval)
+        #: False: the Event is held back (a standby posts none; the leader posts its own).
+        self._allowed = allowed
+        #: Held back while not allowed, newest last: (kind, reason, name) -> (clock, Event).
+        self._held: dict[tuple[str, ...], tuple[float, dict[str, Any]]] = {}
 
     def post(
         self,
@@ -63,6 +70,9 @@ class ApiEvents:
         *,
         once_per: tuple[str, ...] | None = None,
     ) -> None:
+        if not self._allowed():
+            self._hold(involved, kind, reason, message, type_, once_per)
+            return
         if once_per is not None and not self.limiter.allow(*once_per):
             return
         self._spawn(
@@ -70,3 +80,41 @@ class ApiEvents:
                 self._client, involved, kind=kind, reason=reason, message=message, type_=type_
             )
         )
+
+    def _hold(
+        self,
+        involved: Mapping[str, Any],
+        kind: str,
+        reason: str,
+        message: str,
+        type_: str,
+        once_per: tuple[str, ...] | None,
+    ) -> None:
+        meta = involved.get("metadata", involved)
+        name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
+        key = once_per or (kind, reason, name)
+        event = {
+            "involved": involved,
+            "kind": kind,
+            "reason": reason,
+            "message": message,
+            "type_": type_,
+            "once_per": once_per,
+        }
+        self._held.pop(key, None)
+        self._held[key] = (time.monotonic(), event)
+        if len(self._held) > MAX_HELD:
+            del self._held[next(iter(self._held))]
+
+    def release(self, max_age: float) -> int:
+        """Now allowed: post the Events held back in the last ``max_age`` seconds (a start's
+        first LIST, say), forget older ones (the leader of the time posted those). Returns
+        how many were posted."""
+        held, self._held = self._held, {}
+        cutoff = time.monotonic() - max_age
+        posted = 0
+        for at, event in held.values():
+            if at >= cutoff:
+                self.post(**event)
+                posted += 1
+        return posted

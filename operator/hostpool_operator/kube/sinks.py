@@ -26,9 +26,18 @@ class MetricsSink:
     def leading(self, leader: bool) -> None:
         """This instance holds the leader Lease (or runs without election), or no longer."""
 
+    def role(self, role: str) -> None:
+        """What this instance is now: "starting" (listing), "standby" (synced, writing
+        nothing), "leader" (deciding and writing) or "stopping". Leading is "leader"."""
+        self.leading(role == "leader")
+
     def api_error(self, code: str) -> None:
         """One try of an API request failed: its HTTP status ("409", "500", ...), or
         "transport" when no answer came."""
+
+    def api_write(self, verb: str) -> None:
+        """A write (POST, PUT, PATCH, DELETE) was sent to the API server (a standby sends
+        none; a write the write gate refused is not sent)."""
 
     def task_restarted(self, task: str) -> None:
         """A supervised task failed and is started again (``task``: its kind, e.g. "pool")."""

@@ -625,6 +625,93 @@ def test_a_hung_lease_renewal_stops_placement_within_the_renew_deadline(rig: Rig
     )
 
 
+#: The operator's default --lease-duration (renew deadline 3 s, renewals every 0.5 s).
+DEFAULT_LEASE_SECONDS = 4
+#: How often the SIGSTOP test runs (each with new operators, pools and a storm).
+PAUSE_RUNS = 10
+
+
+def _get(url: str) -> tuple[int, str]:
+    """(HTTP status, body) of a GET; (0, "") when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return int(answer.status), answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read().decode()
+    except (OSError, urllib.error.URLError):
+        return 0, ""
+
+
+def _writes_sent(metrics: str) -> float:
+    """hostpool_api_writes_total summed over the verbs."""
+    found = re.findall(r"^hostpool_api_writes_total\{[^}]*\} ([0-9.e+]+)$", metrics, re.MULTILINE)
+    return sum(float(value) for value in found)
+
+
+@pytest.mark.parametrize("run", range(PAUSE_RUNS))
+def test_a_paused_leader_never_places_after_the_standby_took_over(rig: Rig, run: int) -> None:
+    """Two instances, A leading and B a warm standby; a storm of 112 requests fills two pools
+    (7 hosts x 8 each, exactly full at the end, so any second decision about a slot shows as
+    a host over its limit). Once a quarter is placed, A is frozen with SIGSTOP (its writes in
+    flight, its queue full); B takes the expired Lease (default Lease settings: 4 s, renew
+    deadline 3 s) and places from the view it kept, with no list; then A is resumed with
+    SIGCONT while the storm still runs. A must send no placement: its client refuses every
+    write past its renew deadline, and a write that was on the wire was conditional on the
+    request's version. A logs that it lost leadership and exits 1. The invariants: every
+    request Assigned once, never to a second host, no host over its limit.
+
+    Before the freeze, B is checked to be a standby that writes nothing: /readyz says
+    "standby", hostpool_leader is 0 and it has sent no write at all."""
+    rig.expected += [
+        # A, resumed past its deadline: refused writes and the stop it logs on purpose.
+        re.compile(r"leadership lost|leader election: (renewal failed|could not renew)"),
+    ]
+    limits = {"df": 8, "bf": 8}
+    ports = {name: free_port() for name in ("a", "b")}
+    # The shipped Lease settings (the rig's default is a 3 s Lease).
+    lease = ("--lease-duration", str(DEFAULT_LEASE_SECONDS))
+    a = rig.operator("operator-a", *lease, "--metrics-address", f"127.0.0.1:{ports['a']}")
+    a.start()
+    b = rig.operator("operator-b", *lease, "--metrics-address", f"127.0.0.1:{ports['b']}")
+    b_offset = b.launch()
+    b.wait_line(STANDBY_LINE, b_offset, 60)
+    rig.pool("df", "DepthFirst", 8, [f"df-{i}" for i in range(7)])
+    rig.pool("bf", "BreadthFirst", 8, [f"bf-{i}" for i in range(7)])
+    storm = rig.storm()
+    names = storm.add(storm_bodies(rig.namespace, ["df", "bf"], 56, f"p{run}"), rate=10)
+    b_url = f"http://127.0.0.1:{ports['b']}"
+    with rig.recorder() as recorder:
+        rig.wait(lambda: recorder.count(names) >= len(names) // 4, "a quarter placed")
+        assert _get(f"{b_url}/readyz") == (200, "standby\n")
+        assert _get(f"http://127.0.0.1:{ports['a']}/readyz") == (200, "leader\n")
+        b_metrics = _get(f"{b_url}/metrics")[1]
+        assert re.search(r"^hostpool_leader 0\.0$", b_metrics, re.MULTILINE), b_metrics[-2000:]
+        assert _writes_sent(b_metrics) == 0, "the standby sent writes"
+        a.pause()
+        rig.tally.add("leader paused with SIGSTOP past its Lease")
+        paused_at = time.monotonic()
+        placed_by_a = recorder.count(names)
+        b.wait_line(STARTED_LINE, b_offset, 60)
+        takeover = time.monotonic() - paused_at
+        rig.wait(lambda: recorder.count(names) > placed_by_a, "the new leader to place", 30)
+        placed_when_resumed = recorder.count(names)
+        assert placed_when_resumed < len(names), "the storm was over before A was resumed"
+        a.resume()
+        code = a.wait_exit(30)
+        storm.wait()
+        rig.check_end(recorder, names, limits)
+    assert code == 1, a.log_tail(40)
+    assert "leadership lost" in a.log_text()
+    assert _get(f"{b_url}/readyz") == (200, "leader\n")
+    refused = a.log_text().count("not sent, this instance does not lead")
+    print(
+        f"run {run}: B placed {takeover:.1f}s after A was paused; A placed {placed_by_a}, "
+        f"{placed_when_resumed} placed when A was resumed, {refused} of its writes refused "
+        "unsent after it; 0 double placements, 0 over a limit"
+    )
+    assert takeover <= 10, f"the standby took {takeover:.1f}s to take over (Lease 4 s)"
+
+
 def probe(url: str) -> int:
     """The HTTP status of a GET, or 0 when nothing answers."""
     try:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from hostpool_operator.cli.main import main
-from hostpool_operator.controller.settings import ControllerSettings
+from hostpool_operator.controller.settings import ControllerSettings, LeaseSettings
 from support.paths import REPO_ROOT
 
 SCENARIOS = REPO_ROOT / "docs" / "scenarios"
@@ -151,12 +151,14 @@ def test_run_hands_the_operator_the_flags_settings(
         main(["run", "-n", "a", "-n", "b", "--status-interval", "0.5", "--lease-duration", "3"])
         == 0
     )
-    (all_namespaces, defaults, _), (two, settings, given) = calls
+    assert main(["run", "--no-leader-election", "--lease-renew-deadline", "2"]) == 0
+    (all_namespaces, defaults, first), (two, settings, given), (_, _, alone) = calls
     assert all_namespaces == []
     assert defaults == ControllerSettings()  # the flags' defaults are the settings' own
+    assert first["lease"] == LeaseSettings()  # and the Lease's
     assert two == ["a", "b"]
     assert settings == ControllerSettings(status_interval=0.5)
-    assert given["lease_duration"] == 3.0
-    assert given["leader_election"] is True
+    assert given["lease"] == LeaseSettings(duration=3.0)
+    assert alone["lease"] is None
     assert given["metrics"] is None
     assert capsys.readouterr().err == ""

@@ -116,6 +116,12 @@ CASES: list[tuple[str, Callable[[Files], list[str]], int, str]] = [
         "--lease-duration must be positive",
     ),
     (
+        "run-renew-past-lease",
+        lambda f: ["run", "--lease-duration", "4", "--lease-renew-deadline", "4"],
+        2,
+        "--lease-renew-deadline 4 must be shorter than --lease-duration 4",
+    ),
+    (
         "run-metrics-address",
         lambda f: ["run", "--metrics-address", "0.0.0.0"],
         2,

@@ -4,10 +4,13 @@ other pools keep theirs."""
 from __future__ import annotations
 
 import platform
+import urllib.error
+import urllib.request
 
 from prometheus_client import generate_latest
 
 from hostpool_operator.controller.metrics import PrometheusMetrics, package_version
+from support.ports import free_port
 
 STATUS = {
     "pendingRequests": 2,
@@ -142,6 +145,41 @@ def test_leader_gauge() -> None:
     assert "\nhostpool_leader 1.0" in exposition(metrics)
     metrics.leading(False)
     assert "\nhostpool_leader 0.0" in exposition(metrics)
+
+
+def test_readyz_and_the_leader_gauge_tell_leader_from_standby() -> None:
+    """/readyz on the metrics address: 503 while starting or stopping, 200 with the role
+    once synced; hostpool_leader is 1 for the leader only. A real server on a free port."""
+    metrics = PrometheusMetrics()
+    port = free_port()
+    metrics.serve(f"127.0.0.1:{port}")
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+                return int(answer.status), answer.read().decode()
+        except urllib.error.HTTPError as error:
+            return int(error.code), error.read().decode()
+
+    assert get("/readyz") == (503, "starting\n")
+    metrics.role("standby")
+    assert get("/readyz") == (200, "standby\n")
+    assert "\nhostpool_leader 0.0" in get("/metrics")[1]
+    metrics.role("leader")
+    assert get("/readyz") == (200, "leader\n")
+    assert "\nhostpool_leader 1.0" in get("/metrics")[1]
+    metrics.role("stopping")
+    assert get("/readyz") == (503, "stopping\n")
+    assert "\nhostpool_leader 0.0" in get("/metrics")[1]
+
+
+def test_api_writes_are_counted_by_verb() -> None:
+    metrics = PrometheusMetrics()
+    for verb in ("PUT", "PATCH", "PATCH"):
+        metrics.api_write(verb)
+    text = exposition(metrics)
+    assert 'hostpool_api_writes_total{verb="PATCH"} 2.0' in text
+    assert 'hostpool_api_writes_total{verb="PUT"} 1.0' in text
 
 
 def test_api_errors_are_counted_by_code() -> None:

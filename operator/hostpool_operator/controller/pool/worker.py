@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from ...api import Phase
 from ...engine.personal import Assignment
 from ...engine.placement import Assign, Reject, Wait, place_pending
 from ...engine.pool_state import PoolState, reports_metrics
@@ -116,6 +117,9 @@ class PoolWorker:
         )
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        #: On a standby: requests whose session ended with their host or workload (request ->
+        #: (host, its workload is gone)), to be failed at take-over unless the leader did it.
+        self._ended: dict[str, tuple[str, bool]] = {}
         self._logoff_grace = timedelta(seconds=deps.settings.logoff_grace)
 
     # -------------------------------------------------------------- life
@@ -124,16 +128,48 @@ class PoolWorker:
         if self.task is None:
             self.task = self.deps.supervise(f"pool {self.namespace}/{self.name}", "pool", self._run)
 
-    async def stop(self) -> None:
+    def halt(self) -> None:
+        """Cancel the loop and the writers' tasks now (``stop`` waits for them): a pool being
+        forgotten runs no further pass, so no status flush brings its metric series back."""
         self.flusher.stop()
         self.scaler.stop()
         self.plans.stop()
         if self.task is not None:
             self.task.cancel()
+
+    async def stop(self) -> None:
+        self.halt()
+        if self.task is not None:
             # wait, not `await task` under suppress(CancelledError): that would also swallow
             # a cancel of whoever is stopping the pool.
             await asyncio.wait({self.task})
             self.task = None
+
+    def take_over(self) -> None:
+        """This instance leads now: what a standby saw but left to the leader is done unless
+        the leader did it (the watch says): requests whose session ended with their host or
+        workload are failed, and a user's second host is taken back. The rest (placement,
+        status, scaling, limits, plans) is the loop's first pass."""
+        ended, self._ended = self._ended, {}
+        for name, (host, workload_gone) in ended.items():
+            record = self.state.requests.get(name)
+            if record is None or record.phase != Phase.ASSIGNED.value or record.host != host:
+                continue  # failed, deleted or changed meanwhile: by the leader
+            if workload_gone:
+                self.deps.spawn(self.writer.write_workload_lost(record, host))
+            else:
+                self.deps.spawn(self.writer.write_host_lost(record, host))
+        self._one_host_per_user()
+        self._changed()
+
+    def _session_ended(self, record: RequestRecord, host: str, *, workload_gone: bool) -> None:
+        """The session of ``record`` ended with its host (or its workload): it fails."""
+        if not self.deps.leading():
+            self._ended[record.meta.name] = (host, workload_gone)
+        elif workload_gone:
+            self.deps.spawn(self.writer.write_workload_lost(record, host))
+        else:
+            self.deps.spawn(self.writer.write_host_lost(record, host))
 
     def wake(self) -> None:
         self._wake.set()
@@ -187,6 +223,8 @@ class PoolWorker:
 
     def _one_host_per_user(self) -> None:
         """Takes back a user's second host (administrators' assigns raced), once a write."""
+        if not self.deps.leading():
+            return  # the leader does it; take_over looks again
         for assignment in self.state.second_assignments(_now()):
             key = (assignment.host, assignment.user)
             if key in self._taking_back:
@@ -208,7 +246,7 @@ class PoolWorker:
     def on_host_deleted(self, name: str) -> None:
         # Sessions on a deleted host are gone: their requests fail (documented), never move.
         for request, host in self.state.drop_host(name):
-            self.deps.spawn(self.writer.write_host_lost(request, host))
+            self._session_ended(request, host, workload_gone=False)
         self.flusher.forget_host(name)
         self.keeper.forget(name)
         self.plans.forget(host=name)
@@ -229,7 +267,7 @@ class PoolWorker:
                 )
             log.warning("%s/%s: %s", self.namespace, host, message)
         for request, name in lost:
-            self.deps.spawn(self.writer.write_workload_lost(request, name))
+            self._session_ended(request, name, workload_gone=True)
         self._changed()
 
     def _on_workload_written(self, host: str, record: WorkloadRecord) -> None:
@@ -248,7 +286,7 @@ class PoolWorker:
         lost = self.state.put_request(record, _now(), seq=self.deps.next_seq, seen=time.monotonic())
         self.plans.observe_request(record)
         if lost is not None and lost.host is not None:
-            self.deps.spawn(self.writer.write_host_lost(lost, lost.host))
+            self._session_ended(lost, lost.host, workload_gone=False)
         self.flusher.mark_dirty()
         name = record.meta.name
         if name in self.state.arrivals or self.state.capacity_changed:
@@ -257,6 +295,7 @@ class PoolWorker:
             self._wake.set()  # the session limits look at its new version
 
     def on_request_deleted(self, name: str) -> None:
+        self._ended.pop(name, None)
         self.state.drop_request(name)
         self.plans.forget(request=name)
         self._changed()
