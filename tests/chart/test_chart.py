@@ -190,6 +190,7 @@ def test_helm_lint_is_clean(helm: Path, tmp_path: Path) -> None:
                 "crds": {"enabled": False},
                 "serviceMonitor": {"enabled": True},
                 "leaderElection": {"enabled": False},
+                "replicaCount": 1,
                 "agents": {
                     "serviceAccountName": "vdi-agent",
                     "namespaces": ["vdi", "lab"],
@@ -243,6 +244,7 @@ def test_default_objects(render: Render) -> None:
             "RoleBinding",
             "Service",
             "Deployment",
+            "PodDisruptionBudget",  # the leader and its standby: one stays through a drain
             *["CustomResourceDefinition"] * 4,
             # the host agents': their ServiceAccount and Role, and the admission policy
             "ServiceAccount",
@@ -318,8 +320,12 @@ def test_default_deployment(render: Render) -> None:
     docs = operator_objects(render())
     deployment = one(docs, "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    # A leader and a warm standby; an update stops an old pod only once a new one is synced.
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == one(docs, "ServiceAccount")["metadata"]["name"]
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -339,6 +345,7 @@ def test_default_deployment(render: Render) -> None:
     assert main["resources"]["requests"]
     assert main["resources"]["limits"]["memory"]
     assert main["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    assert main["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     ports = {p["name"]: p["containerPort"] for p in main["ports"]}
     assert ports == {"healthz": 8080, "metrics": 9090}
     args = main["args"]
@@ -483,7 +490,7 @@ def test_rbac_and_service_account_can_be_left_out(render: Render) -> None:
 
 
 def test_leader_election_off(render: Render) -> None:
-    docs = operator_objects(render(**{"leaderElection.enabled": False}))
+    docs = operator_objects(render(replicaCount=1, **{"leaderElection.enabled": False}))
     assert not by_kind(docs, "Role")
     assert "--no-leader-election" in container(docs)["args"]
 
@@ -928,7 +935,11 @@ def test_agent_values_refused_at_render(helm: Path, values: dict[str, Any], mess
     ("values", "message"),
     [
         ({"replicaCount": "two"}, "at '/replicaCount': got string, want integer"),
-        ({"replicaCount": 2}, "at '/replicaCount': value must be 1"),
+        ({"replicaCount": 0}, "at '/replicaCount': minimum"),
+        (
+            {"replicaCount": 2, "leaderElection.enabled": False},
+            "at '/replicaCount': value must be 1",
+        ),
         (
             {"image.pullPolicy": "Sometimes"},
             "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'",
@@ -1335,12 +1346,52 @@ def render_fails(helm: Path, values: dict[str, Any]) -> str:
     return proc.stderr
 
 
+def test_operator_leader_and_standby(render: Render) -> None:
+    """Two replicas by default (a leader and a warm standby): a PodDisruptionBudget that keeps
+    one through a drain, a preferred anti-affinity on the node name (replaced by
+    ``affinity``), optional topologySpreadConstraints. One replica: Recreate, no PDB; without
+    leader election the schema allows no more than one (tested with the schema's cases)."""
+    docs = operator_objects(render())
+    deployment = one(docs, "Deployment")
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["apiVersion"] == "policy/v1"
+    assert pdb["metadata"]["name"] == "hp-hostpool-operator"
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    labels = deployment["spec"]["selector"]["matchLabels"]
+    assert pdb["spec"]["selector"]["matchLabels"] == labels
+    pod = deployment["spec"]["template"]["spec"]
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == labels
+    assert "topologySpreadConstraints" not in pod
+    mine: Obj = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}
+    spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone"}]
+    pod = one(
+        operator_objects(render(affinity=mine, topologySpreadConstraints=spread)), "Deployment"
+    )["spec"]["template"]["spec"]
+    assert pod["affinity"] == mine
+    assert pod["topologySpreadConstraints"] == spread
+    single = operator_objects(render(replicaCount=1))
+    assert one(single, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    assert not by_kind(single, "PodDisruptionBudget")
+    three = operator_objects(render(replicaCount=3))
+    assert one(three, "Deployment")["spec"]["replicas"] == 3
+    assert one(three, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    # Without metrics, ready is the liveness endpoint answering (the first LIST is done).
+    probe = container(operator_objects(render(**{"metrics.enabled": False})))["readinessProbe"]
+    assert probe["httpGet"] == {"path": "/healthz", "port": "healthz"}
+
+
 def test_no_broker_workload_by_default(render: Render) -> None:
     for docs in (render(), render(**{"broker.create": True})):
         assert [d["metadata"]["name"] for d in by_kind(docs, "Deployment")] == [
             "hp-hostpool-operator"
         ]
-        assert not by_kind(docs, "PodDisruptionBudget")
+        # The operator's own (a leader and a standby): none of the broker's.
+        assert [d["metadata"]["name"] for d in by_kind(docs, "PodDisruptionBudget")] == [
+            "hp-hostpool-operator"
+        ]
         assert not by_kind(docs, "NetworkPolicy")
         assert [s["metadata"]["name"] for s in by_kind(docs, "Service")] == [
             "hp-hostpool-operator-metrics"
@@ -1567,8 +1618,11 @@ def test_broker_pods_are_not_the_operators(render: Render) -> None:
     assert not selects(metrics["spec"]["selector"], broker_pod)
     for service in by_kind(broker_objects(docs), "Service"):  # the API's and the metrics'
         assert selects(service["spec"]["selector"], broker_pod)
-    pdb = one(docs, "PodDisruptionBudget")
+    pdb = one(broker_objects(docs), "PodDisruptionBudget")
     assert selects(pdb["spec"]["selector"]["matchLabels"], broker_pod)
+    operator_pdb = one(operator_objects(docs), "PodDisruptionBudget")
+    assert selects(operator_pdb["spec"]["selector"]["matchLabels"], operator_pod)
+    assert not selects(operator_pdb["spec"]["selector"]["matchLabels"], broker_pod)
 
 
 def broker_api_service(docs: list[Obj]) -> Obj:
@@ -1619,13 +1673,13 @@ def test_broker_service(render: Render) -> None:
 
 
 def test_broker_pdb_only_with_more_than_one_replica(render: Render) -> None:
-    pdb = one(render(**BROKER), "PodDisruptionBudget")
+    pdb = one(broker_objects(render(**BROKER)), "PodDisruptionBudget")
     assert pdb["apiVersion"] == "policy/v1"
     assert pdb["metadata"]["name"] == BROKER_NAME
     assert pdb["spec"]["minAvailable"] == 1
     docs = render(**BROKER, **{"broker.replicas": 1})
     assert broker_deployment(docs)["spec"]["replicas"] == 1
-    assert not by_kind(docs, "PodDisruptionBudget")
+    assert not by_kind(broker_objects(docs), "PodDisruptionBudget")
     assert broker_deployment(render(**BROKER, **{"broker.replicas": 3}))["spec"]["replicas"] == 3
 
 
@@ -1640,7 +1694,8 @@ def test_broker_replicas_spread_over_nodes(render: Render) -> None:
         term["podAffinityTerm"]["labelSelector"]["matchLabels"]
         == (broker_deployment(docs)["spec"]["selector"]["matchLabels"])
     )
-    assert "affinity" not in one(operator_objects(docs), "Deployment")["spec"]["template"]["spec"]
+    operator_pod = one(operator_objects(docs), "Deployment")["spec"]["template"]["spec"]
+    assert operator_pod["affinity"] != pod["affinity"]  # the operator's pods spread by theirs
     mine: Obj = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}
     spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone"}]
     pod = broker_deployment(
