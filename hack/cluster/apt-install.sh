@@ -25,12 +25,12 @@ set -euo pipefail
 #   with recommends: shellcheck (make lint); podman, runc, mmdebstrap (hack/cluster/image.sh);
 #     gcc, libc6-dev (the pause image, hack/cluster/tools.sh --nodes); containerd,
 #     containernetworking-plugins, runc, iptables, iproute2 (real nodes, node/nodes.sh)
-#   without: xrdp, xorgxrdp, twm, xterm, x11-xserver-utils, iproute2, procps (the xrdp hosts,
-#     hack/cluster/xrdp-hosts.sh); freerdp2-x11, xvfb, imagemagick (the desktop tests' client);
+#   without: xrdp, xorgxrdp, twm, xterm, x11-xserver-utils, xclip, iproute2, procps (the xrdp
+#     hosts, hack/cluster/xrdp-hosts.sh); freerdp2-x11, xvfb, imagemagick (the desktop tests' client);
 #     chromium (the portal's browser tests, tests/support/browser.py)
 TEST_PACKAGES=(shellcheck podman runc mmdebstrap gcc libc6-dev containerd
   containernetworking-plugins iptables iproute2)
-TEST_PACKAGES_NO_RECOMMENDS=(xrdp xorgxrdp twm xterm x11-xserver-utils iproute2 procps
+TEST_PACKAGES_NO_RECOMMENDS=(xrdp xorgxrdp twm xterm x11-xserver-utils xclip iproute2 procps
   freerdp2-x11 xvfb imagemagick chromium)
 
 LOCK="${HOSTPOOL_APT_LOCK:-/run/lock/hostpool-apt.lock}"

@@ -7,10 +7,13 @@
 # Usage: hack/cluster/xrdp-hosts.sh up DIR --bridge BR --hosts "NAME ..." [--first N]
 #                                           [--users "USER:PASSWORD ..."]
 #                                           [--signon KEYS.pem --verifier PATH]
+#                                           [--clipboard Enabled|Disabled]
 #            start the hosts (and create the users) when not already up; prints one line per
 #            host: NAME ADDRESS NETNS. With --signon the hosts take the broker's one-time
 #            logon credentials (single sign-on): PATH is hostpool-logon, KEYS.pem the
-#            broker's public key(s); it makes the accounts at first logon
+#            broker's public key(s); it makes the accounts at first logon. --clipboard
+#            Disabled turns the hosts' clipboard channel off, as the session-host image does
+#            for a pool without one (operator/session-host/clipboard.sh)
 #        hack/cluster/xrdp-hosts.sh down DIR     stop every process of the hosts, remove their
 #            namespaces, the users this script created and what Xorg left in /tmp
 #        hack/cluster/xrdp-hosts.sh exec DIR NAME COMMAND...
@@ -34,18 +37,20 @@
 # host a client reached. Users are local accounts; a user that exists already and was not
 # made by this script is refused (its home would be overwritten).
 #
-# Needs root, ip, and Debian's xrdp, xorgxrdp, twm, xterm and x11-xserver-utils (installed
-# with apt-get where missing).
+# Needs root, ip, and Debian's xrdp, xorgxrdp, twm, xterm, x11-xserver-utils and xclip (the
+# tests read and set a session's clipboard with it; installed with apt-get where missing).
 set -euo pipefail
+# shellcheck source=operator/session-host/clipboard.sh
+source "$(dirname "$0")/../../operator/session-host/clipboard.sh"
 
-PACKAGES=(xrdp xorgxrdp twm xterm x11-xserver-utils iproute2 procps)
+PACKAGES=(xrdp xorgxrdp twm xterm x11-xserver-utils xclip iproute2 procps)
 USER_COMMENT="hostpool-operator desktop test user"
 
 log() { printf 'xrdp-hosts: %s\n' "$*" >&2; }
 die() { printf 'xrdp-hosts: error: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-  sed -n '7,22p' "$0" >&2
+  sed -n '7,25p' "$0" >&2
   exit 2
 }
 
@@ -137,6 +142,7 @@ start_host() { # index name
   printf 'HOSTPOOL_DESKTOP_HOST=%s\nHOSTPOOL_DESKTOP_COLOUR="%s"\nexport HOSTPOOL_DESKTOP_HOST HOSTPOOL_DESKTOP_COLOUR\n' \
     "$name" "${COLOURS[$((i % ${#COLOURS[@]}))]}" >"$d/run/host.env"
   chmod 644 "$d/run/host.env"
+  xrdp_clipboard "$d/etc/xrdp.ini" "$d/etc/sesman.ini" "$CLIPBOARD" || die "--clipboard: Enabled or Disabled"
 
   ip netns add "$ns"
   ip link add "$veth" type veth peer name eth0 netns "$ns"
@@ -297,7 +303,7 @@ fi
 mkdir -p "$1"
 DIR="$(cd "$1" && pwd)"
 shift
-BRIDGE="" HOSTS="" FIRST=11 USERS="" SIGNON="" VERIFIER=""
+BRIDGE="" HOSTS="" FIRST=11 USERS="" SIGNON="" VERIFIER="" CLIPBOARD=Enabled
 case "$CMD" in
   up)
     while [[ $# -gt 0 ]]; do
@@ -308,6 +314,7 @@ case "$CMD" in
         --users) USERS="$2"; shift 2 ;;
         --signon) SIGNON="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
         --verifier) VERIFIER="$2"; shift 2 ;;
+        --clipboard) CLIPBOARD="$2"; shift 2 ;;
         *) usage ;;
       esac
     done

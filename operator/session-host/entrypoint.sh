@@ -12,7 +12,8 @@
 #      stack: the broker's one-time credential signs a person on, their account (the uid the
 #      credential names) and home made at the first logon; typed passwords still go to the
 #      users file's accounts;
-#   3. makes this container's own TLS certificate and RSA keys (or uses a mounted certificate);
+#   3. makes this container's own TLS certificate and RSA keys (or uses a mounted certificate),
+#      and sets xrdp's clipboard as $HOSTPOOL_CLIPBOARD says (clipboard.sh);
 #   4. runs xrdp-sesman and xrdp in the foreground (-n: no daemon mode, so no pid files that a
 #      restarted container would trip over), xrdp as the unprivileged user xrdp, as Debian does;
 #   5. if $HOSTPOOL_AGENT_HOST is set, runs `hostpool-agent --sessions-from xrdp --host HOST`
@@ -33,6 +34,9 @@
 #       HOSTPOOL_LOGON_STATE         default /var/lib/hostpool-logon: the credentials taken
 #                                    (never twice) and the accounts made; put it on the home's
 #                                    volume to keep it across a pod's re-creation
+#       HOSTPOOL_CLIPBOARD           Enabled (default) or Disabled: the pool's
+#                                    connection.clipboard, which the operator sets in the Pods
+#                                    it starts; Disabled turns xrdp's clipboard channel off
 #       HOSTPOOL_AGENT_HOST          the SessionHost to report for (unset: no agent)
 #       HOSTPOOL_AGENT_ARGS          more agent arguments, split at white space
 #       HOSTPOOL_STOP_TIMEOUT        seconds sessions and daemons get after SIGTERM before they
@@ -51,7 +55,10 @@ XSESSION_TEMPLATE=/usr/local/lib/hostpool-session-host/xsession
 # xrdp-sesman's PAM stack as Debian ships it (configure.sh keeps a copy): single sign-on
 # puts its rule before it, on every start, so a restart never stacks the rule twice.
 SESMAN_PAM=/usr/local/lib/hostpool-session-host/xrdp-sesman.pam
+CLIPBOARD="${HOSTPOOL_CLIPBOARD:-Enabled}"
 signon=""
+# shellcheck source=operator/session-host/clipboard.sh
+source "$(dirname "${BASH_SOURCE[0]}")/clipboard.sh"
 
 log() { printf '%s session-host: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
 
@@ -251,6 +258,12 @@ trap 'log "SIGINT: stopping"; shutdown 0' INT
 create_users
 setup_signon
 setup_keys
+# At every start: a restarted container follows the setting it has now.
+if ! xrdp_clipboard /etc/xrdp/xrdp.ini /etc/xrdp/sesman.ini "$CLIPBOARD"; then
+  log "HOSTPOOL_CLIPBOARD is neither Enabled nor Disabled: not started"
+  exit 1
+fi
+log "clipboard $CLIPBOARD"
 # No session survives a restart of the container (podman restart keeps its files): the X
 # servers' locks and sockets of the last run would make sesman skip their display numbers.
 rm -rf /tmp/.X[0-9]*-lock /tmp/.X11-unix/X[0-9]* /run/xrdp/sockdir

@@ -335,7 +335,9 @@ def test_scale_up_creates_a_pod_per_host_and_opens_each_host_once_its_pod_is_rea
     # The pods can be scheduled only once the test labels the nodes: until then they stay
     # Pending, so the starting phase is observed for sure, however fast kwok is.
     template = pod_template(pod_spec(nodeSelector={READY_LABEL: "yes"}))
-    cluster.create_pool(POOL, "DepthFirst", 2, scaling=scaling(template))
+    # No clipboard: each pod is told so (the session-host image turns xrdp's channel off).
+    connection = {"clipboard": "Disabled"}
+    cluster.create_pool(POOL, "DepthFirst", 2, scaling=scaling(template), connection=connection)
     cluster.wait_operator_knows(POOL, [])
     names = create_requests(cluster, 7)
 
@@ -353,6 +355,9 @@ def test_scale_up_creates_a_pod_per_host_and_opens_each_host_once_its_pod_is_rea
         check_workload_of(pod, host, kind="Pod", template_labels={"app": "desktop"})
         assert pod["metadata"].get("annotations", {}).get("e2e/from") == "template"
         assert pod["spec"]["containers"][0]["image"] == IMAGE
+        assert {"name": "HOSTPOOL_CLIPBOARD", "value": "Disabled"} in pod["spec"]["containers"][0][
+            "env"
+        ]
         assert pod["spec"]["nodeSelector"] == {READY_LABEL: "yes"}
         assert host["spec"]["workloadRef"] == {
             "apiVersion": "v1",

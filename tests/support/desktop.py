@@ -105,13 +105,21 @@ class XrdpHosts:
         return proc.stdout
 
     def up(
-        self, names: Sequence[str], users: Mapping[str, str], *, signon: Path | None = None
+        self,
+        names: Sequence[str],
+        users: Mapping[str, str],
+        *,
+        signon: Path | None = None,
+        clipboard: str = "Enabled",
     ) -> dict[str, Host]:
         """Start the hosts with these users; with ``signon`` (the broker's public keys) they
-        take one-time logon credentials too, checked by the project's ``hostpool-logon``."""
+        take one-time logon credentials too, checked by the project's ``hostpool-logon``;
+        ``clipboard`` Disabled: their clipboard channel off, as the session-host image does
+        for a pool without one."""
         args = [
             "up", str(self.directory), "--bridge", self.bridge, "--hosts", " ".join(names),
             "--first", str(self.first), "--users", " ".join(f"{u}:{p}" for u, p in users.items()),
+            "--clipboard", clipboard,
         ]  # fmt: skip
         if signon is not None:
             verifier = Path(sys.executable).with_name("hostpool-logon")
@@ -213,13 +221,21 @@ class RdpClient:
     on the command line: xrdp asks for it, as a real user would type it)."""
 
     def __init__(
-        self, display: VirtualDisplay, rdp_file: Path, password: str, log: Path, home: Path
+        self,
+        display: VirtualDisplay,
+        rdp_file: Path,
+        password: str,
+        log: Path,
+        home: Path,
+        extra: Sequence[str] = (),
     ) -> None:
         self.display = display
         self.rdp_file = rdp_file
         self.password = password
         self.log = log
         self.home = home  # FreeRDP keeps its known hosts there
+        #: More xfreerdp options, after the file's (e.g. +clipboard, whatever the file says).
+        self.extra = tuple(extra)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -234,6 +250,7 @@ class RdpClient:
                     "/cert:ignore",
                     f"/size:{self.display.size}",
                     "-grab-keyboard",
+                    *self.extra,
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -31,8 +31,9 @@ Obj = dict[str, Any]
 class AgentHosts(Protocol):
     """The desktop tests' ``agent_hosts`` fixture: xrdp hosts ``names`` with ``users``
     (name: password), network addresses from ``first`` on, taking one-time logon credentials
-    of the broker whose public keys are ``signon``; the hosts and their agents (not started)
-    by name."""
+    of the broker whose public keys are ``signon``, with their clipboard channel as
+    ``clipboard`` says (Enabled or Disabled); the hosts and their agents (not started) by
+    name."""
 
     def __call__(
         self,
@@ -41,6 +42,7 @@ class AgentHosts(Protocol):
         *,
         first: int,
         signon: Path | None = None,
+        clipboard: str = "Enabled",
     ) -> tuple[XrdpHosts, dict[str, NetnsAgent]]: ...
 
 

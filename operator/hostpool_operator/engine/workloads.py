@@ -330,6 +330,29 @@ def with_claim_volumes(
     return {**spec, "volumes": volumes} if volumes else dict(spec)
 
 
+#: The pool's clipboard setting in each container of a Pod the operator starts (Enabled or
+#: Disabled): the session-host image's entrypoint turns xrdp's clipboard channel off by it.
+CLIPBOARD_ENV = "HOSTPOOL_CLIPBOARD"
+
+
+def with_env(spec: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """A Pod spec whose every container has these variables, the pool's: a container's own
+    of the same name is replaced (the pool's setting is what the host must follow)."""
+    containers = []
+    for container in spec.get("containers") or []:
+        if not isinstance(container, Mapping):
+            containers.append(container)
+            continue
+        own = [
+            e
+            for e in container.get("env") or []
+            if not (isinstance(e, Mapping) and e.get("name") in env)
+        ]
+        own += [{"name": name, "value": value} for name, value in env.items()]
+        containers.append({**container, "env": own})
+    return {**spec, "containers": containers}
+
+
 def workload_manifest(
     template: WorkloadTemplate,
     *,
@@ -338,10 +361,12 @@ def workload_manifest(
     namespace: str,
     pool: str,
     claims: Sequence[VolumeClaimTemplate] = (),
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The workload of a new host: the template's object, named after the host, labelled
     with its pool and host, controlled by the host (so garbage collection removes it); a
-    Pod mounts the host's claims by their templates' names."""
+    Pod mounts the host's claims by their templates' names and has ``env`` (the pool's
+    settings the host follows) in each container."""
     labels = {
         **template.metadata.labels,
         POOL_LABEL: pool,
@@ -349,8 +374,11 @@ def workload_manifest(
         MANAGED_LABEL: MANAGER,
     }
     spec = template.spec
-    if claims and template.kind == "Pod" and template.api_version == "v1":
+    pod = template.kind == "Pod" and template.api_version == "v1"
+    if claims and pod:
         spec = with_claim_volumes(spec, claims, host)
+    if env and pod and isinstance(spec.get("containers"), list):
+        spec = with_env(spec, env)
     return {
         "apiVersion": template.api_version,
         "kind": template.kind,

@@ -74,11 +74,12 @@ def agent_hosts(
         *,
         first: int,
         signon: Path | None = None,
+        clipboard: str = "Enabled",
     ) -> tuple[XrdpHosts, dict[str, NetnsAgent]]:
         hosts = XrdpHosts(tmp_path / f"hosts-{first}", hosts_bridge, first=first)
         agents: dict[str, NetnsAgent] = {}
         made.append((hosts, agents))
-        hosts.up(names, users, signon=signon)
+        hosts.up(names, users, signon=signon, clipboard=clipboard)
         for name in names:
             logs.append((f"xrdp host {name} logs", lambda n=name: hosts.logs(n)))
             agents[name] = NetnsAgent(

@@ -26,6 +26,7 @@ from hostpool_operator.engine.status import (
     session_counts,
 )
 from hostpool_operator.engine.workloads import (
+    CLIPBOARD_ENV,
     Gate,
     WorkloadRecord,
     claim_manifests,
@@ -428,6 +429,36 @@ def test_workload_manifest_names_labels_and_owns() -> None:
         True,
     )
     assert manifest["spec"] == POD_TEMPLATE["spec"]  # kept as written, unknown fields too
+
+
+def test_a_pods_containers_get_the_pools_clipboard_and_keep_their_own_env() -> None:
+    spec: Obj = {
+        "containers": [
+            {"name": "desktop", "image": "xrdp", "env": [
+                {"name": "TZ", "value": "UTC"},
+                {"name": CLIPBOARD_ENV, "value": "Enabled"},  # the template's: the pool's wins
+            ]},
+            {"name": "sidecar", "image": "x"},
+        ],
+        "initContainers": [{"name": "setup", "image": "x"}],
+    }  # fmt: skip
+    template = WorkloadTemplate.model_validate({**POD_TEMPLATE, "spec": spec})
+    env = {CLIPBOARD_ENV: "Disabled"}
+    made = workload_manifest(template, host="h", host_uid="u", namespace=NS, pool=POOL, env=env)
+    desktop, sidecar = made["spec"]["containers"]
+    assert desktop["env"] == [
+        {"name": "TZ", "value": "UTC"},
+        {"name": CLIPBOARD_ENV, "value": "Disabled"},
+    ]
+    assert sidecar["env"] == [{"name": CLIPBOARD_ENV, "value": "Disabled"}]
+    assert made["spec"]["initContainers"] == spec["initContainers"]
+    assert spec["containers"][1] == {"name": "sidecar", "image": "x"}  # the template unchanged
+    # Another kind (a VirtualMachine) is created as written: it has no containers' env.
+    vm = WorkloadTemplate.model_validate(
+        {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "spec": {"running": True}}
+    )
+    made = workload_manifest(vm, host="h", host_uid="u", namespace=NS, pool=POOL, env=env)
+    assert made["spec"] == {"running": True}
 
 
 def test_host_manifest_refers_to_its_workload() -> None:

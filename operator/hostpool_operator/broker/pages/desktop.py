@@ -86,6 +86,9 @@ class DesktopPage:
                 "rdp_module": self.client.module_url("iron-remote-desktop-rdp") or "",
                 "component_module": self.client.module_url("iron-remote-desktop") or "",
                 "sign_on": "true" if pool.connection.single_sign_on else "false",
+                # The page's client opens the clipboard channel only where the pool allows it
+                # (the relay withholds it elsewhere, whatever a page asks for).
+                "clipboard": "true" if pool.connection.clipboard_allowed else "false",
             },
             {"password_label": label, "strings_json": script_json(strings)},
         )

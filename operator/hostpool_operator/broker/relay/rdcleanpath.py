@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .channels import ChannelsUnreadableError, without_channels
+
 VERSION = 3390
 #: The largest PDU read or written (a request is a few hundred bytes; a response carries the
 #: host's certificate chain).
@@ -464,6 +466,10 @@ class ClientInfoPatcher:
     patched: bool = False
     #: Why the logon was refused (None: it was not).
     refusal: str | None = None
+    #: Static channels the host must not open (lower case; ``channels.CLIPBOARD`` in a pool
+    #: without a clipboard), and how many of them the browser asked for all the same.
+    withheld: frozenset[str] = frozenset()
+    withheld_asked: int = 0
     seen: int = 0
     buffer: bytearray = field(default_factory=bytearray)
 
@@ -498,6 +504,7 @@ class ClientInfoPatcher:
                 break
             packet = bytes(self.buffer[:length])
             del self.buffer[:length]
+            packet = self._channels(packet)
             changed = self._rewritten(packet)
             if changed is not None:
                 out += changed
@@ -507,6 +514,20 @@ class ClientInfoPatcher:
             else:
                 out += packet
         return bytes(out)
+
+    def _channels(self, packet: bytes) -> bytes:
+        """The Connect Initial with the withheld channels renamed to none (refused when its
+        channel list cannot be read); any other packet as it is."""
+        if not self.withheld:
+            return packet
+        try:
+            kept = without_channels(packet, self.withheld)
+        except ChannelsUnreadableError:
+            raise ClientInfoRefusedError("the browser's channel list could not be read") from None
+        if kept is None:
+            return packet
+        self.withheld_asked += kept[1]
+        return kept[0]
 
     def _rewritten(self, packet: bytes) -> bytes | None:
         """The Client Info PDU as it goes on (None: ``packet`` is not that PDU)."""
@@ -525,7 +546,7 @@ class ClientInfoPatcher:
         return autologon(packet)
 
     def _give_up(self, out: bytearray) -> None:
-        if self.logon is not None or self.user is not None:
+        if self.logon is not None or self.user is not None or self.withheld:
             raise ClientInfoRefusedError("the browser's stream could not be read to its logon")
         out += self.buffer
         self.buffer.clear()

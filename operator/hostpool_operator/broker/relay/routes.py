@@ -36,6 +36,7 @@ from ..metrics import BrokerMetrics
 from ..signin.flow import PortalSession
 from ..signin.sign_outs import SignOuts
 from ..signon import SignOn
+from . import channels
 from . import rdcleanpath as rcp
 from .client_files import WebClient
 from .host import HostLink, HostRefused, not_trusted, open_host
@@ -308,6 +309,9 @@ class WebDesktops:
         if isinstance(patcher, Answer):
             await ws.send_bytes(rcp.error_response(patcher.status))
             return patcher.reason
+        if not pool.connection.clipboard_allowed:
+            # Whatever the page asks for: a changed page cannot open the clipboard either.
+            patcher.withheld = frozenset({channels.CLIPBOARD})
         host = await self._trusted_host(opened.namespace, placed, pool.connection.port, pdu.x224)
         if isinstance(host, HostRefused):
             await ws.send_bytes(host.pdu)
@@ -330,6 +334,14 @@ class WebDesktops:
                 patcher.refusal,
             )
             return "LogonRefused"
+        if patcher.withheld_asked:
+            log.warning(
+                "web desktop %s/%s: %s's client asked for the clipboard, which the pool does "
+                "not allow: withheld",
+                opened.namespace,
+                pool.name,
+                opened.caller.user,
+            )
         log.info("web desktop %s/%s: %s", opened.namespace, pool.name, ended)
         return "Closed"
 

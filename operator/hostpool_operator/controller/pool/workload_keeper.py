@@ -15,12 +15,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ...api import Clipboard
 from ...api.vocabulary import HOST_LABEL
 from ...api.workload import VolumeClaimTemplate, WorkloadTemplate
 from ...engine.personal import DataStep
 from ...engine.pool_state import PoolState
 from ...engine.records import HostRecord
-from ...engine.workloads import WorkloadRecord, claim_manifests, workload_manifest
+from ...engine.workloads import (
+    CLIPBOARD_ENV,
+    WorkloadRecord,
+    claim_manifests,
+    workload_manifest,
+)
 from ...kube.backoff import Backoff
 from ...kube.errors import ApiError, ApiTransportError
 from ..deps import Deps
@@ -156,6 +162,13 @@ class WorkloadKeeper:
                 break
         self._wake()
 
+    def _clipboard(self) -> Clipboard:
+        """The pool's clipboard, for the host to follow (its properties' off counts too)."""
+        spec = self.state.spec
+        connection = spec.connection if spec is not None else None
+        on = connection is None or connection.clipboard_allowed
+        return Clipboard.ENABLED if on else Clipboard.DISABLED
+
     async def _plural(self, template: WorkloadTemplate) -> str:
         try:
             found = await self.deps.workload_resource(template.api_version, template.kind)
@@ -189,6 +202,7 @@ class WorkloadKeeper:
             namespace=state.namespace,
             pool=state.name,
             claims=claims,
+            env={CLIPBOARD_ENV: str(self._clipboard())},
         )
         try:
             obj = await self.deps.client.create(

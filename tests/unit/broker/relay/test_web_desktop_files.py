@@ -23,6 +23,7 @@ VALUES = {
     "rdp_module": "/web-client/iron-remote-desktop-rdp@0.7.0/iron-remote-desktop-rdp.js",
     "component_module": "/web-client/iron-remote-desktop@0.11.0/iron-remote-desktop.js",
     "sign_on": "false",
+    "clipboard": "true",
 }
 
 
@@ -40,6 +41,7 @@ def test_the_page_escapes_every_value_and_fills_every_place() -> None:
     markup = re.sub(r'<script id="hostpool-strings".*?</script>', "", page, flags=re.S)
     assert not re.search(r"\{[a-z_]+\}", markup), "a place left unfilled"
     assert 'data-desktop-state="idle"' in page
+    assert 'data-clipboard="true"' in page
     assert 'data-action="connect"' in page
     assert '<html lang="tr">' in page
     assert f'data-action="connect">{strings["connect"]}<' in page

@@ -17,6 +17,19 @@ const { namespace, pool, user, rdpModule, componentModule } = root.dataset;
 const base = `/v1/namespaces/${encodeURIComponent(namespace)}/pools/${encodeURIComponent(pool)}`;
 // The page's strings in its language (the server chose it from Accept-Language).
 const text = JSON.parse(document.getElementById("hostpool-strings").textContent);
+// The pool's clipboard setting (HostPool spec.connection.clipboard).
+const clipboard = root.dataset.clipboard === "true";
+
+// The client sets its clipboard up after its ready event, once the browser has answered
+// whether the page may read the clipboard: a connect before that has no clipboard.
+async function clipboardSetUp() {
+  try {
+    await navigator.permissions.query({ name: "clipboard-read" });
+  } catch (_) {
+    // not a permission this browser knows: the client finds that out too
+  }
+  await sleep(100);
+}
 
 function t(key, values) {
   return (text[key] ?? key).replace(/\{(\w+)\}/g, (place, name) => values?.[name] ?? place);
@@ -190,6 +203,12 @@ async function connect(secret, again) {
     .withExtension(rdp.displayControl(true)) // the desktop follows the window
     .withDesktopSize((sizeSent = desktopSize()))
     .build();
+  // Text both ways between the page and the desktop (within the browser's permissions:
+  // the page reads and writes the clipboard while it has the focus) only where the pool
+  // allows it; otherwise the client opens no clipboard channel at all.
+  if (clipboard) await clipboardSetUp();
+  ui.setEnableClipboard(clipboard);
+  ui.setEnableAutoClipboard(clipboard);
   const session = await ui.connect(config);
   // The broker's clock at this connect: a disconnect a limit asks for after it is on purpose.
   connectedAt = Date.parse(ticketAnswer.headers.get("Date") || "") || Date.now();

@@ -1,0 +1,286 @@
+"""The clipboard between a person's device and the desktop (issue 50, item 2), end to end:
+real xrdp hosts in network namespaces with their agents, the operator, Keycloak, the broker
+with the portal and the web client, headless chromium (clipboard permissions granted, as a
+person grants them), and FreeRDP.
+
+In the browser: text the page puts on its clipboard is on the desktop's X clipboard (read in
+the session with xclip), and text copied in the desktop (xclip) reaches the page's clipboard.
+With ``connection.clipboard: Disabled`` nothing crosses either way, on a host whose own
+clipboard is on (so it is the page and the relay that keep it closed): neither with the page
+as served (it opens no clipboard channel) nor with a page changed to open one (the relay
+renames the channel in the Connect Initial; the broker says so).
+
+With FreeRDP and the broker's .rdp file: a pool with the clipboard carries text both ways; one
+without it says ``redirectclipboard:i:0``, and xfreerdp forced on with ``+clipboard`` carries
+nothing, its host's clipboard channel being off (as the session-host image turns it off when
+the operator tells it, HOSTPOOL_CLIPBOARD=Disabled)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page
+
+from hostpool_operator.access.names import request_name
+from support.broker_helpers import BrokerProcess
+from support.cluster import Cluster
+from support.desktop import RdpClient, VirtualDisplay
+from support.desktop_sessions import AgentHosts, session_env, wait_state
+from support.kube import wait_for
+from support.operator_process import OperatorProcess
+from support.portal import portal_args, sign_in
+from support.report_logs import EXTRA_LOGS
+from support.web_desktop import open_desktop, web_client_or_stop
+
+PASSWORD = "alice-clip-desk-pw"
+#: How long text is given to cross where it must not (it crosses in well under a second
+#: where it may).
+QUIET = 6.0
+CLIPBOARD_PERMISSIONS = ["clipboard-read", "clipboard-write"]
+
+
+def desktop_clipboard(env: dict[str, str]) -> str:
+    """The X clipboard of a display ('' when nobody holds it)."""
+    proc = subprocess.run(
+        ["xclip", "-o", "-selection", "clipboard"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=10,
+        check=False,
+    )
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+def copy_on(env: dict[str, str], text: str) -> None:
+    """Copy ``text`` on a display, as a program there does (xclip holds the selection in the
+    background until another program takes it, or the display ends)."""
+    subprocess.run(
+        ["xclip", "-i", "-selection", "clipboard"],
+        input=text.encode(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        timeout=10,
+        check=True,
+    )
+
+
+def page_clipboard(page: Page) -> str:
+    text: str = page.evaluate("() => navigator.clipboard.readText().catch(() => '')")
+    return text
+
+
+def page_copies(page: Page, text: str) -> None:
+    page.bring_to_front()
+    page.evaluate("t => navigator.clipboard.writeText(t)", text)
+
+
+def stays_apart(what: Callable[[], str], text: str, seconds: float = QUIET) -> None:
+    """``what()`` never shows ``text`` for ``seconds``."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        assert what() != text
+        time.sleep(0.5)
+
+
+def nothing_crosses(page: Page, session: dict[str, str], label: str) -> None:
+    """Text copied in the page and in the desktop each stays where it was copied."""
+    to_desktop, to_page = f"page text ({label})", f"desktop text ({label})"
+    page_copies(page, to_desktop)
+    copy_on(session, to_page)
+    stays_apart(lambda: desktop_clipboard(session), to_desktop)
+    stays_apart(lambda: page_clipboard(page), to_page, 1.0)
+    assert desktop_clipboard(session) == to_page
+    assert page_clipboard(page) == to_desktop
+
+
+def web_pool(cluster: Cluster, name: str, host: str, user: str, clipboard: str) -> None:
+    cluster.setup_pool(
+        name,
+        "DepthFirst",
+        2,
+        hosts=[host],
+        entitlements={"users": [user], "groups": []},
+        connection={"web": True, "clipboard": clipboard},
+    )
+
+
+def test_text_crosses_both_ways_between_the_page_and_the_desktop(
+    cluster: Cluster,
+    namespace: str,
+    operator_process: OperatorProcess,
+    agent_hosts: AgentHosts,
+    brokers: Callable[..., BrokerProcess],
+    new_page: Callable[..., Page],
+    tmp_path: Path,
+) -> None:
+    del operator_process
+    client_dir = web_client_or_stop()
+    _, agents = agent_hosts(["clip-1"], {"alice": PASSWORD}, first=101)
+    web_pool(cluster, "clip", "clip-1", "alice", "Enabled")
+    agents["clip-1"].start()
+    broker = brokers(*portal_args(tmp_path / "portal").args, "--web-client-dir", str(client_dir))
+    desktop = f"/desktop/{namespace}/clip"
+
+    page = new_page(permissions=CLIPBOARD_PERMISSIONS)
+    sign_in(page, broker.url, "alice", "alice-pw", next_path=desktop)
+    open_desktop(page, broker.url + desktop, PASSWORD)
+    wait_state(cluster, request_name(namespace, "clip", "alice"), "Active", "alice to be Active")
+    assert page.locator("#desktop").get_attribute("data-clipboard") == "true"
+    session = session_env("alice")
+
+    # Copied in the page, it is on the desktop's clipboard (what Ctrl+V pastes there).
+    to_desktop = "from the page: Grüße, 你好 #1"
+    started = time.monotonic()
+    page_copies(page, to_desktop)
+    wait_for(lambda: desktop_clipboard(session) == to_desktop, 15, what="the page's text")
+    print(f"page to desktop in {time.monotonic() - started:.1f}s")
+
+    # Copied in the desktop, it is on the page's clipboard.
+    to_page = "from the desktop: ÅÄÖ #2"
+    started = time.monotonic()
+    copy_on(session, to_page)
+    wait_for(lambda: page_clipboard(page) == to_page, 15, what="the desktop's text")
+    print(f"desktop to page in {time.monotonic() - started:.1f}s")
+
+
+#: The desktop page as a changed page would be: its client opens the clipboard (the page's
+#: attribute flipped once the document is parsed, before its module script runs).
+OPENS_THE_CLIPBOARD_ANYWAY = """
+document.addEventListener("readystatechange", () => {
+  const root = document.getElementById("desktop");
+  if (root) root.dataset.clipboard = "true";
+});
+"""
+
+
+def test_without_the_clipboard_nothing_crosses_in_the_browser_even_from_a_changed_page(
+    cluster: Cluster,
+    namespace: str,
+    operator_process: OperatorProcess,
+    agent_hosts: AgentHosts,
+    brokers: Callable[..., BrokerProcess],
+    new_page: Callable[..., Page],
+    tmp_path: Path,
+) -> None:
+    del operator_process
+    client_dir = web_client_or_stop()
+    # The host's own clipboard is on: only the page and the relay keep it closed.
+    _, agents = agent_hosts(["noclip-1"], {"alice": PASSWORD}, first=104)
+    web_pool(cluster, "noclip", "noclip-1", "alice", "Disabled")
+    agents["noclip-1"].start()
+    broker = brokers(*portal_args(tmp_path / "portal").args, "--web-client-dir", str(client_dir))
+    desktop = f"/desktop/{namespace}/noclip"
+    request = request_name(namespace, "noclip", "alice")
+
+    for changed in (False, True):
+        page = new_page(permissions=CLIPBOARD_PERMISSIONS)
+        if changed:
+            page.add_init_script(OPENS_THE_CLIPBOARD_ANYWAY)
+        sign_in(page, broker.url, "alice", "alice-pw", next_path=desktop)
+        open_desktop(page, broker.url + desktop, PASSWORD)
+        wait_state(cluster, request, "Active", "alice to be Active")
+        assert page.locator("#desktop").get_attribute("data-clipboard") == str(changed).lower()
+        nothing_crosses(page, session_env("alice"), f"changed page {changed}")
+        page.click('[data-action="disconnect"]')
+        wait_state(cluster, request, "Disconnected", "alice to be Disconnected")
+        page.close()
+    log = broker.log_path.read_text(errors="replace")
+    # The changed page asked for the channel and the relay withheld it; the page as served
+    # never asked.
+    assert log.count("asked for the clipboard, which the pool does not allow") == 1, log[-3000:]
+
+
+def test_freerdp_carries_text_only_where_the_pool_has_a_clipboard(
+    cluster: Cluster,
+    namespace: str,
+    operator_process: OperatorProcess,
+    agent_hosts: AgentHosts,
+    brokers: Callable[..., BrokerProcess],
+    tokens: Callable[[str], str],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    del operator_process
+    users = {"alice": PASSWORD, "bob": "bob-clip-desk-pw"}
+    open_hosts, open_agents = agent_hosts(["rdp-open"], users, first=107)
+    # The host the operator would start for a pool without a clipboard: its channel off.
+    closed_hosts, closed_agents = agent_hosts(
+        ["rdp-closed"], users, first=109, clipboard="Disabled"
+    )
+    for pool, host, user, clipboard in (
+        ("rdpopen", "rdp-open", "alice", "Enabled"),
+        ("rdpclosed", "rdp-closed", "bob", "Disabled"),
+    ):
+        cluster.setup_pool(
+            pool,
+            "DepthFirst",
+            2,
+            hosts=[host],
+            entitlements={"users": [user], "groups": []},
+            connection={"clipboard": clipboard},
+        )
+    open_agents["rdp-open"].start()
+    closed_agents["rdp-closed"].start()
+    for host, address in (
+        ("rdp-open", open_hosts.hosts["rdp-open"].address),
+        ("rdp-closed", closed_hosts.hosts["rdp-closed"].address),
+    ):
+        cluster.wait(
+            lambda h=host, a=address: (  # type: ignore[misc]
+                ((cluster.host(h).get("status") or {}).get("agent") or {}).get("address") == a
+            ),
+            f"the agent of {host} to report its address {address}",
+        )
+    broker = brokers()
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+    clients: list[RdpClient] = []
+    displays: list[VirtualDisplay] = []
+    try:
+        sessions = {}
+        for n, (pool, user) in enumerate((("rdpopen", "alice"), ("rdpclosed", "bob"))):
+            answer = broker.connect(namespace, pool, tokens(user))
+            assert answer.status == 200, answer.text
+            rdp_text = answer.body["rdpFile"]
+            want = "redirectclipboard:i:1" if pool == "rdpopen" else "redirectclipboard:i:0"
+            assert want in rdp_text.split("\r\n"), rdp_text
+            rdp = tmp_path / f"{user}.rdp"
+            rdp.write_text(rdp_text, newline="")
+            display = VirtualDisplay(80 + (os.getpid() + n) % 9, tmp_path / f"xvfb-{user}.log")
+            display.__enter__()
+            displays.append(display)
+            client = RdpClient(
+                display, rdp, users[user], tmp_path / f"xfreerdp-{user}.log",
+                tmp_path / f"home-{user}", extra=("+clipboard",),
+            )  # fmt: skip
+            logs.append((f"xfreerdp {user} log", client.log_text))
+            clients.append(client)
+            client.start()
+            wait_state(cluster, answer.body["request"], "Active", f"{user} to be Active")
+            local = {**os.environ, "DISPLAY": display.name}
+            sessions[user] = (local, session_env(user))
+
+        # Where the pool has a clipboard: both ways.
+        local, remote = sessions["alice"]
+        copy_on(local, "freerdp to the desktop")
+        wait_for(lambda: desktop_clipboard(remote) == "freerdp to the desktop", 15, what="up")
+        copy_on(remote, "the desktop to freerdp")
+        wait_for(lambda: desktop_clipboard(local) == "the desktop to freerdp", 15, what="down")
+
+        # Where it has none: neither way, however the client is set.
+        local, remote = sessions["bob"]
+        copy_on(local, "bob's device text")
+        copy_on(remote, "bob's desktop text")
+        stays_apart(lambda: desktop_clipboard(remote), "bob's device text")
+        stays_apart(lambda: desktop_clipboard(local), "bob's desktop text", 1.0)
+    finally:
+        for client in clients:
+            client.kill()
+        for display in displays:
+            display.__exit__(None, None, None)
