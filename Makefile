@@ -116,7 +116,7 @@ bench-engine: $(STAMP) ## placement decisions per second for 10..10,000 hosts
 bench-hosts: $(STAMP) tools-cluster ## 50 pod-backed hosts started on demand by a logon storm: hosts created vs. needed
 	@$(PY) hack/bench/hosts.py
 
-bench-scale: $(STAMP) tools-cluster ## 100,000 assigned sessions over 1,000 pools: operator start, storm, kill -9 (SCALE_* to scale down)
+bench-scale: $(STAMP) tools-cluster ## 100,000 assigned sessions over 1,000 pools: operator start, storm, kill -9, a warm standby taking over (SCALE_* to scale down)
 	@BENCH_KUBECONFIG="$(BENCH_KUBECONFIG)" $(PY) hack/bench/scale.py
 
 bench-portal: $(STAMP) tools-cluster web-client ## (root) browser desktops through one broker: click -> first frame, relay CPU per MiB, 20 at once

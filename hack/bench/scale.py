@@ -19,6 +19,11 @@
    create -> Assigned, writes per assignment.
 4. **Kill.** The storm again (other pools) with a kill -9 of the operator once about a third
    is placed, and a restart at once: the same figures, and restart -> first placement.
+5. **Standby.** A second operator (another pod's name) starts beside the leader and waits,
+   synced, as a warm standby; the storm a third time (other pools) with a kill -9 of the
+   leader once a third is placed and nothing restarted: ``takeoverS`` is the kill -> a probe
+   created at the kill placed by the standby; the standby's RSS beside the leader's; the
+   arm's own lost / duplicates / overLimit (JSON ``standby``).
    Invariants at the end over the whole namespace (pre-filled sessions included): lost,
    duplicates (a request whose host changed), over the limit.
 
@@ -35,7 +40,7 @@ SCALE_REUSE is set (SCALE_REUSE uses the one an earlier run left there).
 
 Pre-filling 100,000 sessions takes minutes; to measure the operator again without it,
 SCALE_PREFILL_ONLY=1 pre-fills, keeps both namespaces and stops, and SCALE_REUSE=NS,CEILING_NS
-(same SCALE_* sizes) runs steps 2-4 on them, deleting what an earlier run's steps added first.
+(same SCALE_* sizes) runs steps 2-5 on them, deleting what an earlier run's steps added first.
 SCALE_KEEP=1 keeps the namespaces of a whole run.
 """
 
@@ -300,7 +305,14 @@ async def watch_batch(
 
 
 class Operator:
-    def __init__(self, args: argparse.Namespace, namespace: str, work: Path, label: str) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        namespace: str,
+        work: Path,
+        label: str,
+        pod_name: str = "hostpool-operator-bench-scale",
+    ) -> None:
         self.log_path = work / f"operator-{label}.log"
         self.metrics_port = storm.free_port()
         self.started = time.time()
@@ -327,7 +339,8 @@ class Operator:
                 "PYTHONPATH": str(ROOT / "operator"),
                 # Every process is the same pod: the restart after kill -9 is the container
                 # restarted in place by the kubelet, which takes its own Lease back at once.
-                "POD_NAME": "hostpool-operator-bench-scale",
+                # The standby arm's second instance is another pod.
+                "POD_NAME": pod_name,
             },
         )
         OPERATORS.append(self)
@@ -366,6 +379,21 @@ class Operator:
             for line in self.text().splitlines()
             if re.search(r"\b(ERROR|WARNING|Traceback|CRITICAL)\b", line)
         ]
+
+    def rss_mb(self) -> float:
+        """Its resident set now (MB)."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    async def wait_line(self, text: str, limit: float) -> float:
+        """Seconds since its start when ``text`` appeared in its log (nan: not in time)."""
+        while time.time() - self.started < limit and self.alive():
+            if text in self.text():
+                return time.time() - self.started
+            await asyncio.sleep(0.1)
+        return float("nan")
 
     def stop(self) -> None:
         if self.alive():
@@ -546,6 +574,7 @@ async def storm_run(
     last = max((t for _, t in seen.values()), default=first)
     placed = sum(1 for n in created if n in seen)
     out: dict[str, Any] = {
+        "prefix": prefix,
         "requests": args.storm,
         "created": len(created),
         "placed": placed,
@@ -662,16 +691,96 @@ async def bench(args: argparse.Namespace) -> int:
     )
 
 
+async def standby_run(
+    args: argparse.Namespace,
+    client: KubeClient,
+    namespace: str,
+    work: Path,
+    leader: Operator,
+    probe_pool: int,
+) -> tuple[dict[str, Any], Operator]:
+    """The standby arm: a second instance (another pod) starts beside the leader, lists
+    everything and waits as a warm standby; the storm a third time (pools of its own) with a
+    kill -9 of the leader once a third is placed, and nothing restarted: the standby takes
+    the Lease when it expires and places. ``takeoverS``: the kill -> a probe request created
+    at the kill placed. Returns the arm's figures and the standby (the leader now)."""
+    standby = Operator(args, namespace, work, "standby", pod_name="hostpool-operator-bench-b")
+    synced = await standby.wait_line("waiting as a standby", args.timeout)
+    leader_rss, standby_rss = leader.rss_mb(), standby.rss_mb()
+    log(
+        f"standby: synced {synced:.2f}s after its start; RSS leader {leader_rss:.0f} MB, "
+        f"standby {standby_rss:.0f} MB"
+    )
+    at_kill: dict[str, float] = {}
+
+    async def take_over() -> tuple[Operator, dict[str, Any]]:
+        killed_at = time.time()  # called the moment the leader is dead
+        at_kill["standbyRssMb"] = standby.rss_mb()
+        await create_probe(client, namespace, "probe-standby", probe_pool)
+        at = await wait_assigned(client, namespace, "probe-standby", args.timeout)
+        return standby, {"takeoverS": at - killed_at}
+
+    result = await storm_run(
+        args,
+        client,
+        namespace,
+        work,
+        prefix="w",
+        first_pool=2 * args.storm_pools,
+        assign=False,
+        operator=leader,
+        kill_at=args.storm // 3,
+        restart=take_over,
+    )
+    result |= {
+        "standbySyncS": synced,
+        "leaderRssMb": leader_rss,
+        "standbyRssBeforeMb": standby_rss,
+        "standbyRssMb": at_kill.get("standbyRssMb", float("nan")),
+    }
+    log(
+        f"standby arm: take-over {result.get('takeoverS', float('nan')):.2f}s, "
+        f"{result['placed']} placed in {result['perS']:.1f}/s"
+    )
+    return result, standby
+
+
 async def clear_batches(client: KubeClient, namespace: str) -> None:
     """Delete what an earlier run of the phases below left in a kept namespace (storm, kill,
     ceiling and probe requests), and wait until they are gone."""
-    selector = "scale.hostpool.io/batch in (s,k,c,d,probe)"
+    selector = "scale.hostpool.io/batch in (s,k,w,c,d,probe)"
     path = f"/apis/{GROUP_VERSION}/namespaces/{namespace}/sessionrequests"
     await client.request("DELETE", path, params={"labelSelector": selector})
     while (await client.request("GET", path, params={"labelSelector": selector, "limit": "1"}))[
         "items"
     ]:
         await asyncio.sleep(0.5)
+
+
+def arm_invariants(
+    args: argparse.Namespace, items: list[dict[str, Any]], arm: dict[str, Any]
+) -> dict[str, int]:
+    """One storm's own: its requests not Assigned at the end (lost), seen on a second host
+    (duplicates); hosts over the limit (overLimit) over the whole namespace."""
+    by_name = {obj["metadata"]["name"]: obj.get("status") or {} for obj in items}
+    pattern = re.compile(rf"{arm['prefix']}\d{{6}}")
+    batch = {name for name in by_name if pattern.fullmatch(name)}
+    lost = sum(1 for name in batch if by_name[name].get("phase") != "Assigned")
+    lost += max(0, arm["created"] - len(batch))
+    duplicates = set(arm["changed"]) | {
+        name
+        for name in batch
+        if by_name[name].get("host") not in (None, arm["seen"].get(name, by_name[name]["host"]))
+    }
+    count: dict[str, int] = {}
+    for status in by_name.values():
+        if status.get("phase") == "Assigned":
+            count[status["host"]] = count.get(status["host"], 0) + 1
+    return {
+        "lost": lost,
+        "duplicates": len(duplicates),
+        "overLimit": sum(1 for n in count.values() if n > args.limit),
+    }
 
 
 def check_invariants(
@@ -697,7 +806,8 @@ def check_invariants(
         if any(batch["seen"].get(name, where) != where for batch in storms):
             dup.add(name)
     names = {obj["metadata"]["name"] for obj in items}
-    missing = args.sessions + 2 * args.storm + 2 - len(names)
+    # The pre-filled sessions, the storms (two, three with the standby arm) and their probes.
+    missing = args.sessions + len(storms) * args.storm + len(storms) - len(names)
     return {
         "lost": len(lost) + max(0, missing),
         "duplicates": len(dup),
@@ -826,15 +936,18 @@ async def bench_filled(
         restart=restart,
     )
     log(f"storm with kill -9: {killed['placed']} in {killed['perS']:.1f}/s")
-    final_operator = restarted[0] if restarted else operator
+    leader = restarted[0] if restarted else operator
+    # --- the standby arm: a warm standby beside the leader, kill -9 of the leader
+    standby_arm, standby = await standby_run(args, client, namespace, work, leader, probe_pool)
     # --- invariants over the whole namespace
     listing = await client.list("sessionrequests", namespace)
     figures["end"] = await cluster.figures(client)
-    problems = operator.problems() + (final_operator.problems() if restarted else [])
-    final_operator.stop()
-    if operator.alive():
-        operator.stop()
-    invariants = check_invariants(args, listing["items"], (run, killed))
+    problems = operator.problems() + (leader.problems() if restarted else [])
+    problems += standby.problems()
+    for process in (standby, leader, operator):
+        process.stop()  # the killed ones are not alive: nothing to do
+    invariants = check_invariants(args, listing["items"], (run, killed, standby_arm))
+    standby_arm |= arm_invariants(args, listing["items"], standby_arm)
 
     def storm_summary(r: dict[str, Any]) -> dict[str, Any]:
         keep = {k: v for k, v in r.items() if k not in ("seen", "changed")}
@@ -851,6 +964,7 @@ async def bench_filled(
         "ceiling": {k: round(v, 1) for k, v in ceiling.items()},
         "storm": storm_summary(run),
         "kill": storm_summary(killed),
+        "standby": storm_summary(standby_arm),
         "invariants": invariants,
         "operatorLogProblems": len(problems),
     }
@@ -951,6 +1065,22 @@ async def bench_filled(
             "kill -9: longest pause in placements (s)",
             fmt(killed.get("longestPauseS"), 2),
         ),
+        ("standby: synced after its start (s)", fmt(standby_arm.get("standbySyncS"), 2)),
+        (
+            "standby: RSS (MB) leader / standby / standby at the kill",
+            f"{fmt(standby_arm.get('leaderRssMb'))} / "
+            f"{fmt(standby_arm.get('standbyRssBeforeMb'))} / "
+            f"{fmt(standby_arm.get('standbyRssMb'))}",
+        ),
+        ("standby: kill -9 -> probe placed (takeoverS)", fmt(standby_arm.get("takeoverS"), 2)),
+        (
+            "standby: longest pause in placements (s)",
+            fmt(standby_arm.get("longestPauseS"), 2),
+        ),
+        (
+            "standby: lost / duplicates / overLimit",
+            f"{standby_arm['lost']} / {standby_arm['duplicates']} / {standby_arm['overLimit']}",
+        ),
         (
             "lost / duplicates / overLimit (all)",
             f"{invariants['lost']} / {invariants['duplicates']} / {invariants['overLimit']}",
@@ -1047,8 +1177,9 @@ def main() -> int:
     if args.command == "loadgen":
         asyncio.run(loadgen(args))
         return 0
-    # The storm and the kill run use pools of their own; the probes use the last pool.
-    args.storm_pools = max(1, min(args.storm_pools, (args.pools - 1) // 2))
+    # The storm, the kill run and the standby arm use pools of their own; the probes use the
+    # last pool.
+    args.storm_pools = max(1, min(args.storm_pools, (args.pools - 1) // 3))
     options = local_cluster.Options(
         env="BENCH_KUBECONFIG",
         fake_nodes=False,
