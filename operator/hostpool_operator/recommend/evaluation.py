@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from ..api import HostPoolSpec
@@ -83,6 +83,14 @@ def evaluation(run: ReplayResult, bound: float, frame: Frame) -> Evaluation:
     )
 
 
+def hosts_before(plan: PlanRules, max_hosts: int, midnight: datetime) -> int:
+    """The hosts a plan keeps just before a local ``midnight`` in a pool without sessions:
+    the minimum of the phase in force then, an off-peak (a day's phases are in order) that
+    has drained the others. A phase that starts at midnight is not in force before it."""
+    phase = phase_in_force(plan, midnight.astimezone(UTC) - timedelta(seconds=1))
+    return 0 if phase is None else minimum_hosts(max_hosts, phase.minimum_hosts_percent)
+
+
 @dataclass(frozen=True, slots=True)
 class Replays:
     """What every replay of one history shares."""
@@ -122,15 +130,14 @@ class Replays:
         self, plan: PlanRules | None, *, pool: HostPoolSpec | None = None, hosts: int | None = None
     ) -> ReplayInput:
         """A replay from the history's first local midnight. The hosts there, ready: as
-        the policy had been running before (the minimum of the plan's phase in force, the
-        pool's minHosts), unless given."""
+        the policy had been running before, unless given: what the plan keeps just before
+        midnight (``hosts_before``; a phase that starts at midnight asks for its own in the
+        first pass, as on every later day), the pool's minHosts without a plan."""
         spec = self.pool if pool is None else pool
         if hosts is None:
             hosts = 0
             if plan is not None and spec.scaling is not None:
-                phase = phase_in_force(plan, self.frame.origin)
-                if phase is not None:
-                    hosts = minimum_hosts(spec.scaling.max_hosts, phase.minimum_hosts_percent)
+                hosts = hosts_before(plan, spec.scaling.max_hosts, self.frame.origin)
             elif spec.scaling is not None:
                 hosts = spec.scaling.min_hosts
         return ReplayInput(

@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hostpool_operator.api import HostPoolSpec
-from hostpool_operator.api.plan import PlanPhase, ScalingPlan
+from hostpool_operator.api.plan import WEEKDAYS, PlanPhase, ScalingPlan, ScalingPlanSpec
 from hostpool_operator.recommend.demand_curve import demand_curve, frame_of
+from hostpool_operator.recommend.evaluation import Replays, hosts_before
 from hostpool_operator.recommend.history import HistoryError, PastSession, parse_history
 from hostpool_operator.recommend.recommender import (
     Options,
@@ -31,6 +32,7 @@ from hostpool_operator.recommend.recommender import (
     recommend,
 )
 from hostpool_operator.scaling.plans import phase_in_force
+from hostpool_operator.simulate.replay import replay
 from support.paths import REPO_ROOT
 
 MONDAY = datetime(2026, 11, 2, tzinfo=UTC)
@@ -350,6 +352,114 @@ def test_the_plan_keeps_the_bound_and_costs_no_more_than_the_baselines(
     if found.no_plan.waited_over == 0:
         assert evaluated.host_hours <= 1.05 * found.no_plan.host_hours
     ScalingPlan.model_validate({"spec": found.spec.to_api()})
+
+
+def around_midnight(before: int, after: int, spread: int = 20) -> list[PastSession]:
+    """Seven days of a peak at midnight: each night ``before`` users log on every
+    ``spread`` minutes up to midnight and ``after`` from it on (none before the history,
+    so its first logon is at its first minute), staying 90 minutes and 7 more per user."""
+    out = []
+    for d in range(7):
+        midnight = MONDAY + timedelta(days=d)
+        for k in range(-before, after):
+            start = midnight + timedelta(minutes=k * spread)
+            if start >= MONDAY:
+                length = timedelta(minutes=90 + 7 * (k + before))
+                out.append(PastSession(f"u{k + before}", start, start + length))
+    out.sort(key=lambda s: s.start)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("sessions", "algorithm", "start", "wait"),
+    [
+        (around_midnight(0, 6), "BreadthFirst", 5, 3),
+        (around_midnight(0, 6), "DepthFirst", 15, 10),
+        (around_midnight(3, 3), "BreadthFirst", 5, 3),
+        (around_midnight(3, 3), "DepthFirst", 5, 3),
+    ],
+    ids=["from-midnight", "from-midnight-slow-start", "spanning-midnight", "spanning-depth-first"],
+)
+def test_a_logon_in_the_first_minute_of_the_history_is_served_by_the_night_before(
+    sessions: list[PastSession], algorithm: str, start: float, wait: float
+) -> None:
+    # The property's failing case: the pool's own scaling (minHosts 1, bufferSessions 2)
+    # keeps the bound, and the plans ramp up at 00:00 with no minimum while ramp-down
+    # keeps a host through the night. Their replays started with ramp-up's minimum (no
+    # host), so the history's first logon, at 00:00 of its first day, waited for a host's
+    # start: every candidate failed and the last resort held the peak's hosts all week.
+    # The night before leaves ramp-down's host, as on every later day.
+    spec = {
+        "loadBalancer": {"type": algorithm, "maxSessionLimit": 4},
+        "scaling": {"maxHosts": 8, "minHosts": 1, "bufferSessions": 2, "scaleDownDelaySeconds": 0},
+    }
+    found = recommend("p", HostPoolSpec.model_validate(spec), sessions, Options(wait, start, "UTC"))
+    assert found.no_plan.waited_over == 0
+    assert found.evaluation.waited_over == 0, found.reasons
+    assert found.evaluation.host_hours <= 1.05 * found.no_plan.host_hours
+    assert found.evaluation.host_hours < found.always_on.host_hours  # not the last resort
+
+
+def every_day(
+    ramp_up: tuple[str, int], peak: str, ramp_down: tuple[str, int], off_peak: str
+) -> ScalingPlanSpec:
+    """A plan of one schedule for every day: phase starts, and ramp-up's and ramp-down's
+    minimum percent (threshold 100, depth-first)."""
+
+    def phase(start: str, minimum: int | None = None) -> dict[str, Any]:
+        settings = {"minimumHostsPercent": minimum, "capacityThresholdPercent": 100}
+        return {"startTime": start, "loadBalancerType": "DepthFirst"} | (
+            settings if minimum is not None else {}
+        )
+
+    schedule = {
+        "name": "every-day",
+        "daysOfWeek": [d.value for d in WEEKDAYS],
+        "rampUp": phase(*ramp_up),
+        "peak": phase(peak),
+        "rampDown": phase(*ramp_down),
+        "offPeak": phase(off_peak),
+    }
+    return ScalingPlanSpec.model_validate(
+        {"timeZone": "UTC", "hostPoolRefs": [{"name": "p"}], "schedules": [schedule]}
+    )
+
+
+@pytest.mark.parametrize(
+    ("plan", "hosts"),
+    [
+        (every_day(("00:00", 50), "02:00", ("04:00", 25), "06:00"), 1),
+        (every_day(("00:00", 0), "02:00", ("04:00", 50), "06:00"), 2),
+        (every_day(("06:00", 75), "08:00", ("16:00", 25), "18:00"), 1),
+    ],
+    ids=["ramp-up-from-midnight", "ramp-up-from-midnight-without-minimum", "off-peak-at-midnight"],
+)
+def test_the_hosts_a_plan_keeps_before_midnight(plan: ScalingPlanSpec, hosts: int) -> None:
+    # Sunday's off-peak, with ramp-down's minimum (maxHosts 4), whatever starts at midnight.
+    assert hosts_before(plan, 4, MONDAY) == hosts
+
+
+def test_a_replay_starts_with_the_hosts_the_plan_kept_before_its_first_midnight() -> None:
+    # Ramp-up from 00:00 asks for 2 hosts; ramp-down keeps 1 through the night. At each
+    # midnight one host is there and the other starts (5 min): of the logons at 00:00 and
+    # 00:01 (one session a host) the first is served at once, the second waits for the
+    # start. The history's first midnight is no exception: neither no host (ramp-up's
+    # minimum not asked for yet) nor ramp-up's two ready.
+    plan = every_day(("00:00", 50), "02:00", ("04:00", 25), "06:00")
+    sessions = [
+        PastSession(
+            f"u{k}", MONDAY + timedelta(days=d, minutes=k), MONDAY + timedelta(days=d, hours=1)
+        )
+        for d in range(7)
+        for k in range(2)
+    ]
+    pool = HostPoolSpec.model_validate(
+        {"loadBalancer": {"type": "DepthFirst", "maxSessionLimit": 1}, "scaling": {"maxHosts": 4}}
+    )
+    replays = Replays.of_history(pool, frame_of(sessions, UTC), sessions, 5)
+    assert replays.job(plan).hosts == 1
+    waits = replay(replays.job(plan)).waits
+    assert [round(w / 60) for w in waits] == [0, 4] * 7
 
 
 # ------------------------------------------------------------------------------ the CLI
