@@ -82,13 +82,30 @@ netns_of() { printf 'hpd-%s-%s' "$(printf '%s' "$DIR" | sha256sum | cut -c1-6)" 
 # The host's desktop colour: fixed per position, so tests and people can tell hosts apart.
 COLOURS=("#1f6feb" "#2da44e" "#bf3989" "#d4a72c" "#8250df" "#cf222e" "#0a7d6c" "#6e7781")
 
+# HOSTPOOL_XRDP_LOG_LEVEL (e.g. DEBUG) sets xrdp's and sesman's log level (default INFO).
+LOG_LEVEL="${HOSTPOOL_XRDP_LOG_LEVEL:-INFO}"
+
 sesman_ini() { # source dest display_offset log
   sed -e "s|^LogFile=.*|LogFile=$4|" -e "s|^X11DisplayOffset=.*|X11DisplayOffset=$3|" \
-    -e "s|^EnableSyslog=.*|EnableSyslog=false|" "$1" >"$2"
+    -e "s|^EnableSyslog=.*|EnableSyslog=false|" -e "s|^LogLevel=.*|LogLevel=$LOG_LEVEL|" "$1" >"$2"
 }
 
 xrdp_ini() { # source dest log
-  sed -e "s|^LogFile=.*|LogFile=$3|" -e "s|^EnableSyslog=.*|EnableSyslog=false|" "$1" >"$2"
+  sed -e "s|^LogFile=.*|LogFile=$3|" -e "s|^EnableSyslog=.*|EnableSyslog=false|" \
+    -e "s|^LogLevel=.*|LogLevel=$LOG_LEVEL|" "$1" >"$2"
+}
+
+# xrdp's keyboard map (the client's keyboard layout, sent at connect, to the session's XKB
+# layout) with the layouts Debian's lacks that the desktop page offers: Turkish Q (0x041F).
+# xrdp reads it from its compiled-in /etc/xrdp, so each host's own copy is bind-mounted there
+# in the host's mount namespace. The session-host image adds the same lines
+# (operator/session-host/configure.sh).
+keyboard_ini() { # source dest
+  awk '
+    { print }
+    /^\[default_rdp_layouts\]/ { print "rdp_layout_tr=0x0000041F" }
+    /^\[default_layouts_map\]/ { print "rdp_layout_tr=tr" }
+  ' "$1" >"$2"
 }
 
 write_xsession() { # user
@@ -105,7 +122,9 @@ xsession_script() {
 # The host this session runs on (its xrdp run directory is the host's own).
 [ -r /run/xrdp/host.env ] && . /run/xrdp/host.env
 xsetroot -solid "${HOSTPOOL_DESKTOP_COLOUR:-#333333}"
-xterm -geometry 90x20+40+40 -title "${HOSTPOOL_DESKTOP_HOST:-desktop}" -e sh -c \
+# The xterm in UTF-8 (a Swedish keyboard's letters); twm keeps the session's locale (it exits
+# in a UTF-8 one without the fonts of its font set).
+LANG="${LANG:-C.UTF-8}" xterm -geometry 90x20+40+40 -title "${HOSTPOOL_DESKTOP_HOST:-desktop}" -e sh -c \
   'echo "host ${HOSTPOOL_DESKTOP_HOST:-?} $(ip -4 -o addr show dev eth0 | cut -d" " -f7) user $(id -un)"; exec bash' &
 exec twm
 EOF
@@ -139,6 +158,7 @@ start_host() { # index name
   chmod 3777 "$d/run/sockdir"
   sesman_ini /etc/xrdp/sesman.ini "$d/etc/sesman.ini" "$((10 * (i + 1)))" "$d/logs/sesman.log"
   xrdp_ini /etc/xrdp/xrdp.ini "$d/etc/xrdp.ini" "$d/logs/xrdp.log"
+  keyboard_ini /etc/xrdp/xrdp_keyboard.ini "$d/etc/xrdp_keyboard.ini"
   printf 'HOSTPOOL_DESKTOP_HOST=%s\nHOSTPOOL_DESKTOP_COLOUR="%s"\nexport HOSTPOOL_DESKTOP_HOST HOSTPOOL_DESKTOP_COLOUR\n' \
     "$name" "${COLOURS[$((i % ${#COLOURS[@]}))]}" >"$d/run/host.env"
   chmod 644 "$d/run/host.env"
@@ -163,11 +183,11 @@ start_host() { # index name
   fi
   local what
   for what in xrdp-sesman xrdp; do
-    local conf="$d/etc/sesman.ini" own_pam="$pam"
-    [[ "$what" == xrdp ]] && conf="$d/etc/xrdp.ini" own_pam=""
+    local conf="$d/etc/sesman.ini" own_pam="$pam" keyboard=""
+    [[ "$what" == xrdp ]] && conf="$d/etc/xrdp.ini" own_pam="" keyboard="$d/etc/xrdp_keyboard.ini"
     # shellcheck disable=SC2016 # expanded by the inner shell
-    setsid ip netns exec "$ns" sh -c 'mount --bind "$1" /run/xrdp && { [ -z "$5" ] || mount --bind "$5" /etc/pam.d/xrdp-sesman; } && echo $$ >"$2" && exec "$3" -n -c "$4"' \
-      _ "$d/run" "$d/$what.pid" "$what" "$conf" "$own_pam" </dev/null >>"$d/logs/$what.out" 2>&1 &
+    setsid ip netns exec "$ns" sh -c 'mount --bind "$1" /run/xrdp && { [ -z "$5" ] || mount --bind "$5" /etc/pam.d/xrdp-sesman; } && { [ -z "$6" ] || mount --bind "$6" /etc/xrdp/xrdp_keyboard.ini; } && echo $$ >"$2" && exec "$3" -n -c "$4"' \
+      _ "$d/run" "$d/$what.pid" "$what" "$conf" "$own_pam" "$keyboard" </dev/null >>"$d/logs/$what.out" 2>&1 &
   done
   local n
   for ((n = 0; n < 100; n++)); do

@@ -47,6 +47,16 @@ find /etc/ssl/certs -lname '*ssl-cert-snakeoil.pem' -delete
 rm -f /etc/xrdp/rsakeys.ini /etc/xrdp/cert.pem /etc/xrdp/key.pem \
   /etc/ssl/certs/ssl-cert-snakeoil.pem /etc/ssl/private/ssl-cert-snakeoil.key
 
+# xrdp's keyboard map (the client's keyboard layout, sent at connect, to the session's XKB
+# layout): Debian's lacks Turkish Q (0x041F), which the browser desktop sends for a Turkish
+# keyboard.
+grep -q '^rdp_layout_tr=' /etc/xrdp/xrdp_keyboard.ini || awk '
+  { print }
+  /^\[default_rdp_layouts\]/ { print "rdp_layout_tr=0x0000041F" }
+  /^\[default_layouts_map\]/ { print "rdp_layout_tr=tr" }
+' /etc/xrdp/xrdp_keyboard.ini >/etc/xrdp/xrdp_keyboard.ini.new
+[[ ! -f /etc/xrdp/xrdp_keyboard.ini.new ]] || mv -f /etc/xrdp/xrdp_keyboard.ini.new /etc/xrdp/xrdp_keyboard.ini
+grep -q '^rdp_layout_tr=tr' /etc/xrdp/xrdp_keyboard.ini
 
 # xrdp-sesman's PAM stack as Debian ships it: the entrypoint writes /etc/pam.d/xrdp-sesman from
 # this copy at every start, with the single sign-on rule first when the broker's keys are

@@ -22,7 +22,7 @@ from . import i18n
 
 PACKAGE = "hostpool_operator.broker.pages"
 #: The page's own files (served at /desktop-static/NAME).
-STATIC = ("desktop.js", "desktop.css")
+STATIC = ("desktop.js", "keyboard.js", "desktop.css")
 #: The page runs only its own scripts; the web client's WebAssembly is compiled in the page
 #: (wasm-unsafe-eval, fetched from the module's own data: URL); the relay is on the same
 #: origin; nobody may frame it.

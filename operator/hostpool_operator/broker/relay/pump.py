@@ -1,6 +1,7 @@
 """The relay's traffic once a host link is open: the browser's first message (the
 RDCleanPath request), then both ways until either side ends or the browser shows no sign of
-life (``liveness``); the auto-logon flag set on the Client Info PDU on the way."""
+life (``liveness``); the auto-logon flag set on the Client Info PDU on the way, and what the
+host sends at the start cut one PDU a message."""
 
 from __future__ import annotations
 
@@ -83,10 +84,15 @@ async def pump(
                 writer.write(data)
                 await writer.drain()
 
+    # One PDU a message at the start (rdcleanpath.HostPduSplitter: the web client keeps
+    # nothing that follows the Font Map in its message).
+    splitter = rcp.HostPduSplitter()
+
     async def host_to_browser() -> None:
         while data := await reader.read(READ_SIZE):
             count_down(len(data))
-            await ws.send_bytes(data)
+            for message in splitter.feed(data):
+                await ws.send_bytes(message)
             liveness.sign(time.monotonic())
 
     async def watch_browser() -> None:

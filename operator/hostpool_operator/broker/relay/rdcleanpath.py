@@ -7,7 +7,14 @@ The PDU is a DER ``SEQUENCE`` of EXPLICIT context-tagged fields (IronRDP's
 destination``, ``[3] proxy_auth``, ``[4] server_auth``, ``[5] preconnection_blob`` (UTF8
 strings), ``[6] x224_connection_pdu OCTET STRING``, ``[7] server_cert_chain SEQUENCE OF
 OCTET STRING``, ``[9] server_addr UTF8String``. Reading is bounded (the PDU's size, each
-field's) and never raises anything but :class:`RdCleanPathError` on bad input."""
+field's) and never raises anything but :class:`RdCleanPathError` on bad input.
+
+The relay also sets two fields of the MCS Connect Initial's Client Core Data: the keyboard
+layout (the browser's, which IronRDP's web client does not send: it writes 0; xrdp maps it to
+the session's XKB layout, xrdp_keyboard.ini), and a client build xrdp lets resize (the web
+client sends its crate's version, 0.0.0: 0, and xrdp 0.9 takes a build up to 419 for a client
+that cannot follow a new desktop size, so it would resize the X server and never tell the
+client)."""
 
 from __future__ import annotations
 
@@ -47,6 +54,19 @@ _X224_CR, _X224_CC, _X224_DT = 0xE0, 0xD0, 0xF0
 #: RDP_NEG_RSP / RDP_NEG_FAILURE types in a Connection Confirm; PROTOCOL_SSL.
 _NEG_RSP, _NEG_FAILURE = 0x02, 0x03
 PROTOCOL_SSL = 0x1
+#: An MCS Connect Initial (BER application tag 101), the GCC client key before its user
+#: data, and the Client Core Data block's type (TS_UD_CS_CORE).
+_MCS_CONNECT_INITIAL = b"\x7f\x65"
+_H221_CLIENT_KEY = b"Duca"
+_CS_CORE = 0xC001
+#: keyboardLayout's offset in TS_UD_CS_CORE: header (4), version (4), desktopWidth,
+#: desktopHeight, colorDepth, SASSequence (2 each); clientBuild after it.
+_KEYBOARD_LAYOUT_AT = 16
+_CLIENT_BUILD_AT = 20
+#: The client build the relay writes where the browser's is one xrdp takes for a client that
+#: cannot resize (xrdp 0.9: 419 and below); FreeRDP's.
+CLIENT_BUILD = 2600
+_OLD_CLIENT_BUILD = 419
 
 
 class RdCleanPathError(ValueError):
@@ -439,6 +459,133 @@ def with_logon(packet: bytes, user: str, password: str, domain: str = "") -> byt
     return bytes([3, 0]) + (len(payload) + 4).to_bytes(2, "big") + payload
 
 
+def _core_at(packet: bytes) -> int | None:
+    """Where TS_UD_CS_CORE starts in ``packet`` (one whole TPKT packet) when it is the MCS
+    Connect Initial (TPKT, X.224 Data, BER Connect-Initial, the GCC Conference Create
+    Request whose user data, after the client key ``Duca`` and a PER length, starts with the
+    Client Core Data); None otherwise."""
+    if x224_code(packet) != _X224_DT or packet[4] != 2 or packet[7:9] != _MCS_CONNECT_INITIAL:
+        return None
+    key = packet.find(_H221_CLIENT_KEY, 9)
+    if key < 0 or key + 4 >= len(packet):
+        return None
+    at = key + 4
+    at += 2 if packet[at] & 0x80 else 1
+    if len(packet) < at + _CLIENT_BUILD_AT + 4:
+        return None
+    kind = int.from_bytes(packet[at : at + 2], "little")
+    length = int.from_bytes(packet[at + 2 : at + 4], "little")
+    if kind != _CS_CORE or length < _CLIENT_BUILD_AT + 4 or at + length > len(packet):
+        return None
+    return at
+
+
+def keyboard_layout(packet: bytes) -> int | None:
+    """The keyboard layout ``packet`` sends when it is the MCS Connect Initial (None: it is
+    not that PDU)."""
+    core = _core_at(packet)
+    if core is None:
+        return None
+    at = core + _KEYBOARD_LAYOUT_AT
+    return int.from_bytes(packet[at : at + 4], "little")
+
+
+def client_build(packet: bytes) -> int | None:
+    """The client build ``packet`` sends when it is the MCS Connect Initial (None: it is not
+    that PDU)."""
+    core = _core_at(packet)
+    if core is None:
+        return None
+    at = core + _CLIENT_BUILD_AT
+    return int.from_bytes(packet[at : at + 4], "little")
+
+
+def with_keyboard_layout(packet: bytes, layout: int | None) -> bytes | None:
+    """``packet`` with this keyboard layout (an input locale identifier, e.g. 0x041D
+    Swedish; None: the client's own) and a client build above :data:`_OLD_CLIENT_BUILD`
+    (:data:`CLIENT_BUILD` where it was not) in its Client Core Data when it is the MCS
+    Connect Initial; every other byte the same. None when it is not that PDU."""
+    if layout is not None and not 0 <= layout <= 0xFFFFFFFF:
+        raise ValueError(f"not a keyboard layout: {layout}")
+    core = _core_at(packet)
+    if core is None:
+        return None
+    patched = bytearray(packet)
+    if layout is not None:
+        at = core + _KEYBOARD_LAYOUT_AT
+        patched[at : at + 4] = layout.to_bytes(4, "little")
+    at = core + _CLIENT_BUILD_AT
+    if int.from_bytes(patched[at : at + 4], "little") <= _OLD_CLIENT_BUILD:
+        patched[at : at + 4] = CLIENT_BUILD.to_bytes(4, "little")
+    return bytes(patched)
+
+
+def pdu_length(data: bytes) -> int | None:
+    """The length of the RDP PDU at the start of ``data``: a TPKT packet (slow path) or a
+    fast-path PDU (its action bits 0, a length of one or two bytes). None when the header
+    is not whole yet; raises :class:`RdCleanPathError` when ``data`` starts with neither."""
+    if not data:
+        return None
+    if data[0] == 0x03:
+        return tpkt_length(data)
+    if data[0] & 0x03:
+        raise RdCleanPathError("neither a TPKT packet nor a fast-path PDU")
+    if len(data) < 2:
+        return None
+    if not data[1] & 0x80:
+        length = data[1]
+    elif len(data) < 3:
+        return None
+    else:
+        length = ((data[1] & 0x7F) << 8) | data[2]
+    if length < 2:
+        raise RdCleanPathError("fast-path PDU too short")
+    return length
+
+
+@dataclass
+class HostPduSplitter:
+    """Cuts what the host sends, at the start of a connection, into one message per PDU.
+
+    IronRDP's web client (0.7.0) drops whatever follows the Font Map PDU in the WebSocket
+    message that carries it (its connector's buffer is dropped when the session starts).
+    xrdp 0.9.21 sends its dynamic channels' Capabilities Request right after the Font Map,
+    often in the same TLS read: lost, the client never opens the dynamic channels, and the
+    display-control channel (the desktop following the window) is not there. One PDU a
+    message over the first :attr:`pdus` PDUs keeps every PDU; afterwards (and for a stream
+    that is not RDP) the data goes on as it comes."""
+
+    pdus: int = 200
+    done: bool = False
+    cut: int = 0
+    buffer: bytearray = field(default_factory=bytearray)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The messages to send the browser for ``data`` (a PDU cut by the read waits for its
+        rest)."""
+        if self.done:
+            return [data] if data else []
+        self.buffer += data
+        out: list[bytes] = []
+        while self.buffer and not self.done:
+            try:
+                length = pdu_length(bytes(self.buffer[:4]))
+            except RdCleanPathError:
+                length = 0
+            if length == 0 or self.cut >= self.pdus:
+                self.done = True
+                break
+            if length is None or len(self.buffer) < length:
+                return out
+            out.append(bytes(self.buffer[:length]))
+            del self.buffer[:length]
+            self.cut += 1
+        if self.buffer:
+            out.append(bytes(self.buffer))
+            self.buffer.clear()
+        return out
+
+
 class ClientInfoRefusedError(Exception):
     """The browser's logon is refused before it reaches the host (the message says why)."""
 
@@ -453,10 +600,14 @@ class ClientInfoPatcher:
     relay's, whatever the browser wrote; for another pool (``user``) a PDU naming another
     user is refused. Either way a stream that cannot be read up to that PDU (not TPKT, or
     past :attr:`limit` bytes without it) is refused; with neither it is passed on as it
-    comes."""
+    comes.
+
+    The MCS Connect Initial before it (the Client Core Data) says ``keyboard_layout`` (None:
+    the browser's own) and a client build xrdp lets resize (:func:`with_keyboard_layout`)."""
 
     logon: tuple[str, str] | None = None
     user: str | None = None
+    keyboard_layout: int | None = None
     limit: int = 256 * 1024
     #: Packets read at most before the Client Info PDU (a real client sends about twenty):
     #: the cutting is work on the event loop, so a stream of tiny packets ends it early.
@@ -505,6 +656,7 @@ class ClientInfoPatcher:
             packet = bytes(self.buffer[:length])
             del self.buffer[:length]
             packet = self._channels(packet)
+            packet = with_keyboard_layout(packet, self.keyboard_layout) or packet
             changed = self._rewritten(packet)
             if changed is not None:
                 out += changed
@@ -554,6 +706,7 @@ class ClientInfoPatcher:
 
 
 __all__ = [
+    "CLIENT_BUILD",
     "MAX_PDU",
     "PROTOCOL_SSL",
     "VERSION",
@@ -561,18 +714,23 @@ __all__ = [
     "ClientInfoPatcher",
     "ClientInfoRefusedError",
     "ErrorField",
+    "HostPduSplitter",
     "Pdu",
     "RdCleanPathError",
     "autologon",
+    "client_build",
     "client_info",
     "decode",
     "encode",
     "error_response",
+    "keyboard_layout",
+    "pdu_length",
     "request_problem",
     "response",
     "selected_protocol",
     "total_length",
     "tpkt_length",
+    "with_keyboard_layout",
     "with_logon",
     "x224_code",
 ]

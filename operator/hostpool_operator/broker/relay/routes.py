@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import secrets
 import socket
 import time
 from collections.abc import Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,9 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE = 1024 * 1024
 #: The first frame's timing the page may report (milliseconds), clamped to this.
 MAX_FIRST_FRAME_MS = 120_000
+#: The relay's ``keyboardLayout`` query parameter: an input locale identifier in hex (041D,
+#: 0x0000041D), sent to the host in the Client Core Data.
+_LAYOUT = re.compile(r"(?:0[xX])?([0-9a-fA-F]{1,8})")
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,15 @@ class _Opened:
     pool: PoolView
     placed: RequestView | None
     session: PortalSession | None = None
+    #: The keyboard layout the browser asks for (None: the client's own, 0).
+    keyboard_layout: int | None = None
+
+
+def keyboard_layout(request: web.Request) -> int | None:
+    """The keyboard layout the relay's URL asks for (``?keyboardLayout=041D``); None when it
+    names none, or not in hex (then the client's own goes on)."""
+    match = _LAYOUT.fullmatch(request.query.get("keyboardLayout", ""))
+    return int(match.group(1), 16) if match else None
 
 
 class WebDesktops:
@@ -185,7 +198,7 @@ class WebDesktops:
                 raise RefusalError(
                     error(403, "CsrfRefused", "a WebSocket from another origin is refused")
                 )
-            opened = await self._opened(request)
+            opened = replace(await self._opened(request), keyboard_layout=keyboard_layout(request))
             self._room_for(opened.caller.user)
         except RefusalError as refusal:
             return self.gate.send(request, "web", refusal.answer)
@@ -365,14 +378,14 @@ class WebDesktops:
         """What the browser's logon becomes: on a single sign-on pool the caller's own, with a
         fresh one-time credential (or the refusal); elsewhere the browser's, as long as it
         names the caller."""
-        user = opened.caller.user
+        user, layout = opened.caller.user, opened.keyboard_layout
         if not opened.pool.connection.single_sign_on:
-            return rcp.ClientInfoPatcher(user=user)
+            return rcp.ClientInfoPatcher(user=user, keyboard_layout=layout)
         grant = await self.signon.grant(opened.caller, placed)
         if isinstance(grant, Answer):
             return grant
         password, _ = self.signon.mint(grant)
-        return rcp.ClientInfoPatcher(logon=(user, password))
+        return rcp.ClientInfoPatcher(logon=(user, password), keyboard_layout=layout)
 
     # ------------------------------------------------------------------ first frame
 

@@ -401,3 +401,168 @@ def test_a_real_logon_fits_well_within_the_packets_allowed() -> None:
     patcher.feed(logon_stream("alice", "pw"))
     assert patcher.patched
     assert patcher.packets < patcher.max_packets
+
+
+# ---------------------------------------------------------------------- the keyboard layout
+
+
+def core_data(layout: int, build: int = 2657) -> bytes:
+    """TS_UD_CS_CORE (1280x720, keyboard layout ``layout``, client build ``build``), with
+    the fields after the build the relay never reads."""
+    body = (0x00080004).to_bytes(4, "little") + (1280).to_bytes(2, "little")
+    body += (720).to_bytes(2, "little") + bytes.fromhex("01ca0300")
+    body += layout.to_bytes(4, "little") + build.to_bytes(4, "little") + b"\x00" * 32
+    body += (4).to_bytes(4, "little") + b"\x00" * 8 + b"\x0c" * 64 + b"\x01\xca" * 6
+    return (0xC001).to_bytes(2, "little") + (len(body) + 4).to_bytes(2, "little") + body
+
+
+def connect_initial(
+    layout: int, others: bytes = b"\x02\xc0\x0c\x00" + b"\x00" * 8, *, build: int = 2657
+) -> bytes:
+    """An MCS Connect Initial: TPKT, X.224 Data, BER Connect-Initial (domain selectors, the
+    flag, three domain parameters), then the GCC Conference Create Request with the client's
+    user data (the Client Core Data first)."""
+    user_data = core_data(layout, build) + others
+    gcc = bytes.fromhex("000500147c0001") + (0x8000 | (len(user_data) + 14)).to_bytes(2, "big")
+    gcc += bytes.fromhex("000800100001c000") + b"Duca"
+    gcc += (0x8000 | len(user_data)).to_bytes(2, "big") + user_data
+    params = bytes.fromhex("3019020122020102020100020101020100020101020300ffff020102") * 3
+    ber = bytes.fromhex("040101040101010101ff") + params + b"\x04\x82" + len(gcc).to_bytes(2, "big")
+    mcs = b"\x7f\x65\x82" + (len(ber) + len(gcc)).to_bytes(2, "big") + ber + gcc
+    payload = bytes([0x02, 0xF0, 0x80]) + mcs
+    return bytes([3, 0]) + (len(payload) + 4).to_bytes(2, "big") + payload
+
+
+def test_the_keyboard_layout_is_read_and_written_in_the_client_core_data() -> None:
+    packet = connect_initial(0)  # IronRDP's web client: "the server's default"
+    assert rcp.keyboard_layout(packet) == 0
+    swedish = rcp.with_keyboard_layout(packet, 0x041D)
+    assert swedish == connect_initial(0x041D)
+    assert rcp.keyboard_layout(swedish) == 0x041D
+    differing = [i for i in range(len(packet)) if packet[i] != swedish[i]]
+    assert len(differing) == 2  # 0x1D and 0x04: nothing else, no length changes
+
+
+@pytest.mark.parametrize(
+    "packet",
+    [
+        client_info(0x4B0173),
+        x224_request(),
+        CONFIRM,
+        bytes.fromhex("0300000c02f0800401000100"),
+        connect_initial(0)[:-1],  # a length that does not add up
+        connect_initial(0).replace(b"Duca", b"Dxca"),
+        connect_initial(0).replace(core_data(0)[:4], b"\x02\xc0" + core_data(0)[2:4]),  # not core
+    ],
+)
+def test_other_packets_keep_their_bytes(packet: bytes) -> None:
+    assert rcp.keyboard_layout(packet) is None
+    assert rcp.with_keyboard_layout(packet, 0x041F) is None
+
+
+@given(st.binary(max_size=400))
+def test_the_keyboard_layout_never_raises(packet: bytes) -> None:
+    patched = rcp.with_keyboard_layout(packet, 0x040A)
+    if patched is not None:
+        assert len(patched) == len(packet)
+        assert rcp.keyboard_layout(patched) == 0x040A
+
+
+@given(st.lists(st.integers(1, 600), max_size=12))
+def test_the_patcher_sends_the_browsers_keyboard_layout(cuts: list[int]) -> None:
+    whole = connect_initial(0) + logon_stream("alice", "pw")
+    expected = connect_initial(0x041F) + logon_stream("alice", "pw").replace(
+        info_pdu("alice", "pw"), info_pdu("alice", "pw", flags=0x4B017B)
+    )
+    patcher = rcp.ClientInfoPatcher(user="alice", keyboard_layout=0x041F)
+    out, at = b"", 0
+    for cut in [*cuts, len(whole)]:
+        out += patcher.feed(whole[at : at + cut])
+        at += cut
+    assert patcher.patched
+    assert out == expected
+
+
+def test_a_client_build_xrdp_takes_for_one_that_cannot_resize_is_raised() -> None:
+    """IronRDP's web client sends build 0 (its crate's version, 0.0.0): xrdp 0.9 then
+    resizes the X server on a display-control request but never tells the client."""
+    web_client = connect_initial(0, build=0)
+    assert rcp.client_build(web_client) == 0
+    patched = rcp.with_keyboard_layout(web_client, None)
+    assert patched == connect_initial(0, build=rcp.CLIENT_BUILD)
+    assert rcp.client_build(connect_initial(0, build=419)) == 419
+    assert (
+        rcp.client_build(rcp.with_keyboard_layout(connect_initial(0, build=419), None) or b"")
+        == 2600
+    )
+    newer = connect_initial(0x0409, build=7601)
+    assert rcp.with_keyboard_layout(newer, None) == newer
+
+
+def test_without_a_layout_the_clients_own_goes_on() -> None:
+    patcher = rcp.ClientInfoPatcher(user="alice")
+    whole = connect_initial(0x0409) + logon_stream("alice", "pw")
+    assert rcp.keyboard_layout(patcher.feed(whole)[: len(connect_initial(0))]) == 0x0409
+
+
+# ---------------------------------------------------------------------- the host's PDUs, cut
+
+
+def font_map() -> bytes:
+    """xrdp's Font Map PDU (TPKT, X.224 Data, MCS Send Data Indication, Share Data)."""
+    return bytes.fromhex("0300001a02f08068000103eb701480" + "0c00170000" + "28" + "00" * 7)[:26]
+
+
+def dvc_capabilities_request() -> bytes:
+    """xrdp's dynamic channels' Capabilities Request on the drdynvc channel (TPKT)."""
+    body = bytes.fromhex("02f08068000103ed7014") + (8).to_bytes(4, "little") + bytes(4)
+    body += bytes.fromhex("5000020000000000")
+    return bytes([3, 0]) + (len(body) + 4).to_bytes(2, "big") + body
+
+
+FAST_PATH_SHORT = bytes([0x00, 0x08]) + b"\x01" * 6
+FAST_PATH_LONG = bytes([0x00, 0x81, 0x04]) + b"\x02" * (0x104 - 3)
+
+
+def test_pdu_lengths() -> None:
+    assert rcp.pdu_length(font_map()) == 26
+    assert rcp.pdu_length(FAST_PATH_SHORT) == 8
+    assert rcp.pdu_length(FAST_PATH_LONG) == 0x104
+    assert rcp.pdu_length(b"") is None
+    assert rcp.pdu_length(b"\x03\x00") is None
+    assert rcp.pdu_length(b"\x00\x81") is None
+    with pytest.raises(rcp.RdCleanPathError):
+        rcp.pdu_length(b"\x44\x00garbage")
+
+
+def test_the_font_map_comes_alone_in_its_message() -> None:
+    """What xrdp sent in one read (the Font Map, then the dynamic channels' request that the
+    web client would drop with the Font Map's message) goes one PDU a message."""
+    splitter = rcp.HostPduSplitter()
+    read = font_map() + FAST_PATH_SHORT + dvc_capabilities_request()
+    assert splitter.feed(read) == [font_map(), FAST_PATH_SHORT, dvc_capabilities_request()]
+
+
+@given(st.lists(st.integers(1, 300), max_size=12))
+def test_the_splitter_keeps_every_byte_however_the_reads_are_cut(cuts: list[int]) -> None:
+    pdus = [font_map(), FAST_PATH_LONG, dvc_capabilities_request(), FAST_PATH_SHORT]
+    whole = b"".join(pdus)
+    splitter = rcp.HostPduSplitter()
+    out: list[bytes] = []
+    at = 0
+    for cut in [*cuts, len(whole)]:
+        out += splitter.feed(whole[at : at + cut])
+        at += cut
+    assert out == pdus
+
+
+def test_after_its_pdus_or_on_what_is_not_rdp_the_data_goes_as_it_comes() -> None:
+    splitter = rcp.HostPduSplitter(pdus=2)
+    read = font_map() + FAST_PATH_SHORT + dvc_capabilities_request() + FAST_PATH_SHORT
+    assert splitter.feed(read) == [font_map(), FAST_PATH_SHORT, read[26 + 8 :]]
+    assert splitter.feed(b"\x05partial") == [b"\x05partial"]
+    garbage = rcp.HostPduSplitter()
+    assert garbage.feed(FAST_PATH_SHORT + b"\x44\x00garbage") == [
+        FAST_PATH_SHORT,
+        b"\x44\x00garbage",
+    ]

@@ -54,7 +54,8 @@ def connect_initial(blocks: bytes) -> bytes:
     return b"\x03\x00" + (len(payload) + 4).to_bytes(2, "big") + payload
 
 
-CORE = block(0xC001, b"\x04\x00\x08\x00" + b"\x00" * 200)
+#: The Client Core Data with a client build xrdp lets resize (2600: the relay leaves it).
+CORE = block(0xC001, b"\x04\x00\x08\x00" + bytes(12) + (2600).to_bytes(4, "little") + bytes(184))
 SECURITY = block(0xC002, b"\x00" * 8)
 ASKED = [b"rdpdr", b"rdpsnd", b"cliprdr", b"drdynvc"]
 

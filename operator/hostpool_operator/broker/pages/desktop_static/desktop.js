@@ -3,7 +3,10 @@
 // IronRDP's web component through the broker's relay (RDCleanPath over a WebSocket). The
 // page root's data-desktop-state is idle, connecting, connected, reconnecting, closed or error. The desktop
 // takes the page's size (in device pixels) at connect and follows the window's (RDP display
-// control); a fullscreen control fills the screen.
+// control); a fullscreen control fills the screen. The browser's keyboard layout goes with
+// the connection (keyboard.js).
+
+import { chosenLayout, layoutSelector } from "./keyboard.js";
 
 const root = document.getElementById("desktop");
 const form = document.getElementById("logon");
@@ -137,10 +140,23 @@ function desktopSize() {
   return { width: even(root.clientWidth, 640, 3840), height: even(root.clientHeight, 480, 2160) };
 }
 
-// Follows the window: a new size a moment after the last resize event (one display-control
-// request per settled size, not one per pixel of a drag).
+// Follows the window: the page's size is asked of the host (RDP display control) once the
+// window has been still for RESIZE_SETTLE ms (one request per settled size, not one per pixel
+// of a drag), and asked again every RESIZE_AGAIN ms, RESIZE_TRIES times at most, until the
+// client draws the desktop at that size: the client drops a request made before the host's
+// display-control capabilities came, and xrdp one that comes while it is still changing the
+// size. (That the capabilities come at all, and that xrdp tells the client the new size, is
+// the relay's doing: rdcleanpath.HostPduSplitter and the client build it writes.)
+// data-desktop-size is the size the desktop is drawn at once it is the page's;
+// data-resize-ms the time from the window's change to it.
+const RESIZE_SETTLE = 300;
+const RESIZE_AGAIN = 1500;
+const RESIZE_TRIES = 8;
 let resizing = null;
 let sizeSent = null;
+let sizeRound = 0;
+// When the window began to change (for data-resize-ms: from there to the new size drawn).
+let resizeStarted = null;
 
 // The size the host's desktop has now, as the client draws it (its canvas; null: none yet).
 function drawnSize() {
@@ -149,24 +165,36 @@ function drawnSize() {
   return canvas ? { width: canvas.width, height: canvas.height } : null;
 }
 
-// Asks for the page's size until the host's desktop has it: a request that reaches xrdp
-// while it is still changing the size (or before the display-control channel is open) is
-// dropped, so it is asked again, a few times.
-function followWindow(tries) {
+function followWindow() {
+  resizeStarted ??= performance.now();
   clearTimeout(resizing);
-  resizing = setTimeout(() => {
-    if (ui === null || root.dataset.desktopState !== "connected") return;
-    const size = desktopSize();
-    const drawn = drawnSize();
-    if (drawn && drawn.width === size.width && drawn.height === size.height) return;
-    sizeSent = size;
-    ui.resize(size.width, size.height);
-    root.dataset.desktopSize = `${size.width}x${size.height}`;
-    if (tries > 1) followWindow(tries - 1);
-  }, tries === RESIZE_TRIES ? 300 : 2000);
+  const round = ++sizeRound;
+  resizing = setTimeout(() => askSize(round), RESIZE_SETTLE);
 }
-const RESIZE_TRIES = 4;
-window.addEventListener("resize", () => followWindow(RESIZE_TRIES));
+
+async function askSize(round) {
+  const current = () => round === sizeRound && ui !== null && root.dataset.desktopState === "connected";
+  const size = desktopSize();
+  const drawnIsPage = () => {
+    const drawn = drawnSize();
+    return drawn !== null && drawn.width === size.width && drawn.height === size.height;
+  };
+  for (let tries = 0; current() && tries < RESIZE_TRIES; tries++) {
+    if (drawnIsPage()) break;
+    sizeSent = size;
+    ui.resize(size.width, size.height, Math.round((window.devicePixelRatio || 1) * 100));
+    ui.setScale(1); // fit: the client sized its canvas to the request in CSS pixels
+    for (const until = performance.now() + RESIZE_AGAIN; current() && !drawnIsPage() && performance.now() < until; ) {
+      await sleep(50);
+    }
+  }
+  if (current() && drawnIsPage()) {
+    root.dataset.desktopSize = `${size.width}x${size.height}`;
+    root.dataset.resizeMs = String(Math.round(performance.now() - resizeStarted));
+    resizeStarted = null;
+  }
+}
+window.addEventListener("resize", followWindow);
 
 function describe(error) {
   if (error && typeof error.kind === "function") {
@@ -189,8 +217,12 @@ async function connect(secret, again) {
   const rdp = await loadClient();
   const { element, ready } = component(rdp);
   ui = await ready;
+  ui.setKeyboardUnicodeMode(false); // scancodes: the session's layout makes the characters
   const relay = new URL(`${base}/session/web`, window.location.href);
   relay.protocol = relay.protocol === "https:" ? "wss:" : "ws:";
+  const layout = await chosenLayout();
+  relay.searchParams.set("keyboardLayout", layout);
+  root.dataset.keyboardLayout = layout;
   const config = ui
     .configBuilder()
     .withUsername(user)
@@ -218,6 +250,7 @@ async function connect(secret, again) {
   disconnectButton.hidden = false;
   fullscreenButton.hidden = false;
   show("connected", t("desktop_connected"));
+  followWindow(); // a window resized while connecting
   firstFrame(element).then(() => {
     const ms = Math.round(performance.now() - clicked);
     root.dataset.firstFrameMs = String(ms);
@@ -241,6 +274,8 @@ async function connect(secret, again) {
 // session limit asked for.
 const RECONNECT_FOR = 60_000;
 let leaving = false;
+// A new keyboard layout chosen while connected: connect again at once, with it.
+let relayout = false;
 let connectedAt = null;
 let reconnectUntil = null;
 
@@ -282,6 +317,12 @@ async function open(secret) {
       ended = { error };
     }
     root.dataset.endReason = String(ended.reason ?? (ended.error && describe(ended.error)) ?? "");
+    if (relayout && !leaving) {
+      relayout = false;
+      again = true;
+      show("connecting", t("desktop_connecting"));
+      continue;
+    }
     if (leaving || (ended.reason && ON_PURPOSE.test(ended.reason))) break;
     reconnectUntil ??= Date.now() + RECONNECT_FOR;
     show("reconnecting", t("desktop_reconnecting"));
@@ -328,6 +369,15 @@ fullscreenButton.addEventListener("click", () => {
   if (document.fullscreenElement) document.exitFullscreen().catch(() => {});
   else root.requestFullscreen().catch(() => {});
 });
+
+// The keyboard layout: the page's selector (automatic, or the person's choice); a new one
+// while connected connects again to the same session with it.
+layoutSelector(document.getElementById("keyboard"), t, () => {
+  if (ui !== null && root.dataset.desktopState === "connected") {
+    relayout = true;
+    ui.shutdown();
+  }
+}).catch(() => {});
 
 // Load the client while the user types the password (data-client="ready" once it is).
 loadClient()
