@@ -13,7 +13,8 @@ renames the channel in the Connect Initial; the broker says so).
 With FreeRDP and the broker's .rdp file: a pool with the clipboard carries text both ways; one
 without it says ``redirectclipboard:i:0``, and xfreerdp forced on with ``+clipboard`` carries
 nothing, its host's clipboard channel being off (as the session-host image turns it off when
-the operator tells it, HOSTPOOL_CLIPBOARD=Disabled)."""
+the operator tells it, HOSTPOOL_CLIPBOARD=Disabled, which the session-host image is shown
+to follow)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ from support.broker_helpers import BrokerProcess
 from support.cluster import Cluster
 from support.desktop import RdpClient, VirtualDisplay
 from support.desktop_sessions import AgentHosts, session_env, wait_state
-from support.kube import wait_for
+from support.kube import unique_name, wait_for
 from support.operator_process import OperatorProcess
+from support.podman import build_image, podman
 from support.portal import portal_args, sign_in
 from support.report_logs import EXTRA_LOGS
 from support.web_desktop import open_desktop, web_client_or_stop
@@ -284,3 +286,40 @@ def test_freerdp_carries_text_only_where_the_pool_has_a_clipboard(
             client.kill()
         for display in displays:
             display.__exit__(None, None, None)
+
+
+def test_the_session_host_image_turns_its_clipboard_off_when_the_operator_says() -> None:
+    """The session-host image as the operator starts it for a pool without a clipboard
+    (HOSTPOOL_CLIPBOARD=Disabled): xrdp's clipboard channel and chansrv's clipboard are off
+    before xrdp starts; a value it does not know stops the container, saying why."""
+    image = build_image("--session-host")
+    name = unique_name("clipboard", max_length=30)
+    try:
+        podman("run", "-d", "--name", name, "-e", "HOSTPOOL_CLIPBOARD=Disabled", image)
+        wait_for(
+            lambda: "RDP on port 3389" in podman("logs", name, check=False),
+            60,
+            what="xrdp to start in the container",
+        )
+        settings = podman(
+            "exec", name, "grep", "-h", "-e", "^cliprdr=", "-e", "^Restrict.*Clipboard=",
+            "/etc/xrdp/xrdp.ini", "/etc/xrdp/sesman.ini",
+        ).split()  # fmt: skip
+        assert settings == [
+            "cliprdr=false",
+            "RestrictOutboundClipboard=all",
+            "RestrictInboundClipboard=all",
+        ]
+        assert "clipboard Disabled" in podman("logs", name, check=False)
+    finally:
+        podman("rm", "--force", "--time", "5", name, check=False)
+    bad = unique_name("clipboard", max_length=30)
+    try:
+        podman("run", "--name", bad, "-e", "HOSTPOOL_CLIPBOARD=off", image, check=False, timeout=60)
+        code = podman("inspect", "--format", "{{.State.ExitCode}}", bad).strip()
+        assert code == "1"
+        assert "HOSTPOOL_CLIPBOARD is neither Enabled nor Disabled" in podman(
+            "logs", bad, check=False
+        )
+    finally:
+        podman("rm", "--force", "--time", "5", bad, check=False)
