@@ -13,8 +13,9 @@ renames the channel in the Connect Initial; the broker says so).
 With FreeRDP and the broker's .rdp file: a pool with the clipboard carries text both ways; one
 without it says ``redirectclipboard:i:0``, and xfreerdp forced on with ``+clipboard`` carries
 nothing, its host's clipboard channel being off (as the session-host image turns it off when
-the operator tells it, HOSTPOOL_CLIPBOARD=Disabled, which the session-host image is shown
-to follow)."""
+the operator tells it, HOSTPOOL_CLIPBOARD=Disabled, which the image is shown to follow); on a
+host whose own clipboard is on, the same forced client does carry text (a native client at a
+host decides for itself: the host's setting is what holds)."""
 
 from __future__ import annotations
 
@@ -199,7 +200,25 @@ def test_without_the_clipboard_nothing_crosses_in_the_browser_even_from_a_change
     assert log.count("asked for the clipboard, which the pool does not allow") == 1, log[-3000:]
 
 
-def test_freerdp_carries_text_only_where_the_pool_has_a_clipboard(
+#: FreeRDP's sessions: (user, pool, its clipboard, host, the host's clipboard, first address).
+#: carol's host is one the operator did not start (its clipboard on): a client forced on
+#: carries text there whatever the pool says, as docs/broker.md warns; it shows that the host's
+#: setting is what holds bob's closed.
+FREERDP = [
+    ("alice", "rdpopen", "Enabled", "rdp-open", "Enabled", 107),
+    ("bob", "rdpclosed", "Disabled", "rdp-closed", "Disabled", 109),
+    ("carol", "rdpforced", "Disabled", "rdp-forced", "Enabled", 111),
+]
+
+
+def crosses_both_ways(local: dict[str, str], remote: dict[str, str], user: str) -> None:
+    copy_on(local, f"{user}: freerdp to the desktop")
+    wait_for(lambda: desktop_clipboard(remote) == f"{user}: freerdp to the desktop", 15, what="up")
+    copy_on(remote, f"{user}: the desktop to freerdp")
+    wait_for(lambda: desktop_clipboard(local) == f"{user}: the desktop to freerdp", 15, what="down")
+
+
+def test_freerdp_carries_text_only_where_the_pool_and_its_host_have_a_clipboard(
     cluster: Cluster,
     namespace: str,
     operator_process: OperatorProcess,
@@ -210,16 +229,11 @@ def test_freerdp_carries_text_only_where_the_pool_has_a_clipboard(
     request: pytest.FixtureRequest,
 ) -> None:
     del operator_process
-    users = {"alice": PASSWORD, "bob": "bob-clip-desk-pw"}
-    open_hosts, open_agents = agent_hosts(["rdp-open"], users, first=107)
-    # The host the operator would start for a pool without a clipboard: its channel off.
-    closed_hosts, closed_agents = agent_hosts(
-        ["rdp-closed"], users, first=109, clipboard="Disabled"
-    )
-    for pool, host, user, clipboard in (
-        ("rdpopen", "rdp-open", "alice", "Enabled"),
-        ("rdpclosed", "rdp-closed", "bob", "Disabled"),
-    ):
+    passwords = {user: f"{user}-clip-desk-pw" for user, *_ in FREERDP}
+    for user, pool, clipboard, host, host_clipboard, first in FREERDP:
+        hosts, agents = agent_hosts(
+            [host], {user: passwords[user]}, first=first, clipboard=host_clipboard
+        )
         cluster.setup_pool(
             pool,
             "DepthFirst",
@@ -228,12 +242,8 @@ def test_freerdp_carries_text_only_where_the_pool_has_a_clipboard(
             entitlements={"users": [user], "groups": []},
             connection={"clipboard": clipboard},
         )
-    open_agents["rdp-open"].start()
-    closed_agents["rdp-closed"].start()
-    for host, address in (
-        ("rdp-open", open_hosts.hosts["rdp-open"].address),
-        ("rdp-closed", closed_hosts.hosts["rdp-closed"].address),
-    ):
+        agents[host].start()
+        address = hosts.hosts[host].address
         cluster.wait(
             lambda h=host, a=address: (  # type: ignore[misc]
                 ((cluster.host(h).get("status") or {}).get("agent") or {}).get("address") == a
@@ -246,19 +256,20 @@ def test_freerdp_carries_text_only_where_the_pool_has_a_clipboard(
     displays: list[VirtualDisplay] = []
     try:
         sessions = {}
-        for n, (pool, user) in enumerate((("rdpopen", "alice"), ("rdpclosed", "bob"))):
+        for n, (user, pool, clipboard, *_) in enumerate(FREERDP):
             answer = broker.connect(namespace, pool, tokens(user))
             assert answer.status == 200, answer.text
             rdp_text = answer.body["rdpFile"]
-            want = "redirectclipboard:i:1" if pool == "rdpopen" else "redirectclipboard:i:0"
+            want = f"redirectclipboard:i:{int(clipboard == 'Enabled')}"
             assert want in rdp_text.split("\r\n"), rdp_text
             rdp = tmp_path / f"{user}.rdp"
             rdp.write_text(rdp_text, newline="")
             display = VirtualDisplay(80 + (os.getpid() + n) % 9, tmp_path / f"xvfb-{user}.log")
             display.__enter__()
             displays.append(display)
+            # Forced on, whatever the file says.
             client = RdpClient(
-                display, rdp, users[user], tmp_path / f"xfreerdp-{user}.log",
+                display, rdp, passwords[user], tmp_path / f"xfreerdp-{user}.log",
                 tmp_path / f"home-{user}", extra=("+clipboard",),
             )  # fmt: skip
             logs.append((f"xfreerdp {user} log", client.log_text))
@@ -268,19 +279,16 @@ def test_freerdp_carries_text_only_where_the_pool_has_a_clipboard(
             local = {**os.environ, "DISPLAY": display.name}
             sessions[user] = (local, session_env(user))
 
-        # Where the pool has a clipboard: both ways.
-        local, remote = sessions["alice"]
-        copy_on(local, "freerdp to the desktop")
-        wait_for(lambda: desktop_clipboard(remote) == "freerdp to the desktop", 15, what="up")
-        copy_on(remote, "the desktop to freerdp")
-        wait_for(lambda: desktop_clipboard(local) == "the desktop to freerdp", 15, what="down")
-
-        # Where it has none: neither way, however the client is set.
+        # Where the pool and its host have a clipboard: both ways.
+        crosses_both_ways(*sessions["alice"], "alice")
+        # Where the pool has none and the operator's host has its channel off: neither way.
         local, remote = sessions["bob"]
         copy_on(local, "bob's device text")
         copy_on(remote, "bob's desktop text")
         stays_apart(lambda: desktop_clipboard(remote), "bob's device text")
         stays_apart(lambda: desktop_clipboard(local), "bob's desktop text", 1.0)
+        # A host with its own clipboard on, and a client that ignores the file: it crosses.
+        crosses_both_ways(*sessions["carol"], "carol")
     finally:
         for client in clients:
             client.kill()
