@@ -6,6 +6,9 @@ Fit to the window: the page at 1280x720 gives a 1280x720 desktop (the X server's
 on the host); the fullscreen control is offered once connected; the window resized to 1024x640
 gives a 1024x640 desktop, in the same X server (no new logon), by RDP display control.
 
+High DPI: a page at device pixel ratio 2 gets a desktop of its size in device pixels at
+connect and when its window changes.
+
 Keyboard: Swedish chosen in the page's selector (remembered across a reload) is sent at
 connect; the session's X server has the Swedish layout, and the keys of å, ä and ö on a
 Swedish keyboard (by their physical codes) type åäö in an xterm of the desktop, which writes
@@ -53,10 +56,20 @@ USER = "frank"
 PASSWORD = "frank-daily-desk-pw"
 WIDE: ViewportSize = {"width": 1280, "height": 720}
 NARROW: ViewportSize = {"width": 1024, "height": 640}
+#: At device pixel ratio 2: 1280x720 and 1024x640 device pixels.
+DENSE: ViewportSize = {"width": 640, "height": 360}
+DENSE_NARROW: ViewportSize = {"width": 512, "height": 320}
 SWEDISH = "041D"
 #: The keys of å, ä and ö on a Swedish keyboard, by their physical codes (KeyboardEvent.code).
 SWEDISH_KEYS = ("BracketLeft", "Quote", "Semicolon")
 TYPED = "åäö"
+#: Records the page's states from now on (window.seenStates).
+WATCH_STATES = """() => {
+    window.seenStates = [];
+    const root = document.getElementById("desktop");
+    new MutationObserver(() => window.seenStates.push(root.dataset.desktopState))
+        .observe(root, {attributes: true, attributeFilter: ["data-desktop-state"]});
+}"""
 
 
 def x_screen_size(user: str) -> str:
@@ -146,20 +159,22 @@ def test_the_desktop_fits_the_window_types_swedish_and_comes_back_by_itself(
         assert page.input_value('[data-action="keyboard"]') == SWEDISH
         wait_state(cluster, request_name(namespace, POOL, USER), "Active", f"{USER} to be Active")
         root = page.locator("#desktop")
-        assert root.get_attribute("data-desktop-size") == "1280x720"
+        sized = "#desktop[data-desktop-size='{}']"
+        page.wait_for_selector(sized.format("1280x720"), state="attached", timeout=30_000)
         assert root.get_attribute("data-keyboard-layout") == SWEDISH
         assert x_screen_size(USER) == "1280x720"
         assert page.locator('[data-action="fullscreen"]').is_visible()
         server = xorg_pid(USER)
         shows_colour(page, host_colour(hosts, HOST), tmp_path / "wide.png")
 
-        # Fit to the window: the window made smaller, the desktop follows, same X server.
+        # Fit to the window: the window made smaller, the desktop follows, same X server, the
+        # same connection (display control, not a reconnect at the new size).
+        page.evaluate(WATCH_STATES)
         asked = time.monotonic()
         page.set_viewport_size(NARROW)
-        page.wait_for_selector(
-            "#desktop[data-desktop-size='1024x640']", state="attached", timeout=30_000
-        )
+        page.wait_for_selector(sized.format("1024x640"), state="attached", timeout=30_000)
         took = time.monotonic() - asked
+        assert page.evaluate("window.seenStates") == [], root.get_attribute("data-end-reason")
         assert x_screen_size(USER) == "1024x640"
         assert xorg_pid(USER) == server
         page.screenshot(path=str(tmp_path / "narrow.png"))
@@ -194,14 +209,7 @@ def test_the_desktop_fits_the_window_types_swedish_and_comes_back_by_itself(
             xterm.wait(timeout=10)
 
         # Reconnect by itself: the relay's connection to the host cut under the session.
-        page.evaluate(
-            """() => {
-                window.seenStates = [];
-                const root = document.getElementById("desktop");
-                new MutationObserver(() => window.seenStates.push(root.dataset.desktopState))
-                    .observe(root, {attributes: true, attributeFilter: ["data-desktop-state"]});
-            }"""
-        )
+        page.evaluate("window.seenStates = []")
         address = hosts.hosts[HOST].address
         killed = subprocess.run(
             ["ss", "-K", "dst", address, "dport", "=", "3389"],
@@ -233,5 +241,18 @@ def test_the_desktop_fits_the_window_types_swedish_and_comes_back_by_itself(
         )
         wait_state(cluster, request_name(namespace, POOL, USER), "Disconnected", "Disconnected")
         assert "reconnecting" not in page.evaluate("window.seenStates")
+
+        # High DPI: a page at device pixel ratio 2 gets a desktop of its device pixels (the
+        # same session again) and follows its window in them too.
+        dense = new_page(viewport=DENSE, device_scale_factor=2)
+        sign_in(dense, broker.url, USER, f"{USER}-pw", next_path=desktop)
+        open_desktop(dense, broker.url + desktop, PASSWORD)
+        dense.wait_for_selector(sized.format("1280x720"), state="attached", timeout=30_000)
+        assert x_screen_size(USER) == "1280x720"
+        dense.set_viewport_size(DENSE_NARROW)
+        dense.wait_for_selector(sized.format("1024x640"), state="attached", timeout=30_000)
+        assert x_screen_size(USER) == "1024x640"
+        assert xorg_pid(USER) == server
+        dense.screenshot(path=str(tmp_path / "dense.png"))
     finally:
         keep_logs(hosts, USER, tmp_path / "logs")

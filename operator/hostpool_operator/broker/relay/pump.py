@@ -1,7 +1,7 @@
 """The relay's traffic once a host link is open: the browser's first message (the
 RDCleanPath request), then both ways until either side ends or the browser shows no sign of
 life (``liveness``); the auto-logon flag set on the Client Info PDU on the way, and what the
-host sends at the start cut one PDU a message."""
+host sends made fit for the web client (``rdcleanpath.HostStream``)."""
 
 from __future__ import annotations
 
@@ -84,9 +84,9 @@ async def pump(
                 writer.write(data)
                 await writer.drain()
 
-    # One PDU a message at the start (rdcleanpath.HostPduSplitter: the web client keeps
-    # nothing that follows the Font Map in its message).
-    splitter = rcp.HostPduSplitter()
+    # What the host sends, made fit for the web client (rdcleanpath.HostStream: one PDU a
+    # message at the start, xrdp's short Deactivate All made whole).
+    splitter = rcp.HostStream()
 
     async def host_to_browser() -> None:
         while data := await reader.read(READ_SIZE):

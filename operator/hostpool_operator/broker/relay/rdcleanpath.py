@@ -543,47 +543,203 @@ def pdu_length(data: bytes) -> int | None:
     return length
 
 
-@dataclass
-class HostPduSplitter:
-    """Cuts what the host sends, at the start of a connection, into one message per PDU.
+#: MCS Send Data Indication's PER choice byte (DomainMCSPDU 26, shifted left by 2).
+_MCS_SEND_DATA_INDICATION = 0x68
+#: Share Control pduTypes (the low 4 bits of pduType): Demand Active, Deactivate All, Data.
+_PDUTYPE_DEMAND_ACTIVE = 0x1
+_PDUTYPE_DEACTIVATE_ALL = 0x6
+_PDUTYPE_DATA = 0x7
+#: Share Data pduType2s of the connection finalization: Control, Synchronize, Font Map.
+_FINALIZATION = frozenset({0x14, 0x1F, 0x28})
+_PDUTYPE2_FONTMAP = 0x28
+#: What the relay holds back at most while the client reactivates (then it gives up holding).
+_HOLD_AT_MOST = 8 * 1024 * 1024
+_SHARE_CONTROL_HEADER = 6
+#: After the start, a PDU cut by a read is held until whole when it is at most this long (a
+#: Deactivate All is 17 bytes), passed on as it comes when longer.
+_SMALL_PDU = 64
 
-    IronRDP's web client (0.7.0) drops whatever follows the Font Map PDU in the WebSocket
-    message that carries it (its connector's buffer is dropped when the session starts).
-    xrdp 0.9.21 sends its dynamic channels' Capabilities Request right after the Font Map,
-    often in the same TLS read: lost, the client never opens the dynamic channels, and the
-    display-control channel (the desktop following the window) is not there. One PDU a
-    message over the first :attr:`pdus` PDUs keeps every PDU; afterwards (and for a stream
-    that is not RDP) the data goes on as it comes."""
+
+def _share_control_at(packet: bytes) -> int | None:
+    """Where the Share Control Header starts in ``packet`` (one whole TPKT packet from the
+    host: X.224 Data, MCS Send Data Indication, a PER length, and under TLS no security
+    header); None when it is not such a packet."""
+    if x224_code(packet) != _X224_DT or packet[4] != 2 or len(packet) < 15:
+        return None
+    if packet[7] != _MCS_SEND_DATA_INDICATION:
+        return None
+    at = 13  # after TPKT, X.224, the choice, initiator, channel id, priority/segmentation
+    first = packet[at]
+    if first & 0xC0 == 0xC0:
+        return None
+    if first & 0x80:
+        length = ((first & 0x3F) << 8) | packet[at + 1]
+        at += 2
+    else:
+        length = first
+        at += 1
+    if at + length != len(packet) or length < _SHARE_CONTROL_HEADER:
+        return None
+    return at
+
+
+def share_control_type(packet: bytes) -> int | None:
+    """The Share Control pduType (low 4 bits) of a slow-path PDU from the host, or None."""
+    at = _share_control_at(packet)
+    if at is None:
+        return None
+    return int.from_bytes(packet[at + 2 : at + 4], "little") & 0x0F
+
+
+def deactivate_all_completed(packet: bytes, share_id: int) -> bytes | None:
+    """xrdp 0.9's Deactivate All PDU (its Share Control Header alone: no shareId, no source
+    descriptor) with the fields MS-RDPBCGR gives it (this shareId, a one-byte source
+    descriptor 0); the MCS and TPKT lengths follow. None when ``packet`` is not a
+    header-only Deactivate All."""
+    at = _share_control_at(packet)
+    if at is None or len(packet) - at != _SHARE_CONTROL_HEADER:
+        return None
+    if int.from_bytes(packet[at + 2 : at + 4], "little") & 0x0F != _PDUTYPE_DEACTIVATE_ALL:
+        return None
+    rest = share_id.to_bytes(4, "little") + (1).to_bytes(2, "little") + b"\0"
+    body = (_SHARE_CONTROL_HEADER + len(rest)).to_bytes(2, "little") + packet[at + 2 : at + 6]
+    body += rest
+    payload = packet[4:13] + bytes([len(body)]) + body
+    return bytes([3, 0]) + (len(payload) + 4).to_bytes(2, "big") + payload
+
+
+@dataclass
+class HostStream:
+    """What the host sends, made fit for IronRDP's web client (0.7.0), PDU by PDU.
+
+    - **One PDU a message at the start** (the first :attr:`pdus`). The client drops whatever
+      follows the Font Map PDU in the WebSocket message that carries it (its connector's
+      buffer is dropped when the session starts). xrdp 0.9.21 sends its dynamic channels'
+      Capabilities Request right after the Font Map, often in the same TLS read: lost, the
+      client never opens the dynamic channels, and the display-control channel (the desktop
+      following the window) is not there.
+    - **A whole Deactivate All.** xrdp 0.9 sends the Deactivate All PDU (the start of a
+      resize) as a Share Control Header alone; the client cannot decode it ("received 6
+      bytes, expected 10") and ends the session. It goes on with the shareId (the Demand
+      Active's) and a source descriptor.
+    - **Nothing but the reactivation until it is done.** After the Deactivate All xrdp draws
+      the resized desktop while the client is still in the connection finalization, and the
+      client ends the session on the first slow-path update it gets there ("unexpected
+      server message"). From the Deactivate All to the Font Map the relay passes on only
+      the Demand Active and the finalization's PDUs on the I/O channel (Synchronize,
+      Control, Font Map) and holds everything else back (at most 8 MiB), then sends it, in
+      its order, one PDU a message.
+
+    Afterwards the data goes on as it comes but for a small PDU cut by a read (held until
+    whole); a stream that is not RDP goes on untouched."""
 
     pdus: int = 200
-    done: bool = False
     cut: int = 0
-    buffer: bytearray = field(default_factory=bytearray)
+    share_id: int = 0
+    #: The I/O channel (the Demand Active's MCS channel).
+    io_channel: int | None = None
+    rdp: bool = True
+    #: Bytes of a long PDU passed on whose rest is still to come.
+    skip: int = 0
+    held: bytearray = field(default_factory=bytearray)
+    #: Between a Deactivate All and its Font Map: what is held back meanwhile.
+    reactivating: bool = False
+    held_back: list[bytes] = field(default_factory=list)
+    held_back_bytes: int = 0
 
     def feed(self, data: bytes) -> list[bytes]:
-        """The messages to send the browser for ``data`` (a PDU cut by the read waits for its
-        rest)."""
-        if self.done:
+        """The messages to send the browser for ``data``."""
+        if not self.rdp:
             return [data] if data else []
-        self.buffer += data
+        if self.held:
+            data = bytes(self.held) + data
+            self.held.clear()
         out: list[bytes] = []
-        while self.buffer and not self.done:
+        i = min(self.skip, len(data))
+        self.skip -= i
+        mark = 0  # the start of what is still to be passed on
+        while i < len(data):
             try:
-                length = pdu_length(bytes(self.buffer[:4]))
+                length = pdu_length(data[i : i + 4])
             except RdCleanPathError:
-                length = 0
-            if length == 0 or self.cut >= self.pdus:
-                self.done = True
+                self.rdp = False
                 break
-            if length is None or len(self.buffer) < length:
-                return out
-            out.append(bytes(self.buffer[:length]))
-            del self.buffer[:length]
-            self.cut += 1
-        if self.buffer:
-            out.append(bytes(self.buffer))
-            self.buffer.clear()
+            splitting = self.cut < self.pdus or self.reactivating
+            if length is None or (i + length > len(data) and (splitting or length <= _SMALL_PDU)):
+                self.held += data[i:]
+                data = data[:i]
+                break
+            if i + length > len(data):  # a long PDU: on as it comes
+                self.skip = i + length - len(data)
+                break
+            packet = data[i : i + length] if data[i] == 0x03 else b""
+            changed = self._changed(packet) if packet else None
+            if splitting:
+                if mark < i:
+                    out.append(data[mark:i])
+                self._one(out, changed or data[i : i + length])
+                self.cut += 1
+                mark = i + length
+            elif changed is not None:
+                out.append(data[mark:i] + changed)
+                mark = i + length
+            i += length
+        if mark < len(data):
+            out.append(data[mark:])
         return out
+
+    def _one(self, out: list[bytes], pdu: bytes) -> None:
+        """One whole PDU, alone in its message: passed on, or held back while the client
+        reactivates (all of it sent after the Font Map)."""
+        if not self.reactivating:
+            out.append(pdu)
+            return
+        kind = self._io_kind(pdu)
+        if kind in (_PDUTYPE_DEMAND_ACTIVE, _PDUTYPE_DEACTIVATE_ALL) or kind in _FINALIZATION:
+            out.append(pdu)
+            if kind == _PDUTYPE2_FONTMAP:
+                self._release(out)
+            return
+        self.held_back.append(pdu)
+        self.held_back_bytes += len(pdu)
+        if self.held_back_bytes > _HOLD_AT_MOST:
+            self._release(out)
+
+    def _release(self, out: list[bytes]) -> None:
+        out.extend(self.held_back)
+        self.held_back.clear()
+        self.held_back_bytes = 0
+        self.reactivating = False
+
+    def _io_kind(self, pdu: bytes) -> int | None:
+        """A slow-path PDU's Share Control pduType on the I/O channel (Data: its pduType2
+        instead); None for anything else."""
+        if not pdu or pdu[0] != 0x03 or int.from_bytes(pdu[10:12], "big") != self.io_channel:
+            return None
+        kind = share_control_type(pdu)
+        if kind != _PDUTYPE_DATA:
+            return kind
+        at = _share_control_at(pdu)
+        if at is None or len(pdu) < at + 15:
+            return None
+        # After the header: shareId (4), pad, streamId, uncompressedLength (2), pduType2.
+        return pdu[at + 14]
+
+    def _changed(self, packet: bytes) -> bytes | None:
+        """``packet`` (a TPKT packet) as the client must get it; None: as it is."""
+        kind = share_control_type(packet)
+        if kind == _PDUTYPE_DEMAND_ACTIVE:
+            at = _share_control_at(packet)
+            if at is not None and len(packet) >= at + 10:
+                self.share_id = int.from_bytes(packet[at + 6 : at + 10], "little")
+                self.io_channel = int.from_bytes(packet[10:12], "big")
+            return None
+        if kind == _PDUTYPE_DEACTIVATE_ALL:
+            completed = deactivate_all_completed(packet, self.share_id)
+            if completed is not None and self.io_channel is not None:
+                self.reactivating = True
+            return completed
+        return None
 
 
 class ClientInfoRefusedError(Exception):
@@ -714,12 +870,13 @@ __all__ = [
     "ClientInfoPatcher",
     "ClientInfoRefusedError",
     "ErrorField",
-    "HostPduSplitter",
+    "HostStream",
     "Pdu",
     "RdCleanPathError",
     "autologon",
     "client_build",
     "client_info",
+    "deactivate_all_completed",
     "decode",
     "encode",
     "error_response",
@@ -728,6 +885,7 @@ __all__ = [
     "request_problem",
     "response",
     "selected_protocol",
+    "share_control_type",
     "total_length",
     "tpkt_length",
     "with_keyboard_layout",

@@ -505,27 +505,51 @@ def test_without_a_layout_the_clients_own_goes_on() -> None:
     assert rcp.keyboard_layout(patcher.feed(whole)[: len(connect_initial(0))]) == 0x0409
 
 
-# ---------------------------------------------------------------------- the host's PDUs, cut
+# ---------------------------------------------------------------------- the host's PDUs
 
 
-def font_map() -> bytes:
-    """xrdp's Font Map PDU (TPKT, X.224 Data, MCS Send Data Indication, Share Data)."""
-    return bytes.fromhex("0300001a02f08068000103eb701480" + "0c00170000" + "28" + "00" * 7)[:26]
+def host_pdu(share_control: bytes, channel: int = 1003) -> bytes:
+    """A slow-path PDU from the host under TLS: TPKT, X.224 Data, MCS Send Data Indication
+    (user 1002 on ``channel``), a PER length, then ``share_control``."""
+    size = len(share_control)
+    per = bytes([size]) if size < 0x80 else (0x8000 | size).to_bytes(2, "big")
+    mcs = bytes([0x68, 0x00, 0x01]) + channel.to_bytes(2, "big") + b"\x70" + per
+    payload = bytes([0x02, 0xF0, 0x80]) + mcs + share_control
+    return bytes([3, 0]) + (len(payload) + 4).to_bytes(2, "big") + payload
 
 
-def dvc_capabilities_request() -> bytes:
-    """xrdp's dynamic channels' Capabilities Request on the drdynvc channel (TPKT)."""
-    body = bytes.fromhex("02f08068000103ed7014") + (8).to_bytes(4, "little") + bytes(4)
-    body += bytes.fromhex("5000020000000000")
-    return bytes([3, 0]) + (len(body) + 4).to_bytes(2, "big") + body
+SHARE_ID = 0x103EA
+#: xrdp's Demand Active (the share id after the Share Control Header, then the rest).
+DEMAND_ACTIVE = host_pdu(
+    (400).to_bytes(2, "little") + b"\x11\x00\xea\x03" + SHARE_ID.to_bytes(4, "little") + bytes(390)
+)
+#: xrdp 0.9's Deactivate All: its Share Control Header alone.
+SHORT_DEACTIVATE_ALL = host_pdu(b"\x06\x00\x16\x00\xea\x03")
+#: The same as MS-RDPBCGR gives it: shareId, lengthSourceDescriptor 1, sourceDescriptor 0.
+DEACTIVATE_ALL = host_pdu(
+    b"\x0d\x00\x16\x00\xea\x03" + SHARE_ID.to_bytes(4, "little") + b"\x01\x00\x00"
+)
 
 
+def share_data(pdu_type2: int, body: bytes) -> bytes:
+    """A Share Data PDU on the I/O channel (Share Control Header, then the Share Data
+    Header: shareId, pad, streamId, uncompressedLength, pduType2, compression, length)."""
+    data = SHARE_ID.to_bytes(4, "little") + b"\x00\x01" + (len(body) + 4).to_bytes(2, "little")
+    data += bytes([pdu_type2, 0]) + b"\x00\x00" + body
+    return host_pdu((len(data) + 6).to_bytes(2, "little") + b"\x17\x00\xea\x03" + data)
+
+
+FONT_MAP = share_data(0x28, bytes(8))
+SYNCHRONIZE = share_data(0x1F, b"\x01\x00\xea\x03")
+CONTROL = share_data(0x14, b"\x04\x00" + bytes(6))
+SLOW_PATH_UPDATE = share_data(0x02, b"\x01\x00" + bytes(40))
+DVC_CAPABILITIES_REQUEST = host_pdu(bytes.fromhex("0c000000030000005000020000000000"), 1005)
 FAST_PATH_SHORT = bytes([0x00, 0x08]) + b"\x01" * 6
 FAST_PATH_LONG = bytes([0x00, 0x81, 0x04]) + b"\x02" * (0x104 - 3)
 
 
 def test_pdu_lengths() -> None:
-    assert rcp.pdu_length(font_map()) == 26
+    assert rcp.pdu_length(FONT_MAP) == len(FONT_MAP)
     assert rcp.pdu_length(FAST_PATH_SHORT) == 8
     assert rcp.pdu_length(FAST_PATH_LONG) == 0x104
     assert rcp.pdu_length(b"") is None
@@ -535,34 +559,93 @@ def test_pdu_lengths() -> None:
         rcp.pdu_length(b"\x44\x00garbage")
 
 
+def test_xrdps_short_deactivate_all_is_made_whole() -> None:
+    assert rcp.share_control_type(SHORT_DEACTIVATE_ALL) == 6
+    assert rcp.share_control_type(DEMAND_ACTIVE) == 1
+    assert rcp.deactivate_all_completed(SHORT_DEACTIVATE_ALL, SHARE_ID) == DEACTIVATE_ALL
+    for packet in (DEACTIVATE_ALL, DEMAND_ACTIVE, FONT_MAP, FAST_PATH_SHORT, client_info(0x173)):
+        assert rcp.deactivate_all_completed(packet, SHARE_ID) is None
+
+
 def test_the_font_map_comes_alone_in_its_message() -> None:
     """What xrdp sent in one read (the Font Map, then the dynamic channels' request that the
     web client would drop with the Font Map's message) goes one PDU a message."""
-    splitter = rcp.HostPduSplitter()
-    read = font_map() + FAST_PATH_SHORT + dvc_capabilities_request()
-    assert splitter.feed(read) == [font_map(), FAST_PATH_SHORT, dvc_capabilities_request()]
+    stream = rcp.HostStream()
+    read = FONT_MAP + FAST_PATH_SHORT + DVC_CAPABILITIES_REQUEST
+    assert stream.feed(read) == [FONT_MAP, FAST_PATH_SHORT, DVC_CAPABILITIES_REQUEST]
 
 
-@given(st.lists(st.integers(1, 300), max_size=12))
-def test_the_splitter_keeps_every_byte_however_the_reads_are_cut(cuts: list[int]) -> None:
-    pdus = [font_map(), FAST_PATH_LONG, dvc_capabilities_request(), FAST_PATH_SHORT]
-    whole = b"".join(pdus)
-    splitter = rcp.HostPduSplitter()
+def session(deactivate: bytes) -> list[bytes]:
+    """A connection, then a resize: xrdp draws (and talks on a channel) before the client's
+    reactivation has ended."""
+    return [
+        DEMAND_ACTIVE,
+        SYNCHRONIZE,
+        CONTROL,
+        FONT_MAP,
+        DVC_CAPABILITIES_REQUEST,
+        FAST_PATH_LONG,
+        FAST_PATH_SHORT,
+        deactivate,
+        DEMAND_ACTIVE,
+        FAST_PATH_LONG,
+        SLOW_PATH_UPDATE,
+        SYNCHRONIZE,
+        DVC_CAPABILITIES_REQUEST,
+        CONTROL,
+        CONTROL,
+        FONT_MAP,
+        FAST_PATH_SHORT,
+    ]
+
+
+#: What the client gets: the reactivation first, what came meanwhile after its Font Map.
+RECEIVED = [
+    *session(DEACTIVATE_ALL)[:9],
+    SYNCHRONIZE,
+    CONTROL,
+    CONTROL,
+    FONT_MAP,
+    FAST_PATH_LONG,
+    SLOW_PATH_UPDATE,
+    DVC_CAPABILITIES_REQUEST,
+    FAST_PATH_SHORT,
+]
+
+
+@given(st.lists(st.integers(1, 300), max_size=12), st.integers(1, 20))
+def test_the_stream_keeps_every_pdu_however_the_reads_are_cut(cuts: list[int], pdus: int) -> None:
+    """Every byte in order, the Deactivate All made whole (with the share id of the Demand
+    Active at the start), each of the first ``pdus`` PDUs alone in its message."""
+    whole = b"".join(session(SHORT_DEACTIVATE_ALL))
+    stream = rcp.HostStream(pdus=pdus)
     out: list[bytes] = []
     at = 0
     for cut in [*cuts, len(whole)]:
-        out += splitter.feed(whole[at : at + cut])
+        out += stream.feed(whole[at : at + cut])
         at += cut
-    assert out == pdus
+    assert b"".join(out) == b"".join(RECEIVED)
+    assert out[: min(pdus, len(RECEIVED))] == RECEIVED[: min(pdus, len(RECEIVED))]
+    assert stream.share_id == SHARE_ID
+    assert not stream.reactivating
 
 
-def test_after_its_pdus_or_on_what_is_not_rdp_the_data_goes_as_it_comes() -> None:
-    splitter = rcp.HostPduSplitter(pdus=2)
-    read = font_map() + FAST_PATH_SHORT + dvc_capabilities_request() + FAST_PATH_SHORT
-    assert splitter.feed(read) == [font_map(), FAST_PATH_SHORT, read[26 + 8 :]]
-    assert splitter.feed(b"\x05partial") == [b"\x05partial"]
-    garbage = rcp.HostPduSplitter()
-    assert garbage.feed(FAST_PATH_SHORT + b"\x44\x00garbage") == [
+def test_after_the_start_the_data_goes_as_it_comes() -> None:
+    stream = rcp.HostStream(pdus=1)
+    assert stream.feed(FONT_MAP + FAST_PATH_SHORT + FAST_PATH_SHORT) == [
+        FONT_MAP,
+        FAST_PATH_SHORT + FAST_PATH_SHORT,
+    ]
+    # A long PDU cut by the read goes on at once; a short one waits for its rest.
+    assert stream.feed(FAST_PATH_LONG[:100]) == [FAST_PATH_LONG[:100]]
+    assert stream.feed(FAST_PATH_LONG[100:] + FAST_PATH_SHORT[:3]) == [FAST_PATH_LONG[100:]]
+    assert stream.feed(FAST_PATH_SHORT[3:]) == [FAST_PATH_SHORT]
+
+
+def test_a_stream_that_is_not_rdp_goes_as_it_comes() -> None:
+    stream = rcp.HostStream()
+    assert stream.feed(FAST_PATH_SHORT + b"\x44\x00garbage") == [
         FAST_PATH_SHORT,
         b"\x44\x00garbage",
     ]
+    assert stream.feed(SHORT_DEACTIVATE_ALL) == [SHORT_DEACTIVATE_ALL]

@@ -146,9 +146,11 @@ function desktopSize() {
 // client draws the desktop at that size: the client drops a request made before the host's
 // display-control capabilities came, and xrdp one that comes while it is still changing the
 // size. (That the capabilities come at all, and that xrdp tells the client the new size, is
-// the relay's doing: rdcleanpath.HostPduSplitter and the client build it writes.)
-// data-desktop-size is the size the desktop is drawn at once it is the page's;
-// data-resize-ms the time from the window's change to it.
+// the relay's doing: rdcleanpath.HostStream and the client build it writes. HostStream also
+// makes xrdp's resize one the client follows: a whole Deactivate All, then nothing but the
+// reactivation until its Font Map.)
+// data-desktop-size is the size the desktop is drawn at once it is the page's (at connect
+// too); data-resize-ms the time from the window's change (or the connect) to it.
 const RESIZE_SETTLE = 300;
 const RESIZE_AGAIN = 1500;
 const RESIZE_TRIES = 8;
@@ -189,6 +191,7 @@ async function askSize(round) {
     }
   }
   if (current() && drawnIsPage()) {
+    ui.setScale(1); // fit again, to the new size
     root.dataset.desktopSize = `${size.width}x${size.height}`;
     root.dataset.resizeMs = String(Math.round(performance.now() - resizeStarted));
     resizeStarted = null;
@@ -246,11 +249,12 @@ async function connect(secret, again) {
   connectedAt = Date.parse(ticketAnswer.headers.get("Date") || "") || Date.now();
   reconnectUntil = null;
   ui.setVisibility(true);
-  root.dataset.desktopSize = `${sizeSent.width}x${sizeSent.height}`;
   disconnectButton.hidden = false;
   fullscreenButton.hidden = false;
   show("connected", t("desktop_connected"));
-  followWindow(); // a window resized while connecting
+  // data-desktop-size once the desktop is drawn at the page's size (a session reconnected
+  // to keeps its size until asked), and a window resized while connecting followed.
+  followWindow();
   firstFrame(element).then(() => {
     const ms = Math.round(performance.now() - clicked);
     root.dataset.firstFrameMs = String(ms);
