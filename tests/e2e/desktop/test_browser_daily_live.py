@@ -7,7 +7,9 @@ on the host); the fullscreen control is offered once connected; the window resiz
 gives a 1024x640 desktop, in the same X server (no new logon), by RDP display control.
 
 High DPI: a page at device pixel ratio 2 gets a desktop of its size in device pixels at
-connect and when its window changes.
+connect and when its window changes; Turkish Q chosen there while connected connects again
+to the same session, whose X server then has the Turkish layout (xrdp's map as the test hosts
+extend it).
 
 Keyboard: Swedish chosen in the page's selector (remembered across a reload) is sent at
 connect; the session's X server has the Swedish layout, and the keys of å, ä and ö on a
@@ -61,6 +63,7 @@ NARROW: ViewportSize = {"width": 1024, "height": 640}
 DENSE: ViewportSize = {"width": 640, "height": 360}
 DENSE_NARROW: ViewportSize = {"width": 512, "height": 320}
 SWEDISH = "041D"
+TURKISH = "041F"
 #: The keys of å, ä and ö on a Swedish keyboard, by their physical codes (KeyboardEvent.code).
 SWEDISH_KEYS = ("BracketLeft", "Quote", "Semicolon")
 TYPED = "åäö"
@@ -267,5 +270,17 @@ def test_the_desktop_fits_the_window_types_swedish_and_comes_back_by_itself(
         assert x_screen_size(USER) == "1024x640"
         assert xorg_pid(USER) == server
         dense.screenshot(path=str(tmp_path / "dense.png"))
+
+        # Another layout chosen while connected (Turkish Q): the page connects again to the
+        # same session with it, and the session's keyboard is Turkish.
+        assert dense.locator("#desktop").get_attribute("data-keyboard-layout") != TURKISH
+        dense.select_option('[data-action="keyboard"]', TURKISH)
+        dense.wait_for_selector(
+            f"#desktop[data-desktop-state=connected][data-keyboard-layout='{TURKISH}']",
+            state="attached",
+            timeout=30_000,
+        )
+        wait_for(lambda: xkb_layout(USER) == "tr", 20, what="the session's layout to be tr")
+        assert xorg_pid(USER) == server
     finally:
         keep_logs(hosts, USER, tmp_path / "logs")
