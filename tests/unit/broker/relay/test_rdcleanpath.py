@@ -649,3 +649,19 @@ def test_a_stream_that_is_not_rdp_goes_as_it_comes() -> None:
         b"\x44\x00garbage",
     ]
     assert stream.feed(SHORT_DEACTIVATE_ALL) == [SHORT_DEACTIVATE_ALL]
+
+
+def test_what_waits_for_the_reactivation_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Font Map that never comes: past the bound the relay stops holding and sends all."""
+    monkeypatch.setattr(rcp, "_HOLD_AT_MOST", 2 * len(FAST_PATH_LONG))
+    stream = rcp.HostStream()
+    assert stream.feed(DEMAND_ACTIVE + SHORT_DEACTIVATE_ALL) == [DEMAND_ACTIVE, DEACTIVATE_ALL]
+    assert stream.reactivating
+    assert stream.feed(FAST_PATH_LONG + FAST_PATH_LONG) == []
+    assert stream.feed(FAST_PATH_SHORT + FAST_PATH_LONG) == [
+        FAST_PATH_LONG,
+        FAST_PATH_LONG,
+        FAST_PATH_SHORT,
+        FAST_PATH_LONG,
+    ]
+    assert not stream.reactivating
