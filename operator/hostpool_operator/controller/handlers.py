@@ -17,6 +17,7 @@ import dataclasses
 import gc
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -62,6 +63,7 @@ class Runtime(kopf.Memo):
     #: starting, standby (synced, writing nothing), leader, or lost (the process stops).
     role: str
     client: KubeClient
+    lease_client: Callable[[], KubeClient]
     controller: Controller
     elector: LeaderElector
     #: Seeks the Lease, then renews it (see _lead).
@@ -120,8 +122,11 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
     # watches, Events and the rest. Each connection costs TLS buffers here and a goroutine
     # there: no more than can be used.
     connections = memo.settings.write_concurrency + memo.settings.status_concurrency + 64
-    client = connect(login(settings), connections, memo.metrics)
+    info = login(settings)
+    client = connect(info, connections, memo.metrics)
     memo.client = client
+    # The Lease's renewal: a client of its own, made in the renewal's thread and loop.
+    memo.lease_client = lambda: connect(info, 2, memo.metrics)
     memo.metrics.role("starting")
     controller = Controller(client, memo.settings, memo.metrics)
     memo.controller = controller
@@ -202,6 +207,8 @@ async def cleanup(memo: Runtime, **_: Any) -> None:
     if controller is not None:
         await controller.stop()
     elector = getattr(memo, "elector", None)
+    if elector is not None:
+        await elector.stop_keeping()
     if elector is not None and memo.role == "leader":
         await elector.release()  # a standby takes over at its next look
     client = getattr(memo, "client", None)
@@ -210,31 +217,26 @@ async def cleanup(memo: Runtime, **_: Any) -> None:
 
 
 async def _stop_when_lost(memo: Runtime, elector: LeaderElector) -> None:
-    """Renew the Lease, and stop placing the moment leadership cannot be proven: the Lease was
-    lost, the renewal task ended (it may have died on an unexpected exception), or no renewal
-    succeeded within the renew deadline (a request that never returns). Without the last two,
-    an instance whose renewal died would keep placing while a standby takes the expired
-    Lease: two leaders. (The client's write gate refuses every write past the deadline in
-    any case; this stops the process, to be started again as a standby.)"""
-    loop = asyncio.get_running_loop()
-    keeper = loop.create_task(elector.keep())
-    lost = loop.create_task(elector.lost.wait())
+    """Renew the Lease (in a thread of its own: see ``LeaderElector.keep_in_thread``), and
+    stop placing the moment leadership cannot be proven: the Lease was lost, the renewal
+    ended (it may have died on an unexpected exception), or no renewal succeeded within the
+    renew deadline (a request that never returns). Without the last two, an instance whose
+    renewal died would keep placing while a standby takes the expired Lease: two leaders.
+    (The client's write gate refuses every write past the deadline in any case; this stops
+    the process, to be started again as a standby.)"""
+    renewal = elector.keep_in_thread(memo.lease_client)
     why = "the Lease was lost"
-    try:
-        while True:
-            done, _ = await asyncio.wait({keeper, lost}, timeout=elector.retry_period / 2)
-            if lost in done:
-                break
-            if keeper in done:
-                error = None if keeper.cancelled() else keeper.exception()
-                why = f"the Lease renewal stopped ({type(error).__name__}: {error})"
-                break
-            if elector.overdue():
-                why = f"no renewal succeeded within {elector.renew_deadline:.1f}s"
-                break
-    finally:
-        keeper.cancel()
-        lost.cancel()
+    while True:
+        await asyncio.sleep(elector.retry_period / 2)
+        if elector.lost.is_set():
+            break
+        if not renewal.is_alive():
+            why = "the Lease renewal stopped"
+            break
+        if elector.overdue():
+            why = f"no renewal succeeded within {elector.renew_deadline:.1f}s"
+            break
+    await elector.stop_keeping(timeout=0)
     memo.role = "lost"
     memo.metrics.role("stopping")
     log.critical("leadership lost (%s): stopping so that only one instance places requests", why)

@@ -18,7 +18,8 @@ sends is gated on that deadline just before it is sent (``may_write``), so a lea
 paused (SIGSTOP, a stalled VM, a long pause of its loop) or cut off past its deadline sends
 nothing when it runs again; the 1 s is the margin for a write between that check and the
 wire. The clock is CLOCK_BOOTTIME where there is one: it keeps counting while the machine
-is suspended.
+is suspended. The leader renews from a thread of its own (``keep_in_thread``), so a storm
+that keeps its main loop busy does not delay the renewal past the deadline.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ import asyncio
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -105,7 +108,10 @@ class LeaderElector:
         self.lease_duration = lease_duration
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
-        self.lost = asyncio.Event()
+        #: Set once leadership cannot be proven any more (from the renewal's thread).
+        self.lost = threading.Event()
+        self._stopping = threading.Event()
+        self._keeper: threading.Thread | None = None
         self._observed: tuple[str, float] | None = None  # (resourceVersion, clock())
         #: When the last successful acquire or renewal was *sent* (clock()); None: not held.
         self._renewed: float | None = None
@@ -138,16 +144,18 @@ class LeaderElector:
             body["metadata"]["resourceVersion"] = previous["metadata"]["resourceVersion"]
         return body
 
-    async def _try(self) -> bool:
-        """One attempt to acquire or renew. True when this instance holds the Lease."""
+    async def _try(self, client: KubeClient | None = None) -> bool:
+        """One attempt to acquire or renew (through ``client``, by default the elector's).
+        True when this instance holds the Lease."""
+        client = client or self.client
         sent = clock()
         try:
-            lease = await self.client.request("GET", f"{self._path}/{self.name}")
+            lease = await client.request("GET", f"{self._path}/{self.name}")
         except ApiError as error:
             if not error.not_found:
                 raise
             try:
-                await self.client.request("POST", self._path, body=self._body(None))
+                await client.request("POST", self._path, body=self._body(None))
             except ApiError as again:
                 if again.conflict:  # someone else created it first
                     return False
@@ -163,7 +171,7 @@ class LeaderElector:
             if holder and clock() - self._observed[1] < duration:
                 return False  # held by another instance that is still renewing
         try:
-            await self.client.request("PUT", f"{self._path}/{self.name}", body=self._body(lease))
+            await client.request("PUT", f"{self._path}/{self.name}", body=self._body(lease))
         except ApiError as error:
             if error.conflict:
                 return False
@@ -214,12 +222,15 @@ class LeaderElector:
         deadline: the client's write gate (see the module)."""
         return not self.lost.is_set() and not self.overdue()
 
-    async def keep(self) -> None:
-        """Renew until leadership cannot be proven any more; then set ``lost``."""
-        while True:
+    async def keep(self, client: KubeClient | None = None) -> None:
+        """Renew until leadership cannot be proven any more (then set ``lost``), or until
+        :meth:`stop_keeping`."""
+        while not self._stopping.is_set():
             await asyncio.sleep(self.retry_period)
+            if self._stopping.is_set():
+                return
             try:
-                if await self._try():
+                if await self._try(client):
                     continue
                 log.error("leader election: another instance took lease %s", self.name)
             except (ApiError, ApiTransportError) as error:
@@ -227,11 +238,43 @@ class LeaderElector:
                     log.warning("leader election: renewal failed (%s); retrying", error)
                     continue
                 log.error(
-                    "leader election: could not renew within %.0fs: %s", self.renew_deadline, error
+                    "leader election: could not renew within %.1fs: %s", self.renew_deadline, error
                 )
             self._renewed = None
             self.lost.set()
             return
+
+    def keep_in_thread(self, make_client: Callable[[], KubeClient]) -> threading.Thread:
+        """Renew in a thread of its own, with an event loop and an API client of its own
+        (``make_client()``, made in that loop): a leader's loop busy with a storm at 100,000
+        sessions answered the renewal too late (over 3 s) on a loaded machine, and the
+        renewals queued behind its own writes. The thread only needs the GIL now and then."""
+
+        async def renew() -> None:
+            client = make_client()
+            try:
+                await self.keep(client)
+            finally:
+                await client.close()
+
+        def run() -> None:
+            try:
+                asyncio.run(renew())
+            except Exception:
+                log.exception("leader election: the renewal failed")
+
+        thread = threading.Thread(target=run, name="lease-renewal", daemon=True)
+        self._keeper = thread
+        thread.start()
+        return thread
+
+    async def stop_keeping(self, timeout: float = 2.0) -> None:
+        """Stop renewing (before :meth:`release`: a renewal after it would take the Lease
+        back). A renewal stuck on a request is left behind (its thread is a daemon)."""
+        self._stopping.set()
+        keeper = self._keeper
+        if keeper is not None and keeper.is_alive():
+            await asyncio.to_thread(keeper.join, timeout)
 
     async def release(self) -> None:
         """Give the Lease up on a clean shutdown, so a standby takes over at once (at its next
