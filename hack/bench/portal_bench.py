@@ -10,6 +10,9 @@ Measured:
 - the same with single sign-on (a pool with connection.singleSignOn, a host whose PAM runs
   hostpool-logon first): from the page's own connect (nothing to type) to the first frame,
   the first run making the person's account;
+- daily work: a dropped connection (the relay's TCP connection to the host cut, ``ss -K``)
+  to the first frame of the desktop the page reconnected to by itself, and a resized window
+  to the desktop drawn at the new size (the page's own timings), BENCH_PORTAL_RUNS each;
 - the verifier's time per logon: hostpool-logon run as pam_exec runs it, for a first logon
   (the account and home made) and for BENCH_PORTAL_RUNS later ones;
 - the relay's CPU per MiB relayed: the broker process's CPU time over the relayed bytes
@@ -122,6 +125,67 @@ def relayed(metrics: str) -> float:
         metric(metrics, "hostpool_broker_web_relayed_bytes_total", f'direction="{d}"')
         for d in ("to_host", "to_browser")
     )
+
+
+def summary(values: list[float]) -> dict[str, Any]:
+    return {
+        "median": statistics.median(values),
+        "p95": percentile(values, 0.95),
+        "max": max(values),
+        "all": values,
+    }
+
+
+#: The page's clock at each change of its state and each frame drawn after a reconnect.
+WATCH_PAGE = """() => {
+    window.benchSeen = [];
+    const root = document.getElementById("desktop");
+    const watched = ["data-desktop-state", "data-first-frame-ms"];
+    new MutationObserver((changes) => {
+        for (const c of changes) {
+            const name = c.attributeName;
+            window.benchSeen.push([name, root.getAttribute(name), performance.now()]);
+        }
+    }).observe(root, {attributes: true, attributeFilter: watched});
+    return performance.now();
+}"""
+
+
+def drop_and_reconnect(page: Page, addresses: list[str]) -> float:
+    """The relay's TCP connection to the host cut under the open desktop (``ss -K``, as a
+    Wi-Fi blip would): milliseconds by the page's clock from the cut to the first frame of
+    the desktop it reconnected to by itself."""
+    cut = float(page.evaluate(WATCH_PAGE))
+    for address in addresses:
+        subprocess.run(
+            ["ss", "-K", "dst", address, "dport", "=", "3389"], capture_output=True, check=False
+        )
+    page.wait_for_function(
+        """() => window.benchSeen.some(([name, value]) => value === "reconnecting")
+            && window.benchSeen.some(([name]) => name === "data-first-frame-ms")""",
+        timeout=30_000,
+    )
+    seen = page.evaluate("window.benchSeen")
+    framed = next(t for name, _, t in seen if name == "data-first-frame-ms")
+    return round(float(framed) - cut)
+
+
+SIZES: tuple[ViewportSize, ViewportSize] = (
+    {"width": 800, "height": 600},
+    {"width": 1024, "height": 768},
+)
+
+
+def resize(page: Page, size: ViewportSize) -> float:
+    """The window resized: milliseconds the page measured from asking the host for the new
+    size (after the resize settled) to drawing the desktop at that size."""
+    page.evaluate("document.getElementById('desktop').removeAttribute('data-resize-ms')")
+    page.set_viewport_size(size)
+    wanted = f"{size['width']}x{size['height']}"
+    page.wait_for_selector(
+        f"#desktop[data-resize-ms][data-desktop-size='{wanted}']", state="attached", timeout=30_000
+    )
+    return float(page.locator("#desktop").get_attribute("data-resize-ms") or "nan")
 
 
 def cpu_seconds(process: psutil.Process) -> float:
@@ -273,10 +337,18 @@ def test_bench_portal(
     }
     print(f"bench-portal: single sign-on {result['singleSignOn']}", flush=True)
 
-    # 2. The relay's CPU per MiB while one desktop draws.
+    # 1c. Daily work: a dropped connection comes back by itself; a resized window is followed.
     page = context.new_page()
     page.set_viewport_size(VIEWPORT)
     open_desktop(page, url, desk[first])
+    addresses = [hosts.hosts[h].address for h in host_names]
+    result["daily"] = {
+        "reconnectAfterDropMs": summary([drop_and_reconnect(page, addresses) for _ in range(RUNS)]),
+        "resizeMs": summary([resize(page, SIZES[run % 2]) for run in range(RUNS)]),
+    }
+    print(f"bench-portal: daily work {result['daily']}", flush=True)
+
+    # 2. The relay's CPU per MiB while one desktop draws.
     cpu0, bytes0, t0 = cpu_seconds(process), relayed(metrics), time.monotonic()
     drawing = draw(first, DRAW_SECONDS)
     drawing.wait(DRAW_SECONDS + 30)

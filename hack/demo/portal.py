@@ -226,9 +226,42 @@ def browser_desktop_check(page: Any, user: str) -> None:
         f"{first_ms} ms after Connect; screenshot "
         f"{os.path.relpath(shot, Path.cwd())}"
     )
+    follow_the_window(desk, user)
     desk.click('[data-action="disconnect"]')
     desk.wait_for_selector("#desktop[data-desktop-state=closed]", state="attached")
     say(f"{user} disconnected: the session waits, Disconnected, for {user} to come back")
+
+
+#: The window the demo's desktop is resized to: the desktop follows it, in the same session.
+RESIZED = {"width": 1100, "height": 660}
+
+
+def follow_the_window(desk: Any, user: str) -> None:
+    """The browser window resized: the desktop takes the new size (RDP display control,
+    no new logon), and a screenshot shows it fitted."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    root = desk.locator("#desktop")
+    before = root.get_attribute("data-desktop-size")
+    desk.set_viewport_size(RESIZED)
+    wanted = f"{RESIZED['width']}x{RESIZED['height']}"
+    try:
+        desk.wait_for_selector(
+            f"#desktop[data-desktop-size='{wanted}'][data-resize-ms]",
+            state="attached",
+            timeout=20_000,
+        )
+    except PlaywrightTimeout:  # the demo says what it saw and goes on
+        say(f"{user}'s desktop did not follow the window to {wanted} (it is {before})")
+        return
+    time.sleep(1.0)  # the desktop drawn at its new size
+    shot = WORK / f"{user}-fitted-in-the-browser.png"
+    desk.screenshot(path=str(shot))
+    say(
+        f"{user} resized the window: the desktop went from {before} to {wanted} in "
+        f"{root.get_attribute('data-resize-ms')} ms, the same session; screenshot "
+        f"{os.path.relpath(shot, Path.cwd())}"
+    )
 
 
 def show_pools(objects: Any) -> None:

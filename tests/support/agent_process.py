@@ -4,7 +4,9 @@ host's network namespace)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -47,13 +49,18 @@ class AgentProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self) -> int | None:
-        """SIGTERM, then SIGKILL after 15 s; the exit code (None: never started)."""
+        """SIGTERM, then (its stacks to its log, SIGUSR1) SIGKILL after 15 s; the exit code
+        (None: never started)."""
         if self.proc is None:
             return None
         self.proc.terminate()
         try:
             return self.proc.wait(15)
         except subprocess.TimeoutExpired:
+            # Its stacks to its log first (SIGUSR1, faulthandler): where it hung.
+            self.proc.send_signal(signal.SIGUSR1)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(1)
             self.proc.kill()
             return self.proc.wait(5)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import signal
 import sys
@@ -87,6 +88,8 @@ def run(program: Program, args: argparse.Namespace, body: Body) -> int:
     the flags of :func:`add_logging_flags`."""
     # Stopped before the stop event is in place (while logging in): a clean exit, not a kill.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # SIGUSR1 prints every thread's stack to stderr: where a process that does not stop is.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     setup_logging(json_logs=args.log_format == "json", verbose=args.verbose)
     runner = uvloop.run if program.uvloop else asyncio.run
     return runner(_main(program, body))
