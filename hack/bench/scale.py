@@ -32,7 +32,8 @@ stdout is one JSON object. Environment: SCALE_POOLS (1000), SCALE_HOSTS_PER_POOL
 SCALE_LIMIT (12), SCALE_SESSIONS (100000), SCALE_STORM (2000), SCALE_STORM_POOLS (100),
 SCALE_ALGORITHM (DepthFirst), SCALE_CONCURRENCY (pre-fill, 256), SCALE_STORM_CONCURRENCY (64),
 SCALE_SESSION_LIMITS (1: every pool with sessionLimits, pre-filled sessions reported Active),
-SCALE_SESSIONS_ACTIVE (1: pre-filled sessions reported Active, no limits);
+SCALE_SESSIONS_ACTIVE (1: pre-filled sessions reported Active, no limits), SCALE_LEASE_DURATION
+(the operators' --lease-duration);
 BENCH_KUBECONFIG to use an existing cluster (etcd's and kube-apiserver's own figures are then
 not reported), else a local control plane of its own, started afresh at
 ``.cluster/bench-scale`` and stopped afterwards unless BENCH_KEEP, SCALE_PREFILL_ONLY or
@@ -330,6 +331,7 @@ class Operator:
                 str(args.write_concurrency),
                 "--metrics-address",
                 f"127.0.0.1:{self.metrics_port}",
+                *(["--lease-duration", args.lease_duration] if args.lease_duration else []),
             ],
             stdout=self.log_path.open("wb"),
             stderr=subprocess.STDOUT,
@@ -1154,6 +1156,11 @@ def main() -> int:
         default=bool(env("SCALE_SESSIONS_ACTIVE")),
         help="every pre-filled session reported Active by its host, without session limits "
         "(the other half of the comparison with --session-limits)",
+    )
+    parser.add_argument(
+        "--lease-duration",
+        default=env("SCALE_LEASE_DURATION", ""),
+        help="the operators' --lease-duration (default: theirs)",
     )
     parser.add_argument("--status-interval", type=float, default=1.0)
     parser.add_argument("--write-concurrency", type=int, default=128)
