@@ -9,11 +9,11 @@ from datetime import datetime
 from typing import Protocol
 
 from ..api import LoadBalancerType
-from ..api.plan import WEEKDAYS, ScalingPlanSpec
+from ..api.plan import WEEKDAYS, ScalingPlanSpec, Schedule
 from ..scaling.plans import minimum_hosts
 from .demand_curve import DemandCurve
 from .model import FALL_SHARE, RISE_SHARE, TOP_SHARE
-from .search import SIMPLER_BY, PlanShape
+from .search import SIMPLER_BY, PlanShape, ScheduleShape
 
 
 class Replayed(Protocol):
@@ -92,6 +92,9 @@ class Outcome:
     always_on: Replayed
     #: The other algorithm's replay of the same schedules, and the chosen one's.
     others: Mapping[LoadBalancerType, tuple[Replayed, Replayed]] = field(default_factory=dict)
+    #: The replay with ramp-down where the model put it, when a later start replayed
+    #: cheaper (``search.later_ramp_downs``).
+    unmoved: Replayed | None = None
 
 
 def explain(figures: Figures, curve: DemandCurve, outcome: Outcome) -> list[str]:
@@ -139,7 +142,7 @@ def explain(figures: Figures, curve: DemandCurve, outcome: Outcome) -> list[str]
                 "the plan only follows the demand (no hosts asked for ahead of it): it kept "
                 "the bound too, more cheaply than a plan that plans for the worst minute."
             )
-        reasons.extend(_schedules(f, curve, shape, spec))
+        reasons.extend(_schedules(f, curve, shape, spec, outcome.unmoved))
         if others:
             ((other, (replayed, base)),) = others.items()
             chosen = spec.schedules[0].ramp_up.load_balancer_type
@@ -184,7 +187,11 @@ def explain(figures: Figures, curve: DemandCurve, outcome: Outcome) -> list[str]
 
 
 def _schedules(
-    f: Figures, curve: DemandCurve, shape: PlanShape, spec: ScalingPlanSpec
+    f: Figures,
+    curve: DemandCurve,
+    shape: PlanShape,
+    spec: ScalingPlanSpec,
+    unmoved: Replayed | None = None,
 ) -> list[str]:
     out: list[str] = []
     names = {tuple(sorted(d.days_of_week)): d for d in spec.schedules}
@@ -271,20 +278,7 @@ def _schedules(
             f"{100 * TOP_SHARE:g} % of its high by then; ramp-up's minimum and threshold "
             "go on, and no host is removed until ramp-down."
         )
-        down = schedule.ramp_down
-        top = max(
-            next(
-                (t for t, v in enumerate(curve.robust[d]) if v >= TOP_SHARE * max(curve.robust[d])),
-                0,
-            )
-            for d in s.days
-        )
-        when = "after the demand's high" if s.ramp_down >= top else "before the demand's high"
-        out.append(
-            f"{schedule.name} rampDown {down.start_time}: the cheapest start in the model, "
-            f"{when}: from then on the pool follows the demand down as well as up, and no "
-            "later logon needs hosts asked for ahead of the threshold's."
-        )
+        out.append(_ramp_down(curve, s, schedule, unmoved))
         out.append(
             f"{schedule.name} offPeak {schedule.off_peak.start_time}: the demand is under "
             f"{100 * FALL_SHARE:g} % of its high; ramp-down's settings go on until the next "
@@ -299,3 +293,35 @@ def _schedules(
         "cheapest pair that keeps the evenings' and nights' logons in time."
     )
     return out
+
+
+def _ramp_down(
+    curve: DemandCurve, s: ScheduleShape, schedule: Schedule, unmoved: Replayed | None
+) -> str:
+    """Why a schedule's ramp-down starts when it does: the model's cheapest start, or
+    later, where the replay was cheaper (``search.later_ramp_downs``)."""
+    down = schedule.ramp_down
+    follows = (
+        ": from then on the pool follows the demand down as well as up, and no later logon "
+        "needs hosts asked for ahead of the threshold's."
+    )
+    if s.model_ramp_down is not None and unmoved is not None:
+        return (
+            f"{schedule.name} rampDown {down.start_time}: later than the model's cheapest "
+            f"start ({_clock(s.model_ramp_down)}), once the demand has fallen; the model "
+            "counts a drained host gone at once, but a host drained earlier may still hold "
+            "a long session, and its sessions keep the other hosts up, emptied or not (the "
+            f"replay with the model's starts: {unmoved.host_hours:g} host-hours)" + follows
+        )
+    top = max(
+        next(
+            (t for t, v in enumerate(curve.robust[d]) if v >= TOP_SHARE * max(curve.robust[d])),
+            0,
+        )
+        for d in s.days
+    )
+    when = "after the demand's high" if s.ramp_down >= top else "before the demand's high"
+    return (
+        f"{schedule.name} rampDown {down.start_time}: the cheapest start in the model, {when}"
+        + follows
+    )

@@ -10,10 +10,11 @@ scaling plan"; ``hostpool-operator recommend-plan`` reads the files and prints).
    hosts ready ``hostStartMinutes`` after they are added, a pass a minute) runs the whole
    history through the plan, with breadth-first and with depth-first in ramp-up and peak; the
    cheaper that keeps the bound wins. A shape that counts on half the wait is replayed as
-   well, and kept when it keeps the bound for less. Should none keep it (the model's
-   approximations), the search runs again on a raised demand. The baselines: the pool's
-   own scaling without a plan (replayed) and the history's peak of hosts always on (its
-   replay's outcome is known: nobody waits).
+   well, and so is the chosen one with ramp-down later, once the demand has fallen (the
+   model counts a drained host gone at once); either is kept when it keeps the bound for
+   less. Should none keep it (the model's approximations), the search runs again on a
+   raised demand. The baselines: the pool's own scaling without a plan (replayed) and the
+   history's peak of hosts always on (its replay's outcome is known: nobody waits).
 
 Replays are started through a ``Runner`` (``evaluation``) while the search goes on; the
 command line runs them on two processes. ``evaluate_plan`` replays a given plan the same
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
@@ -39,7 +40,7 @@ from .evaluation import Evaluation, Replays, Runner, evaluation, run_serially
 from .history import PastSession
 from .model import Demand, lead_minutes, percent_for
 from .reasons import Figures, Outcome, explain
-from .search import PlanShape, Search, days_name
+from .search import PlanShape, Search, days_name, later_ramp_downs
 
 #: The demand the search is given in turn until a plan's replay keeps the bound: as
 #: recorded, then raised (for what the model does not see: seconds within a minute,
@@ -298,6 +299,8 @@ class _Choice:
     follows_demand: bool = False
     #: The other algorithm's replay of the same schedules, and the chosen one's.
     others: Mapping[LoadBalancerType, tuple[Evaluation, Evaluation]] = field(default_factory=dict)
+    #: The replay with ramp-down where the model put it, when a later one replayed cheaper.
+    unmoved: Evaluation | None = None
 
 
 #: A demand tried: its curve, factor, and the replay of its shape (breadth-first or
@@ -417,9 +420,9 @@ def _choose(
         tried.append(("robust", factor, min(results[:2], key=lambda e: e.waited_over)))
         chosen = _cheapest_kept(given, baselines, candidates, results, factor)
         if chosen is not None:
-            if closer is not None and not chosen.follows_demand:
-                chosen = _closer(given, baselines, chosen, closer, run)
-            return chosen, tried
+            if chosen.follows_demand:
+                closer = None
+            return _refined(given, baselines, chosen, closer, run), tried
     return None, tried
 
 
@@ -476,30 +479,37 @@ def _cheapest_kept(
     )
 
 
-def _closer(
+def _refined(
     given: _Given,
     baselines: _Baselines,
     chosen: _Choice,
-    closer: PlanShape,
+    closer: PlanShape | None,
     run: Runner,
 ) -> _Choice:
-    """The shape that counts on half the wait, with the chosen algorithm, when its replay
-    keeps the bound for less; else the choice as it was."""
-    spec = given.spec(closer, chosen.algorithm)
-    (replayed,) = run([given.replays.job(spec)])()
-    tried = given.evaluated(replayed)
-    if not baselines.kept(tried) or tried.host_hours >= chosen.evaluation.host_hours:
+    """The choice, or what replays cheaper and keeps the bound, replayed together with the
+    chosen algorithm: the shape that counts on half the wait (``closer``), and the chosen
+    shape with ramp-down later (``search.later_ramp_downs``: in the replay a drained host
+    lingers while its sessions last, which the model does not see)."""
+    assert chosen.shape is not None
+    later = later_ramp_downs(chosen.shape, given.curve.robust)
+    shapes = ([] if closer is None else [closer]) + later
+    if not shapes:
         return chosen
-    return _Choice(
-        spec=spec,
-        evaluation=tried,
-        shape=closer,
-        algorithm=chosen.algorithm,
-        curve=chosen.curve,
-        factor=chosen.factor,
-        lead=given.half_wait_lead,
-        others=chosen.others,
-    )
+    specs = [given.spec(shape, chosen.algorithm) for shape in shapes]
+    results = [given.evaluated(r) for r in run([given.replays.job(spec) for spec in specs])()]
+    best = chosen
+    for i, (shape, spec, result) in enumerate(zip(shapes, specs, results, strict=True)):
+        if baselines.kept(result) and result.host_hours < best.evaluation.host_hours:
+            moved = closer is None or i > 0
+            best = replace(
+                chosen,
+                spec=spec,
+                evaluation=result,
+                shape=shape,
+                lead=chosen.lead if moved else given.half_wait_lead,
+                unmoved=chosen.evaluation if moved else None,
+            )
+    return best
 
 
 def _hold(given: _Given, run: Runner) -> _Choice:
@@ -549,6 +559,7 @@ def _recommendation(
         no_plan=baselines.no_plan,
         always_on=baselines.always_on,
         others=chosen.others,
+        unmoved=chosen.unmoved,
     )
     return Recommendation(
         pool=given.pool_name,

@@ -9,14 +9,16 @@ and per schedule its days, ramp-up start (by the day's first logons), ramp-down 
 smallest floor that keeps every logon of the ramp within the wait, given the threshold's
 hosts) and threshold. Days with (almost) no demand may get no schedule: the previous
 day's off-peak then runs through them. Peak and off-peak starts change only the
-algorithm, which the replay chooses. Pure.
+algorithm, which the replay chooses. The replay also tries the chosen shape with
+ramp-down later (``later_ramp_downs``: the model counts a drained host gone at once).
+Pure.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .demand_curve import MINUTES_A_DAY, SLOT_MINUTES
 from .model import Demand, DownDay, Model, UpDay
@@ -34,6 +36,10 @@ LAST_RAMP_DOWN = MINUTES_A_DAY - 2 * SLOT_MINUTES
 SIMPLER_BY = 0.01
 #: Ramp-down starts after the demand's high unless an earlier start is cheaper by more.
 CONVENTIONAL_BY = 0.01
+#: The later ramp-down starts the replay tries (``later_ramp_downs``): from where the
+#: demand stays at or under these shares of the day's high. One: its replay runs beside
+#: the one of the shape that counts on half the wait, on the command line's two processes.
+LATER_SHARES = (0.5,)
 
 MONDAY_TO_FRIDAY = (0, 1, 2, 3, 4)
 WEEKEND = (5, 6)
@@ -55,6 +61,9 @@ class ScheduleShape:
     cost: float = 0.0
     #: Where the minimum comes from: the weekday and minute of the logon that needs it.
     floor_for: tuple[int, int] | None = None
+    #: The model's ramp-down start, when the replay moved ramp-down later
+    #: (``later_ramp_downs``); None: ramp-down starts where the model put it.
+    model_ramp_down: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,3 +419,52 @@ def _floor_for(
     most, and the minute of the first logon that needs it."""
     i = max(range(len(ups)), key=lambda k: ups[k].floor[upto])
     return weekdays[i], ups[i].floor_at(upto, lead)
+
+
+def later_ramp_downs(shape: PlanShape, week: Sequence[Sequence[int]]) -> list[PlanShape]:
+    """The shape with ramp-down later, one shape per share of ``LATER_SHARES``: each
+    schedule's ramp-down from the first start of the grid (after the model's) from which
+    its days' demand (``week``: sessions per weekday and minute; the highest of the days)
+    stays at or under that share of its high; off-peak after it. The model counts a
+    drained host gone at once, so an early ramp-down looks cheapest; but the host with
+    the fewest sessions may hold a long one, and as its sessions count toward used
+    capacity the other hosts stay up too, emptied or not. Later, fewer sessions are left
+    and empty hosts are drained. Shapes equal to ``shape`` or to one before are left
+    out."""
+    out: list[PlanShape] = []
+    seen = {tuple(s.ramp_down for s in shape.schedules)}
+    for share in LATER_SHARES:
+        schedules = tuple(_later(s, week, share) for s in shape.schedules)
+        starts = tuple(s.ramp_down for s in schedules)
+        if starts not in seen:
+            seen.add(starts)
+            out.append(
+                PlanShape(
+                    schedules,
+                    shape.unscheduled,
+                    shape.down_hosts,
+                    shape.down_threshold,
+                    shape.cost,
+                    shape.alternatives,
+                )
+            )
+    return out
+
+
+def _later(shape: ScheduleShape, week: Sequence[Sequence[int]], share: float) -> ScheduleShape:
+    """One schedule with ramp-down where its days' demand stays at or under ``share`` of
+    its high, on the grid, not before the model's start nor after ``LAST_RAMP_DOWN``."""
+    demand = [max(week[w][t] for w in shape.days) for t in range(MINUTES_A_DAY)]
+    high = max(demand)
+    start = shape.ramp_down
+    above = [t for t in range(start, MINUTES_A_DAY) if demand[t] > share * high]
+    settled = -(-(above[-1] + 1) // SLOT_MINUTES) * SLOT_MINUTES if above else start
+    ramp_down = min(settled, LAST_RAMP_DOWN)
+    if ramp_down <= start:
+        return shape
+    return replace(
+        shape,
+        ramp_down=ramp_down,
+        off_peak=max(shape.off_peak, ramp_down + SLOT_MINUTES),
+        model_ramp_down=start,
+    )

@@ -10,6 +10,7 @@ import math
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from hostpool_operator.recommend.recommender import (
     evaluate_plan,
     recommend,
 )
+from hostpool_operator.recommend.search import PlanShape, ScheduleShape, later_ramp_downs
 from hostpool_operator.scaling.plans import phase_in_force
 from hostpool_operator.simulate.replay import replay
 from support.paths import REPO_ROOT
@@ -460,6 +462,76 @@ def test_a_replay_starts_with_the_hosts_the_plan_kept_before_its_first_midnight(
     assert replays.job(plan).hosts == 1
     waits = replay(replays.job(plan)).waits
     assert [round(w / 60) for w in waits] == [0, 4] * 7
+
+
+def a_long_session_among_short_ones(
+    hours: Sequence[float], *, days: int = 7, at: float = 8.0
+) -> list[PastSession]:
+    """Every day the same logons, a minute apart from ``at`` (hours), lasting ``hours``."""
+    out = []
+    for d in range(days):
+        first = MONDAY + timedelta(days=d, hours=at)
+        for i, length in enumerate(hours):
+            start = first + timedelta(minutes=i)
+            out.append(PastSession(f"u{i}", start, start + timedelta(hours=length)))
+    out.sort(key=lambda s: s.start)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("hours", "algorithm", "moved"),
+    [
+        ((1, 1, 2, 2, 8), "DepthFirst", True),
+        ((1, 1, 2, 2, 8), "BreadthFirst", True),
+        # The long session on the first host: the host drained holds a 2-hour one.
+        ((8, 1, 1, 2, 2), "DepthFirst", False),
+    ],
+    ids=["long-last", "long-last-breadth-first", "long-first"],
+)
+def test_ramp_down_waits_until_the_short_sessions_have_gone(
+    hours: tuple[float, ...], algorithm: str, moved: bool
+) -> None:
+    # The model counts a drained host gone at once, so ramping down at 08:30 looked
+    # cheapest. In the replay, ramp-down drained the host with the fewest sessions: the one
+    # with the 8-hour session, and as its sessions count toward used capacity the other
+    # host stayed up, emptied, until it ended (112.58 host-hours against no plan's 70.35).
+    # Ramp-down later, once the short sessions have gone, drains the empty host.
+    spec = {
+        "loadBalancer": {"type": algorithm, "maxSessionLimit": 4},
+        "scaling": {
+            "maxHosts": 4,
+            "minHosts": 0,
+            "bufferSessions": 0,
+            "scaleDownDelaySeconds": 0,
+        },
+    }
+    sessions = a_long_session_among_short_ones(hours)
+    found = recommend("p", HostPoolSpec.model_validate(spec), sessions, Options(10, 0, "UTC"))
+    assert found.no_plan.waited_over == 0
+    assert found.evaluation.waited_over == 0, found.reasons
+    assert found.evaluation.host_hours <= 1.05 * found.no_plan.host_hours, found.reasons
+    # The reasons say when ramp-down moved from the model's start, and what that replayed at.
+    said = [r for r in found.reasons if "later than the model's cheapest start (08:30)" in r]
+    assert len(said) == moved, found.reasons
+
+
+def test_later_ramp_downs_start_where_the_demand_stays_at_half_its_high() -> None:
+    day = [0] * 480 + [4] * 60 + [3] * 30 + [2] * 30 + [1] * 360 + [0] * 480
+    week = tuple(day for _ in range(7))
+    schedule = ScheduleShape(
+        days=(0, 1, 2, 3, 4), ramp_up=480, peak=495, ramp_down=510, off_peak=975,
+        up_hosts=0, up_threshold=100,
+    )  # fmt: skip
+    shape = PlanShape((schedule,), (5, 6), 0, 100, 0.0)
+    (later,) = later_ramp_downs(shape, week)
+    (moved,) = later.schedules
+    # Over 2 sessions until 09:29: ramp-down at 09:30, the model's 08:30 kept for the reasons.
+    assert (moved.ramp_down, moved.off_peak, moved.model_ramp_down) == (570, 975, 510)
+    assert later.unscheduled == (5, 6)
+    # Already there, or after: nothing to replay.
+    assert later_ramp_downs(later, week) == []
+    late = PlanShape((replace(schedule, ramp_down=1380, off_peak=1395),), (5, 6), 0, 100, 0.0)
+    assert later_ramp_downs(late, week) == []
 
 
 # ------------------------------------------------------------------------------ the CLI
