@@ -76,18 +76,27 @@ def test_a_skipped_object_gets_a_warning_event_naming_why(
 ) -> None:
     obj = kube.create(namespace, builders.request(POISON, "pool", user="mallory"))
 
-    async def run() -> None:
+    def ours() -> list[dict[str, Any]]:
+        events = kube.call("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+        return [e for e in events if e["involvedObject"].get("name") == POISON]
+
+    async def run() -> list[dict[str, Any]]:
         async with operator_client(kube.kubeconfig, monkeypatch) as client:
             controller = Controller(client)
             controller.on_skipped("ADDED", obj, KeyError("spec"))
             controller.on_skipped("MODIFIED", obj, KeyError("spec"))  # once per interval
+            await until(lambda: not controller._tasks)
+            # A standby (not leading yet) posts nothing: the Event waits for its take-over.
+            standing_by = await asyncio.to_thread(ours)
+            controller.leading = True
+            controller.events.release(max_age=60)
             await until(lambda: not controller._tasks)  # the Event posts have finished
+            return standing_by
 
-    asyncio.run(run())
-    events = kube.call("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
-    ours = [e for e in events if e["involvedObject"].get("name") == POISON]
-    assert len(ours) == 1, ours
-    event = ours[0]
+    assert asyncio.run(run()) == []
+    posted = ours()
+    assert len(posted) == 1, posted
+    event = posted[0]
     assert event["type"] == "Warning"
     assert event["reason"] == "ObjectSkipped"
     assert event["involvedObject"]["kind"] == "SessionRequest"

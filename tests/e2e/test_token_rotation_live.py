@@ -140,8 +140,15 @@ def test_token_revoked_and_replaced_mid_run(kube: Kube, namespace: str, tmp_path
         identity.kubeconfig, token_path, tmp_path / "token-file.kubeconfig"
     )
     metrics_port = free_port()
+    # Riding out a revoked token takes a renew deadline longer than the revocation lasts
+    # (seconds here: a new ServiceAccount, a token request): Kubernetes' own 15 s / 10 s.
+    # With the operator's 4 s / 3 s the leader rightly stops writing and steps down instead.
     op = OperatorProcess(
-        kubeconfig, namespace, tmp_path / "operator.log", metrics_port=metrics_port
+        kubeconfig,
+        namespace,
+        tmp_path / "operator.log",
+        metrics_port=metrics_port,
+        extra_args=["--lease-duration", "15", "--lease-renew-deadline", "10"],
     )
     old_token_api = Kube.connect(identity.kubeconfig)
     creator_api = Kube.connect(kube.kubeconfig)

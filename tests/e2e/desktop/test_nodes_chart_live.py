@@ -181,16 +181,21 @@ def operator_pod(nodes: RealCluster) -> Obj:
     nodes.kube.create(nodes.namespace, request_body("first", "plain", "user-1"))
     pod = ready_pod(nodes, OPERATOR_PODS, "the operator's Pod")
     nodes.timings["helm install -> operator Pod Ready"] = f"{time.monotonic() - started:.2f} s"
-    wait_for(
-        lambda: (
-            status(nodes.kube.get("SessionRequest", nodes.namespace, "first")).get("phase")
-            == "Assigned"
-        ),
-        60,
-        what="the operator in its Pod to place the waiting request",
-    )
+    wait_assigned(nodes, "first", 60, what="the operator in its Pod to place the waiting request")
     nodes.timings["helm install -> first placement"] = f"{time.monotonic() - started:.2f} s"
     return pod
+
+
+def wait_assigned(nodes: RealCluster, request: str, timeout: float, *, what: str) -> None:
+    """Wait for SessionRequest ``request`` to be placed (phase Assigned)."""
+    wait_for(
+        lambda: (
+            status(nodes.kube.get("SessionRequest", nodes.namespace, request)).get("phase")
+            == "Assigned"
+        ),
+        timeout,
+        what=what,
+    )
 
 
 def pool_body(name: str, **spec: Any) -> Obj:
@@ -255,20 +260,40 @@ def test_the_chart_runs_the_operator_in_a_pod(nodes: RealCluster, operator_pod: 
 
     wait_for(restarted, 120, what="the kubelet to restart the operator's container")
     nodes.kube.create(nodes.namespace, request_body("second", "plain", "user-2"))
-    wait_for(
-        lambda: (
-            status(nodes.kube.get("SessionRequest", nodes.namespace, "second")).get("phase")
-            == "Assigned"
-        ),
-        90,
-        what="the restarted operator to place a new request",
-    )
+    wait_assigned(nodes, "second", 90, what="the restarted operator to place a new request")
     nodes.timings["operator container SIGKILL -> placing again"] = (
         f"{time.monotonic() - killed:.2f} s"
     )
     after = nodes.kube.call("GET", lease_path)["spec"]
     assert after["renewTime"] != before["renewTime"]
     assert after.get("leaseTransitions", 0) >= before.get("leaseTransitions", 0)
+
+    # The chart runs a leader and a warm standby: the leader's pod deleted (as a drain or a
+    # rollout does), the standby takes the Lease and a new logon is placed at once.
+    def both_ready() -> list[str] | None:
+        names = sorted(p["metadata"]["name"] for p in pods(nodes, OPERATOR_PODS) if ready(p))
+        return names if len(names) == 2 else None
+
+    names = wait_for(both_ready, 120, what="the chart's two operator pods to be Ready")
+    leader = nodes.kube.call("GET", lease_path)["spec"]["holderIdentity"]
+    assert leader in names, (leader, names)
+    deleted = time.monotonic()
+    kubectl(nodes, "-n", nodes.namespace, "delete", "pod", leader, "--wait=false")
+
+    def taken_over() -> str | None:
+        holder = nodes.kube.call("GET", lease_path)["spec"].get("holderIdentity")
+        return holder if holder and holder != leader else None
+
+    now_leading = wait_for(taken_over, 30, what="the standby to take the Lease")
+    assert now_leading in names, (now_leading, names)
+    nodes.timings["leader's pod deleted -> the standby leads"] = (
+        f"{time.monotonic() - deleted:.2f} s"
+    )
+    nodes.kube.create(nodes.namespace, request_body("third", "plain", "user-3"))
+    wait_assigned(nodes, "third", 30, what="the standby, leading now, to place a new request")
+    nodes.timings["leader's pod deleted -> a new request placed"] = (
+        f"{time.monotonic() - deleted:.2f} s"
+    )
 
 
 def desktop_pool(nodes: RealCluster) -> Obj:

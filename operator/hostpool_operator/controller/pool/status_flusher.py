@@ -36,7 +36,7 @@ from ...engine.status import (
     session_counts,
 )
 from ...engine.workloads import Gate
-from ...kube.errors import ApiError, ApiTransportError
+from ...kube.errors import ApiError, ApiTransportError, NotLeaderError
 from ..deps import Deps
 
 log = logging.getLogger(__name__)
@@ -201,6 +201,8 @@ class StatusFlusher:
                 if not error.not_found:
                     log.warning("%s/%s: host status: %s", namespace, host.meta.name, error)
                     self.mark_dirty()
+            except NotLeaderError:
+                pass  # unsent: no longer the leader, whose writes these are (not retried)
             except ApiTransportError as error:
                 log.warning("%s/%s: host status: %s", namespace, host.meta.name, error)
                 self.mark_dirty()
@@ -264,6 +266,8 @@ class StatusFlusher:
                     "%s/%s: pool status write failed: %s", state.namespace, state.name, error
                 )
                 self.mark_dirty()
+        except NotLeaderError:
+            pass  # unsent: no longer the leader, whose write this is (not retried)
         except ApiTransportError as error:
             log.warning("%s/%s: pool status write failed: %s", state.namespace, state.name, error)
             self.mark_dirty()
