@@ -80,6 +80,8 @@ NOTICE_SECONDS = 300.0
 LOGOFF_NOTICE_SECONDS = (30.0, 3600.0)
 #: Tries of a marking write (doneAt, shownAt) that meets a newer version of the request.
 MARK_TRIES = 3
+#: Seconds a stop waits for the pass under way before it cancels it.
+STOP_GRACE = 5.0
 
 
 def version() -> str:
@@ -193,9 +195,22 @@ class Agent:
             self.options.host,
             interval,
         )
+        work = asyncio.create_task(self._loop(stop, step, interval))
+        stopped = asyncio.create_task(stop.wait())
         try:
-            await self._loop(stop, step, interval)
+            await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            # Stopped: the pass under way may finish, for STOP_GRACE seconds at most (a
+            # request the API server does not answer must not hold the stop for its minute).
+            if not work.done() and not (await asyncio.wait({work}, timeout=STOP_GRACE))[0]:
+                log.warning("stopping: the pass under way did not end in %gs", STOP_GRACE)
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await work
+            if not work.cancelled():
+                work.result()  # its error, if it failed
         finally:
+            work.cancel()
+            stopped.cancel()
             self.windows.stop.set()
 
     async def _loop(self, stop: asyncio.Event, step: float, interval: float) -> None:

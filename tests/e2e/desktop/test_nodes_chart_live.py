@@ -270,13 +270,20 @@ def test_the_chart_runs_the_operator_in_a_pod(nodes: RealCluster, operator_pod: 
 
     # The chart runs a leader and a warm standby: the leader's pod deleted (as a drain or a
     # rollout does), the standby takes the Lease and a new logon is placed at once.
-    def both_ready() -> list[str] | None:
+    def steady() -> tuple[str, list[str]] | None:
         names = sorted(p["metadata"]["name"] for p in pods(nodes, OPERATOR_PODS) if ready(p))
-        return names if len(names) == 2 else None
+        holder = nodes.kube.call("GET", lease_path)["spec"].get("holderIdentity")
+        return (holder, names) if len(names) == 2 and holder in names else None
 
-    names = wait_for(both_ready, 120, what="the chart's two operator pods to be Ready")
-    leader = nodes.kube.call("GET", lease_path)["spec"]["holderIdentity"]
-    assert leader in names, (leader, names)
+    leader, names = wait_for(
+        steady,
+        120,
+        what="the chart's two operator pods Ready, one of them holding the Lease",
+        show=lambda: (
+            kubectl(nodes, "-n", nodes.namespace, "get", "pods", "-o", "wide")
+            + json.dumps(nodes.kube.call("GET", lease_path)["spec"])
+        ),
+    )
     deleted = time.monotonic()
     kubectl(nodes, "-n", nodes.namespace, "delete", "pod", leader, "--wait=false")
 
