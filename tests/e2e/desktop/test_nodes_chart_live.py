@@ -291,13 +291,22 @@ def test_the_chart_runs_the_operator_in_a_pod(nodes: RealCluster, operator_pod: 
         holder = nodes.kube.call("GET", lease_path)["spec"].get("holderIdentity")
         return holder if holder and holder != leader else None
 
-    now_leading = wait_for(taken_over, 30, what="the standby to take the Lease")
-    assert now_leading in names, (now_leading, names)
-    nodes.timings["leader's pod deleted -> the standby leads"] = (
-        f"{time.monotonic() - deleted:.2f} s"
+    def operators() -> str:
+        return kubectl(nodes, "-n", nodes.namespace, "get", "pods", "-o", "wide") + kubectl(
+            nodes, "-n", nodes.namespace, "logs", "--tail", "30", "--prefix", "-l", OPERATOR_PODS
+        )
+
+    now_leading = wait_for(
+        taken_over, 30, what="another operator instance to take the Lease", show=operators
     )
+    # Usually the standby. When the kubelet is slow to stop the old leader (a loaded node),
+    # the pod the Deployment made in its place may have synced first and won the released
+    # Lease: it too lists everything before it seeks the Lease, so either one is warm.
+    assert now_leading.startswith(f"{RELEASE}-hostpool-operator-"), now_leading
+    who = "the standby" if now_leading in names else "the replacement pod"
+    nodes.timings[f"leader's pod deleted -> {who} leads"] = f"{time.monotonic() - deleted:.2f} s"
     nodes.kube.create(nodes.namespace, request_body("third", "plain", "user-3"))
-    wait_assigned(nodes, "third", 30, what="the standby, leading now, to place a new request")
+    wait_assigned(nodes, "third", 30, what="the new leader to place a new request")
     nodes.timings["leader's pod deleted -> a new request placed"] = (
         f"{time.monotonic() - deleted:.2f} s"
     )
