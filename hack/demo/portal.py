@@ -193,13 +193,19 @@ def connect_check(page: Any, user: str) -> None:
     say(f"{user} clicked Connect on {name}: {rdp.name} downloaded ({address})")
 
 
+def screenshot(page: Any, name: str, settle_ms: int) -> str:
+    """A screenshot of ``page`` once ``settle_ms`` have passed (what was last changed drawn),
+    saved as ``name``.png in the demo's directory; its path, to show."""
+    page.wait_for_timeout(settle_ms)
+    shot = WORK / f"{name}.png"
+    page.screenshot(path=str(shot))
+    return os.path.relpath(shot, Path.cwd())
+
+
 def page_shot(page: Any, user: str) -> None:
     """A screenshot of the user's page as it stands now (their sessions on the tiles)."""
     page.bring_to_front()
-    page.wait_for_timeout(1500)  # the live update of the last change drawn
-    shot = WORK / f"{user}-portal.png"
-    page.screenshot(path=str(shot))
-    say(f"{user}'s page: screenshot {os.path.relpath(shot, Path.cwd())}")
+    say(f"{user}'s page: screenshot {screenshot(page, f'{user}-portal', 1500)}")
 
 
 def browser_desktop_check(page: Any, user: str) -> None:
@@ -218,13 +224,10 @@ def browser_desktop_check(page: Any, user: str) -> None:
     if first_ms is None:
         say(f"{user}'s desktop in the browser did not connect: {desk.inner_text('#status')}")
         return
-    time.sleep(2.0)  # the desktop drawn past its first frame
-    shot = WORK / f"{user}-in-the-browser.png"
-    desk.screenshot(path=str(shot))
+    shot = screenshot(desk, f"{user}-in-the-browser", 2000)  # drawn past its first frame
     say(
         f"{user} opened {page.text_content(f'{tile} h3')} in the browser: first frame "
-        f"{first_ms} ms after Connect; screenshot "
-        f"{os.path.relpath(shot, Path.cwd())}"
+        f"{first_ms} ms after Connect; screenshot {shot}"
     )
     follow_the_window(desk, user)
     desk.click('[data-action="disconnect"]')
@@ -254,13 +257,10 @@ def follow_the_window(desk: Any, user: str) -> None:
     except PlaywrightTimeout:  # the demo says what it saw and goes on
         say(f"{user}'s desktop did not follow the window to {wanted} (it is {before})")
         return
-    time.sleep(1.0)  # the desktop drawn at its new size
-    shot = WORK / f"{user}-fitted-in-the-browser.png"
-    desk.screenshot(path=str(shot))
+    shot = screenshot(desk, f"{user}-fitted-in-the-browser", 1000)  # drawn at its new size
     say(
         f"{user} resized the window: the desktop went from {before} to {wanted} in "
-        f"{root.get_attribute('data-resize-ms')} ms, the same session; screenshot "
-        f"{os.path.relpath(shot, Path.cwd())}"
+        f"{root.get_attribute('data-resize-ms')} ms, the same session; screenshot {shot}"
     )
 
 

@@ -9,20 +9,8 @@
 # case a client's channel got past); Enabled (or empty) writes xrdp's defaults back, so a
 # restarted container follows a changed setting. Anything else: 1, and nothing is changed.
 
-# clipboard_ini_set FILE SECTION KEY VALUE: KEY=VALUE in [SECTION] (the first line setting
-# KEY there is replaced, else it is added at the section's end; the section too if missing).
-clipboard_ini_set() {
-  local file=$1 section=$2 key=$3 value=$4
-  awk -v s="[$section]" -v k="$key" -v v="$value" '
-    function add() { if (in_s && !done) { print k "=" v; done = 1 } }
-    /^\[/ { add(); in_s = ($0 == s); print; next }
-    in_s && index($0, k "=") == 1 { if (!done) { print k "=" v; done = 1 }; next }
-    { print }
-    END { add(); if (!done) { print s; print k "=" v } }
-  ' "$file" >"$file.new"
-  cat "$file.new" >"$file" # in place: keeps the file's owner, mode and any bind mount
-  rm -f "$file.new"
-}
+# shellcheck source=operator/session-host/ini.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ini.sh"
 
 xrdp_clipboard() {
   local channel=true restrict=none
@@ -34,7 +22,7 @@ xrdp_clipboard() {
       return 1
       ;;
   esac
-  clipboard_ini_set "$1" Channels cliprdr "$channel"
-  clipboard_ini_set "$2" Security RestrictOutboundClipboard "$restrict"
-  clipboard_ini_set "$2" Security RestrictInboundClipboard "$restrict"
+  ini_set "$1" Channels cliprdr "$channel"
+  ini_set "$2" Security RestrictOutboundClipboard "$restrict"
+  ini_set "$2" Security RestrictInboundClipboard "$restrict"
 }

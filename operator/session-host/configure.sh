@@ -4,19 +4,8 @@
 # container differs from a machine booted with systemd; each change says why.
 set -euo pipefail
 
-# ini_set FILE SECTION KEY VALUE: set KEY=VALUE in [SECTION], replacing the first line that
-# sets KEY there (commented-out examples are left alone), else adding it at the section's end.
-ini_set() {
-  local file=$1 section=$2 key=$3 value=$4
-  awk -v s="[$section]" -v k="$key" -v v="$value" '
-    function add() { if (in_s && !done) { print k "=" v; done = 1 } }
-    /^\[/ { add(); in_s = ($0 == s); print; next }
-    in_s && index($0, k "=") == 1 { if (!done) { print k "=" v; done = 1 }; next }
-    { print }
-    END { add(); if (!done) { print s; print k "=" v } }
-  ' "$file" >"$file.new"
-  mv -f "$file.new" "$file"
-}
+# shellcheck source=operator/session-host/ini.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ini.sh"
 
 # Logs go to the container's output (kubectl logs / podman logs): the console, at INFO. There
 # is no syslog daemon in a container. The log files stay (under /var/log) for `kubectl exec`.
