@@ -71,7 +71,16 @@ class ApiEvents:
         once_per: tuple[str, ...] | None = None,
     ) -> None:
         if not self._allowed():
-            self._hold(involved, kind, reason, message, type_, once_per)
+            self._hold(
+                {
+                    "involved": involved,
+                    "kind": kind,
+                    "reason": reason,
+                    "message": message,
+                    "type_": type_,
+                    "once_per": once_per,
+                }
+            )
             return
         if once_per is not None and not self.limiter.allow(*once_per):
             return
@@ -81,26 +90,12 @@ class ApiEvents:
             )
         )
 
-    def _hold(
-        self,
-        involved: Mapping[str, Any],
-        kind: str,
-        reason: str,
-        message: str,
-        type_: str,
-        once_per: tuple[str, ...] | None,
-    ) -> None:
+    def _hold(self, event: dict[str, Any]) -> None:
+        """Keep ``event`` (:meth:`post`'s arguments) for :meth:`release`, the newest per key."""
+        involved = event["involved"]
         meta = involved.get("metadata", involved)
         name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
-        key = once_per or (kind, reason, name)
-        event = {
-            "involved": involved,
-            "kind": kind,
-            "reason": reason,
-            "message": message,
-            "type_": type_,
-            "once_per": once_per,
-        }
+        key = event["once_per"] or (event["kind"], event["reason"], name)
         self._held.pop(key, None)
         self._held[key] = (time.monotonic(), event)
         if len(self._held) > MAX_HELD:

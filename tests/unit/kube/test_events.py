@@ -1,10 +1,16 @@
-"""The Event limiter: once per interval per key, on an injected clock, in bounded memory."""
+"""The Event limiter: once per interval per key, on an injected clock, in bounded memory;
+and what a standby holds back until it leads."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Coroutine
+from typing import Any, cast
+
 import pytest
 
-from hostpool_operator.kube.recorder import EventLimiter
+from hostpool_operator.kube.client import KubeClient
+from hostpool_operator.kube.recorder import ApiEvents, EventLimiter
 
 PRUNE_ABOVE = 10_000
 
@@ -153,3 +159,28 @@ def test_a_long_burst_of_distinct_keys_never_grows_past_the_bound() -> None:
     limit, _ = limiter(60.0)
     fill(limit, 3 * PRUNE_ABOVE)
     assert remembered(limit) <= PRUNE_ABOVE + 1
+
+
+def test_a_standby_holds_the_newest_event_per_key_and_posts_them_once_allowed() -> None:
+    """While not allowed (a standby) nothing is posted; the newest Event of each key is kept
+    and posted on release. The client is never reached: the spawned posts are only read."""
+    leading = False
+    spawned: list[Any] = []
+
+    def spawn(post: Coroutine[Any, Any, Any]) -> None:
+        spawned.append(inspect.getcoroutinelocals(post))  # the post's arguments, not run
+        post.close()
+
+    events = ApiEvents(cast(KubeClient, None), spawn, 10.0, allowed=lambda: leading)
+    host = {"metadata": {"name": "h1", "namespace": "ns"}}
+    events.post(host, "SessionHost", "HostLost", "first", "Warning")
+    events.post(host, "SessionHost", "HostLost", "second", "Warning")
+    events.post(host, "SessionHost", "Drained", "drained", "Normal")
+    assert spawned == []
+    leading = True
+    assert events.release(max_age=60) == 2
+    assert [(p["reason"], p["message"]) for p in spawned] == [
+        ("HostLost", "second"),
+        ("Drained", "drained"),
+    ]
+    assert events.release(max_age=60) == 0
