@@ -234,16 +234,22 @@ def stream() -> bytes:
     return erect + attach + client_info(0x4B0173) + confirm_active() + b"\x44" * 30
 
 
+def fed_in_cuts(patcher: rcp.ClientInfoPatcher, whole: bytes, cuts: list[int]) -> bytes:
+    """What ``patcher`` sends on for ``whole`` read in pieces of the ``cuts``' sizes (and the
+    rest in one)."""
+    out, at = b"", 0
+    for cut in [*cuts, len(whole)]:
+        out += patcher.feed(whole[at : at + cut])
+        at += cut
+    return out
+
+
 @given(st.lists(st.integers(1, 600), max_size=12))
 def test_the_patcher_patches_once_however_the_stream_is_cut(cuts: list[int]) -> None:
     whole = stream()
     expected = whole.replace(client_info(0x4B0173), client_info(0x4B017B))
     patcher = rcp.ClientInfoPatcher()
-    out, at = b"", 0
-    for cut in [*cuts, len(whole)]:
-        out += patcher.feed(whole[at : at + cut])
-        at += cut
-    out += patcher.feed(whole[at:])
+    out = fed_in_cuts(patcher, whole, cuts)
     assert patcher.patched
     assert out == expected
 
@@ -342,10 +348,7 @@ def test_on_a_single_sign_on_pool_the_logon_is_the_relays(cuts: list[int]) -> No
         info_pdu("bob", "bobs-password"), info_pdu("alice", "hp1.credential", flags=0x4B017B)
     )
     patcher = rcp.ClientInfoPatcher(logon=("alice", "hp1.credential"))
-    out, at = b"", 0
-    for cut in [*cuts, len(whole)]:
-        out += patcher.feed(whole[at : at + cut])
-        at += cut
+    out = fed_in_cuts(patcher, whole, cuts)
     assert patcher.patched
     assert out == expected
 
@@ -475,10 +478,7 @@ def test_the_patcher_sends_the_browsers_keyboard_layout(cuts: list[int]) -> None
         info_pdu("alice", "pw"), info_pdu("alice", "pw", flags=0x4B017B)
     )
     patcher = rcp.ClientInfoPatcher(user="alice", keyboard_layout=0x041F)
-    out, at = b"", 0
-    for cut in [*cuts, len(whole)]:
-        out += patcher.feed(whole[at : at + cut])
-        at += cut
+    out = fed_in_cuts(patcher, whole, cuts)
     assert patcher.patched
     assert out == expected
 
