@@ -26,7 +26,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -80,6 +80,27 @@ class Rig:
         )
         self.operators.append(op)
         return op
+
+    def leader_and_standby(
+        self, lease_seconds: float, *, metrics_ports: Mapping[str, int] | None = None
+    ) -> tuple[OperatorProcess, OperatorProcess, int]:
+        """Operator A started and leading, then operator B launched and waiting as a warm
+        standby (synced, seeking the Lease), both with a ``lease_seconds`` Lease (and, with
+        ``metrics_ports``, their metrics on ports ``"a"`` and ``"b"``). Returns A, B and
+        B's log offset at its launch."""
+
+        def flags(name: str) -> list[str]:
+            lease = ["--lease-duration", str(lease_seconds)]
+            if metrics_ports is None:
+                return lease
+            return [*lease, "--metrics-address", f"127.0.0.1:{metrics_ports[name]}"]
+
+        a = self.operator("operator-a", *flags("a"))
+        a.start()
+        b = self.operator("operator-b", *flags("b"))
+        b_offset = b.launch()
+        b.wait_line(STANDBY_LINE, b_offset, 60)
+        return a, b, b_offset
 
     def storm(self, threads: int = 8) -> Storm:
         storm = Storm(self.kube.kubeconfig, self.namespace, threads=threads)
@@ -536,12 +557,7 @@ def test_two_instances_one_places_standby_takes_over(rig: Rig) -> None:
     a 2 s retry period) and finishes the storm. No double placement, no over-limit, nothing
     moved."""
     limits = {"df": 10, "bf": 10}
-    lease_flag = ("--lease-duration", str(STANDBY_LEASE_SECONDS))
-    a = rig.operator("operator-a", *lease_flag)
-    a.start()
-    b = rig.operator("operator-b", *lease_flag)
-    b_offset = b.launch()
-    b.wait_line(STANDBY_LINE, b_offset, 60)
+    a, b, b_offset = rig.leader_and_standby(STANDBY_LEASE_SECONDS)
     rig.pool("df", "DepthFirst", 10, [f"df-{i:02d}" for i in range(10)])
     rig.pool("bf", "BreadthFirst", 10, [f"bf-{i:02d}" for i in range(10)])
     holder_a = HOLDS.findall(a.log_text())
@@ -672,12 +688,7 @@ def test_a_paused_leader_never_places_after_the_standby_took_over(rig: Rig, run:
     limits = {"df": 8, "bf": 8}
     ports = {name: free_port() for name in ("a", "b")}
     # The shipped Lease settings (the rig's default is a 3 s Lease).
-    lease = ("--lease-duration", str(DEFAULT_LEASE_SECONDS))
-    a = rig.operator("operator-a", *lease, "--metrics-address", f"127.0.0.1:{ports['a']}")
-    a.start()
-    b = rig.operator("operator-b", *lease, "--metrics-address", f"127.0.0.1:{ports['b']}")
-    b_offset = b.launch()
-    b.wait_line(STANDBY_LINE, b_offset, 60)
+    a, b, b_offset = rig.leader_and_standby(DEFAULT_LEASE_SECONDS, metrics_ports=ports)
     rig.pool("df", "DepthFirst", 8, [f"df-{i}" for i in range(7)])
     rig.pool("bf", "BreadthFirst", 8, [f"bf-{i}" for i in range(7)])
     storm = rig.storm()
@@ -721,12 +732,7 @@ def test_a_stopped_leader_hands_over_at_once(rig: Rig) -> None:
     from the view it kept, no LIST: well under the Lease's 4 s. Nothing lost, placed twice
     or over a limit."""
     limits = {"df": 8}
-    lease = ("--lease-duration", str(DEFAULT_LEASE_SECONDS))
-    a = rig.operator("operator-a", *lease)
-    a.start()
-    b = rig.operator("operator-b", *lease)
-    b_offset = b.launch()
-    b.wait_line(STANDBY_LINE, b_offset, 60)
+    a, b, b_offset = rig.leader_and_standby(DEFAULT_LEASE_SECONDS)
     rig.pool("df", "DepthFirst", 8, [f"df-{i}" for i in range(6)])
     storm = rig.storm()
     names = storm.add(storm_bodies(rig.namespace, ["df"], 48, "g"), rate=10)
