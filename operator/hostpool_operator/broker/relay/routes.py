@@ -318,19 +318,20 @@ class WebDesktops:
         placed = admitted.placed
         assert placed.address
         assert pdu.x224 is not None
-        patcher = await self._patcher(opened, placed)
-        if isinstance(patcher, Answer):
-            await ws.send_bytes(rcp.error_response(patcher.status))
-            return patcher.reason
-        if not pool.connection.clipboard_allowed:
-            # Whatever the page asks for: a changed page cannot open the clipboard either.
-            patcher.withheld = frozenset({channels.CLIPBOARD})
+        # The host proves who it is before a single sign-on credential is made for it.
         host = await self._trusted_host(opened.namespace, placed, pool.connection.port, pdu.x224)
         if isinstance(host, HostRefused):
             await ws.send_bytes(host.pdu)
             return host.outcome
         reader, writer, confirm, certs = host
         try:
+            patcher = await self._patcher(opened, placed)
+            if isinstance(patcher, Answer):
+                await ws.send_bytes(rcp.error_response(patcher.status))
+                return patcher.reason
+            if not pool.connection.clipboard_allowed:
+                # Whatever the page asks for: a changed page cannot open the clipboard either.
+                patcher.withheld = frozenset({channels.CLIPBOARD})
             await ws.send_bytes(rcp.response(confirm, certs, placed.address))
             up = self.metrics.web_bytes.labels("to_host").inc
             down = self.metrics.web_bytes.labels("to_browser").inc
