@@ -33,10 +33,8 @@ import aiohttp
 from hostpool_operator.broker.relay import rdcleanpath as rcp
 from support.broker_helpers import BrokerProcess
 from support.cluster import Cluster
-from support.desktop_sessions import AgentHosts
 from support.kube import wait_for
-from support.operator_process import OperatorProcess
-from support.web_desktop import web_client_or_stop, x224_request
+from support.web_desktop import WebDesktops, x224_request
 
 POOL, HOST = "flood", "fl-1"
 FIRST_ADDRESS = 91
@@ -162,39 +160,26 @@ def placed(broker: BrokerProcess, namespace: str, token: str) -> bool:
 
 
 def test_bench_relay_flood(
+    web_desktop: WebDesktops,
     cluster: Cluster,
     namespace: str,
-    operator_process: OperatorProcess,
-    agent_hosts: AgentHosts,
-    brokers: Callable[..., BrokerProcess],
     tokens: Callable[[str], str],
-    tmp_path: Path,
 ) -> None:
-    del operator_process, tmp_path
-    client_dir = web_client_or_stop()
-    hosts, agents = agent_hosts([HOST], {"alice": "alice-flood-pw"}, first=FIRST_ADDRESS)
-    cluster.setup_pool(
-        POOL,
-        "DepthFirst",
-        4,
-        hosts=[HOST],
-        entitlements={"users": ["alice"], "groups": []},
-        connection={"web": True},
-    )
-    agents[HOST].start()
+    users = {"alice": "alice-flood-pw"}
+    web = web_desktop([HOST], users, first=FIRST_ADDRESS, pool=POOL, limit=4)
     wait_for(
         lambda: bool((cluster.hosts()[HOST].get("status") or {}).get("agent", {}).get("address")),
         60,
         what="the agent to report its host's address",
     )
-    destination = f"{hosts.hosts[HOST].address}:3389"
+    destination = f"{web.hosts.hosts[HOST].address}:3389"
     base = f"/v1/namespaces/{namespace}/pools/{POOL}"
     result: dict[str, Any] = {"seconds": SECONDS, "relaysAtOnce": AT_ONCE}
     for arm, extra in (
         ("asShipped", ()),
         ("rateLimitLifted", ("--rate-limit", "100000", "--rate-burst", "100000")),
     ):
-        broker = brokers("--web-client-dir", str(client_dir), *extra)
+        broker = web.start_broker(*extra, portal=False)
         token = tokens("alice")
         wait_for(
             partial(placed, broker, namespace, token),

@@ -1,5 +1,7 @@
 """Desktops in the browser, in tests and the portal bench: the web client's install
-(``hack/portal/web-client.sh``), a bare RDCleanPath client of the broker's relay (what a
+(``hack/portal/web-client.sh``), the set-up every browser-desktop test starts with (xrdp hosts
+and their agents, pools offering their desktops in the browser, brokers with the web client and
+the portal: :class:`WebDesktops`), a bare RDCleanPath client of the broker's relay (what a
 forger or a replayer would send), what a host saw, the broker's relay metrics, and the
 desktop page driven as a person would (open, type the password, Connect, the first frame)."""
 
@@ -10,7 +12,7 @@ import os
 import re
 import subprocess
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +23,13 @@ import pytest
 from playwright.sync_api import Page
 
 from hostpool_operator.broker.relay import rdcleanpath as rcp
-from support.desktop import XrdpHosts
+from support.broker_helpers import BrokerProcess
+from support.cluster import Cluster
+from support.desktop import NetnsAgent, XrdpHosts
+from support.desktop_sessions import AgentHosts
 from support.paths import REPO_ROOT
+from support.portal import PortalFlags, portal_args
+from support.signon import make_keys
 
 WEB_CLIENT_SCRIPT = REPO_ROOT / "hack" / "portal" / "web-client.sh"
 
@@ -54,6 +61,130 @@ def web_client_or_stop() -> Path:
         return web_client_dir()
     except WebClientError as error:
         cannot_run(str(error))
+
+
+class WebDesktop:
+    """One test's xrdp hosts with their agents (``hosts``, ``agents``), its pools that offer
+    their desktops in the browser, and the brokers it starts to open them (``start_broker``).
+    ``pool`` is the first pool made, ``path`` its desktop page."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        brokers: Callable[..., BrokerProcess],
+        hosts: XrdpHosts,
+        agents: dict[str, NetnsAgent],
+        *,
+        web_flags: tuple[str, ...],
+        portal: PortalFlags,
+        signon_flags: tuple[str, ...],
+    ) -> None:
+        self.cluster = cluster
+        self.hosts = hosts
+        self.agents = agents
+        self.pool = ""
+        self._brokers = brokers
+        self._web_flags = web_flags
+        self._portal = portal
+        self._signon_flags = signon_flags
+
+    @property
+    def path(self) -> str:
+        """The first pool's desktop page, ``/desktop/{namespace}/{pool}``."""
+        return f"/desktop/{self.cluster.namespace}/{self.pool}"
+
+    def add_pool(
+        self,
+        name: str,
+        hosts: Sequence[str],
+        users: Sequence[str],
+        *,
+        limit: int = 2,
+        connection: Mapping[str, object] | None = None,
+    ) -> None:
+        """A depth-first pool of ``hosts`` for ``users`` with ``connection.web`` on (and
+        ``connection``'s other fields), then the agents of its hosts started: the
+        SessionHosts exist before their agents report on them. On hosts that take one-time
+        logon credentials the agents keep the logon state where the hosts' logon reads it."""
+        self.cluster.setup_pool(
+            name,
+            "DepthFirst",
+            limit,
+            hosts=hosts,
+            entitlements={"users": list(users), "groups": []},
+            connection={"web": True, **(connection or {})},
+        )
+        self.pool = self.pool or name
+        for host in hosts:
+            logon = ("--logon-state", str(self.hosts.directory / host / "logon"))
+            self.agents[host].start(*(logon if self._signon_flags else ()))
+
+    def start_broker(self, *extra: str, portal: bool = True) -> BrokerProcess:
+        """A broker serving the web client (with the portal unless ``portal`` is False, the
+        logon key when the hosts take one-time credentials, then ``extra`` flags). The
+        brokers of one WebDesktop share the portal's cookie secret: each is a replica of the
+        others."""
+        portal_flags = self._portal.args if portal else []
+        return self._brokers(*portal_flags, *self._web_flags, *self._signon_flags, *extra)
+
+
+class WebDesktops:
+    """The browser-desktop tests' ``web_desktop`` fixture: called, it brings up xrdp hosts
+    with their agents and, given ``pool``, a pool of them all with its agents started (see
+    :meth:`WebDesktop.add_pool`). The test stops first, saying why, when the web client
+    cannot be installed."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        agent_hosts: AgentHosts,
+        brokers: Callable[..., BrokerProcess],
+        directory: Path,
+    ) -> None:
+        self._cluster = cluster
+        self._agent_hosts = agent_hosts
+        self._brokers = brokers
+        self._directory = directory
+
+    def __call__(
+        self,
+        hosts: Sequence[str],
+        users: Mapping[str, str],
+        *,
+        first: int,
+        pool: str | None = None,
+        entitled: Sequence[str] | None = None,
+        limit: int = 2,
+        connection: Mapping[str, object] | None = None,
+        signon: bool = False,
+    ) -> WebDesktop:
+        """``hosts`` with ``users`` (name: desktop password) from address ``first`` on;
+        with ``pool``, that pool of them all for ``entitled`` (by default the users). With
+        ``signon`` the hosts take one-time logon credentials signed by a key made here, and
+        the brokers sign with it (uids recorded in this test's namespace)."""
+        client_dir = web_client_or_stop()
+        public: Path | None = None
+        signon_flags: tuple[str, ...] = ()
+        if signon:
+            keys = self._directory / f"signon-{first}"
+            keys.mkdir()
+            private, public, _ = make_keys(keys)
+            namespace = self._cluster.namespace
+            signon_flags = ("--logon-key-file", str(private), "--uid-namespace", namespace)
+        made, agents = self._agent_hosts(hosts, users, first=first, signon=public)
+        desktop = WebDesktop(
+            self._cluster,
+            self._brokers,
+            made,
+            agents,
+            web_flags=("--web-client-dir", str(client_dir)),
+            portal=portal_args(self._directory / f"portal-{first}"),
+            signon_flags=signon_flags,
+        )
+        if pool is not None:
+            people = list(users) if entitled is None else entitled
+            desktop.add_pool(pool, hosts, people, limit=limit, connection=connection)
+        return desktop
 
 
 def x224_request() -> bytes:

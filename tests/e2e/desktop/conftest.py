@@ -1,29 +1,26 @@
 """What the desktop tests need of this machine: the suite's hosts' bridge, for real xrdp
 hosts in network namespaces, and the RDP client. Each fails under CI (the desktops must run
-there) and skips elsewhere, saying why, when it cannot be had."""
+there) and skips elsewhere, saying why, when it cannot be had. On them: xrdp hosts with their
+agents (``agent_hosts``), and the browser-desktop tests' set-up (``web_desktop``)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
 
+from support.broker_helpers import BrokerProcess
+from support.cluster import Cluster
 from support.desktop import NetnsAgent, XrdpHosts, why_no_client, why_not
 from support.desktop_sessions import AgentHosts
 from support.kube import Kube
+from support.operator_process import OperatorProcess
 from support.report_logs import EXTRA_LOGS
+from support.web_desktop import WebDesktops, cannot_run
 
 #: How often the agents of the desktop tests report and act (seconds).
 AGENT_INTERVAL = 1.0
-
-
-def cannot_run(reason: str) -> NoReturn:
-    if os.environ.get("CI"):
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture
@@ -98,3 +95,18 @@ def agent_hosts(
             hosts.down()
         bad = {n: c for n, c in codes.items() if c not in (0, None)}
         assert not bad, f"agents exited uncleanly: {bad}"
+
+
+@pytest.fixture
+def web_desktop(
+    cluster: Cluster,
+    operator_process: OperatorProcess,
+    agent_hosts: AgentHosts,
+    brokers: Callable[..., BrokerProcess],
+    tmp_path: Path,
+) -> WebDesktops:
+    """Desktops in the browser: xrdp hosts with their agents, a pool of them with
+    ``connection.web`` on, and brokers with the web client and the portal
+    (support.web_desktop.WebDesktops), in this test's namespace with its operator running."""
+    del operator_process
+    return WebDesktops(cluster, agent_hosts, brokers, tmp_path)

@@ -36,9 +36,9 @@ from support.desktop_sessions import AgentHosts, session_env, wait_state
 from support.kube import unique_name, wait_for
 from support.operator_process import OperatorProcess
 from support.podman import build_image, podman
-from support.portal import portal_args, sign_in
+from support.portal import sign_in
 from support.report_logs import EXTRA_LOGS
-from support.web_desktop import open_desktop, web_client_or_stop
+from support.web_desktop import WebDesktop, WebDesktops, open_desktop
 
 PASSWORD = "alice-clip-desk-pw"
 #: How long text is given to cross where it must not (it crosses in well under a second
@@ -84,6 +84,16 @@ def page_copies(page: Page, text: str) -> None:
     page.evaluate("t => navigator.clipboard.writeText(t)", text)
 
 
+#: The desktop page as a changed page would be: its client opens the clipboard (the page's
+#: attribute flipped once the document is parsed, before its module script runs).
+OPENS_THE_CLIPBOARD_ANYWAY = """
+document.addEventListener("readystatechange", () => {
+  const root = document.getElementById("desktop");
+  if (root) root.dataset.clipboard = "true";
+});
+"""
+
+
 def stays_apart(what: Callable[[], str], text: str, seconds: float = QUIET) -> None:
     """``what()`` never shows ``text`` for ``seconds``."""
     end = time.monotonic() + seconds
@@ -103,40 +113,29 @@ def nothing_crosses(page: Page, session: dict[str, str], label: str) -> None:
     assert page_clipboard(page) == to_desktop
 
 
-def web_pool(cluster: Cluster, name: str, host: str, user: str, clipboard: str) -> None:
-    cluster.setup_pool(
-        name,
-        "DepthFirst",
-        2,
-        hosts=[host],
-        entitlements={"users": [user], "groups": []},
-        connection={"web": True, "clipboard": clipboard},
-    )
+def alice_on_the_page(
+    new_page: Callable[..., Page], web: WebDesktop, broker: BrokerProcess, *, changed: bool = False
+) -> tuple[Page, dict[str, str]]:
+    """alice signed in on a page granted the clipboard, her desktop open in it and her
+    session Active: the page, and her session's display environment (for xclip). With
+    ``changed``, the page is changed to open the clipboard whatever the pool says."""
+    page = new_page(permissions=CLIPBOARD_PERMISSIONS)
+    if changed:
+        page.add_init_script(OPENS_THE_CLIPBOARD_ANYWAY)
+    sign_in(page, broker.url, "alice", "alice-pw", next_path=web.path)
+    open_desktop(page, broker.url + web.path, PASSWORD)
+    request = request_name(web.cluster.namespace, web.pool, "alice")
+    wait_state(web.cluster, request, "Active", "alice to be Active")
+    return page, session_env("alice")
 
 
 def test_text_crosses_both_ways_between_the_page_and_the_desktop(
-    cluster: Cluster,
-    namespace: str,
-    operator_process: OperatorProcess,
-    agent_hosts: AgentHosts,
-    brokers: Callable[..., BrokerProcess],
-    new_page: Callable[..., Page],
-    tmp_path: Path,
+    web_desktop: WebDesktops, new_page: Callable[..., Page]
 ) -> None:
-    del operator_process
-    client_dir = web_client_or_stop()
-    _, agents = agent_hosts(["clip-1"], {"alice": PASSWORD}, first=101)
-    web_pool(cluster, "clip", "clip-1", "alice", "Enabled")
-    agents["clip-1"].start()
-    broker = brokers(*portal_args(tmp_path / "portal").args, "--web-client-dir", str(client_dir))
-    desktop = f"/desktop/{namespace}/clip"
-
-    page = new_page(permissions=CLIPBOARD_PERMISSIONS)
-    sign_in(page, broker.url, "alice", "alice-pw", next_path=desktop)
-    open_desktop(page, broker.url + desktop, PASSWORD)
-    wait_state(cluster, request_name(namespace, "clip", "alice"), "Active", "alice to be Active")
+    opened = {"clipboard": "Enabled"}
+    web = web_desktop(["clip-1"], {"alice": PASSWORD}, first=101, pool="clip", connection=opened)
+    page, session = alice_on_the_page(new_page, web, web.start_broker())
     assert page.locator("#desktop").get_attribute("data-clipboard") == "true"
-    session = session_env("alice")
 
     # Copied in the page, it is on the desktop's clipboard (what Ctrl+V pastes there).
     to_desktop = "from the page: Grüße, 你好 #1"
@@ -153,44 +152,19 @@ def test_text_crosses_both_ways_between_the_page_and_the_desktop(
     print(f"desktop to page in {time.monotonic() - started:.1f}s")
 
 
-#: The desktop page as a changed page would be: its client opens the clipboard (the page's
-#: attribute flipped once the document is parsed, before its module script runs).
-OPENS_THE_CLIPBOARD_ANYWAY = """
-document.addEventListener("readystatechange", () => {
-  const root = document.getElementById("desktop");
-  if (root) root.dataset.clipboard = "true";
-});
-"""
-
-
 def test_without_the_clipboard_nothing_crosses_in_the_browser_even_from_a_changed_page(
-    cluster: Cluster,
-    namespace: str,
-    operator_process: OperatorProcess,
-    agent_hosts: AgentHosts,
-    brokers: Callable[..., BrokerProcess],
-    new_page: Callable[..., Page],
-    tmp_path: Path,
+    web_desktop: WebDesktops, new_page: Callable[..., Page], cluster: Cluster, namespace: str
 ) -> None:
-    del operator_process
-    client_dir = web_client_or_stop()
     # The host's own clipboard is on: only the page and the relay keep it closed.
-    _, agents = agent_hosts(["noclip-1"], {"alice": PASSWORD}, first=104)
-    web_pool(cluster, "noclip", "noclip-1", "alice", "Disabled")
-    agents["noclip-1"].start()
-    broker = brokers(*portal_args(tmp_path / "portal").args, "--web-client-dir", str(client_dir))
-    desktop = f"/desktop/{namespace}/noclip"
+    users, closed = {"alice": PASSWORD}, {"clipboard": "Disabled"}
+    web = web_desktop(["noclip-1"], users, first=104, pool="noclip", connection=closed)
+    broker = web.start_broker()
     request = request_name(namespace, "noclip", "alice")
 
     for changed in (False, True):
-        page = new_page(permissions=CLIPBOARD_PERMISSIONS)
-        if changed:
-            page.add_init_script(OPENS_THE_CLIPBOARD_ANYWAY)
-        sign_in(page, broker.url, "alice", "alice-pw", next_path=desktop)
-        open_desktop(page, broker.url + desktop, PASSWORD)
-        wait_state(cluster, request, "Active", "alice to be Active")
+        page, session = alice_on_the_page(new_page, web, broker, changed=changed)
         assert page.locator("#desktop").get_attribute("data-clipboard") == str(changed).lower()
-        nothing_crosses(page, session_env("alice"), f"changed page {changed}")
+        nothing_crosses(page, session, f"changed page {changed}")
         page.click('[data-action="disconnect"]')
         wait_state(cluster, request, "Disconnected", "alice to be Disconnected")
         page.close()

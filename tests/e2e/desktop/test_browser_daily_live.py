@@ -35,20 +35,12 @@ from playwright.sync_api import Page, ViewportSize
 
 from e2e.desktop.test_browser_desktop_live import host_colour, shows_colour
 from hostpool_operator.access.names import request_name
-from support.broker_helpers import BrokerProcess
 from support.cluster import Cluster
 from support.desktop import XrdpHosts
-from support.desktop_sessions import (
-    AgentHosts,
-    session_env,
-    wait_state,
-    windows_titled,
-    xorg_pid,
-)
+from support.desktop_sessions import session_env, wait_state, windows_titled, xorg_pid
 from support.kube import wait_for
-from support.operator_process import OperatorProcess
-from support.portal import portal_args, sign_in
-from support.web_desktop import open_desktop, web_client_or_stop
+from support.portal import sign_in
+from support.web_desktop import WebDesktops, open_desktop
 
 HOST = "daily-1"
 POOL = "daily"
@@ -125,33 +117,21 @@ def typing_xterm(user: str, into: Path) -> subprocess.Popen[bytes]:
 
 
 def test_the_desktop_fits_the_window_types_swedish_and_comes_back_by_itself(
+    web_desktop: WebDesktops,
+    new_page: Callable[..., Page],
     cluster: Cluster,
     namespace: str,
-    operator_process: OperatorProcess,
-    agent_hosts: AgentHosts,
-    brokers: Callable[..., BrokerProcess],
-    new_page: Callable[..., Page],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    del operator_process
-    client_dir = web_client_or_stop()
     monkeypatch.setenv("HOSTPOOL_XRDP_LOG_LEVEL", "DEBUG")
-    hosts, agents = agent_hosts([HOST], {USER: PASSWORD}, first=FIRST_ADDRESS)
+    web = web_desktop([HOST], {USER: PASSWORD}, first=FIRST_ADDRESS)
+    hosts = web.hosts
     try:
-        cluster.setup_pool(
-            POOL,
-            "DepthFirst",
-            2,
-            hosts=[HOST],
-            entitlements={"users": [USER], "groups": []},
-            connection={"web": True},
-        )
-        agents[HOST].start()
-        broker = brokers(
-            *portal_args(tmp_path / "portal").args, "--web-client-dir", str(client_dir)
-        )
-        desktop = f"/desktop/{namespace}/{POOL}"
+        # The pool made inside the try: the hosts' logs are kept whatever fails once they are up.
+        web.add_pool(POOL, [HOST], [USER])
+        broker = web.start_broker()
+        desktop = web.path
 
         page = new_page(viewport=WIDE)
         sign_in(page, broker.url, USER, f"{USER}-pw", next_path=desktop)

@@ -25,21 +25,19 @@ from playwright.sync_api import Page, ViewportSize
 
 from hostpool_operator.access import tickets
 from hostpool_operator.access.names import request_name
-from support.broker_helpers import BrokerProcess
 from support.cluster import Cluster
 from support.desktop import RdpClient, VirtualDisplay, XrdpHosts, pixel, xorg_displays
-from support.desktop_sessions import AgentHosts, wait_state, xorg_pid
+from support.desktop_sessions import wait_state, xorg_pid
 from support.kube import wait_for
-from support.operator_process import OperatorProcess
-from support.portal import CSRF_HEADER, csrf_token, portal_args, session_cookies, sign_in
+from support.portal import CSRF_HEADER, csrf_token, session_cookies, sign_in
 from support.report_logs import EXTRA_LOGS
 from support.web_desktop import (
+    WebDesktops,
     connections_received,
     cookie_header,
     metric,
     open_desktop,
     try_relay,
-    web_client_or_stop,
 )
 
 HOST = "web-1"
@@ -89,34 +87,21 @@ def post(page: Page, url: str, path: str, csrf: str, **options: object) -> dict[
 
 
 def test_a_desktop_in_the_browser(
+    web_desktop: WebDesktops,
+    new_page: Callable[..., Page],
     cluster: Cluster,
     namespace: str,
-    operator_process: OperatorProcess,
-    agent_hosts: AgentHosts,
-    brokers: Callable[..., BrokerProcess],
-    new_page: Callable[..., Page],
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> None:
-    del operator_process
-    client_dir = web_client_or_stop()
-    hosts, agents = agent_hosts([HOST], USERS, first=FIRST_ADDRESS)
+    web = web_desktop([HOST], USERS, first=FIRST_ADDRESS, pool=POOL)
+    hosts = web.hosts
     address = hosts.hosts[HOST].address
     colour = host_colour(hosts, HOST)
-    cluster.setup_pool(
-        POOL,
-        "DepthFirst",
-        2,
-        hosts=[HOST],
-        entitlements={"users": list(USERS), "groups": []},
-        connection={"web": True},
-    )
-    agents[HOST].start()
-    portal = portal_args(tmp_path / "portal")
-    broker = brokers(*portal.args, "--web-client-dir", str(client_dir))
+    broker = web.start_broker()
     url = broker.url
     metrics = f"http://127.0.0.1:{broker.metrics_port}"
-    desktop_url = f"{url}/desktop/{namespace}/{POOL}"
+    desktop_url = url + web.path
     base = f"/v1/namespaces/{namespace}/pools/{POOL}"
     relay_url = f"ws://127.0.0.1:{broker.port}{base}/session/web"
     alice_request = request_name(namespace, POOL, "alice")
@@ -124,7 +109,7 @@ def test_a_desktop_in_the_browser(
 
     # 1. alice signs in and opens her desktop: her host's colour, her typing in her xterm.
     alice_page = new_page(viewport=VIEWPORT)
-    sign_in(alice_page, url, "alice", SIGN_IN["alice"], next_path=f"/desktop/{namespace}/{POOL}")
+    sign_in(alice_page, url, "alice", SIGN_IN["alice"], next_path=web.path)
     assert alice_page.url == desktop_url
     first_ms = open_desktop(alice_page, desktop_url, USERS["alice"])
     assert 0 < first_ms < 60_000

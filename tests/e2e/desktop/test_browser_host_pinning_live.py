@@ -25,21 +25,19 @@ from playwright.sync_api import Page, ViewportSize
 
 from e2e.desktop.test_browser_desktop_live import host_colour, shows_colour
 from hostpool_operator.access.names import request_name
-from support.broker_helpers import BrokerProcess
 from support.cluster import Cluster
 from support.conditions import status
 from support.desktop import XrdpHosts, session_processes
-from support.desktop_sessions import AgentHosts, wait_state
+from support.desktop_sessions import wait_state
 from support.kube import wait_for
-from support.operator_process import OperatorProcess
-from support.portal import portal_args, sign_in
+from support.portal import sign_in
 from support.tls import self_signed
 from support.web_desktop import (
+    WebDesktops,
     connections_received,
     first_frame_or_none,
     metric,
     open_desktop,
-    web_client_or_stop,
     x224_request,
 )
 
@@ -90,27 +88,15 @@ def refused(page: Page) -> str:
 
 
 def test_the_relay_takes_only_the_host_whose_certificate_its_agent_publishes(
+    web_desktop: WebDesktops,
+    new_page: Callable[..., Page],
     cluster: Cluster,
     namespace: str,
-    operator_process: OperatorProcess,
-    agent_hosts: AgentHosts,
-    brokers: Callable[..., BrokerProcess],
-    new_page: Callable[..., Page],
     tmp_path: Path,
 ) -> None:
-    del operator_process
-    client_dir = web_client_or_stop()
-    hosts, agents = agent_hosts([HOST], USERS, first=FIRST_ADDRESS)
+    web = web_desktop([HOST], USERS, first=FIRST_ADDRESS, pool=POOL)
+    hosts, agents = web.hosts, web.agents
     address = hosts.hosts[HOST].address
-    cluster.setup_pool(
-        POOL,
-        "DepthFirst",
-        2,
-        hosts=[HOST],
-        entitlements={"users": list(USERS), "groups": []},
-        connection={"web": True},
-    )
-    agents[HOST].start()
 
     # 1. The agent publishes the certificate the host presents: xrdp's default, this
     # machine's /etc/xrdp/cert.pem (a link to Debian's snakeoil certificate), read by the
@@ -120,10 +106,9 @@ def test_the_relay_takes_only_the_host_whose_certificate_its_agent_publishes(
     real = hashlib.sha256(der).hexdigest()
     wait_for(lambda: published(cluster) == real, 20, what="the agent to publish the fingerprint")
 
-    portal = portal_args(tmp_path / "portal")
-    broker = brokers(*portal.args, "--web-client-dir", str(client_dir))
+    broker = web.start_broker()
     metrics = f"http://127.0.0.1:{broker.metrics_port}"
-    desktop_url = f"{broker.url}/desktop/{namespace}/{POOL}"
+    desktop_url = broker.url + web.path
     colour = host_colour(hosts, HOST)
 
     # 2. The normal path: alice's desktop opens in the page.

@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from playwright.sync_api import Page, ViewportSize
 
 from hostpool_operator.access.names import request_name
-from support.broker_helpers import BrokerProcess
 from support.cluster import Cluster
-from support.desktop_sessions import AgentHosts, wait_state
+from support.desktop_sessions import wait_state
 from support.kube import wait_for
-from support.operator_process import OperatorProcess
-from support.portal import CSRF_HEADER, csrf_token, portal_args, session_cookies, sign_in
-from support.web_desktop import cookie_header, metric, open_desktop, web_client_or_stop
+from support.portal import CSRF_HEADER, csrf_token, session_cookies, sign_in
+from support.web_desktop import WebDesktops, cookie_header, metric, open_desktop
 
 HOST = "signout-1"
 POOL = "signout"
@@ -32,36 +29,20 @@ VIEWPORT: ViewportSize = {"width": 1024, "height": 768}
 
 
 def test_a_desktop_ends_when_its_session_is_signed_out_on_another_replica(
+    web_desktop: WebDesktops,
+    new_page: Callable[..., Page],
     cluster: Cluster,
     namespace: str,
-    operator_process: OperatorProcess,
-    agent_hosts: AgentHosts,
-    brokers: Callable[..., BrokerProcess],
-    new_page: Callable[..., Page],
-    tmp_path: Path,
 ) -> None:
-    del operator_process
-    client_dir = web_client_or_stop()
-    hosts, agents = agent_hosts([HOST], {"alice": PASSWORD}, first=FIRST_ADDRESS)
-    cluster.setup_pool(
-        POOL,
-        "DepthFirst",
-        2,
-        hosts=[HOST],
-        entitlements={"users": ["alice"], "groups": []},
-        connection={"web": True},
-    )
-    agents[HOST].start()
-    portal = portal_args(tmp_path / "portal")  # one cookie secret: two replicas
-    relaying = brokers(*portal.args, "--web-client-dir", str(client_dir))
-    other = brokers(*portal.args, "--web-client-dir", str(client_dir))
-    desktop = f"/desktop/{namespace}/{POOL}"
+    web = web_desktop([HOST], {"alice": PASSWORD}, first=FIRST_ADDRESS, pool=POOL)
+    relaying = web.start_broker()
+    other = web.start_broker()  # a replica: the same cookie secret
 
     page = new_page(viewport=VIEWPORT)
-    sign_in(page, relaying.url, "alice", "alice-pw", next_path=desktop)
-    open_desktop(page, relaying.url + desktop, PASSWORD)
+    sign_in(page, relaying.url, "alice", "alice-pw", next_path=web.path)
+    open_desktop(page, relaying.url + web.path, PASSWORD)
     wait_state(cluster, request_name(namespace, POOL, "alice"), "Active", "alice to be Active")
-    assert hosts.established(HOST) == 1
+    assert web.hosts.established(HOST) == 1
     copied = cookie_header(session_cookies(page.context, relaying.url))
     metrics = f"http://127.0.0.1:{relaying.metrics_port}"
 
@@ -72,7 +53,7 @@ def test_a_desktop_ends_when_its_session_is_signed_out_on_another_replica(
     )
     assert answer.status == 200, answer.text()
     signed_out = time.monotonic()
-    wait_for(lambda: hosts.established(HOST) == 0, 10, what="the relay to end with the session")
+    wait_for(lambda: web.hosts.established(HOST) == 0, 10, what="the relay to end with the session")
     took = time.monotonic() - signed_out
     assert took <= 10
     outcome = 'outcome="SignedOut"'

@@ -15,16 +15,14 @@ from playwright.sync_api import Page, ViewportSize
 from e2e.desktop.test_browser_desktop_live import host_colour, shows_colour
 from hostpool_operator.access.names import request_name
 from hostpool_operator.logon import uids
-from support.broker_helpers import BrokerProcess
 from support.cluster import Cluster
 from support.desktop import session_processes
-from support.desktop_sessions import AgentHosts, wait_state
+from support.desktop_sessions import wait_state
 from support.keycloak import Keycloak
 from support.kube import wait_for
-from support.operator_process import OperatorProcess
-from support.portal import portal_args, sign_in
-from support.signon import make_keys, new_user
-from support.web_desktop import first_frame, web_client_or_stop
+from support.portal import sign_in
+from support.signon import new_user
+from support.web_desktop import WebDesktops, first_frame
 
 HOST = "ssoweb-1"
 POOL = "ssoweb"
@@ -33,37 +31,20 @@ VIEWPORT: ViewportSize = {"width": 1024, "height": 768}
 
 
 def test_the_signed_in_person_lands_on_their_desktop_with_no_second_password(
-    cluster: Cluster,
-    namespace: str,
-    operator_process: OperatorProcess,
-    agent_hosts: AgentHosts,
-    brokers: Callable[..., BrokerProcess],
+    web_desktop: WebDesktops,
     keycloak: Keycloak,
     new_page: Callable[..., Page],
+    cluster: Cluster,
+    namespace: str,
     tmp_path: Path,
 ) -> None:
-    del operator_process
-    client_dir = web_client_or_stop()
-    private, public, _ = make_keys(tmp_path)
     user, password = new_user(keycloak)
-    hosts, agents = agent_hosts([HOST], {}, first=FIRST_ADDRESS, signon=public)
-    cluster.setup_pool(
-        POOL,
-        "DepthFirst",
-        2,
-        hosts=[HOST],
-        entitlements={"users": [user], "groups": []},
-        connection={"web": True, "singleSignOn": True},
+    sso = {"singleSignOn": True}
+    web = web_desktop(
+        [HOST], {}, first=FIRST_ADDRESS, pool=POOL, entitled=[user], connection=sso, signon=True
     )
-    agents[HOST].start("--logon-state", str(hosts.directory / HOST / "logon"))
-    portal = portal_args(tmp_path / "portal")
-    broker = brokers(
-        *portal.args,
-        "--web-client-dir", str(client_dir),
-        "--logon-key-file", str(private),
-        "--uid-namespace", namespace,
-    )  # fmt: skip
-    desktop = f"/desktop/{namespace}/{POOL}"
+    broker = web.start_broker()
+    desktop = web.path
 
     page = new_page(viewport=VIEWPORT)
     sign_in(page, broker.url, user, password, next_path=desktop)
@@ -72,7 +53,7 @@ def test_the_signed_in_person_lands_on_their_desktop_with_no_second_password(
     assert not page.locator("#password").is_visible()
     page.wait_for_selector("#desktop[data-client=ready]", state="attached", timeout=60_000)
     assert 0 < first_frame(page) < 60_000
-    shows_colour(page, host_colour(hosts, HOST), tmp_path / "desktop.png")
+    shows_colour(page, host_colour(web.hosts, HOST), tmp_path / "desktop.png")
     wait_state(cluster, request_name(namespace, POOL, user), "Active", "the session to be Active")
 
     record = cluster.kube.call(
@@ -103,13 +84,11 @@ def test_the_signed_in_person_lands_on_their_desktop_with_no_second_password(
 
 
 def test_a_modified_client_naming_someone_else_gets_nothing_of_theirs(
-    cluster: Cluster,
-    namespace: str,
-    operator_process: OperatorProcess,
-    agent_hosts: AgentHosts,
-    brokers: Callable[..., BrokerProcess],
+    web_desktop: WebDesktops,
     keycloak: Keycloak,
     new_page: Callable[..., Page],
+    cluster: Cluster,
+    namespace: str,
     tmp_path: Path,
 ) -> None:
     """A signed-in person whose browser client is modified to log on as someone else (the
@@ -117,32 +96,16 @@ def test_a_modified_client_naming_someone_else_gets_nothing_of_theirs(
     one is asked). On a pool without single sign-on the relay refuses the logon before it
     reaches the host: no session of the other person starts. On a single sign-on pool the
     relay writes the caller's own name and credential: the desktop that opens is the caller's."""
-    del operator_process
-    client_dir = web_client_or_stop()
-    private, public, _ = make_keys(tmp_path)
     user, password = new_user(keycloak)
     victim, victim_password = f"hpv{uuid.uuid4().hex[:6]}", "victims-own-pw"
     sso_host, typed_host = "ssomod-1", "pwmod-1"
-    hosts, agents = agent_hosts(
-        [sso_host, typed_host], {victim: victim_password}, first=FIRST_ADDRESS + 5, signon=public
+    web = web_desktop(
+        [sso_host, typed_host], {victim: victim_password}, first=FIRST_ADDRESS + 5, signon=True
     )
+    hosts = web.hosts
     for pool, host, signs_on in (("ssomod", sso_host, True), ("pwmod", typed_host, False)):
-        cluster.setup_pool(
-            pool,
-            "DepthFirst",
-            2,
-            hosts=[host],
-            entitlements={"users": [user], "groups": []},
-            connection={"web": True, "singleSignOn": signs_on},
-        )
-        agents[host].start("--logon-state", str(hosts.directory / host / "logon"))
-    portal = portal_args(tmp_path / "portal")
-    broker = brokers(
-        *portal.args,
-        "--web-client-dir", str(client_dir),
-        "--logon-key-file", str(private),
-        "--uid-namespace", namespace,
-    )  # fmt: skip
+        web.add_pool(pool, [host], [user], connection={"singleSignOn": signs_on})
+    broker = web.start_broker()
     page = new_page(viewport=VIEWPORT)
 
     sign_in(page, broker.url, user, password)
