@@ -11,6 +11,7 @@ fail), never doing it themselves. One :class:`PoolState` per pool, driven by one
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import InitVar, dataclass, field
 from datetime import datetime, timedelta
@@ -66,6 +67,9 @@ class PoolState:
     #: (a counter): of two hosts given one user at once, the one seen first is kept.
     assignment_seen: dict[str, tuple[str, int]] = field(default_factory=dict)
     assignments_seen: int = 0
+    #: Personal pools: how many hosts each user is assigned (from ``assignment_seen``), so a
+    #: host event tells in O(1) whether its user has a second host to take back.
+    hosts_of_user: Counter[str] = field(default_factory=Counter)
     #: Personal pools: hosts whose workload the operator deleted after stopAfterMinutes
     #: unused (status.power Stopped); their user's next connect starts them.
     power_off: set[str] = field(default_factory=set)
@@ -143,6 +147,18 @@ class PoolState:
             if name not in owners and host.spec is not None and host.spec.assigned_user:
                 owners[name] = host.spec.assigned_user
         return owners
+
+    def _unassigned(self, name: str) -> None:
+        """Host ``name`` is no longer seen assigned to the user it was."""
+        previous = self.assignment_seen.pop(name, None)
+        if previous is not None:
+            self.hosts_of_user[previous[0]] -= 1
+            if self.hosts_of_user[previous[0]] <= 0:
+                del self.hosts_of_user[previous[0]]
+
+    def has_second_host(self, user: str) -> bool:
+        """The user is assigned more than one host of this pool (see second_assignments)."""
+        return self.hosts_of_user.get(user, 0) > 1
 
     def second_assignments(self, now: datetime) -> list[Assignment]:
         """Personal pools: hosts given to a user who has another (administrators' assigns
@@ -285,10 +301,12 @@ class PoolState:
         if user is not None:
             self.claims.pop(record.meta.name, None)  # written: the host says it now
             if self.assignment_seen.get(record.meta.name, ("",))[0] != user:
+                self._unassigned(record.meta.name)
                 self.assignments_seen += 1
                 self.assignment_seen[record.meta.name] = (user, self.assignments_seen)
+                self.hosts_of_user[user] += 1
         else:
-            self.assignment_seen.pop(record.meta.name, None)
+            self._unassigned(record.meta.name)
         self.views.note_sample(record, now)
         self.views.refresh_host(record, now)
         self.capacity_changed = True
@@ -299,7 +317,7 @@ class PoolState:
         self.hosts.pop(name, None)
         self.removing.discard(name)
         self.claims.pop(name, None)
-        self.assignment_seen.pop(name, None)
+        self._unassigned(name)
         self.power_off.discard(name)
         self.starts.discard(name)
         self.unused_since.pop(name, None)

@@ -7,6 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hostpool_operator.engine.personal import Assignment, second_assignments
+from hostpool_operator.engine.records import HostRecord
+from support.state_builders import T0, Pool, host_obj, pool_obj
 
 
 def a(host: str, user: str, sessions: int = 0, seen: int = 0) -> Assignment:
@@ -54,3 +56,32 @@ def test_after_taking_back_each_user_has_one_idle_host_at_most_besides_in_use_on
         assert theirs  # nobody loses every host
         idle = [x for x in theirs if x.sessions == 0]
         assert len(theirs) == 1 or not idle
+
+
+#: A host event: (host, its spec.assignedUser or None) put, or (host, "deleted").
+host_events = st.lists(
+    st.tuples(
+        st.sampled_from([f"h{i}" for i in range(6)]),
+        st.sampled_from([None, "alice", "bob", "deleted"]),
+    ),
+    max_size=40,
+)
+
+
+@given(host_events)
+def test_the_pool_knows_in_one_look_whether_a_user_has_a_second_host(
+    events: list[tuple[str, str | None]],
+) -> None:
+    """What the controller asks on each host event (so that only then it scans the pool)
+    always agrees with the assignments the pool state holds, through any sequence of hosts
+    assigned, reassigned, unassigned and deleted."""
+    pool = Pool(pool_obj(type="Personal"))
+    for host, user in events:
+        if user == "deleted":
+            pool.state.drop_host(host)
+        else:
+            obj = host_obj(host) if user is None else host_obj(host, assignedUser=user)
+            pool.state.put_host(HostRecord.of(obj), T0)
+        for who in ("alice", "bob"):
+            held = [h for h, (u, _) in pool.state.assignment_seen.items() if u == who]
+            assert pool.state.has_second_host(who) is (len(held) > 1), (who, held)

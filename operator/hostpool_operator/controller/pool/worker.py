@@ -209,8 +209,9 @@ class PoolWorker:
         self.state.put_host(record, _now())
         self.plans.observe_host(record)
         self._changed()
-        if record.spec is not None and record.spec.assigned_user is not None:
-            self._one_host_per_user()
+        user = record.spec.assigned_user if record.spec is not None else None
+        if user is not None and self.state.has_second_host(user):
+            self._one_host_per_user()  # a pool scan: only when this user has two hosts
         if record.spec_error:
             self.deps.events.post(
                 record.body,
