@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hostpool_operator.api import Phase
-from hostpool_operator.engine.placement import Assign, Intent, place_pending
+from hostpool_operator.engine.placement import Assign, Intent, Wait, place_pending
 from hostpool_operator.engine.pool_state import PoolState
 from hostpool_operator.engine.records import HostRecord, PoolRecord, RequestRecord
 from hostpool_operator.engine.status import assigned_status
@@ -129,3 +129,16 @@ class Pool:
 def record_user(record: RequestRecord) -> str:
     assert record.demand is not None
     return record.demand.user
+
+
+def summary(intents: list[Intent]) -> list[tuple[str, str, str | None, bool]]:
+    """Placement's intents, in a form a table can name: ("assign", request, host, claimed)
+    or ("wait", request, reason, False)."""
+    out: list[tuple[str, str, str | None, bool]] = []
+    for intent in intents:
+        if isinstance(intent, Assign):
+            out.append(("assign", intent.record.meta.name, intent.placement.host, intent.claim))
+        else:
+            assert isinstance(intent, Wait)
+            out.append(("wait", intent.record.meta.name, intent.reason.value, False))
+    return out

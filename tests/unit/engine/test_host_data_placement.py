@@ -12,11 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from hostpool_operator.api import Reason
-from hostpool_operator.engine.placement import Assign, Intent, Wait
 from hostpool_operator.engine.records import HostRecord
 from hostpool_operator.engine.workloads import WorkloadRecord
 from hostpool_operator.scaling import pool as pool_scaling
-from support.state_builders import POOL, T0, Obj, Pool, host_obj, metadata
+from support.state_builders import POOL, T0, Obj, Pool, host_obj, metadata, summary
 
 #: The contract's name (api.vocabulary.DATA_OF_ANNOTATION), spelled out.
 DATA_OF = "hostpool.io/data-of"
@@ -60,17 +59,6 @@ def running(pool: Pool, host: str) -> None:
 def put(pool: Pool, obj: Obj) -> None:
     pool.state.put_host(HostRecord.of(obj), T0)
     pool.state.capacity_changed = True
-
-
-def summary(intents: list[Intent]) -> list[tuple[str, str, str | None, bool]]:
-    out: list[tuple[str, str, str | None, bool]] = []
-    for intent in intents:
-        if isinstance(intent, Assign):
-            out.append(("assign", intent.record.meta.name, intent.placement.host, intent.claim))
-        else:
-            assert isinstance(intent, Wait)
-            out.append(("wait", intent.record.meta.name, intent.reason.value, False))
-    return out
 
 
 def test_bob_never_gets_the_host_alice_was_unassigned_from() -> None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from hostpool_operator.api import Reason
-from hostpool_operator.engine.placement import Assign, Intent, Wait
+from hostpool_operator.engine.placement import Assign
 from hostpool_operator.engine.records import HostRecord
-from support.state_builders import POOL, T0, Obj, Pool, host_obj, metadata
+from support.state_builders import POOL, T0, Obj, Pool, host_obj, metadata, summary
 
 
 def personal_pool(**personal: Any) -> Obj:
@@ -21,17 +21,6 @@ def personal_pool(**personal: Any) -> Obj:
     if personal:
         spec["personal"] = personal
     return {"metadata": metadata(POOL), "spec": spec}
-
-
-def summary(intents: list[Intent]) -> list[tuple[str, str, str | None, bool]]:
-    out: list[tuple[str, str, str | None, bool]] = []
-    for intent in intents:
-        if isinstance(intent, Assign):
-            out.append(("assign", intent.record.meta.name, intent.placement.host, intent.claim))
-        else:
-            assert isinstance(intent, Wait)
-            out.append(("wait", intent.record.meta.name, intent.reason.value, False))
-    return out
 
 
 def test_own_host_then_claims_in_query_order() -> None:
