@@ -10,6 +10,7 @@ name never receives someone else's logoff (its versions are all newer).
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -132,3 +133,48 @@ def test_a_logoff_for_a_request_never_lands_on_its_namesake(
     # uid in the patch would not do: the API server applied such a patch, 200.)
     assert code == 409
     assert "logoff" not in (kube.get("SessionRequest", namespace, "alice").get("status") or {})
+
+
+def test_a_patch_onto_the_version_read_reads_again_after_a_change_in_between(
+    kube: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``KubeClient.patch_as_read``: what is decided on a version goes onto that version
+    only. A change between the read and the write (here made by the decision itself, as
+    an agent's status write would land) answers 409 and the object is read and decided
+    again; a decision to write nothing writes nothing; a change under every try ends in
+    None, with nothing written."""
+    kube.create(namespace, builders.request("carol", "finance", user="carol@corp"))
+    seen: list[str] = []
+    writes = itertools.count()
+
+    def changing(times: int) -> Callable[[dict[str, Any]], dict[str, Any] | bool]:
+        def decide(obj: dict[str, Any]) -> dict[str, Any] | bool:
+            seen.append(obj["metadata"]["resourceVersion"])
+            if len(seen) <= times:  # someone else's write after this read
+                _state(kube, namespace, "carol", ("Disconnected", "Active")[next(writes) % 2])
+            return {"metadata": {"labels": {"decided-on": obj["metadata"]["resourceVersion"]}}}
+
+        return decide
+
+    async def run(decide: Callable[[dict[str, Any]], Any], attempts: int) -> Any:
+        async with operator_client(kube.kubeconfig, monkeypatch) as client:
+            return await client.patch_as_read(
+                "sessionrequests", namespace, "carol", decide, attempts=attempts
+            )
+
+    answer_ = asyncio.run(run(changing(1), 3))
+    assert isinstance(answer_, dict)
+    assert len(seen) == 2
+    assert seen[0] != seen[1]
+    first = answer_["metadata"]["labels"]["decided-on"]
+    assert first == seen[1]  # decided on the version read again
+
+    before = kube.get("SessionRequest", namespace, "carol")["metadata"]["resourceVersion"]
+    assert asyncio.run(run(lambda obj: False, 3)) is False
+    assert kube.get("SessionRequest", namespace, "carol")["metadata"]["resourceVersion"] == before
+
+    seen.clear()
+    assert asyncio.run(run(changing(99), 2)) is None
+    assert len(seen) == 2
+    labels = kube.get("SessionRequest", namespace, "carol")["metadata"]["labels"]
+    assert labels["decided-on"] == first  # nothing of the last call's was written

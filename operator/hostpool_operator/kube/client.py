@@ -329,6 +329,35 @@ class KubeClient:
             "GET", self.path(plural, namespace, name, api_version=api_version)
         )
 
+    async def patch_as_read(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        decide: Callable[[JSON], Mapping[str, Any] | bool],
+        *,
+        attempts: int,
+    ) -> JSON | bool | None:
+        """Read the object, let ``decide`` look at it, and merge-patch what it returns onto
+        exactly the version read; a conflict (the object changed meanwhile) reads it again,
+        up to ``attempts`` times. ``decide`` returns the patch, or True/False to write
+        nothing and end with that. Returns the patch's answer, what ``decide`` ended with,
+        or None when every try met a conflict. Other API errors are raised."""
+        for _ in range(attempts):
+            obj = await self.get(plural, namespace, name)
+            decided = decide(obj)
+            if isinstance(decided, bool):
+                return decided
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            try:
+                return await self.patch(
+                    plural, namespace, name, decided, resource_version=version or None
+                )
+            except ApiError as error:
+                if not error.conflict:
+                    raise
+        return None
+
     async def resources(self, api_version: str) -> builtins.list[JSON]:
         """The resources the API server serves in ``api_version`` (discovery)."""
         listing = await self.request("GET", group_version_path(api_version))

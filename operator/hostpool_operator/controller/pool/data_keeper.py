@@ -95,29 +95,23 @@ class DataKeeper:
         changed meanwhile, or the host is gone); False: to be tried again."""
         state = self.state
         name = host.meta.name
+
+        def decide(obj: dict[str, Any]) -> dict[str, Any] | bool:
+            found = HostRecord.of(obj)
+            if found.meta.uid != host.meta.uid:
+                return True  # another host of that name: this one is gone, files and all
+            user = found.spec.assigned_user if found.spec is not None else None
+            if expect is not None and (user != expect or found.data_of is not None):
+                return True  # changed meanwhile: the observed state decides again
+            return patch
+
         try:
-            for _ in range(WRITE_ATTEMPTS):
-                obj = await self.deps.client.get(HOSTS, state.namespace, name)
-                found = HostRecord.of(obj)
-                if found.meta.uid != host.meta.uid:
-                    return True  # another host of that name: this one is gone, files and all
-                user = found.spec.assigned_user if found.spec is not None else None
-                if expect is not None and (user != expect or found.data_of is not None):
-                    return True  # changed meanwhile: the observed state decides again
-                try:
-                    answer = await self.deps.client.patch(
-                        HOSTS,
-                        state.namespace,
-                        name,
-                        patch,
-                        resource_version=found.meta.resource_version,
-                    )
-                except ApiError as error:
-                    if error.conflict:
-                        continue
-                    raise
+            answer = await self.deps.client.patch_as_read(
+                HOSTS, state.namespace, name, decide, attempts=WRITE_ATTEMPTS
+            )
+            if isinstance(answer, dict):
                 self._host_changed(answer)
-                return True
+            return answer is not None
         except ApiError as error:
             if error.not_found:
                 return True  # the host is gone, and its claims with it

@@ -209,31 +209,23 @@ class RequestWriter:
         state = self.state
         host = placement.host or ""
         user = record.demand.user if record.demand is not None else ""
+
+        def decide(obj: dict[str, Any]) -> dict[str, Any] | bool:
+            found = HostRecord.of(obj)
+            owner = found.spec.assigned_user if found.spec is not None else None
+            if owner is not None:
+                return owner == user  # theirs already, or someone else's since the decision
+            patch = claim_patch(found, user)
+            return patch if patch is not None else False  # someone else's files since then
+
         try:
-            for _ in range(CLAIM_ATTEMPTS):
-                obj = await self.deps.client.get(HOSTS, state.namespace, host)
-                found = HostRecord.of(obj)
-                owner = found.spec.assigned_user if found.spec is not None else None
-                if owner == user:
-                    return True
-                if owner is not None:
-                    break  # someone else's since the decision
-                patch = claim_patch(found, user)
-                if patch is None:
-                    break  # it holds someone else's files since the decision
-                try:
-                    await self.deps.client.patch(
-                        HOSTS,
-                        state.namespace,
-                        host,
-                        patch,
-                        resource_version=found.meta.resource_version,
-                    )
-                except ApiError as error:
-                    if error.conflict:
-                        continue  # an agent's status write, most often: look again
-                    raise
+            # A conflict is an agent's status write, most often: look again.
+            answer = await self.deps.client.patch_as_read(
+                HOSTS, state.namespace, host, decide, attempts=CLAIM_ATTEMPTS
+            )
+            if isinstance(answer, dict):
                 log.info("%s/%s: host %s is now %s's", state.namespace, state.name, host, user)
+            if answer is True or isinstance(answer, dict):
                 return True
         except (ApiError, ApiTransportError) as error:
             log.warning(
@@ -259,26 +251,19 @@ class RequestWriter:
         host says why in a Warning Event. Whether it was taken back."""
         state = self.state
         host, user = assignment.host, assignment.user
+
+        def decide(obj: dict[str, Any]) -> dict[str, Any] | bool:
+            spec = obj.get("spec")
+            if not isinstance(spec, dict) or spec.get("assignedUser") != user:
+                return False  # changed meanwhile: the observed state decides again
+            return {"spec": {"assignedUser": None}}
+
         try:
-            for _ in range(CLAIM_ATTEMPTS):
-                obj = await self.deps.client.get(HOSTS, state.namespace, host)
-                spec = obj.get("spec")
-                if not isinstance(spec, dict) or spec.get("assignedUser") != user:
-                    return False  # changed meanwhile: the observed state decides again
-                try:
-                    await self.deps.client.patch(
-                        HOSTS,
-                        state.namespace,
-                        host,
-                        {"spec": {"assignedUser": None}},
-                        resource_version=str(obj.get("metadata", {}).get("resourceVersion", "")),
-                    )
-                    break
-                except ApiError as error:
-                    if not error.conflict:
-                        raise
-            else:
-                return False  # changed under every try: the next look decides again
+            answer = await self.deps.client.patch_as_read(
+                HOSTS, state.namespace, host, decide, attempts=CLAIM_ATTEMPTS
+            )
+            if not isinstance(answer, dict):
+                return False  # changed meanwhile, or under every try: the next look decides
         except (ApiError, ApiTransportError) as error:
             # Refused (a session started on it) or the API away: the next look decides.
             log.info("%s/%s: %s kept for %s: %s", state.namespace, state.name, host, user, error)
