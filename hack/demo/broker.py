@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from support.keycloak import Keycloak, keycloak_home, realm
+from support.keycloak import Keycloak, User, keycloak_home, realm
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / ".cluster"
@@ -62,16 +62,23 @@ def stop_previous(name: str) -> None:
         pid_file.unlink()
 
 
-def start_keycloak(more_clients: Sequence[Mapping[str, Any]] = ()) -> str:
-    """Keycloak in the background with the realm corp: USERS and the client CLIENT_ID, then
-    ``more_clients`` (make demo-portal's portal client); returns the issuer."""
+def start_keycloak(
+    more_clients: Sequence[Mapping[str, Any]] = (), more_users: Sequence[User] = ()
+) -> str:
+    """Keycloak in the background with the realm corp: USERS, then ``more_users``, and the
+    client CLIENT_ID, then ``more_clients`` (make demo-portal's portal client and its single
+    sign-on user); returns the issuer."""
     stop_previous("keycloak")
     say(f"starting Keycloak on 127.0.0.1:{KEYCLOAK_PORT} (first run: fetch and build, ~1 min)")
     work = CLUSTER / "keycloak"
     work.mkdir(parents=True, exist_ok=True)
     server = Keycloak(keycloak_home(), work)
     corp = realm(
-        "corp", USERS, client_id=CLIENT_ID, client_secret=SECRET, more_clients=more_clients
+        "corp",
+        [*USERS, *more_users],
+        client_id=CLIENT_ID,
+        client_secret=SECRET,
+        more_clients=more_clients,
     )
     server.start([corp], KEYCLOAK_PORT)
     (CLUSTER / "keycloak.pid").write_text(str(server.detach()))

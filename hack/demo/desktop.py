@@ -13,7 +13,8 @@ broker to connect, and opens the ``.rdp`` file it hands back with FreeRDP on a v
 display of their own; the agents report the sessions. The screenshots go to
 ``.cluster/demo-desktop/`` and a table shows who is on which host. Everything keeps running
 for a look around; ``make demo-down`` (or ``hack/demo/desktop.py down``, then
-``cluster.sh down``) stops it. Needs root (network namespaces, local users, a kubelet).
+``cluster.sh down``) stops it, and ``make demo-portal``'s single sign-on host ``xrdp-sso``
+with the accounts its logon made. Needs root (network namespaces, local users, a kubelet).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,9 @@ NAMESPACE = demo_broker.NAMESPACE
 POOL = "xrdp-desks"
 #: The hosts in network namespaces; the pool's other host is a Pod on the real node.
 HOSTS = ("xrdp-1",)
+#: ``make demo-portal``'s single sign-on host, on the same bridge and in the same hosts'
+#: directory (its agent is stopped here too, and the accounts its logon made removed).
+SSO_HOSTS = ("xrdp-sso",)
 NODE = "real-node-1"
 #: Only the desktop Pod goes to the real node: the demo's other pools' pods (which tolerate
 #: kwok's taint and run nothing) stay on the fake nodes.
@@ -230,14 +235,20 @@ def let_pool_scale(objects: Any, image: str) -> None:
     say(f"pool {POOL} scales: one more host, a Pod on {NODE}, when its hosts are full")
 
 
-def start_agents(kubeconfig: Path, hosts: XrdpHosts) -> None:
+def start_agents(
+    kubeconfig: Path, hosts: XrdpHosts, names: Sequence[str] = HOSTS, *, logon: bool = False
+) -> None:
+    """The agents of hosts ``names`` (each under its own ServiceAccount's token); with
+    ``logon`` (single sign-on hosts) each keeps the logon state its host's verifier writes,
+    and so reports the host's refusals as Events."""
     bin_dir = CLUSTER / "bin"
-    values = {"agents.hosts": list(HOSTS), "agents.namespaces": [NAMESPACE]}
+    accounts = sorted({*HOSTS, *names})  # the chart's objects for every host of the demo
+    values = {"agents.hosts": accounts, "agents.namespaces": [NAMESPACE]}
     apply_agent_objects(bin_dir, kubeconfig, "demo-desktop", NAMESPACE, values)
     kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig)]
     agents_dir = CLUSTER / "agents"
     agents_dir.mkdir(exist_ok=True)
-    for host in HOSTS:
+    for host in names:
         pid_file = agents_dir / f"{host}.pid"
         if running(pid_file):
             continue
@@ -256,8 +267,10 @@ def start_agents(kubeconfig: Path, hosts: XrdpHosts) -> None:
         agent = NetnsAgent(
             hosts, host, NAMESPACE, config_path, CLUSTER / "logs" / f"agent-{host}.log", 2.0
         )
-        pid_file.write_text(str(agent.start()))
-    say(f"agents on {', '.join(HOSTS)} (--sessions-from xrdp, own ServiceAccount tokens)")
+        state = ("--logon-state", str(hosts.directory / host / "logon")) if logon else ()
+        pid_file.write_text(str(agent.start(*state)))
+    more = ", --logon-state" if logon else ""
+    say(f"agents on {', '.join(names)} (--sessions-from xrdp{more}, own ServiceAccount tokens)")
 
 
 def wait_for(what: str, probe: Any, timeout: float = 60.0) -> Any:
@@ -270,9 +283,9 @@ def wait_for(what: str, probe: Any, timeout: float = 60.0) -> Any:
     raise SystemExit(f"demo-desktop: timed out waiting for {what}")
 
 
-def pool_hosts(objects: Any) -> list[dict[str, Any]]:
+def pool_hosts(objects: Any, pool: str = POOL) -> list[dict[str, Any]]:
     found = objects.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "sessionhosts")
-    return [h for h in found["items"] if h["spec"]["poolRef"]["name"] == POOL]
+    return [h for h in found["items"] if h["spec"]["poolRef"]["name"] == pool]
 
 
 #: Why a working host may take no new session now: it is full (its sessions are in use).
@@ -288,11 +301,13 @@ def available(host: dict[str, Any], *, full_ok: bool = False) -> bool:
     )
 
 
-def hosts_taking_sessions(objects: Any, *, full_ok: bool = False) -> dict[str, str]:
-    """The hosts of the pool with their addresses, once all of them take sessions (a Pod's
+def hosts_taking_sessions(
+    objects: Any, *, full_ok: bool = False, pool: str = POOL
+) -> dict[str, str]:
+    """The hosts of ``pool`` with their addresses, once all of them take sessions (a Pod's
     after its readiness probe passed, the netns host's once its agent reported); with
     ``full_ok`` a host full of sessions counts too (``make demo-desktop``'s users on it)."""
-    hosts = pool_hosts(objects)
+    hosts = pool_hosts(objects, pool)
     found = {}
     for host in hosts:
         status = host.get("status") or {}
@@ -406,13 +421,15 @@ def up() -> int:
 
 
 def down() -> int:
-    """Stop the clients, displays, agents and hosts of this demo (fine when none run)."""
+    """Stop the clients, displays, agents and hosts of this demo and of ``make demo-portal``
+    (fine when none run); the hosts' script removes the users it made and the accounts the
+    single sign-on host's logon made."""
     for pattern in ("xfreerdp-*.pid", "xvfb-*.pid"):
         for pid_file in WORK.glob(pattern):
             with contextlib.suppress(OSError, ValueError):
                 os.killpg(int(pid_file.read_text()), signal.SIGTERM)
             pid_file.unlink(missing_ok=True)
-    for host in HOSTS:
+    for host in (*HOSTS, *SSO_HOSTS):
         pid_file = CLUSTER / "agents" / f"{host}.pid"
         if pid_file.exists():
             with contextlib.suppress(OSError, ValueError):
