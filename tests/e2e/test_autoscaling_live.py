@@ -110,15 +110,17 @@ def test_max_hosts_limits_growth_and_requests_wait_saturated(
     assert len(waiting) == 2
     for obj in waiting:
         cluster.wait_request(obj["metadata"]["name"], phase_="Pending", reason="PoolSaturated")
-    pool = cluster.wait_pool(
+    # The conditions are written at once; a status of counts alone waits for a pause in the
+    # placements (at most 5 s), so hosts.total may follow them a moment later.
+    cluster.wait_pool(
         POOL,
         lambda p: (
             cond_is(p, "ScalingLimited", "True", "MaxHostsReached")
             and cond_is(p, "Saturated", "True")
+            and status(p).get("hosts", {}).get("total") == 2
         ),
-        "ScalingLimited True (MaxHostsReached) and Saturated",
+        "ScalingLimited True (MaxHostsReached), Saturated, and two hosts counted",
     )
-    assert status(pool)["hosts"]["total"] == 2
     assert len(cluster.hosts()) == 2
 
 
