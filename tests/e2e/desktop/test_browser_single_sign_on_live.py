@@ -64,7 +64,8 @@ def test_the_signed_in_person_lands_on_their_desktop_with_no_second_password(
     # desktop's US layout), so the redirections live in a script the test writes.
     name = f"hostpool-sso-{uuid.uuid4().hex[:8]}"
     marker, script = Path(f"/tmp/{name}.out"), Path(f"/tmp/{name}.sh")
-    script.write_text(f"{{ whoami; id -u; }} > {marker}\n")
+    # Written aside and renamed: the test must never read whoami's line without id -u's.
+    script.write_text(f"{{ whoami; id -u; }} > {marker}.part && mv {marker}.part {marker}\n")
     script.chmod(0o644)
     box = page.locator("#screen").bounding_box()
     assert box is not None
@@ -79,8 +80,8 @@ def test_the_signed_in_person_lands_on_their_desktop_with_no_second_password(
         )
         assert text.split() == [user, str(uid)]
     finally:
-        marker.unlink(missing_ok=True)
-        script.unlink(missing_ok=True)
+        for path in (marker, script, Path(f"{marker}.part")):
+            path.unlink(missing_ok=True)
 
 
 def test_a_modified_client_naming_someone_else_gets_nothing_of_theirs(
