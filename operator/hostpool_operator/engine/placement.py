@@ -126,7 +126,7 @@ def decide_personal(
         demand.user,
         personal_hosts(state, demand, now),
         spec.personal_settings.assignment,
-        claims=state.claims,
+        claims=state.personal.claims,
         reconnect=state.ledger.host_of(demand.user),
         can_add=can_add,
     )
@@ -138,14 +138,14 @@ def decide_personal(
             start in state.power_off
             and host_spec is not None
             and not host_spec.drain_mode
-            and state.data_step(start) in _STARTS
+            and state.personal.data_step(start) in _STARTS
         ):
             state.starts.add(start)  # Start on Connect: its workload is made again
         return wait(state, record, placement.reason, pending_message(placement.reason))
     state.waiting.pop(record.meta.name, None)
     state.pending_said.pop(record.meta.name, None)
     if answer.claim:
-        state.claims[placement.host] = demand.user
+        state.personal.claims[placement.host] = demand.user
     state.reserve(record, placement, now)
     return Assign(record, placement, claim=answer.claim)
 
@@ -157,13 +157,13 @@ _STARTS = frozenset({DataStep.NONE, DataStep.RECORD, DataStep.KEEP})
 
 def owned_host(state: PoolState, user: str) -> str | None:
     """The user's host in a personal pool (claimed for them, or assigned)."""
-    return next((name for name, owner in state.owners().items() if owner == user), None)
+    return next((name for name, owner in state.personal.owners().items() if owner == user), None)
 
 
 def kept_host(state: PoolState, user: str) -> str | None:
     """The host without a user keeping this user's files for them (Automatic pools give it
     back to them on connect)."""
-    return next((name for name, former in state.kept().items() if former == user), None)
+    return next((name for name, former in state.personal.kept().items() if former == user), None)
 
 
 def personal_hosts(state: PoolState, demand: Demand, now: datetime) -> list[PersonalHost]:
@@ -175,7 +175,7 @@ def personal_hosts(state: PoolState, demand: Demand, now: datetime) -> list[Pers
             continue
         view = state.views.view(host, now)
         workload = state.workload_state(host, now)
-        data = state.host_data(host)
+        data = state.personal.host_data(host)
         found.append(
             (
                 query_order(host.meta.created),

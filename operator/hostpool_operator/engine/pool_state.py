@@ -3,15 +3,17 @@
 Pure: the records of the pool, its hosts and its requests; the session ledger; the views of
 its hosts and the engine built from them (``views``, a :class:`~.host_views.HostViews`); and
 the queues of the placement pass (new arrivals, requests waiting for capacity, assignments
-being written). Methods take ``now`` and return what the I/O side has to do (a request to
-fail), never doing it themselves. One :class:`PoolState` per pool, driven by one task
+being written). It owns two parts that keep state of their own and read the pool's records:
+what falls due on its sessions (``limit_watch``, a :class:`~.limit_watch.LimitWatch`) and, in
+a personal pool, whose each host is (``personal``, a :class:`~.personal_state.PersonalState`).
+Methods take ``now`` and return what the I/O side has to do (a request to fail), never doing
+it themselves. One :class:`PoolState` per pool, driven by one task
 (``controller.pool.worker``), so its changes never interleave.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import InitVar, dataclass, field
 from datetime import datetime, timedelta
@@ -22,17 +24,15 @@ from ..api import (
     LoadBalancerType,
     Phase,
     Reason,
-    SessionLimits,
     SessionState,
 )
 from ..api.timestamps import parse_time
 from .balancer_view import Placement
-from .due import DueTimes
 from .host_views import HostViews
-from .ledger import LogoffDeadlines, Session, SessionLedger
-from .personal import Assignment, DataStep, HostData, data_step, second_assignments
+from .ledger import Session, SessionLedger
+from .limit_watch import LimitWatch
+from .personal_state import PersonalState
 from .records import HostRecord, PoolRecord, RequestRecord, newer_or_same
-from .time_limits import BadFactsError, LimitStep, decide, facts_of
 from .workloads import WorkloadRecord, WorkloadState, host_address, workload_state
 
 log = logging.getLogger(__name__)
@@ -50,26 +50,11 @@ class PoolState:
     hosts: dict[str, HostRecord] = field(default_factory=dict)
     requests: dict[str, RequestRecord] = field(default_factory=dict)
     ledger: SessionLedger = field(default_factory=SessionLedger)
-    #: The requests' forced logoffs by deadline (those nobody carries out are finished).
-    logoffs: LogoffDeadlines = field(default_factory=LogoffDeadlines)
-    #: When each session the pool's session limits may act on is looked at next (empty
-    #: while the pool has no sessionLimits: such a pool costs nothing per request).
-    limit_looks: DueTimes = field(default_factory=DueTimes)
     arrivals: dict[str, None] = field(default_factory=dict)  # request names, arrival order
     waiting: dict[str, None] = field(default_factory=dict)  # could not be placed yet
     inflight: set[str] = field(default_factory=set)  # assignment writes on their way
     pending_said: dict[str, Reason] = field(default_factory=dict)  # last pending reason written
     removing: set[str] = field(default_factory=set)  # hosts being deleted by scale-down
-    #: Personal pools: hosts claimed for a user (host -> user) whose spec.assignedUser is not
-    #: seen written yet; they count as that user's in every decision meanwhile.
-    claims: dict[str, str] = field(default_factory=dict)
-    #: Personal pools: each host's spec.assignedUser and when this operator first saw it
-    #: (a counter): of two hosts given one user at once, the one seen first is kept.
-    assignment_seen: dict[str, tuple[str, int]] = field(default_factory=dict)
-    assignments_seen: int = 0
-    #: Personal pools: how many hosts each user is assigned (from ``assignment_seen``), so a
-    #: host event tells in O(1) whether its user has a second host to take back.
-    hosts_of_user: Counter[str] = field(default_factory=Counter)
     #: Personal pools: hosts whose workload the operator deleted after stopAfterMinutes
     #: unused (status.power Stopped); their user's next connect starts them.
     power_off: set[str] = field(default_factory=set)
@@ -77,9 +62,6 @@ class PoolState:
     starts: set[str] = field(default_factory=set)
     #: Personal pools: since when each running host has had no session.
     unused_since: dict[str, datetime] = field(default_factory=dict)
-    #: Personal pools: hosts whose former user's files (workload, volume claims) are being
-    #: deleted now; none is given to anyone, nor gets a workload, until that is done.
-    deleting: set[str] = field(default_factory=set)
     empty_since: dict[str, datetime] = field(default_factory=dict)  # managed, no session
     #: The workload of each host with a workloadRef whose kind has been listed (None: it
     #: does not exist). A host missing here has a workload not observed yet.
@@ -97,9 +79,15 @@ class PoolState:
     plan_closed: frozenset[str] = frozenset()
     #: Metrics freshness, each host's view and the balancer built from them.
     views: HostViews = field(init=False, repr=False, compare=False)
+    #: The session limits' looks and the forced logoffs' deadlines.
+    limit_watch: LimitWatch = field(init=False, repr=False, compare=False)
+    #: Personal pools: the claims, the assignments as seen, the deletions of files.
+    personal: PersonalState = field(init=False, repr=False, compare=False)
 
     def __post_init__(self, metrics_stale_after: float) -> None:
         self.views = HostViews(self, metrics_stale_after=metrics_stale_after)
+        self.limit_watch = LimitWatch(self)
+        self.personal = PersonalState(self)
 
     @property
     def spec(self) -> HostPoolSpec | None:
@@ -138,76 +126,6 @@ class PoolState:
             DEFAULT_CONNECTING_TIMEOUT_SECONDS if spec is None else spec.connecting_timeout_seconds
         )
         return timedelta(seconds=seconds)
-
-    def owners(self) -> dict[str, str]:
-        """Personal pools: host -> its user. A claim not yet seen on the host comes first
-        (it is the newer word), then spec.assignedUser."""
-        owners = dict(self.claims)
-        for name, host in self.hosts.items():
-            if name not in owners and host.spec is not None and host.spec.assigned_user:
-                owners[name] = host.spec.assigned_user
-        return owners
-
-    def _unassigned(self, name: str) -> None:
-        """Host ``name`` is no longer seen assigned to the user it was."""
-        previous = self.assignment_seen.pop(name, None)
-        if previous is not None:
-            self.hosts_of_user[previous[0]] -= 1
-            if self.hosts_of_user[previous[0]] <= 0:
-                del self.hosts_of_user[previous[0]]
-
-    def has_second_host(self, user: str) -> bool:
-        """The user is assigned more than one host of this pool (see second_assignments)."""
-        return self.hosts_of_user.get(user, 0) > 1
-
-    def second_assignments(self, now: datetime) -> list[Assignment]:
-        """Personal pools: hosts given to a user who has another (administrators' assigns
-        at once), to be taken back; see ``personal.second_assignments``."""
-        found = []
-        for name, (user, seen) in self.assignment_seen.items():
-            host = self.hosts.get(name)
-            if host is None:
-                continue
-            view = self.views.view(host, now)
-            sessions = max(view.sessions if view is not None else 0, self.ledger.count_on(name))
-            found.append(Assignment(name, user, sessions, seen))
-        return second_assignments(found)
-
-    def host_data(self, host: HostRecord) -> HostData | None:
-        """Personal pools: the host as the rule for its user's files sees it (None: it holds
-        none the operator looks after: not a personal pool's, or no workload the operator
-        made). A claim being written counts as written: its write says whose the files are
-        too."""
-        if host.spec is None or not host.holds_data or self.spec is None:
-            return None
-        if not self.spec.is_personal:
-            return None
-        name = host.meta.name
-        claimed = self.claims.get(name)
-        return HostData(
-            name=name,
-            user=claimed or host.spec.assigned_user,
-            data_of=claimed or host.data_of,
-            keep=bool(host.spec.keep_data),
-            sessions=self.ledger.count_on(name),
-            deleting=name in self.deleting,
-        )
-
-    def data_step(self, name: str) -> DataStep:
-        """What is done with the host's files now (NONE: nothing, or it has none)."""
-        host = self.hosts.get(name)
-        data = self.host_data(host) if host is not None else None
-        return DataStep.NONE if data is None else data_step(data)
-
-    def kept(self) -> dict[str, str]:
-        """Personal pools: host -> the former user whose files it keeps for them (no user
-        now; only they may be given it): as good as theirs for scaling."""
-        kept = {}
-        for host in self.hosts.values():
-            data = self.host_data(host)
-            if data is not None and data.data_of and data_step(data) is DataStep.KEEP:
-                kept[host.meta.name] = data.data_of
-        return kept
 
     def workload_state(self, host: HostRecord, now: datetime) -> WorkloadState | None:
         """The host's workload as decisions see it (None: the host has no workloadRef)."""
@@ -286,27 +204,15 @@ class PoolState:
         ):
             for session in self.ledger.retime(self.connecting_timeout(), now):
                 self._settled(session)
-        old_limits = None if old is None or old.spec is None else old.spec.session_limits
-        if self.session_limits != old_limits:
-            self.limit_looks.clear()
-            for request in self.requests.values():
-                self.note_limits(request, now)
+        spec = self.spec
+        self.limit_watch.set_limits(None if spec is None else spec.session_limits, now)
         self.capacity_changed = True
 
     def put_host(self, record: HostRecord, now: datetime) -> None:
         if record.meta.name not in self.hosts and record.status.get("power") == "Stopped":
             self.power_off.add(record.meta.name)  # stopped before this operator started
         self.hosts[record.meta.name] = record
-        user = record.spec.assigned_user if record.spec is not None else None
-        if user is not None:
-            self.claims.pop(record.meta.name, None)  # written: the host says it now
-            if self.assignment_seen.get(record.meta.name, ("",))[0] != user:
-                self._unassigned(record.meta.name)
-                self.assignments_seen += 1
-                self.assignment_seen[record.meta.name] = (user, self.assignments_seen)
-                self.hosts_of_user[user] += 1
-        else:
-            self._unassigned(record.meta.name)
+        self.personal.observe_host(record)
         self.views.note_sample(record, now)
         self.views.refresh_host(record, now)
         self.capacity_changed = True
@@ -316,14 +222,12 @@ class PoolState:
         (they fail, they are never moved) with the host's name."""
         self.hosts.pop(name, None)
         self.removing.discard(name)
-        self.claims.pop(name, None)
-        self._unassigned(name)
+        self.personal.forget_host(name)
         self.power_off.discard(name)
         self.starts.discard(name)
         self.unused_since.pop(name, None)
         self.empty_since.pop(name, None)
         self.workloads.pop(name, None)
-        self.deleting.discard(name)
         self.views.forget(name)
         lost = self._end_sessions_on(name)
         self.capacity_changed = True
@@ -362,9 +266,7 @@ class PoolState:
         record.seq = previous.seq if previous is not None else seq()
         record.seen = previous.seen if previous is not None else seen
         self.requests[name] = record
-        if record.logoff or name in self.logoffs:
-            self.logoffs.note(name, record.logoff_deadline)
-        self.note_limits(record, now)
+        self.limit_watch.observe(record, now)
         if name in self.inflight:
             return None  # our own write is on its way; its answer decides
         phase = record.phase
@@ -383,83 +285,12 @@ class PoolState:
     def drop_request(self, name: str) -> None:
         self.pending_said.pop(name, None)
         record = self.requests.pop(name, None)
-        self.logoffs.forget(name)
-        self.limit_looks.forget(name)
+        self.limit_watch.forget(name)
         self.arrivals.pop(name, None)
         self.waiting.pop(name, None)
         if record is not None:
             self.release(record)
         self.capacity_changed = True
-
-    def overdue_logoffs(
-        self, now: datetime, grace: timedelta
-    ) -> list[tuple[RequestRecord, datetime]]:
-        """The requests whose logoff is ``grace`` past its deadline (with the deadline):
-        nobody carried it out, the operator finishes it. Each is given once; a later
-        version of the request (the finish failed and it was read again) gives it again."""
-        due = []
-        for name, deadline in self.logoffs.overdue(now, grace):
-            record = self.requests.get(name)
-            if record is not None and record.logoff:
-                due.append((record, deadline))
-        return due
-
-    def next_logoff_due(self, grace: timedelta) -> datetime | None:
-        """When the earliest logoff becomes overdue (None: no logoff in the pool)."""
-        return self.logoffs.next_due(grace)
-
-    # -------------------------------------------------------------- session limits
-
-    @property
-    def session_limits(self) -> SessionLimits | None:
-        spec = self.spec
-        return None if spec is None else spec.session_limits
-
-    def note_limits(self, record: RequestRecord, now: datetime) -> bool:
-        """A request's version is new: the pool's session limits look at it in the next pass
-        if they can act on it (an Assigned session its host reported, not ending). Read from
-        the record's own fields, so a request no limit can act on costs no decoding. True if
-        it is to be looked at."""
-        name = record.meta.name
-        if (
-            self.session_limits is None
-            or record.phase != Phase.ASSIGNED.value
-            or record.session_state not in _REPORTED
-            or record.logoff
-        ):
-            self.limit_looks.forget(name)
-            return False
-        self.limit_looks.note(name, now)
-        return True
-
-    def limits_due(
-        self, now: datetime, most: int | None = None
-    ) -> list[tuple[RequestRecord, LimitStep | BadFactsError]]:
-        """The sessions whose look is due (at most ``most``, the earliest; the rest stay due):
-        what the limits do to each now (or the malformed field that keeps them from
-        deciding); the others are looked at again when their next step is due. A request
-        given a step is not looked at again until its next version (the step's own write
-        brings it)."""
-        limits = self.session_limits
-        found: list[tuple[RequestRecord, LimitStep | BadFactsError]] = []
-        for name, _ in self.limit_looks.due(now, most):
-            record = self.requests.get(name)
-            if limits is None or record is None or name in self.inflight:
-                continue
-            try:
-                facts = facts_of(record.status)
-            except BadFactsError as bad:
-                found.append((record, bad))
-                continue
-            decision = decide(limits, facts, now, self.views.clock_offset(record.host or ""))
-            if decision.step is not None:
-                found.append((record, decision.step))
-            else:
-                self.limit_looks.note(name, decision.next_look)
-        return found
-
-    def next_limit_look(self) -> datetime | None:
-        return self.limit_looks.next_due()
 
     def forget_request(self, record: RequestRecord) -> None:
         """The request leaves the queues and its session (a Failed request, a namesake); the
@@ -469,7 +300,7 @@ class PoolState:
         self.arrivals.pop(record.meta.name, None)
         self.waiting.pop(record.meta.name, None)
         self.pending_said.pop(record.meta.name, None)
-        self.limit_looks.forget(record.meta.name)
+        self.limit_watch.looks.forget(record.meta.name)
 
     # -------------------------------------------------------------- sessions
 
@@ -611,10 +442,6 @@ class PoolState:
         if record is not None:
             self.views.refresh_host(record, now)
             self.capacity_changed = True  # its slots are there again for waiting requests
-
-
-#: The session states an agent reports (the limits act on those only).
-_REPORTED = (SessionState.ACTIVE.value, SessionState.DISCONNECTED.value)
 
 
 # ------------------------------------------------------------------ for status

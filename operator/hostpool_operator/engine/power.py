@@ -103,7 +103,7 @@ def power_views(state: PoolState, now: datetime) -> list[PowerView]:
         views.append(
             PowerView(
                 name=name,
-                user=state.claims.get(name, host.spec.assigned_user),
+                user=state.personal.claims.get(name, host.spec.assigned_user),
                 running=running,
                 sessions=sessions,
                 unused_since=state.unused_since.get(name),

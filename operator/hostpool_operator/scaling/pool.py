@@ -25,7 +25,7 @@ def holders(state: PoolState) -> dict[str, str]:
     (removing it would delete them; nobody else may take it)."""
     if state.spec is None or not state.spec.is_personal:
         return {}
-    return {**state.kept(), **state.owners()}
+    return {**state.personal.kept(), **state.personal.owners()}
 
 
 def waiting_for_capacity(state: PoolState) -> int:

@@ -212,30 +212,30 @@ def test_the_pool_reads_each_hosts_files_from_what_it_observed() -> None:
     state.put_host(desk("h1", "alice"), T0)
     state.put_host(desk("h2", "carol", keepData=True), T0)
     state.put_host(desk("h3", assignedUser="dave"), T0)
-    assert [state.data_step(n) for n in ("h1", "h2", "h3")] == [
+    assert [state.personal.data_step(n) for n in ("h1", "h2", "h3")] == [
         DataStep.DELETE,
         DataStep.KEEP,
         DataStep.RECORD,
     ]
-    assert state.kept() == {"h2": "carol"}
+    assert state.personal.kept() == {"h2": "carol"}
     # A claim being written (it writes the user and data-of at once) counts as written.
-    state.claims["h3"] = "dave"
-    assert state.data_step("h3") is DataStep.NONE
+    state.personal.claims["h3"] = "dave"
+    assert state.personal.data_step("h3") is DataStep.NONE
     # A deletion under way holds the host whatever the spec says meanwhile.
-    state.deleting.add("h1")
+    state.personal.deleting.add("h1")
     state.put_host(desk("h1", "alice", assignedUser="alice"), T0)
-    assert state.data_step("h1") is DataStep.DELETE
-    state.deleting.discard("h1")
-    assert state.data_step("h1") is DataStep.NONE
+    assert state.personal.data_step("h1") is DataStep.DELETE
+    state.personal.deleting.discard("h1")
+    assert state.personal.data_step("h1") is DataStep.NONE
     # The host gone: nothing of it is kept.
-    state.deleting.add("h1")
+    state.personal.deleting.add("h1")
     state.drop_host("h1")
-    assert "h1" not in state.deleting
+    assert "h1" not in state.personal.deleting
 
 
 def test_a_pooled_pools_hosts_have_no_files_to_look_after() -> None:
     pooled = {**DESKS, "spec": {**DESKS["spec"], "type": "Pooled"}}
     pool = Pool(pooled)
     pool.state.put_host(desk("h1", "alice"), T0)
-    assert pool.state.host_data(pool.state.hosts["h1"]) is None
-    assert pool.state.data_step("h1") is DataStep.NONE
+    assert pool.state.personal.host_data(pool.state.hosts["h1"]) is None
+    assert pool.state.personal.data_step("h1") is DataStep.NONE

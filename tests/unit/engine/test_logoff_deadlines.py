@@ -139,44 +139,46 @@ def test_a_logoff_no_agent_carries_out_is_the_operators_after_the_grace() -> Non
     pool.put(request_obj("r1", status=with_logoff("h1", at(60))))
     pool.session("r2", "bob", "h1")
     state = pool.state
-    assert state.overdue_logoffs(at(359), GRACE) == []
-    (due,) = state.overdue_logoffs(at(360), GRACE)
+    assert state.limit_watch.overdue_logoffs(at(359), GRACE) == []
+    (due,) = state.limit_watch.overdue_logoffs(at(360), GRACE)
     assert (due[0].meta.name, due[1]) == ("r1", at(60))
-    assert state.overdue_logoffs(at(400), GRACE) == []  # handed out once
-    assert state.next_logoff_due(GRACE) is None
+    assert state.limit_watch.overdue_logoffs(at(400), GRACE) == []  # handed out once
+    assert state.limit_watch.next_logoff_due(GRACE) is None
 
 
 def test_a_logoff_the_agent_carried_out_leaves_nothing_to_finish() -> None:
     pool = Pool(pool_obj(limit=2), [host_obj("h1")])
     pool.put(request_obj("r1", status=with_logoff("h1", at(60))))
-    assert pool.state.next_logoff_due(GRACE) == at(360)
+    assert pool.state.limit_watch.next_logoff_due(GRACE) == at(360)
     pool.state.drop_request("r1")  # the agent logged the user off and deleted it
-    assert pool.state.overdue_logoffs(at(1000), GRACE) == []
-    assert pool.state.next_logoff_due(GRACE) is None
+    assert pool.state.limit_watch.overdue_logoffs(at(1000), GRACE) == []
+    assert pool.state.limit_watch.next_logoff_due(GRACE) is None
 
 
 def test_a_cancelled_or_moved_logoff_counts_by_its_latest_version() -> None:
     pool = Pool(pool_obj(limit=2), [host_obj("h1")])
     pool.put(request_obj("r1", status=with_logoff("h1", at(60))))
     pool.put(request_obj("r1", rv=2, status=assigned("h1")))  # a plan cancelled it
-    assert pool.state.overdue_logoffs(at(1000), GRACE) == []
+    assert pool.state.limit_watch.overdue_logoffs(at(1000), GRACE) == []
     pool.put(request_obj("r1", rv=3, status=with_logoff("h1", at(2000))))
-    assert pool.state.overdue_logoffs(at(2299), GRACE) == []
-    assert [r.meta.name for r, _ in pool.state.overdue_logoffs(at(2300), GRACE)] == ["r1"]
+    assert pool.state.limit_watch.overdue_logoffs(at(2299), GRACE) == []
+    overdue = pool.state.limit_watch.overdue_logoffs(at(2300), GRACE)
+    assert [r.meta.name for r, _ in overdue] == ["r1"]
 
 
 def test_an_older_version_does_not_bring_a_logoff_back() -> None:
     pool = Pool(pool_obj(limit=2), [host_obj("h1")])
     pool.put(request_obj("r1", rv=5, status=assigned("h1")))
     pool.put(request_obj("r1", rv=4, status=with_logoff("h1", at(0))))  # stale event
-    assert pool.state.overdue_logoffs(at(1000), GRACE) == []
+    assert pool.state.limit_watch.overdue_logoffs(at(1000), GRACE) == []
 
 
 def test_a_failed_request_left_with_a_logoff_is_finished_too() -> None:
     """A request failed before the Failed patch cleared logoffs (an older operator)."""
     pool = Pool(pool_obj(limit=2), [host_obj("h1")])
     pool.put(request_obj("r1", status=with_logoff("h1", at(0), phase="Failed")))
-    assert [r.meta.name for r, _ in pool.state.overdue_logoffs(at(300), GRACE)] == ["r1"]
+    overdue = pool.state.limit_watch.overdue_logoffs(at(300), GRACE)
+    assert [r.meta.name for r, _ in overdue] == ["r1"]
 
 
 def test_a_namesake_starts_without_the_old_ones_logoff() -> None:
@@ -185,4 +187,4 @@ def test_a_namesake_starts_without_the_old_ones_logoff() -> None:
     fresh = request_obj("r1", rv=9)
     fresh["metadata"]["uid"] = "another"
     pool.put(fresh)
-    assert pool.state.overdue_logoffs(at(1000), GRACE) == []
+    assert pool.state.limit_watch.overdue_logoffs(at(1000), GRACE) == []

@@ -48,10 +48,10 @@ def test_own_host_then_claims_in_query_order() -> None:
     # alice's second tab reconnects to the session her first one opened.
     reasons = [i.placement.reason for i in intents if isinstance(i, Assign)]
     assert reasons == [Reason.PERSONAL, Reason.PERSONAL, Reason.RECONNECTED, Reason.PERSONAL]
-    assert pool.state.claims == {"h2": "alice", "h3": "carol"}
+    assert pool.state.personal.claims == {"h2": "alice", "h3": "carol"}
     # The claims written and seen on the hosts: no longer held as claims.
     pool.state.put_host(HostRecord.of(host_obj("h2", created=2, assignedUser="alice")), T0)
-    assert pool.state.claims == {"h3": "carol"}
+    assert pool.state.personal.claims == {"h3": "carol"}
 
 
 def test_direct_waits_until_an_admin_assigns() -> None:

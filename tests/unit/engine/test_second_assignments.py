@@ -83,5 +83,5 @@ def test_the_pool_knows_in_one_look_whether_a_user_has_a_second_host(
             obj = host_obj(host) if user is None else host_obj(host, assignedUser=user)
             pool.state.put_host(HostRecord.of(obj), T0)
         for who in ("alice", "bob"):
-            held = [h for h, (u, _) in pool.state.assignment_seen.items() if u == who]
-            assert pool.state.has_second_host(who) is (len(held) > 1), (who, held)
+            held = [h for h, (u, _) in pool.state.personal.assignment_seen.items() if u == who]
+            assert pool.state.personal.has_second_host(who) is (len(held) > 1), (who, held)

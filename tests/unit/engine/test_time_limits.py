@@ -442,9 +442,9 @@ def test_a_pass_looks_at_so_many_sessions_and_the_next_pass_at_the_rest() -> Non
     pool = limited_pool(disconnectedMinutes=0)
     for i in range(3):
         pool.put(request_obj(f"r{i}", f"u{i}", status=with_state(DISCONNECTED, T0)))
-    assert len(pool.state.limits_due(T0, 2)) == 2
-    assert pool.state.next_limit_look() == T0  # due still: the next pass follows at once
-    assert len(pool.state.limits_due(T0, 2)) == 1
+    assert len(pool.state.limit_watch.looks_due(T0, 2)) == 2
+    assert pool.state.limit_watch.next_look() == T0  # due still: the next pass follows at once
+    assert len(pool.state.limit_watch.looks_due(T0, 2)) == 1
 
 
 # ---------------------------------------------------------------------------- the pool's state
@@ -461,9 +461,9 @@ def with_state(state: str, changed: datetime, **extra: Any) -> dict[str, Any]:
 def test_a_pool_without_limits_keeps_no_looks() -> None:
     pool = Pool(pool_obj(limit=2), [host_obj("h1")])
     pool.put(request_obj("r1", "alice", status=with_state(DISCONNECTED, T0)))
-    assert len(pool.state.limit_looks) == 0
-    assert pool.state.next_limit_look() is None
-    assert pool.state.limits_due(minutes(10_000)) == []
+    assert len(pool.state.limit_watch.looks) == 0
+    assert pool.state.limit_watch.next_look() is None
+    assert pool.state.limit_watch.looks_due(minutes(10_000)) == []
 
 
 def test_only_sessions_a_limit_can_act_on_are_looked_at() -> None:
@@ -479,24 +479,24 @@ def test_only_sessions_a_limit_can_act_on_are_looked_at() -> None:
     )
     pool.put(request_obj("away", "d", status=with_state(DISCONNECTED, T0)))
     assert set(pool.state.requests) >= {"connecting", "pending", "ending", "away"}
-    assert "away" in pool.state.limit_looks
-    assert len(pool.state.limit_looks) == 1
+    assert "away" in pool.state.limit_watch.looks
+    assert len(pool.state.limit_watch.looks) == 1
 
 
 def test_a_look_decides_then_waits_for_the_next_step() -> None:
     pool = limited_pool(disconnectedMinutes=60)
     pool.put(request_obj("away", "d", status=with_state(DISCONNECTED, T0)))
-    assert pool.state.limits_due(minutes(1)) == []
-    assert pool.state.next_limit_look() == minutes(60)
-    assert pool.state.limits_due(minutes(59)) == []
-    ((record, step),) = pool.state.limits_due(minutes(60))
+    assert pool.state.limit_watch.looks_due(minutes(1)) == []
+    assert pool.state.limit_watch.next_look() == minutes(60)
+    assert pool.state.limit_watch.looks_due(minutes(59)) == []
+    ((record, step),) = pool.state.limit_watch.looks_due(minutes(60))
     assert record.meta.name == "away"
     assert isinstance(step, LimitStep)
     assert (step.kind, step.limit) == (L, DISC)
-    assert pool.state.next_limit_look() is None  # its write brings the next version
+    assert pool.state.limit_watch.next_look() is None  # its write brings the next version
     ended = with_state(DISCONNECTED, T0, logoff={"deadline": rfc3339(minutes(60))})
     pool.put(request_obj("away", "d", rv=2, status=ended))
-    assert "away" not in pool.state.limit_looks
+    assert "away" not in pool.state.limit_watch.looks
 
 
 def test_the_hosts_clock_offset_comes_from_its_metrics_sample() -> None:
@@ -508,34 +508,49 @@ def test_the_hosts_clock_offset_comes_from_its_metrics_sample() -> None:
     pool.state.put_host(HostRecord.of(sample), T0)
     assert pool.state.views.clock_offset("h1") == timedelta(seconds=120)
     pool.put(request_obj("away", "d", status=with_state(DISCONNECTED, at(120))))
-    assert pool.state.limits_due(T0) == []
-    assert pool.state.next_limit_look() == minutes(60)
-    assert len(pool.state.limits_due(minutes(60))) == 1
+    assert pool.state.limit_watch.looks_due(T0) == []
+    assert pool.state.limit_watch.next_look() == minutes(60)
+    assert len(pool.state.limit_watch.looks_due(minutes(60))) == 1
 
 
 def test_a_malformed_status_is_reported_and_left_alone() -> None:
     pool = limited_pool(disconnectedMinutes=0)
     bad = {**assigned("h1", state=DISCONNECTED), "stateChangedAt": "yesterday"}
     pool.put(request_obj("odd", "d", status=bad))
-    ((record, problem),) = pool.state.limits_due(T0)
+    ((record, problem),) = pool.state.limit_watch.looks_due(T0)
     assert record.meta.name == "odd"
     assert isinstance(problem, BadFactsError)
     assert "status.stateChangedAt" in str(problem)
-    assert pool.state.next_limit_look() is None
+    assert pool.state.limit_watch.next_look() is None
 
 
 def test_limits_set_later_look_at_every_session_and_removed_ones_forget() -> None:
     pool = Pool(pool_obj(limit=2), [host_obj("h1")])
     pool.put(request_obj("away", "d", status=with_state(DISCONNECTED, T0)))
-    assert len(pool.state.limit_looks) == 0
+    assert len(pool.state.limit_watch.looks) == 0
     limited = pool_obj(limit=2, sessionLimits={"disconnectedMinutes": 0})
     limited["metadata"]["generation"] = 2
     pool.state.set_pool(PoolRecord.of(limited), minutes(5))
-    assert "away" in pool.state.limit_looks
-    ((_, step),) = pool.state.limits_due(minutes(5))
+    assert "away" in pool.state.limit_watch.looks
+    ((_, step),) = pool.state.limit_watch.looks_due(minutes(5))
     assert isinstance(step, LimitStep)
     pool.state.set_pool(PoolRecord.of(pool_obj(limit=2)), minutes(6))
-    assert len(pool.state.limit_looks) == 0
+    assert len(pool.state.limit_watch.looks) == 0
+
+
+def test_a_spec_change_that_keeps_the_limits_keeps_each_sessions_next_look() -> None:
+    """The watch keeps the limits it follows: any other change of the pool's spec (here its
+    session limit) leaves the looks as they were, and the pool gone forgets them."""
+    pool = limited_pool(disconnectedMinutes=60)
+    pool.put(request_obj("away", "d", status=with_state(DISCONNECTED, T0)))
+    assert pool.state.limit_watch.looks_due(minutes(1)) == []
+    assert pool.state.limit_watch.next_look() == minutes(60)
+    wider = pool_obj(limit=3, sessionLimits={"disconnectedMinutes": 60})
+    wider["metadata"]["generation"] = 2
+    pool.state.set_pool(PoolRecord.of(wider), minutes(2))
+    assert pool.state.limit_watch.next_look() == minutes(60)  # not looked at afresh
+    pool.state.set_pool(None, minutes(3))
+    assert pool.state.limit_watch.next_look() is None
 
 
 def test_an_assignment_writes_state_changed_at_with_connecting() -> None:

@@ -57,7 +57,7 @@ class DataKeeper:
         if state.spec is None or not state.spec.is_personal:
             return
         for name, host in list(state.hosts.items()):
-            data = state.host_data(host)
+            data = state.personal.host_data(host)
             if data is None or name in self._busy:
                 continue
             step = data_step(data)
@@ -66,7 +66,7 @@ class DataKeeper:
                 self.deps.spawn(self._record(host, data.user))
             elif step is DataStep.DELETE:
                 self._busy.add(name)
-                state.deleting.add(name)
+                state.personal.deleting.add(name)
                 self._mark_dirty()
                 self.deps.spawn(self._delete(host, data.data_of))
             elif step is DataStep.REFUSE:
@@ -154,7 +154,7 @@ class DataKeeper:
             log.info("%s/%s: host %s: %s", state.namespace, state.name, name, message)
             self.deps.events.post(host.body, "SessionHost", "HostDataDeleted", message, "Normal")
         finally:
-            state.deleting.discard(name)
+            state.personal.deleting.discard(name)
             state.capacity_changed = True
             self._busy.discard(name)
             self._mark_dirty()

@@ -236,7 +236,7 @@ class RequestWriter:
                 user,
                 error,
             )
-        state.claims.pop(host, None)
+        state.personal.claims.pop(host, None)
         state.inflight.discard(record.meta.name)
         state.release(record)
         state.arrivals[record.meta.name] = None
@@ -268,9 +268,8 @@ class RequestWriter:
             # Refused (a session started on it) or the API away: the next look decides.
             log.info("%s/%s: %s kept for %s: %s", state.namespace, state.name, host, user, error)
             return False
-        kept = next(
-            (h for h, (u, _) in state.assignment_seen.items() if u == user and h != host), "?"
-        )
+        seen = state.personal.assignment_seen
+        kept = next((h for h, (u, _) in seen.items() if u == user and h != host), "?")
         message = (
             f"{user} has host {kept} already (one host per user): this host's assignment to "
             f"them was taken back"
@@ -410,7 +409,7 @@ class RequestWriter:
             await asyncio.sleep(LOGOFF_RETRY)
             current = state.requests.get(name)
             if current is not None and current.meta.uid == record.meta.uid and current.logoff:
-                state.logoffs.note(name, current.logoff_deadline)
+                state.limit_watch.logoffs.note(name, current.logoff_deadline)
                 self.router.wake()
             return
         grace = self.deps.settings.logoff_grace
@@ -456,7 +455,7 @@ class RequestWriter:
             await asyncio.sleep(LIMIT_RETRY)
             current = state.requests.get(name)
             if current is not None and current.meta.uid == record.meta.uid:
-                state.note_limits(current, datetime.now(UTC))
+                state.limit_watch.note_look(current, datetime.now(UTC))
                 self.router.wake()
             return
         # Decided afresh on the answer (the step shows in it now): the next step's look.

@@ -178,7 +178,7 @@ class StatusFlusher:
                 workload=state.workload_state(host, now),
                 address=state.address_of(host),
                 power=power_of(state, host, now),
-                data=data_condition(data) if (data := state.host_data(host)) else None,
+                data=data_condition(data) if (data := state.personal.host_data(host)) else None,
             )
             previous = self.written_hosts.get(host.meta.name)
             if previous is not None and same_status(previous, status):

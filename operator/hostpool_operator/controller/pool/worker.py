@@ -210,7 +210,7 @@ class PoolWorker:
         self.plans.observe_host(record)
         self._changed()
         user = record.spec.assigned_user if record.spec is not None else None
-        if user is not None and self.state.has_second_host(user):
+        if user is not None and self.state.personal.has_second_host(user):
             self._one_host_per_user()  # a pool scan: only when this user has two hosts
         if record.spec_error:
             self.deps.events.post(
@@ -226,7 +226,7 @@ class PoolWorker:
         """Takes back a user's second host (administrators' assigns raced), once a write."""
         if not self.deps.leading():
             return  # the leader does it; take_over looks again
-        for assignment in self.state.second_assignments(_now()):
+        for assignment in self.state.personal.second_assignments(_now()):
             key = (assignment.host, assignment.user)
             if key in self._taking_back:
                 continue
@@ -292,7 +292,7 @@ class PoolWorker:
         name = record.meta.name
         if name in self.state.arrivals or self.state.capacity_changed:
             self._wake.set()  # to be placed, or a released slot to fill
-        elif name in self.state.limit_looks:
+        elif name in self.state.limit_watch.looks:
             self._wake.set()  # the session limits look at its new version
 
     def on_request_deleted(self, name: str) -> None:
@@ -332,7 +332,7 @@ class PoolWorker:
         if state.recheck_metrics(now):
             self.flusher.mark_dirty()
         # Logoffs no agent carried out by their deadline plus the grace: finished here.
-        for record, deadline in state.overdue_logoffs(now, self._logoff_grace):
+        for record, deadline in state.limit_watch.overdue_logoffs(now, self._logoff_grace):
             self.deps.spawn(self.writer.finish_logoff(record, deadline))
         plan = self.plans.evaluate(now)  # first: the phase's algorithm places this pass
         # Hosts the plan drains now take no new session in this very pass.
@@ -364,7 +364,7 @@ class PoolWorker:
     def _apply_limits(self, now: datetime) -> None:
         """The sessions whose session-limit look is due: each step written (the write slots
         bound them), a malformed status reported once (a Warning Event) and left alone."""
-        for record, step in self.state.limits_due(now, LIMIT_LOOKS_PER_PASS):
+        for record, step in self.state.limit_watch.looks_due(now, LIMIT_LOOKS_PER_PASS):
             if isinstance(step, BadFactsError):
                 message = f"session limits not applied: {step}"
                 log.warning("%s/%s: %s", self.namespace, record.meta.name, message)
@@ -410,10 +410,10 @@ class PoolWorker:
         deadline = state.ledger.next_deadline()
         if deadline is not None:
             timers.append((deadline - now).total_seconds())
-        logoff = state.next_logoff_due(self._logoff_grace)
+        logoff = state.limit_watch.next_logoff_due(self._logoff_grace)
         if logoff is not None:
             timers.append((logoff - now).total_seconds() + 0.05)
-        look = state.next_limit_look()
+        look = state.limit_watch.next_look()
         if look is not None:
             timers.append((look - now).total_seconds() + 0.05)
         if reports_metrics(state):

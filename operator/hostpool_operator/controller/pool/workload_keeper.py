@@ -108,7 +108,7 @@ class WorkloadKeeper:
                 or not host.managed
                 or host.meta.name in state.removing
                 or host.meta.name in state.power_off  # stopped on purpose
-                or state.data_step(host.meta.name) in NO_WORKLOAD
+                or state.personal.data_step(host.meta.name) in NO_WORKLOAD
                 or host.meta.name not in state.workloads
                 or (ref.api_version, ref.kind) != (template.api_version, template.kind)
             ):
@@ -303,7 +303,7 @@ class WorkloadKeeper:
     async def start(self, host: HostRecord) -> None:
         """Make a stopped personal host's workload again (its volumes are there)."""
         template = self.template()
-        if template is None or self.state.data_step(host.meta.name) in NO_WORKLOAD:
+        if template is None or self.state.personal.data_step(host.meta.name) in NO_WORKLOAD:
             return
         self.decided_at[host.meta.name] = time.monotonic()
         await self._create_workload(template, host)
