@@ -13,7 +13,8 @@ from urllib.parse import urlparse
 
 from ..api.address import ADDRESS_RULE, is_host_address
 from ..kube.program import Program, Running, add_logging_flags, pod_namespace, run
-from .loop import Agent, AgentOptions
+from .loop import Agent
+from .options import AgentOptions
 
 log = logging.getLogger("hostpool_operator.agent")
 
