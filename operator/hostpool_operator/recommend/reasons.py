@@ -172,6 +172,7 @@ def explain(figures: Figures, curve: DemandCurve, outcome: Outcome) -> list[str]
         f"{_minutes(no_plan.waits['max'])}); always on ({f.always_on_hosts} hosts) "
         f"{always_on.host_hours:g} host-hours (worst {_minutes(always_on.waits['max'])})."
     )
+    reasons.extend(_own_scaling_cheaper(f, evaluated, no_plan))
     if f.unservable:
         named = ", ".join(
             f"{user} at {when:%Y-%m-%d %H:%M}Z ({_minutes(wait)})"
@@ -184,6 +185,31 @@ def explain(figures: Figures, curve: DemandCurve, outcome: Outcome) -> list[str]
             f"maxSessionLimit): {named}{more}."
         )
     return reasons
+
+
+#: Within this factor of the pool's own scaling a plan's cost is not worth a word: the
+#: minutes between a drain and a deletion alone cost that much.
+OWN_SCALING_MARGIN = 1.05
+
+
+def _own_scaling_cheaper(f: Figures, evaluated: Replayed, no_plan: Replayed) -> list[str]:
+    """Say so when the pool's own scaling keeps the bound more cheaply than the plan: a
+    plan's ramp-down counts a drained host's sessions while they last, so an emptied host
+    that still takes sessions can stay on beside it, where the pool's own scaling stops
+    every empty host (a plan's rule 5, which no plan shape avoids)."""
+    if no_plan.waited_over > len(f.unservable) or evaluated.host_hours <= OWN_SCALING_MARGIN * (
+        no_plan.host_hours
+    ):
+        return []
+    more = evaluated.host_hours - no_plan.host_hours
+    share = 100 * more / no_plan.host_hours if no_plan.host_hours else 0.0
+    return [
+        f"The pool's own scaling keeps the bound more cheaply than this plan: "
+        f"{no_plan.host_hours:g} host-hours, {more:.1f} fewer ({share:.1f} %). Under a plan, "
+        "ramp-down keeps counting a drained host's sessions until they end, so a host "
+        "emptied meanwhile can stay on beside it; the pool's own scaling stops every empty "
+        "host. For cost alone, keep the pool without a plan; the plan is for its schedule."
+    ]
 
 
 def _schedules(
