@@ -11,10 +11,12 @@ per user, and a broker that stops promptly with streams open.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import itertools
 import re
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -423,6 +425,7 @@ class EventStream:
     def __init__(self, broker: BrokerProcess, headers: dict[str, str]) -> None:
         self.connection = http.client.HTTPConnection("127.0.0.1", broker.port, timeout=60)
         self.connection.request("GET", "/v1/events", headers=headers)
+        self.socket = self.connection.sock
         self.response = self.connection.getresponse()
         self.events: list[tuple[float, Obj]] = []
         self.comments = 0
@@ -452,6 +455,10 @@ class EventStream:
         raise AssertionError(f"no such event in {timeout}s: {self.events[-3:]}")
 
     def close(self) -> None:
+        # Shut down first: closing alone waits for the reader's blocked read to return,
+        # which is the broker's next keep-alive comment (seconds for every stream).
+        with contextlib.suppress(OSError):
+            self.socket.shutdown(socket.SHUT_RDWR)
         self.connection.close()
 
 
