@@ -142,7 +142,7 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
         )
         memo.elector = elector
         # Nothing but the Lease is written unless this instance holds it (see leader.py).
-        client.write_gate = elector.may_write
+        client.write_gate = elector.writable
     # The view is built before the Lease is sought: a standby keeps it current from its
     # watches and takes over without listing anything again.
     await controller.initial_sync(memo.namespaces or None, lead=elector is None)
@@ -233,8 +233,8 @@ async def _stop_when_lost(memo: Runtime, elector: LeaderElector) -> None:
         if not renewal.is_alive():
             why = "the Lease renewal stopped"
             break
-        if elector.overdue():
-            why = f"no renewal succeeded within {elector.renew_deadline:.1f}s"
+        if elector.stalled():
+            why = f"no renewal succeeded within the Lease's {elector.lease_duration:.1f}s"
             break
     await elector.stop_keeping(timeout=0)
     memo.role = "lost"

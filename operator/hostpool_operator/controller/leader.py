@@ -2,10 +2,14 @@
 
 Two instances with their own in-memory view could each fill the last slot of a host. So an
 instance writes nothing until it holds the Lease (a standby meanwhile keeps its view current
-from its watches, see ``handlers``), renews it every ``retry_period`` seconds, and stops (the
-process exits, to be restarted as a standby) as soon as it cannot prove it still holds it
-within ``renew_deadline``. Expiry is judged the way client-go judges it: by how long the Lease
-has gone *unchanged as observed locally*, never by comparing another machine's clock.
+from its watches, see ``handlers``) and renews it every ``retry_period`` seconds, on the
+version it wrote last (one request; a conflict sends it back to read the Lease). It writes
+only while a renewal sent within ``renew_deadline`` has succeeded; a renewal answered later
+than that pauses its writes until one succeeds, and once none has within the whole
+``lease_duration`` the process stops (it exits, to be restarted as a standby). A late answer
+from a loaded API server thus costs a pause, not a change of leader. Expiry is judged the
+way client-go judges it: by how long the Lease has gone *unchanged as observed locally*,
+never by comparing another machine's clock.
 
 Why the defaults (4 s / 3 s / 0.5 s) are safe: a standby takes the Lease only after it has
 seen the same version for ``lease_duration`` on its own clock, counted from when *it* saw
@@ -40,6 +44,9 @@ from ..kube.errors import ApiError, ApiTransportError
 from .settings import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
 
 log = logging.getLogger(__name__)
+
+#: How often a write held by a late renewal looks again (see ``LeaderElector.writable``).
+WRITE_WAIT_STEP = 0.05
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
@@ -115,6 +122,8 @@ class LeaderElector:
         self._observed: tuple[str, float] | None = None  # (resourceVersion, clock())
         #: When the last successful acquire or renewal was *sent* (clock()); None: not held.
         self._renewed: float | None = None
+        #: The Lease as this instance last wrote it (the fast path's base); None: read first.
+        self._held: dict[str, Any] | None = None
 
     @property
     def _path(self) -> str:
@@ -149,13 +158,29 @@ class LeaderElector:
         True when this instance holds the Lease."""
         client = client or self.client
         sent = clock()
+        if self._held is not None and self._renewed is not None:
+            # The fast path, as client-go's: the holder renews on the version it wrote last,
+            # one request instead of a read and a write (on a loaded API server each took over
+            # a second). A conflict means the Lease changed since: read it and judge again.
+            try:
+                self._held = await client.request(
+                    "PUT", f"{self._path}/{self.name}", body=self._body(self._held)
+                )
+            except ApiError as error:
+                if not (error.conflict or error.not_found):  # changed or deleted: read it
+                    raise
+                self._held = None
+            else:
+                self._renewed = sent
+                return True
+            sent = clock()
         try:
             lease = await client.request("GET", f"{self._path}/{self.name}")
         except ApiError as error:
             if not error.not_found:
                 raise
             try:
-                await client.request("POST", self._path, body=self._body(None))
+                self._held = await client.request("POST", self._path, body=self._body(None))
             except ApiError as again:
                 if again.conflict:  # someone else created it first
                     return False
@@ -171,7 +196,9 @@ class LeaderElector:
             if holder and clock() - self._observed[1] < duration:
                 return False  # held by another instance that is still renewing
         try:
-            await client.request("PUT", f"{self._path}/{self.name}", body=self._body(lease))
+            self._held = await client.request(
+                "PUT", f"{self._path}/{self.name}", body=self._body(lease)
+            )
         except ApiError as error:
             if error.conflict:
                 return False
@@ -213,14 +240,30 @@ class LeaderElector:
             await asyncio.sleep(self.retry_period)
 
     def overdue(self) -> bool:
-        """No renewal succeeded within ``renew_deadline``: leadership cannot be proven, whatever
-        the renewal task is doing (failing, or waiting on a request that never returns)."""
+        """No renewal sent within ``renew_deadline`` succeeded: leadership cannot be proven
+        now, whatever the renewal task is doing (failing, or waiting on a slow answer)."""
         return self._renewed is None or clock() - self._renewed >= self.renew_deadline
+
+    def stalled(self) -> bool:
+        """No renewal sent within the whole ``lease_duration`` succeeded: a standby may hold
+        the Lease by now, and a renewal still in flight is not worth waiting for."""
+        return self._renewed is None or clock() - self._renewed >= self.lease_duration
 
     def may_write(self) -> bool:
         """This instance holds the Lease and its last renewal was sent within the renew
         deadline: the client's write gate (see the module)."""
         return not self.lost.is_set() and not self.overdue()
+
+    async def writable(self) -> bool:
+        """Wait out a renewal that is late but not stalled, then judge again: a slow answer
+        from a loaded API server pauses the writes instead of ending the leadership. Nothing
+        is sent meanwhile; a renewal that succeeds proves nobody took the Lease in between
+        (it is written on the version this instance wrote last)."""
+        while not self.may_write():
+            if self.lost.is_set() or self.stalled():
+                return False
+            await asyncio.sleep(WRITE_WAIT_STEP)
+        return True
 
     async def keep(self, client: KubeClient | None = None) -> None:
         """Renew until leadership cannot be proven any more (then set ``lost``), or until
@@ -234,13 +277,14 @@ class LeaderElector:
                     continue
                 log.error("leader election: another instance took lease %s", self.name)
             except (ApiError, ApiTransportError) as error:
-                if not self.overdue():
+                if not self.stalled():
                     log.warning("leader election: renewal failed (%s); retrying", error)
                     continue
                 log.error(
-                    "leader election: could not renew within %.1fs: %s", self.renew_deadline, error
+                    "leader election: could not renew within %.1fs: %s", self.lease_duration, error
                 )
             self._renewed = None
+            self._held = None
             self.lost.set()
             return
 
@@ -280,6 +324,7 @@ class LeaderElector:
         """Give the Lease up on a clean shutdown, so a standby takes over at once (at its next
         look, within ``retry_period``). Nothing is written by this instance after it."""
         self._renewed = None
+        self._held = None
         try:
             lease = await self.client.request("GET", f"{self._path}/{self.name}")
             if (lease.get("spec") or {}).get("holderIdentity") != self.holder:

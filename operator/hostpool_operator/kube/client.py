@@ -17,7 +17,7 @@ import builtins
 import logging
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypedDict, Unpack
 from urllib.parse import quote
 
@@ -112,11 +112,12 @@ class KubeClient:
         self._limit = max_connections
         self._session: aiohttp.ClientSession | None = None
         self.list_timing = ListTiming()
-        #: Asked right before each try of a write (not a Lease's): False refuses it with
+        #: Awaited right before each try of a write (not a Lease's): False refuses it with
         #: NotLeaderError, unsent. The operator sets it to "this instance holds the Lease and
-        #: its last renewal is within the renew deadline", so a leader that was paused or cut
-        #: off past its deadline sends nothing once it runs again (None: always write).
-        self.write_gate: Callable[[], bool] | None = None
+        #: its last renewal is within the renew deadline" (waiting out a late renewal), so a
+        #: leader that was paused or cut off past its deadline sends nothing once it runs
+        #: again (None: always write).
+        self.write_gate: Callable[[], Awaitable[bool]] | None = None
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -177,7 +178,7 @@ class KubeClient:
         gated = gated and not path.startswith(LEASES_PATH)
         while True:
             headers = {**self._credentials.header(), **extra}
-            if gated and self.write_gate is not None and not self.write_gate():
+            if gated and self.write_gate is not None and not await self.write_gate():
                 raise NotLeaderError(f"{method} {path}: not sent, this instance does not lead")
             if method in WRITES:
                 self._metrics.api_write(method)

@@ -599,13 +599,19 @@ def test_two_instances_one_places_standby_takes_over(rig: Rig) -> None:
     )
 
 
-def test_a_hung_lease_renewal_stops_placement_within_the_renew_deadline(rig: Rig) -> None:
+#: The request line of a read or write of the operator's Lease (held by the proxy below).
+LEASE_REQUEST = (
+    r"^(GET|PUT) /apis/coordination\.k8s\.io/v1/namespaces/[^/]+/leases/hostpool-operator[? ]"
+)
+
+
+def test_a_hung_lease_renewal_stops_the_leader_within_the_lease(rig: Rig) -> None:
     """The proxy holds every Lease request from some moment on: the renewal waits on an answer
     that never comes. Before, the instance went on placing until the client gave up on that
     request (60 s) while a standby could take the expired Lease after 3 s: two leaders. Now
-    the watchdog stops placement once no renewal has succeeded within the renew deadline
-    (2/3 of --lease-duration 3 s), liveness stops answering 200, and a request created after
-    that stays unplaced by this instance."""
+    its writes wait from the renew deadline (2/3 of --lease-duration 3 s) and the watchdog
+    stops it once no renewal has succeeded within the Lease's length: liveness stops
+    answering 200, and a request created after that stays unplaced by this instance."""
     rig.expected += [
         re.compile(r"leadership lost|leader election: (renewal failed|could not renew)"),
     ]
@@ -618,10 +624,7 @@ def test_a_hung_lease_renewal_stops_placement_within_the_renew_deadline(rig: Rig
         rig.wait_phase(["first"])
         assert probe(liveness) == 200
         offset = op.log_path.stat().st_size
-        proxy.hold(
-            r"^(GET|PUT) /apis/coordination\.k8s\.io/v1/namespaces/[^/]+/leases/"
-            r"hostpool-operator[? ]"
-        )
+        proxy.hold(LEASE_REQUEST)
         t0 = time.monotonic()
         op.wait_line("leadership lost", offset, 70)
         stopped = time.monotonic() - t0
@@ -633,12 +636,51 @@ def test_a_hung_lease_renewal_stops_placement_within_the_renew_deadline(rig: Rig
         proxy.hold(None)
         for held in proxy.held:
             proxy.release(held)
-    renew_deadline = LEASE_SECONDS * 2 / 3
-    # The last renewal may have been up to a retry period (0.6 s) before the hold began.
-    assert stopped <= renew_deadline + 1.5, (
-        f"placement stopped {stopped:.1f}s after the Lease renewal hung "
-        f"(renew deadline {renew_deadline:.1f}s)"
+    # The last renewal may have been up to a retry period (0.4 s) before the hold began.
+    assert stopped <= LEASE_SECONDS + 1.5, (
+        f"the leader stopped {stopped:.1f}s after the Lease renewal hung (Lease {LEASE_SECONDS}s)"
     )
+
+
+#: The late-renewal test's Lease: renew deadline 6 s, renewals every 0.5 s, so the window
+#: between the deadline and the Lease's end (2 s, less a renewal period) is wide enough to
+#: act in on a loaded machine.
+LATE_LEASE_SECONDS = 8
+
+
+def test_a_late_lease_renewal_pauses_writes_and_keeps_the_leader(rig: Rig) -> None:
+    """A loaded API server answers a renewal after the renew deadline but within the Lease:
+    the leader sends nothing from the deadline on (a request created then stays Pending), and
+    once the late renewal is answered it renews again and places that request itself, with
+    no change of leader (on a 100,000-session API server such answers ended the leadership)."""
+    renew_deadline = LATE_LEASE_SECONDS * 3 / 4
+    with rig.behind_proxy("--lease-duration", str(LATE_LEASE_SECONDS)) as proxy:
+        op = rig.operators[0]
+        rig.pool("df", "DepthFirst", 5, ["df-0"])
+        rig.api.create_body(builders.request("first", "df", "first@corp", namespace=rig.namespace))
+        rig.wait_phase(["first"])
+        offset = op.log_path.stat().st_size
+        proxy.hold(LEASE_REQUEST)
+        rig.wait(lambda: proxy.held or None, "a Lease renewal to be held", 5)
+        held_at = time.monotonic()  # the last renewal that succeeded was sent before this
+        time.sleep(renew_deadline + 0.1)  # the deadline itself is what this test is about
+        rig.api.create_body(
+            builders.request("during", "df", "during@corp", namespace=rig.namespace)
+        )
+        time.sleep(0.5)
+        paused = status(rig.api.get("SessionRequest", "during")).get("phase")
+        proxy.hold(None)
+        released_at = time.monotonic()
+        for held in proxy.held:
+            proxy.release(held)
+        assert released_at - held_at < LATE_LEASE_SECONDS - 0.6, "the test itself ran late"
+        assert paused != "Assigned", "a write was sent past the renew deadline"
+        rig.wait_phase(["during"])
+        assert op.running
+        log = op.log_path.read_bytes()[offset:].decode("utf-8", errors="replace")
+        assert "leadership lost" not in log, log
+        assert "another instance took" not in log, log
+    rig.tally.add("Lease renewal answered late")
 
 
 #: The operator's default --lease-duration (renew deadline 3 s, renewals every 0.5 s).

@@ -3,6 +3,8 @@ standby may take over, and the write gate follows the renewal deadline on the cl
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from hostpool_operator.controller import leader
@@ -45,3 +47,46 @@ def test_the_write_gate_follows_the_last_renewal_sent(monkeypatch: pytest.Monkey
     assert elector.may_write()
     elector.lost.set()
     assert not elector.may_write()
+
+
+def test_a_late_renewal_pauses_writes_until_the_lease_runs_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr(leader, "clock", lambda: now[0])
+    elector = LeaderElector(None, "ns", holder="me")  # type: ignore[arg-type]  # no I/O here
+    elector._renewed = 100.0
+    now[0] = 100.0 + RENEW_DEADLINE
+    assert elector.overdue()  # late: writes wait...
+    assert not elector.stalled()  # ...and the leader goes on
+    now[0] = 100.0 + LEASE_DURATION - 0.01
+    assert not elector.stalled()
+    now[0] = 100.0 + LEASE_DURATION
+    assert elector.stalled()  # a standby may hold it by now: the leader stops
+
+    async def gate_while(renewal_lands_at: float | None) -> bool:
+        """The gate, asked at the renew deadline, while a renewal sent then is answered at
+        ``renewal_lands_at`` (None: never); the clock moves a step each time it waits."""
+        now[0] = 100.0 + RENEW_DEADLINE
+        elector._renewed = 100.0
+        real_sleep = asyncio.sleep
+
+        async def step(_: float) -> None:
+            now[0] += 0.1
+            if renewal_lands_at is not None and now[0] >= renewal_lands_at:
+                elector._renewed = 100.0 + RENEW_DEADLINE
+            await real_sleep(0)
+
+        monkeypatch.setattr(asyncio, "sleep", step)
+        try:
+            return await elector.writable()
+        finally:
+            monkeypatch.setattr(asyncio, "sleep", real_sleep)
+
+    assert asyncio.run(gate_while(100.0 + RENEW_DEADLINE + 0.5))  # answered late: written
+    assert now[0] < 100.0 + LEASE_DURATION
+    assert not asyncio.run(gate_while(None))  # never answered: refused once stalled
+    assert now[0] >= 100.0 + LEASE_DURATION
+    elector._renewed = now[0]
+    elector.lost.set()
+    assert not asyncio.run(elector.writable())  # lost: refused at once
