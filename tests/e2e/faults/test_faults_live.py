@@ -314,8 +314,8 @@ def test_control_plane_restart_during_storm(rig: Rig, component: str) -> None:
     restart are seen, requests created after it are placed, and the invariants hold."""
     control_plane = need_control_plane(rig.kube, "restarting kube-apiserver or etcd")
     limits = {"df": 10, "bf": 10}
-    # A leader that cannot renew its Lease for 2/3 of its duration stops (see leader.py, and
-    # test_a_hung_lease_renewal_stops_placement_within_the_renew_deadline): the outage here
+    # A leader that cannot renew its Lease for its whole duration stops (see leader.py, and
+    # test_a_hung_lease_renewal_stops_the_leader_within_the_lease): the outage here
     # lasts several seconds, more than 10 on a loaded two-core machine (etcd, then the API
     # server's reconnect to it), so this operator gets a 30 s Lease: what is tested is the
     # storm riding out the restart, not the Lease.
