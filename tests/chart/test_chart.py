@@ -82,6 +82,7 @@ CLUSTER_SCOPED = (
     "ClusterRole",
     "ClusterRoleBinding",
     "CustomResourceDefinition",
+    "FlowSchema",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
 )
@@ -245,6 +246,7 @@ def test_default_objects(render: Render) -> None:
             "Service",
             "Deployment",
             "PodDisruptionBudget",  # the leader and its standby: one stays through a drain
+            "FlowSchema",  # the Lease's requests in the API server's leader-election level
             *["CustomResourceDefinition"] * 4,
             # the host agents': their ServiceAccount and Role, and the admission policy
             "ServiceAccount",
@@ -492,7 +494,37 @@ def test_rbac_and_service_account_can_be_left_out(render: Render) -> None:
 def test_leader_election_off(render: Render) -> None:
     docs = operator_objects(render(replicaCount=1, **{"leaderElection.enabled": False}))
     assert not by_kind(docs, "Role")
+    assert not by_kind(docs, "FlowSchema")
     assert "--no-leader-election" in container(docs)["args"]
+
+
+def test_the_lease_requests_get_their_own_priority_level(render: Render) -> None:
+    """The FlowSchema matches the operator's ServiceAccount and its Lease alone, in the
+    release namespace, and names the level asked for; an empty level renders none."""
+    docs = operator_objects(render(namespace="ops", **{"serviceAccount.name": "op"}))
+    (schema,) = by_kind(docs, "FlowSchema")
+    assert schema["metadata"]["name"].endswith("-ops-leader-election")
+    assert "namespace" not in schema["metadata"]
+    spec = schema["spec"]
+    assert spec["priorityLevelConfiguration"] == {"name": "leader-election"}
+    (rule,) = spec["rules"]
+    assert rule["subjects"] == [
+        {"kind": "ServiceAccount", "serviceAccount": {"name": "op", "namespace": "ops"}}
+    ]
+    assert rule["resourceRules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update"],
+            "namespaces": ["ops"],
+        }
+    ]
+    assert spec["matchingPrecedence"] < 9000  # before the catch-all for service accounts
+    docs = render(**{"leaderElection.priorityLevel": "workload-high"})
+    assert one(docs, "FlowSchema")["spec"]["priorityLevelConfiguration"]["name"] == (
+        "workload-high"
+    )
+    assert not by_kind(render(**{"leaderElection.priorityLevel": ""}), "FlowSchema")
 
 
 def test_crds_disabled(render: Render) -> None:

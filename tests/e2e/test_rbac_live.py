@@ -53,7 +53,10 @@ from support.kube import (
 from support.ports import free_port
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding")
+#: Applied with the RBAC: the FlowSchema that gives the identity's Lease requests a level.
+APPLIED_KINDS = (*RBAC_KINDS, "FlowSchema")
+CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding", "FlowSchema")
+FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"
 STARTED_LINE = "hostpool-operator started"
 UPDATE_FIXTURES_ENV = "HOSTPOOL_UPDATE_ARGOCD_FIXTURES"
 
@@ -164,7 +167,7 @@ def install_identity(
             if d["metadata"].get("labels", {}).get("app.kubernetes.io/component")
             not in ("agent", "user-roles", "broker", "session-admin")
         ]
-        rbac = [d for d in docs if d["kind"] in RBAC_KINDS]
+        rbac = [d for d in docs if d["kind"] in APPLIED_KINDS]
         manifest = yaml.safe_dump_all(rbac)
         run_tool([*kubectl, "apply", "-f", "-"], stdin=manifest)
         applied.append(yaml.safe_dump_all([d for d in rbac if d["kind"] in CLUSTER_SCOPED]))
@@ -536,6 +539,26 @@ def chart_ports() -> dict[str, Any]:
 # the tests
 
 
+def priority_level_of_lease_requests(identity: Identity) -> str | None:
+    """The uid of the APF priority level the API server put the identity's GET of the
+    operator's Lease in (its answer's ``X-Kubernetes-PF-PriorityLevel-UID``)."""
+    client = identity.api.api_client
+    method, url, headers, _, _ = client.param_serialize(
+        method="GET",
+        resource_path=(
+            f"/apis/coordination.k8s.io/v1/namespaces/{identity.release_namespace}"
+            "/leases/hostpool-operator"
+        ),
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    response = client.call_api(method, url, header_params=headers, _request_timeout=30)
+    response.read()
+    assert response.status == 200, response.status
+    level: str | None = response.getheader("X-Kubernetes-PF-PriorityLevel-UID")
+    return level
+
+
 def test_clusterwide_role_places_scales_up_and_down(
     kube: Kube,
     namespace: str,
@@ -553,6 +576,15 @@ def test_clusterwide_role_places_scales_up_and_down(
     ]
     assert "--namespace" not in identity.operator_args
     operator = start_operator(operator_run, identity, tmp_path)
+    # The chart's FlowSchema puts the Lease's renewals in the API server's own level for
+    # leader election, not behind the workloads of every other service account.
+    (schema,) = identity.of_kind("FlowSchema")
+    level = kube.call("GET", f"{FLOWCONTROL}/prioritylevelconfigurations/leader-election")
+    wait_for(
+        lambda: priority_level_of_lease_requests(identity) == level["metadata"]["uid"] or None,
+        WAIT_SECONDS,
+        what=f"the Lease's requests in level leader-election ({schema['metadata']['name']})",
+    )
 
     # Placement: depth-first fills one static host, then the next.
     kube.create(namespace, scaling_pool("desk", limit=2, max_hosts=4))
