@@ -119,7 +119,8 @@ class LeaderElector:
         self.lost = threading.Event()
         self._stopping = threading.Event()
         self._keeper: threading.Thread | None = None
-        self._observed: tuple[str, float] | None = None  # (resourceVersion, clock())
+        #: Another holder's Lease as this instance last saw it change, and when (clock()).
+        self._observed: tuple[dict[str, Any], float] | None = None
         #: When the last successful acquire or renewal was *sent* (clock()); None: not held.
         self._renewed: float | None = None
         #: The Lease as this instance last wrote it (the fast path's base); None: read first.
@@ -174,6 +175,12 @@ class LeaderElector:
                 self._renewed = sent
                 return True
             sent = clock()
+        if self.expired_as_seen():
+            # A standby wakes the moment the Lease it saw has gone unchanged for its
+            # duration and takes it on that very version, without reading it again: a
+            # renewal since then makes the write conflict.
+            assert self._observed is not None
+            return await self._take(client, self._observed[0], sent)
         try:
             lease = await client.request("GET", f"{self._path}/{self.name}")
         except ApiError as error:
@@ -188,23 +195,51 @@ class LeaderElector:
             self._renewed = sent
             return True
         holder = (lease.get("spec") or {}).get("holderIdentity")
-        version = lease["metadata"]["resourceVersion"]
         if holder != self.holder:
-            if self._observed is None or self._observed[0] != version:
-                self._observed = (version, clock())
-            duration = float((lease.get("spec") or {}).get("leaseDurationSeconds") or 15)
-            if holder and clock() - self._observed[1] < duration:
+            version = lease["metadata"]["resourceVersion"]
+            if self._observed is None or self._observed[0]["metadata"]["resourceVersion"] != (
+                version
+            ):
+                self._observed = (lease, clock())
+            if holder and not self.expired_as_seen():
                 return False  # held by another instance that is still renewing
+        return await self._take(client, lease, sent)
+
+    async def _take(self, client: KubeClient, lease: dict[str, Any], sent: float) -> bool:
+        """Write the Lease as this instance's on ``lease``'s version (acquire, renew or take
+        over). False when it changed since."""
         try:
             self._held = await client.request(
                 "PUT", f"{self._path}/{self.name}", body=self._body(lease)
             )
         except ApiError as error:
+            self._observed = None  # changed or gone: read it again before judging it
             if error.conflict:
                 return False
             raise
+        self._observed = None
         self._renewed = sent
         return True
+
+    def expired_as_seen(self) -> bool:
+        """The other holder's Lease, as last seen, has gone unchanged for its duration on this
+        instance's clock (counted from when this instance first saw that version)."""
+        if self._observed is None:
+            return False
+        lease, seen_at = self._observed
+        duration = float((lease.get("spec") or {}).get("leaseDurationSeconds") or 15)
+        return clock() - seen_at >= duration
+
+    def next_look(self) -> float:
+        """Seconds until a standby looks again: every half ``retry_period`` (a fresher sight
+        of the last renewal is an earlier take-over), and at the moment the Lease it saw
+        expires."""
+        wait = self.retry_period / 2
+        if self._observed is not None:
+            lease, seen_at = self._observed
+            duration = float((lease.get("spec") or {}).get("leaseDurationSeconds") or 15)
+            wait = min(wait, max(0.0, seen_at + duration - clock()))
+        return wait
 
     async def acquire(self) -> None:
         """Wait until this instance is the leader."""
@@ -237,7 +272,7 @@ class LeaderElector:
                     "waiting as a standby (watching, writing nothing)"
                 )
                 announced = True
-            await asyncio.sleep(self.retry_period)
+            await asyncio.sleep(self.next_look() if held_elsewhere else self.retry_period)
 
     def overdue(self) -> bool:
         """No renewal sent within ``renew_deadline`` succeeded: leadership cannot be proven

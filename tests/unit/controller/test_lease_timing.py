@@ -90,3 +90,25 @@ def test_a_late_renewal_pauses_writes_until_the_lease_runs_out(
     elector._renewed = now[0]
     elector.lost.set()
     assert not asyncio.run(elector.writable())  # lost: refused at once
+
+
+def test_a_standby_looks_twice_a_period_and_wakes_when_the_lease_it_saw_expires(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr(leader, "clock", lambda: now[0])
+    elector = LeaderElector(None, "ns", holder="me")  # type: ignore[arg-type]  # no I/O here
+    assert elector.next_look() == RETRY_PERIOD / 2  # nothing seen yet
+    assert not elector.expired_as_seen()
+    lease = {
+        "metadata": {"resourceVersion": "7"},
+        "spec": {"holderIdentity": "other", "leaseDurationSeconds": 4},
+    }
+    elector._observed = (lease, 100.0)  # first seen at 100, unchanged since
+    assert elector.next_look() == RETRY_PERIOD / 2
+    now[0] = 103.9
+    assert elector.next_look() == pytest.approx(0.1)  # woken at its expiry, not after
+    assert not elector.expired_as_seen()
+    now[0] = 104.0
+    assert elector.expired_as_seen()  # four seconds on this clock: take it on version 7
+    assert elector.next_look() == 0.0
