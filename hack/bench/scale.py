@@ -74,6 +74,8 @@ from hostpool_operator.kube.errors import ApiError, ApiTransportError
 GROUP_VERSION = storm.GROUP_VERSION
 #: The pools' spec.sessionLimits with SCALE_SESSION_LIMITS=1 (none come due during a run).
 SESSION_LIMITS = {"disconnectedMinutes": 60, "idleMinutes": 30, "maxSessionMinutes": 600}
+#: The operator's log line when it holds the Lease (the standby's, once it has taken over).
+LEASE_HELD_LINE = " holds lease "
 SYNC_LINE = re.compile(
     r"initial sync: list ([0-9.]+)s, decode ([0-9.]+)s, rebuild ([0-9.]+)s, ([0-9]+) objects"
 )
@@ -397,6 +399,18 @@ class Operator:
             await asyncio.sleep(0.1)
         return float("nan")
 
+    def logged_at(self, text: str) -> float:
+        """The time (time.time()) of the first log line holding ``text`` (nan: none); the
+        operator's text log stamps local time to the millisecond."""
+        for line in self.text().splitlines():
+            if text in line:
+                try:
+                    stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+                except ValueError:
+                    continue
+                return stamp.timestamp()
+        return float("nan")
+
     def stop(self) -> None:
         if self.alive():
             self.process.send_signal(signal.SIGTERM)
@@ -604,6 +618,12 @@ async def storm_run(
         out["longestPauseS"] = max(
             (b - a for a, b in itertools.pairwise(times)), default=float("nan")
         )
+        # Where the longest pause lies against the kill (as this bench's watch saw the
+        # placements; the dead leader's writes in flight may land just after the kill).
+        gaps = [(b - a, a, b) for a, b in itertools.pairwise(times)]
+        if gaps:
+            _, began, ended = max(gaps)
+            out["pauseFromKillS"] = [began - kill["killedAt"], ended - kill["killedAt"]]
         out.update(kill["operator"][1])
         out["restartedOperatorPeakRssMb"] = peak
     return out
@@ -720,7 +740,10 @@ async def standby_run(
         at_kill["standbyRssMb"] = standby.rss_mb()
         await create_probe(client, namespace, "probe-standby", probe_pool)
         at = await wait_assigned(client, namespace, "probe-standby", args.timeout)
-        return standby, {"takeoverS": at - killed_at}
+        return standby, {
+            "takeoverS": at - killed_at,
+            "killToLeaseS": standby.logged_at(LEASE_HELD_LINE) - killed_at,
+        }
 
     result = await storm_run(
         args,
@@ -1009,6 +1032,7 @@ async def bench_filled(
         else f"kept from an earlier pre-fill ({prefill_summary['reusedFrom']}); its storm, "
         "kill and probe requests deleted first"
     )
+    pause_from_kill = standby_arm.get("pauseFromKillS") or [float("nan")] * 2
     rows = [
         (
             "pre-filled",
@@ -1078,6 +1102,11 @@ async def bench_filled(
         (
             "standby: longest pause in placements (s)",
             fmt(standby_arm.get("longestPauseS"), 2),
+        ),
+        (
+            "standby: from the kill: the pause began / the Lease taken / the pause ended (s)",
+            f"{fmt(pause_from_kill[0], 2)} / {fmt(standby_arm.get('killToLeaseS'), 2)} / "
+            f"{fmt(pause_from_kill[1], 2)}",
         ),
         (
             "standby: lost / duplicates / overLimit",
