@@ -235,7 +235,10 @@ class Controller:
         # What the first LIST skipped or found invalid is said now (older: by the leader).
         self.events.release(max_age=self.settings.event_interval)
         self.plans.start_writing()
-        for worker in list(self.pools.values()):
+        # The pools with requests to place first: each loop's first pass runs in the order
+        # the loops start, and at 1,000 pools the passes of the idle ones (statuses alone)
+        # held a new leader's first placement up by about a second.
+        for worker in sorted(self.pools.values(), key=lambda w: not w.has_requests_to_place):
             worker.take_over()
             worker.start()
 

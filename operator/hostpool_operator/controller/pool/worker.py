@@ -145,6 +145,11 @@ class PoolWorker:
             await asyncio.wait({self.task})
             self.task = None
 
+    @property
+    def has_requests_to_place(self) -> bool:
+        """Requests arrived or waiting for a host: what this pool's next pass may place."""
+        return bool(self.state.arrivals or self.state.waiting)
+
     def take_over(self) -> None:
         """This instance leads now: what a standby saw but left to the leader is done unless
         the leader did it (the watch says): requests whose session ended with their host or
