@@ -32,10 +32,18 @@ def test_the_leader_stops_writing_before_the_lease_expires(duration: float) -> N
     assert retry_period_for(duration) * 4 <= deadline  # several renewals before giving up
 
 
-def test_the_write_gate_follows_the_last_renewal_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def clock_and_elector(monkeypatch: pytest.MonkeyPatch) -> tuple[list[float], LeaderElector]:
+    """A clock the test moves (``now[0]``) and an elector reading it (no I/O here)."""
     now = [100.0]
     monkeypatch.setattr(leader, "clock", lambda: now[0])
-    elector = LeaderElector(None, "ns", holder="me")  # type: ignore[arg-type]  # no I/O here
+    return now, LeaderElector(None, "ns", holder="me")  # type: ignore[arg-type]
+
+
+def test_the_write_gate_follows_the_last_renewal_sent(
+    clock_and_elector: tuple[list[float], LeaderElector],
+) -> None:
+    now, elector = clock_and_elector
     assert not elector.may_write()  # never held
     elector._renewed = 100.0  # a renewal sent at 100 succeeded
     assert elector.may_write()
@@ -50,11 +58,9 @@ def test_the_write_gate_follows_the_last_renewal_sent(monkeypatch: pytest.Monkey
 
 
 def test_a_late_renewal_pauses_writes_until_the_lease_runs_out(
-    monkeypatch: pytest.MonkeyPatch,
+    clock_and_elector: tuple[list[float], LeaderElector], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    now = [100.0]
-    monkeypatch.setattr(leader, "clock", lambda: now[0])
-    elector = LeaderElector(None, "ns", holder="me")  # type: ignore[arg-type]  # no I/O here
+    now, elector = clock_and_elector
     elector._renewed = 100.0
     now[0] = 100.0 + RENEW_DEADLINE
     assert elector.overdue()  # late: writes wait...
@@ -93,11 +99,9 @@ def test_a_late_renewal_pauses_writes_until_the_lease_runs_out(
 
 
 def test_a_standby_looks_twice_a_period_and_wakes_when_the_lease_it_saw_expires(
-    monkeypatch: pytest.MonkeyPatch,
+    clock_and_elector: tuple[list[float], LeaderElector],
 ) -> None:
-    now = [100.0]
-    monkeypatch.setattr(leader, "clock", lambda: now[0])
-    elector = LeaderElector(None, "ns", holder="me")  # type: ignore[arg-type]  # no I/O here
+    now, elector = clock_and_elector
     assert elector.next_look() == RETRY_PERIOD / 2  # nothing seen yet
     assert not elector.expired_as_seen()
     lease = {
