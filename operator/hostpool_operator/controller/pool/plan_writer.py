@@ -383,6 +383,9 @@ class PlanWriter:
         """ZeroActiveSessions: the Disconnected sessions of a drained host end (their
         requests are deleted, which logs them off), so the host can go."""
         state = self.state
+        # Taken now: once its last session is gone the host may be removed (and forgotten)
+        # before the deletes are answered, and the Event still says why they ended.
+        host_record = state.hosts.get(host)
         ended = []
         ok = True
         for name in requests:
@@ -409,7 +412,6 @@ class PlanWriter:
             except ApiTransportError as error:
                 log.warning("%s/%s: plan could not end %s: %s", *self._key(), name, error)
                 ok = False
-        host_record = state.hosts.get(host)
         if ended and host_record is not None:
             message = (
                 f"scaling plan {plan!r} ended {len(ended)} disconnected session(s) "
