@@ -221,24 +221,27 @@ class LeaderElector:
         self._renewed = sent
         return True
 
-    def expired_as_seen(self) -> bool:
-        """The other holder's Lease, as last seen, has gone unchanged for its duration on this
-        instance's clock (counted from when this instance first saw that version)."""
+    def _seen_expiry(self) -> float | None:
+        """When (clock()) the other holder's Lease, as last seen, expires on this instance's
+        clock: its duration after this instance first saw that version (None: none seen)."""
         if self._observed is None:
-            return False
+            return None
         lease, seen_at = self._observed
-        duration = float((lease.get("spec") or {}).get("leaseDurationSeconds") or 15)
-        return clock() - seen_at >= duration
+        return seen_at + float((lease.get("spec") or {}).get("leaseDurationSeconds") or 15)
+
+    def expired_as_seen(self) -> bool:
+        """The other holder's Lease, as last seen, has gone unchanged for its duration."""
+        expiry = self._seen_expiry()
+        return expiry is not None and clock() >= expiry
 
     def next_look(self) -> float:
         """Seconds until a standby looks again: every half ``retry_period`` (a fresher sight
         of the last renewal is an earlier take-over), and at the moment the Lease it saw
         expires."""
         wait = self.retry_period / 2
-        if self._observed is not None:
-            lease, seen_at = self._observed
-            duration = float((lease.get("spec") or {}).get("leaseDurationSeconds") or 15)
-            wait = min(wait, max(0.0, seen_at + duration - clock()))
+        expiry = self._seen_expiry()
+        if expiry is not None:
+            wait = min(wait, max(0.0, expiry - clock()))
         return wait
 
     async def acquire(self) -> None:
