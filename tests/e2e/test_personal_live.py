@@ -26,6 +26,7 @@ from e2e.test_kubectl_hostpool_live import (  # noqa: F401  (fixtures)
     session_admin_role,
 )
 from e2e.test_workloads_live import node_label  # noqa: F401  (a fixture)
+from support.admission import host_updates_refused
 from support.builders import manifest
 from support.cluster import Cluster
 from support.conditions import cond_is, status
@@ -108,6 +109,68 @@ def test_twenty_concurrent_first_connects_give_twenty_hosts(
     assigned = {h: u for h, u in owners(cluster).items() if u}
     assert len(assigned) == 20, assigned
     assert assigned == {host_of[f"{user}-a"]: user for user in users}
+
+
+#: The admission policy's rule: no update makes alice a host's user.
+NOT_ALICE = (
+    "!has(object.spec.assignedUser) || object.spec.assignedUser != 'alice' || "
+    "(has(oldObject.spec.assignedUser) && oldObject.spec.assignedUser == 'alice')"
+)
+
+
+def alice_refused(kube: Kube, cluster: Cluster, host: str) -> bool | None:
+    """Giving ``host`` to alice is refused (the policy is in force); a dry run."""
+    path = f"/apis/hostpool.io/v1alpha1/namespaces/{cluster.namespace}/sessionhosts/{host}"
+    body = {"spec": {"assignedUser": "alice"}}
+    code, _ = kube.request(
+        "PATCH", path, body=body, query={"dryRun": "All"}, content_type=MERGE_PATCH
+    )
+    return code in (400, 403, 422) or None
+
+
+def test_no_request_lands_on_a_host_its_user_was_not_given(
+    kube: Kube, cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    """A cluster's own admission policy refuses to make alice a host's user. Her two tabs,
+    connecting at once, both wait, each with a HostNotGiven Event, and neither is written
+    onto a host that does not name her (before, the second rode on the first's claim and
+    was assigned, and the first followed it there as a reconnect: both on a host of
+    nobody's). bob is placed meanwhile. Once the policy goes, both tabs land on one host,
+    hers."""
+    del operator_process
+    personal_pool(cluster, ["h1", "h2"])
+    tabs = ["alice-a", "alice-b"]
+    with host_updates_refused(
+        kube, cluster.namespace, f"not-alice-{cluster.namespace}", NOT_ALICE, "not alice"
+    ):
+        cluster.wait(lambda: alice_refused(kube, cluster, "h1"), "the policy in force")
+        cluster.create_requests_concurrently([(tab, POOL, "alice") for tab in tabs])
+        for tab in tabs:
+            cluster.wait(
+                lambda tab=tab: (
+                    any(  # type: ignore[misc]
+                        e["reason"] == "HostNotGiven" and e["type"] == "Warning"
+                        for e in cluster.events_for(tab)
+                    )
+                    or None
+                ),
+                f"a HostNotGiven Event on {tab}",
+            )
+        cluster.create_request("bob-1", POOL, "bob")
+        bob = status(cluster.wait_request("bob-1", phase_="Assigned", reason="Personal"))["host"]
+        for tab in tabs:
+            assert status(cluster.request(tab)).get("phase") != "Assigned", cluster.request(tab)
+        assert owners(cluster) == {"h1": None, "h2": None} | {bob: "bob"}
+        message = next(
+            e["message"] for e in cluster.events_for("alice-a") if e["reason"] == "HostNotGiven"
+        )
+        assert "not alice" in message, message  # the API server's own words
+        assert "h1 to alice" in message, message
+    placed = cluster.wait_assigned(tabs, timeout=60.0)
+    hers = {status(placed[tab])["host"] for tab in tabs}
+    assert len(hers) == 1, {tab: status(placed[tab]) for tab in tabs}
+    assert bob not in hers
+    assert owners(cluster) == {next(iter(hers)): "alice", bob: "bob"}
 
 
 def test_direct_assignment_waits_for_an_administrator(

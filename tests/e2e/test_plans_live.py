@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from e2e import test_workloads_live as workloads
+from support.admission import host_updates_refused
 from support.cluster import Cluster
 from support.conditions import cond_is, count_by_host, host_of, parse_time, phase, status
 from support.kube import Kube
@@ -405,14 +406,13 @@ def test_plan_writes_refused_for_good_back_off_and_say_so_on_the_plan(
     for i, name in enumerate(names):
         cluster.create_request(name, POOL, f"user{i}")
     cluster.wait_assigned(names)  # breadth-first in Peak: one on each host
-    policy = f"no-drains-{cluster.namespace}"
-    kube.call("POST", f"{VAP}/validatingadmissionpolicies", body=no_drains_policy(policy))
-    kube.call(
-        "POST",
-        f"{VAP}/validatingadmissionpolicybindings",
-        body=no_drains_binding(policy, cluster.namespace),
-    )
-    try:
+    with host_updates_refused(
+        kube,
+        cluster.namespace,
+        f"no-drains-{cluster.namespace}",
+        NO_DRAINS,
+        "drains are frozen in this namespace",
+    ):
         refused = cluster.wait(lambda: drain_refused(kube, cluster), "the policy in force")
         assert refused
         offset = len(operator_process.log_text())
@@ -435,9 +435,6 @@ def test_plan_writes_refused_for_good_back_off_and_say_so_on_the_plan(
         assert 2 <= rounds <= 5, f"{rounds} failed rounds"
         assert "HostsDrained" not in reasons(cluster, POOL)
         assert all(not h["spec"].get("drainMode") for h in managed(cluster).values())
-    finally:
-        kube.request("DELETE", f"{VAP}/validatingadmissionpolicybindings/{policy}")
-        kube.request("DELETE", f"{VAP}/validatingadmissionpolicies/{policy}")
     cluster.wait(
         lambda: when(cluster.get("ScalingPlan", "office"), lambda p: cond_is(p, "Ready", "True")),
         "Ready again once the drains went through",
@@ -446,50 +443,11 @@ def test_plan_writes_refused_for_good_back_off_and_say_so_on_the_plan(
     wait_event(cluster, POOL, "HostsDrained")
 
 
-VAP = "/apis/admissionregistration.k8s.io/v1"
-
-
-def no_drains_policy(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": ["hostpool.io"],
-                        "apiVersions": ["v1alpha1"],
-                        "operations": ["UPDATE"],
-                        "resources": ["sessionhosts"],
-                    }
-                ]
-            },
-            "validations": [
-                {
-                    "expression": "(has(object.spec.drainMode) && object.spec.drainMode) == "
-                    "(has(oldObject.spec.drainMode) && oldObject.spec.drainMode)",
-                    "message": "drains are frozen in this namespace",
-                }
-            ],
-        },
-    }
-
-
-def no_drains_binding(name: str, namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {
-            "policyName": name,
-            "validationActions": ["Deny"],
-            "matchResources": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-            },
-        },
-    }
+#: The admission policy's rule: no update changes whether a host is in drain mode.
+NO_DRAINS = (
+    "(has(object.spec.drainMode) && object.spec.drainMode) == "
+    "(has(oldObject.spec.drainMode) && oldObject.spec.drainMode)"
+)
 
 
 def drain_refused(kube: Kube, cluster: Cluster) -> bool | None:

@@ -15,6 +15,10 @@ Load balancing does not apply (AVD's personal pools, Horizon's dedicated assignm
 
 A host is claimed by one user only: the claims of earlier decisions (passed in) count as
 owners, so two first connects in one pass, of one user or of two, never share or double up.
+No assignment to a host not seen as its user's is written before the host names them: a
+second request riding on a claim still on its way claims too (the write finds the host
+theirs, or gives it to them), and so does a reconnect to a session placed on a claim that
+then failed. A claim that cannot be made sends the request back to be placed again.
 
 One host per user holds for administrators' assignments too: two ``kubectl hostpool
 assign`` of one user at once each check only the host they write, so both can land.
@@ -86,8 +90,9 @@ class PersonalHost:
 
 @dataclass(frozen=True, slots=True)
 class PersonalPlacement:
-    """The answer: a placement, and whether the host is newly claimed for the user (the
-    operator writes ``spec.assignedUser`` before the assignment)."""
+    """The answer: a placement, and whether the host is claimed for the user: it is not
+    seen as theirs yet, so the operator makes sure ``spec.assignedUser`` names them (writing
+    it onto a host without a user) before the assignment, and places again if it cannot."""
 
     placement: Placement
     claim: bool = False
@@ -109,10 +114,20 @@ def place_personal(
     owners = {host.name: claims.get(host.name, host.user) for host in hosts}
     own = next((host for host in hosts if owners[host.name] == user), None)
     if reconnect is not None and (own is None or own.name == reconnect):
-        return PersonalPlacement(Placement(reconnect, Reason.RECONNECTED))
+        there = next((host for host in hosts if host.name == reconnect), None)
+        # Their session is on a host not seen as theirs (a claim on its way, or one that
+        # failed after this session was placed on its strength): it is made theirs first.
+        claim = (
+            there is not None
+            and there.user is None
+            and owners[there.name] in (None, user)
+            and may_take(there, user)
+        )
+        return PersonalPlacement(Placement(reconnect, Reason.RECONNECTED), claim=claim)
     if own is not None:
         if own.open and own.data is DataStep.NONE:
-            return PersonalPlacement(Placement(own.name, Reason.PERSONAL))
+            # Theirs by a claim not seen written yet: the assignment waits for the claim.
+            return PersonalPlacement(Placement(own.name, Reason.PERSONAL), claim=own.user != user)
         # Its files are written as theirs first, or someone else's are deleted first: on
         # its way. Someone else's kept there: never theirs without an administrator.
         on_its_way = own.starting or own.data in _ON_ITS_WAY

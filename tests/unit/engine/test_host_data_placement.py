@@ -136,12 +136,14 @@ def test_an_administrators_assign_is_written_as_her_files_before_she_is_placed()
 
 def test_a_claim_counts_as_written_files_and_all() -> None:
     """An Automatic claim writes the user and whose the files are in one write: her second
-    tab in the same pass goes to the same host, with no wait for the watch."""
+    tab in the same pass goes to the same host, with no wait for the watch. Its assignment
+    claims too: it is written once the host names her (the first claim's write, or its
+    own), never on the strength of a claim that may yet fail."""
     pool = Pool(desks(), [desk("h1")])
     running(pool, "h1")
     pool.arrive("r-1", "alice")
     pool.arrive("r-2", "alice")
-    assert summary(pool.place()) == [("assign", "r-1", "h1", True), ("assign", "r-2", "h1", False)]
+    assert summary(pool.place()) == [("assign", "r-1", "h1", True), ("assign", "r-2", "h1", True)]
 
 
 def test_hosts_without_a_workload_the_operator_made_are_given_as_before() -> None:

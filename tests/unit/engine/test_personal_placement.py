@@ -34,14 +34,15 @@ def test_own_host_then_claims_in_query_order() -> None:
     )
     pool.arrive("r-bob", "bob")
     pool.arrive("r-alice", "alice")
-    pool.arrive("r-alice-again", "alice")  # a second tab: the same host, no second claim
+    # A second tab: the same host, no second host; its write waits for the host to name her.
+    pool.arrive("r-alice-again", "alice")
     pool.arrive("r-carol", "carol")
     pool.arrive("r-dave", "dave")
     intents = pool.place()
     assert summary(intents) == [
         ("assign", "r-bob", "h1", False),
         ("assign", "r-alice", "h2", True),
-        ("assign", "r-alice-again", "h2", False),
+        ("assign", "r-alice-again", "h2", True),
         ("assign", "r-carol", "h3", True),
         ("wait", "r-dave", Reason.NO_HOST_ASSIGNED.value, False),
     ]

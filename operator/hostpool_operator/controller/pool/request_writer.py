@@ -83,6 +83,8 @@ class RequestWriter:
         self.router = router
         self._key = (state.namespace, state.name)
         self.pending_writes: dict[str, asyncio.Task[None]] = {}  # Pending statuses on their way
+        #: Personal pools: the back-off of each (host, user) whose claim the API refused.
+        self._claim_backoff: dict[tuple[str, str], Backoff] = {}
 
     # -------------------------------------------------------------- assignments
 
@@ -205,7 +207,9 @@ class RequestWriter:
         """Personal pools: write the request's user as the host's ``spec.assignedUser``
         before the assignment. Only onto a host still unassigned (or already theirs): a
         conflict re-reads and looks again. False: the host went to someone else, or the
-        write failed; the reservation is undone and the request placed again."""
+        write failed; the reservation is undone and the request placed again (after a
+        back-off when the API server refused the write: an admission policy or webhook
+        that says no says it again if asked at once)."""
         state = self.state
         host = placement.host or ""
         user = record.demand.user if record.demand is not None else ""
@@ -218,6 +222,7 @@ class RequestWriter:
             patch = claim_patch(found, user)
             return patch if patch is not None else False  # someone else's files since then
 
+        refused: ApiError | None = None
         try:
             # A conflict is an agent's status write, most often: look again.
             answer = await self.deps.client.patch_as_read(
@@ -226,23 +231,66 @@ class RequestWriter:
             if isinstance(answer, dict):
                 log.info("%s/%s: host %s is now %s's", state.namespace, state.name, host, user)
             if answer is True or isinstance(answer, dict):
+                self._claim_backoff.pop((host, user), None)
                 return True
-        except (ApiError, ApiTransportError) as error:
-            log.warning(
-                "%s/%s: could not give host %s to %s: %s",
-                state.namespace,
-                record.meta.name,
-                host,
-                user,
-                error,
-            )
+            if answer is None:
+                log.info(
+                    "%s/%s: host %s changed under each of %d tries to give it to %s; "
+                    "placing again",
+                    state.namespace,
+                    record.meta.name,
+                    host,
+                    CLAIM_ATTEMPTS,
+                    user,
+                )
+        except ApiError as error:
+            refused = None if error.not_found else error  # gone: placed elsewhere at once
+            self._claim_failed(record, host, user, error)
+        except ApiTransportError as error:
+            self._claim_failed(record, host, user, error)
         state.personal.claims.pop(host, None)
-        state.inflight.discard(record.meta.name)
         state.release(record)
-        state.arrivals[record.meta.name] = None
+        if refused is not None:
+            # Still in flight meanwhile, so no pass places it: the refusal is not asked again
+            # at once.
+            await asyncio.sleep(self._claim_refused(record, host, user, refused))
+        state.inflight.discard(record.meta.name)
+        if record.meta.name in state.requests:
+            state.arrivals[record.meta.name] = None
         state.capacity_changed = True
         self.router.wake()
         return False
+
+    def _claim_failed(
+        self, record: RequestRecord, host: str, user: str, error: ApiError | ApiTransportError
+    ) -> None:
+        log.warning(
+            "%s/%s: could not give host %s to %s: %s",
+            self.state.namespace,
+            record.meta.name,
+            host,
+            user,
+            error,
+        )
+
+    def _claim_refused(self, record: RequestRecord, host: str, user: str, error: ApiError) -> float:
+        """The API server refused to give ``host`` to ``user``: a Warning Event on the
+        request (once per request) says why; the seconds to wait before placing it again."""
+        backoff = self._claim_backoff.setdefault((host, user), Backoff(first=1.0, cap=30.0))
+        wait = backoff.next()
+        message = (
+            f"the API server refused to give host {host} to {user} ({error.reason}: "
+            f"{error.message[:300]}); placing again in {wait:.0f} s"
+        )
+        self.deps.events.post(
+            record.meta.reference(),
+            "SessionRequest",
+            "HostNotGiven",
+            message,
+            "Warning",
+            once_per=("claim", self.state.namespace, record.meta.name, record.meta.uid),
+        )
+        return wait
 
     async def take_back(self, assignment: Assignment) -> bool:
         """One host per user: ``assignment`` is a second host of its user (administrators
