@@ -140,6 +140,7 @@ async def startup(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> N
             renew_deadline=lease.renew_deadline or renew_deadline_for(lease.duration),
             retry_period=lease.retry_period or retry_period_for(lease.duration),
         )
+        elector.on_late_renewal = memo.metrics.renewal_late
         memo.elector = elector
         # Nothing but the Lease is written unless this instance holds it (see leader.py).
         client.write_gate = elector.writable

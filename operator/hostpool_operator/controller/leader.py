@@ -125,6 +125,9 @@ class LeaderElector:
         self._renewed: float | None = None
         #: The Lease as this instance last wrote it (the fast path's base); None: read first.
         self._held: dict[str, Any] | None = None
+        #: Told the seconds the writes were paused whenever a renewal succeeded past the
+        #: renew deadline (called from the renewal's thread).
+        self.on_late_renewal: Callable[[float], None] | None = None
 
     @property
     def _path(self) -> str:
@@ -310,8 +313,10 @@ class LeaderElector:
             await asyncio.sleep(self.retry_period)
             if self._stopping.is_set():
                 return
+            before = self._renewed
             try:
                 if await self._try(client):
+                    self._late(before)
                     continue
                 log.error("leader election: another instance took lease %s", self.name)
             except (ApiError, ApiTransportError) as error:
@@ -325,6 +330,24 @@ class LeaderElector:
             self._held = None
             self.lost.set()
             return
+
+    def _late(self, before: float | None) -> None:
+        """A renewal just succeeded: if it came past the renew deadline of the one before
+        (``before``, when that was sent), the writes were paused meanwhile. Say for how
+        long: a loaded API server shows here before it costs the leadership."""
+        if before is None:
+            return
+        paused = clock() - (before + self.renew_deadline)
+        if paused <= 0:
+            return
+        log.warning(
+            "leader election: a renewal succeeded %.2fs past the renew deadline (%.1fs); "
+            "writes were paused meanwhile",
+            paused,
+            self.renew_deadline,
+        )
+        if self.on_late_renewal is not None:
+            self.on_late_renewal(paused)
 
     def keep_in_thread(self, make_client: Callable[[], KubeClient]) -> threading.Thread:
         """Renew in a thread of its own, with an event loop and an API client of its own

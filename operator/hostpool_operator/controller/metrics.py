@@ -56,6 +56,17 @@ class PrometheusMetrics(MetricsSink):
             "0 as a standby or once leadership is lost.",
             registry=self.registry,
         )
+        self.renewals_late = Counter(
+            "hostpool_lease_renewals_late",
+            "Renewals of the leader Lease that succeeded past the renew deadline: the leader "
+            "kept the Lease, its writes paused until the answer came.",
+            registry=self.registry,
+        )
+        self.writes_paused = Counter(
+            "hostpool_leader_writes_paused_seconds",
+            "Seconds the leader's writes were paused by late Lease renewals.",
+            registry=self.registry,
+        )
         self.api_errors = Counter(
             "hostpool_api_errors",
             "Failed tries of the operator's own API requests (retries included), by HTTP "
@@ -206,6 +217,10 @@ class PrometheusMetrics(MetricsSink):
     def role(self, role: str) -> None:
         self.current_role = role
         self.leading(role == "leader")
+
+    def renewal_late(self, paused: float) -> None:
+        self.renewals_late.inc()
+        self.writes_paused.inc(paused)
 
     def api_error(self, code: str) -> None:
         self.api_errors.labels(code).inc()

@@ -31,6 +31,10 @@ class MetricsSink:
         nothing), "leader" (deciding and writing) or "stopping". Leading is "leader"."""
         self.leading(role == "leader")
 
+    def renewal_late(self, paused: float) -> None:
+        """A renewal of the leader Lease succeeded past the renew deadline: the leader's
+        writes were paused for ``paused`` seconds (it kept the Lease)."""
+
     def api_error(self, code: str) -> None:
         """One try of an API request failed: its HTTP status ("409", "500", ...), or
         "transport" when no answer came."""

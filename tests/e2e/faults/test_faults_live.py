@@ -652,9 +652,14 @@ def test_a_late_lease_renewal_pauses_writes_and_keeps_the_leader(rig: Rig) -> No
     """A loaded API server answers a renewal after the renew deadline but within the Lease:
     the leader sends nothing from the deadline on (a request created then stays Pending), and
     once the late renewal is answered it renews again and places that request itself, with
-    no change of leader (on a 100,000-session API server such answers ended the leadership)."""
+    no change of leader (on a 100,000-session API server such answers ended the leadership).
+    The leader says so: a warning line and hostpool_lease_renewals_late_total, with the
+    seconds paused in hostpool_leader_writes_paused_seconds_total."""
+    rig.expected.append(re.compile(r"leader election: a renewal succeeded .* past the renew"))
     renew_deadline = LATE_LEASE_SECONDS * 3 / 4
-    with rig.behind_proxy("--lease-duration", str(LATE_LEASE_SECONDS)) as proxy:
+    port = free_port()
+    metrics = ("--metrics-address", f"127.0.0.1:{port}")
+    with rig.behind_proxy("--lease-duration", str(LATE_LEASE_SECONDS), *metrics) as proxy:
         op = rig.operators[0]
         rig.pool("df", "DepthFirst", 5, ["df-0"])
         rig.api.create_body(builders.request("first", "df", "first@corp", namespace=rig.namespace))
@@ -680,6 +685,15 @@ def test_a_late_lease_renewal_pauses_writes_and_keeps_the_leader(rig: Rig) -> No
         log = op.log_path.read_bytes()[offset:].decode("utf-8", errors="replace")
         assert "leadership lost" not in log, log
         assert "another instance took" not in log, log
+        said = re.search(r"a renewal succeeded ([0-9.]+)s past the renew deadline", log)
+        assert said is not None, log
+        text = _get(f"http://127.0.0.1:{port}/metrics")[1]
+        late = re.search(r"^hostpool_lease_renewals_late_total ([0-9.e+]+)$", text, re.M)
+        paused = re.search(r"^hostpool_leader_writes_paused_seconds_total ([0-9.e+]+)$", text, re.M)
+        assert late is not None, text[-3000:]
+        assert float(late.group(1)) >= 1
+        assert paused is not None, text[-3000:]
+        assert float(paused.group(1)) >= float(said.group(1)) - 0.01  # the log rounds
     rig.tally.add("Lease renewal answered late")
 
 

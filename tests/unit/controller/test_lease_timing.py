@@ -116,3 +116,22 @@ def test_a_standby_looks_twice_a_period_and_wakes_when_the_lease_it_saw_expires(
     now[0] = 104.0
     assert elector.expired_as_seen()  # four seconds on this clock: take it on version 7
     assert elector.next_look() == 0.0
+
+
+def test_a_renewal_past_the_deadline_says_how_long_the_writes_were_paused(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr(leader, "clock", lambda: now[0])
+    told: list[float] = []
+    elector = LeaderElector(None, "ns", holder="me")  # type: ignore[arg-type]
+    elector.on_late_renewal = told.append
+    now[0] = 100.0 + RENEW_DEADLINE - 0.01
+    elector._late(100.0)  # in time: writes never paused
+    elector._late(None)  # the first renewal (nothing held before)
+    assert told == []
+    now[0] = 100.0 + RENEW_DEADLINE + 0.75
+    with caplog.at_level("WARNING", logger=leader.__name__):
+        elector._late(100.0)
+    assert told == [pytest.approx(0.75)]
+    assert "0.75s past the renew deadline" in caplog.text

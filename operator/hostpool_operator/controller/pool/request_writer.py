@@ -235,8 +235,7 @@ class RequestWriter:
                 return True
             if answer is None:
                 log.info(
-                    "%s/%s: host %s changed under each of %d tries to give it to %s; "
-                    "placing again",
+                    "%s/%s: host %s changed under each of %d tries to give it to %s; placing again",
                     state.namespace,
                     record.meta.name,
                     host,
