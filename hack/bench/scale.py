@@ -76,6 +76,8 @@ GROUP_VERSION = storm.GROUP_VERSION
 SESSION_LIMITS = {"disconnectedMinutes": 60, "idleMinutes": 30, "maxSessionMinutes": 600}
 #: The operator's log line when it holds the Lease (the standby's, once it has taken over).
 LEASE_HELD_LINE = " holds lease "
+#: The leader's line for a renewal answered past the renew deadline (controller/leader.py).
+LATE_RENEWAL_LINE = re.compile(r"a renewal succeeded ([0-9.]+)s past the renew deadline")
 SYNC_LINE = re.compile(
     r"initial sync: list ([0-9.]+)s, decode ([0-9.]+)s, rebuild ([0-9.]+)s, ([0-9]+) objects"
 )
@@ -383,6 +385,12 @@ class Operator:
             for line in self.text().splitlines()
             if re.search(r"\b(ERROR|WARNING|Traceback|CRITICAL)\b", line)
         ]
+
+    def late_renewals(self) -> tuple[int, float]:
+        """Lease renewals it logged as answered past the renew deadline, and the seconds
+        they paused its writes in all."""
+        paused = [float(m.group(1)) for m in LATE_RENEWAL_LINE.finditer(self.text())]
+        return len(paused), sum(paused)
 
     def rss_mb(self) -> float:
         """Its resident set now (MB)."""
@@ -969,6 +977,9 @@ async def bench_filled(
     figures["end"] = await cluster.figures(client)
     problems = operator.problems() + (leader.problems() if restarted else [])
     problems += standby.problems()
+    instances = [operator, *([leader] if restarted else []), standby]
+    late = [process.late_renewals() for process in instances]
+    late_renewals = {"count": sum(n for n, _ in late), "pausedS": round(sum(s for _, s in late), 2)}
     for process in (standby, leader, operator):
         process.stop()  # the killed ones are not alive: nothing to do
     invariants = check_invariants(args, listing["items"], (run, killed, standby_arm))
@@ -992,6 +1003,7 @@ async def bench_filled(
         "standby": storm_summary(standby_arm),
         "invariants": invariants,
         "operatorLogProblems": len(problems),
+        "lateLeaseRenewals": late_renewals,
     }
     sync_text = (
         "not reported"
@@ -1117,6 +1129,10 @@ async def bench_filled(
             f"{invariants['lost']} / {invariants['duplicates']} / {invariants['overLimit']}",
         ),
         ("operator log: ERROR/WARNING lines", str(len(problems))),
+        (
+            "late Lease renewals / writes paused by them (s)",
+            f"{late_renewals['count']} / {fmt(late_renewals['pausedS'], 2)}",
+        ),
     ]
     print(
         f"\nscale: {args.sessions} sessions over {args.pools} pools; storm {args.storm} over "
