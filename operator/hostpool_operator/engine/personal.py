@@ -15,10 +15,12 @@ Load balancing does not apply (AVD's personal pools, Horizon's dedicated assignm
 
 A host is claimed by one user only: the claims of earlier decisions (passed in) count as
 owners, so two first connects in one pass, of one user or of two, never share or double up.
-No assignment to a host not seen as its user's is written before the host names them: a
-second request riding on a claim still on its way claims too (the write finds the host
-theirs, or gives it to them), and so does a reconnect to a session placed on a claim that
-then failed. A claim that cannot be made sends the request back to be placed again.
+No assignment is written onto a host seen without a user before the host names the
+request's user: a second request riding on a claim still on its way claims too (the write
+finds the host theirs, or gives it to them), and so does a reconnect to a session placed on
+a claim that then failed. A claim that cannot be made sends the request back to be placed
+again. (A reconnect to a session the user holds on another user's host still goes there:
+the session is there; the CRD keeps a host's user from changing under a session.)
 
 One host per user holds for administrators' assignments too: two ``kubectl hostpool
 assign`` of one user at once each check only the host they write, so both can land.
