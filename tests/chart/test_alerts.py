@@ -39,6 +39,7 @@ ALERTS = (
     "HostPoolNoLeader",
     "HostPoolAgentsSilent",
     "HostPoolApiErrorsRising",
+    "HostPoolLeaderWritesPaused",
 )
 #: Metrics of Prometheus itself that alerts may read besides the operator's.
 PROMETHEUS_METRICS = {"up"}
@@ -213,6 +214,12 @@ def test_thresholds_and_durations_come_from_values(helm: Path) -> None:
                     "for": "30m",
                     "severity": "warning",
                 },
+                "prometheusRule.alerts.writesPaused": {
+                    "seconds": 20,
+                    "window": "30m",
+                    "for": "10m",
+                    "severity": "critical",
+                },
                 "prometheusRule.alerts.saturated.for": "2m",
                 "prometheusRule.runbookUrl": "https://docs.example.com/vdi/runbooks",
                 "prometheusRule.additionalLabels": {"team": "vdi"},
@@ -230,6 +237,10 @@ def test_thresholds_and_durations_come_from_values(helm: Path) -> None:
     assert re.search(r'code!="409"\}\[15m\]\)\)\s*> 0\.5\s', errors["expr"])
     assert re.search(r'code="409"\}\[15m\]\)\)\s*> 3$', errors["expr"])
     assert errors["for"] == "30m"
+    paused = by_name["HostPoolLeaderWritesPaused"]
+    assert re.search(r"\[30m\]\)\)\s*> 20$", paused["expr"]), paused["expr"]
+    assert paused["for"] == "10m"
+    assert paused["labels"]["severity"] == "critical"
     assert by_name["HostPoolSaturated"]["for"] == "2m"
     assert (
         by_name["HostPoolNoLeader"]["annotations"]["runbook_url"]
