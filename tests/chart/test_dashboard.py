@@ -50,6 +50,7 @@ OPERATOR_METRICS = {
     "hostpool_leader",
     "hostpool_build_info",
     "hostpool_api_errors_total",
+    "hostpool_leader_writes_paused_seconds_total",
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
     "process_start_time_seconds",
