@@ -137,7 +137,6 @@ def test_no_request_lands_on_a_host_its_user_was_not_given(
     was assigned, and the first followed it there as a reconnect: both on a host of
     nobody's). bob is placed meanwhile. Once the policy goes, both tabs land on one host,
     hers."""
-    del operator_process
     personal_pool(cluster, ["h1", "h2"])
     tabs = ["alice-a", "alice-b"]
     with host_updates_refused(
@@ -145,6 +144,14 @@ def test_no_request_lands_on_a_host_its_user_was_not_given(
     ):
         cluster.wait(lambda: alice_refused(kube, cluster, "h1"), "the policy in force")
         cluster.create_requests_concurrently([(tab, POOL, "alice") for tab in tabs])
+        # The first claim refused: by then the second tab's assignment, had it ridden on
+        # that claim unchecked, would have been written (one write against the claim's two).
+        cluster.wait(
+            lambda: "could not give host h1 to alice" in operator_process.log_text() or None,
+            "the operator to say the API server refused to give h1 to alice",
+        )
+        for tab in tabs:
+            assert status(cluster.request(tab)).get("phase") != "Assigned", cluster.request(tab)
         for tab in tabs:
             cluster.wait(
                 lambda tab=tab: (
