@@ -69,7 +69,6 @@ NODE_TAINT = {"key": "hostpool.io/demo-desktops", "value": "true", "effect": "No
 #: Desktop passwords (the sign-in passwords are Keycloak's, in demo_broker.USERS).
 USERS = {"alice": "alice-desk", "bob": "bob-desk", "carol": "carol-desk"}
 GROUP, VERSION = demo_broker.GROUP, demo_broker.VERSION
-FIRST_DISPLAY = 81
 
 
 def say(message: str) -> None:
@@ -317,7 +316,7 @@ def hosts_taking_sessions(
     return found if len(found) == len(hosts) else {}
 
 
-def log_on(objects: Any, user: str, index: int) -> dict[str, Any]:
+def log_on(objects: Any, user: str) -> dict[str, Any]:
     password = next(p for name, p, _ in demo_broker.USERS if name == user)
     bearer = demo_broker.token(user, password)
     connect = f"/v1/namespaces/{NAMESPACE}/pools/{POOL}/connect"
@@ -337,7 +336,7 @@ def log_on(objects: Any, user: str, index: int) -> dict[str, Any]:
     answer["waited"] = time.monotonic() - asked
     rdp = WORK / f"{user}.rdp"
     rdp.write_text(answer["rdpFile"], newline="")
-    display = VirtualDisplay(FIRST_DISPLAY + index, WORK / f"xvfb-{user}.log").__enter__()
+    display = VirtualDisplay(WORK / f"xvfb-{user}.log").__enter__()
     (WORK / f"xvfb-{user}.pid").write_text(str(display.proc.pid if display.proc else ""))
     rdp_client = RdpClient(display, rdp, USERS[user], WORK / f"xfreerdp-{user}.log", WORK / "home")
     started = time.monotonic()
@@ -385,9 +384,9 @@ def up() -> int:
     wait_for(f"{', '.join(HOSTS)} to take sessions", lambda: hosts_taking_sessions(objects))
     let_pool_scale(objects, image)
     rows = []
-    for index, user in enumerate(USERS):
+    for user in USERS:
         say(f"{user} signs in with Keycloak, connects through the broker, opens the .rdp file")
-        answer = log_on(objects, user, index)
+        answer = log_on(objects, user)
         rows.append((user, answer))
     kinds = dict.fromkeys(HOSTS, "network namespace")
     for _, answer in rows:

@@ -4,7 +4,7 @@ clients on a virtual X display whose screen can be photographed.
 
     hosts = XrdpHosts(state_dir, bridge="hptest0")
     hosts.up(["dt-1", "dt-2"], {"alice": "pw"})
-    with VirtualDisplay(99) as display:
+    with VirtualDisplay(tmp / "xvfb.log") as display:
         client = RdpClient(display, rdp_file, password="pw", log=path)
         client.start(); ...; display.screenshot(png); client.kill()
     hosts.down()
@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -157,42 +158,80 @@ class XrdpHosts:
         return len([line for line in proc.stdout.splitlines() if line.strip()])
 
 
-class VirtualDisplay:
-    """An Xvfb display for RDP clients, and screenshots of it."""
+#: Where the clients' displays are looked for, from the first up: above the xrdp hosts'
+#: (hack/cluster/xrdp-hosts.sh gives host i the ten displays from 10 * (i + 1)), so a client
+#: never takes a display a host's session manager counts on.
+CLIENT_DISPLAYS = range(200, 1000)
+#: How long one Xvfb may take to say it is ready.
+XVFB_START_SECONDS = 10.0
 
-    def __init__(self, number: int, log: Path, size: str = "1024x768") -> None:
-        self.number = number
+
+class VirtualDisplay:
+    """An Xvfb display for RDP clients, and screenshots of it.
+
+    The display number is allocated, not chosen: each candidate of :data:`CLIENT_DISPLAYS`
+    is tried in turn, and the X server's own lock (an atomic create of ``/tmp/.X<n>-lock``)
+    decides who has it. This Xvfb is ready when it writes its number on ``-displayfd``; one
+    that exits instead lost that number to another server (or a socket left behind), and the
+    next is tried. A socket file is never taken as the sign: anyone may have left it."""
+
+    def __init__(self, log: Path, size: str = "1024x768") -> None:
         self.log = log
         self.size = size
+        self.number: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def name(self) -> str:
+        if self.number is None:
+            raise DesktopError("the virtual display is not started: no display number yet")
         return f":{self.number}"
 
     def __enter__(self) -> VirtualDisplay:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                ["Xvfb", self.name, "-screen", "0", f"{self.size}x24", "-nolisten", "tcp"],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + 10
-        while not Path(f"/tmp/.X11-unix/X{self.number}").exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise DesktopError(f"Xvfb {self.name} did not start: {self.log.read_text()[-500:]}")
-            time.sleep(0.05)
-        return self
+        for number in CLIENT_DISPLAYS:
+            if self._try(number):
+                return self
+        raise DesktopError(
+            f"no free X display in {CLIENT_DISPLAYS.start}..{CLIENT_DISPLAYS.stop - 1}: "
+            f"{self.log.read_text()[-500:]}"
+        )
+
+    def _try(self, number: int) -> bool:
+        """Start Xvfb on ``number``: True once it says it serves there, False when it exits
+        (the display is another's)."""
+        read_end, write_end = os.pipe()
+        try:
+            with self.log.open("ab") as out:
+                proc = subprocess.Popen(
+                    [
+                        "Xvfb", f":{number}", "-displayfd", str(write_end),
+                        "-screen", "0", f"{self.size}x24", "-nolisten", "tcp",
+                    ],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(write_end,),
+                    start_new_session=True,
+                )  # fmt: skip
+            os.close(write_end)
+            write_end = -1
+            answer = _read_line(read_end, XVFB_START_SECONDS)
+        finally:
+            os.close(read_end)
+            if write_end >= 0:
+                os.close(write_end)
+        if answer.strip() == str(number) and proc.poll() is None:
+            self.number, self.proc = number, proc
+            return True
+        if proc.poll() is None:  # neither ready nor gone within the time: not ours to wait on
+            _stop(proc)
+            raise DesktopError(f"Xvfb :{number} did not start: {self.log.read_text()[-500:]}")
+        return False
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        if self.proc is not None:
+            _stop(self.proc)
+        self.proc = None
+        self.number = None
 
     def screenshot(self, path: Path) -> Path:
         subprocess.run(
@@ -202,6 +241,31 @@ class VirtualDisplay:
             timeout=30,
         )
         return path
+
+
+def _read_line(fd: int, timeout: float) -> str:
+    """What a child writes on ``fd`` up to its first newline (or its exit), within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    data = b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, 64)
+        if not chunk:  # every writer closed it: the child exited
+            break
+        data += chunk
+    return data.decode(errors="replace")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 def pixel(png: Path, x: int, y: int) -> str:

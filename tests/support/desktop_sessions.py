@@ -70,7 +70,6 @@ class Desktop:
         self,
         hosts: XrdpHosts,
         user: str,
-        number: int,
         tmp_path: Path,
         *,
         host: str,
@@ -83,7 +82,7 @@ class Desktop:
         self.rdp.write_text(
             f"full address:s:{hosts.hosts[host].address}:3389\r\nusername:s:{user}\r\n"
         )
-        self.display = VirtualDisplay(number, tmp_path / f"xvfb-{user}.log")
+        self.display = VirtualDisplay(tmp_path / f"xvfb-{user}.log")
         self.clients: list[RdpClient] = []
 
     def connect(self, logs: list[Any]) -> RdpClient:

@@ -14,7 +14,6 @@ reaches his desktop on the same host.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -220,8 +219,7 @@ def test_a_desktop_in_the_browser(
     assert f"full address:s:{address}:3389" in rdp.text()
     rdp_file = tmp_path / "bob.rdp"
     rdp_file.write_bytes(rdp.body())
-    display_number = 80 + os.getpid() % 9
-    with VirtualDisplay(display_number, tmp_path / "xvfb.log") as screen:
+    with VirtualDisplay(tmp_path / "xvfb.log") as screen:
         client = RdpClient(
             screen, rdp_file, USERS["bob"], tmp_path / "xfreerdp.log", tmp_path / "home"
         )

@@ -16,7 +16,6 @@ disappears except by a logoff, no host ever has more than its limit assigned.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -276,7 +275,7 @@ def test_users_log_on_to_real_desktops_through_the_broker(
     watch = RequestWatch(kube, namespace)
     watch.start()
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
-    display = VirtualDisplay(90 + os.getpid() % 9, tmp_path / "xvfb.log")
+    display = VirtualDisplay(tmp_path / "xvfb.log")
     clients: list[RdpClient] = []
     try:
         with display:
@@ -451,7 +450,7 @@ def test_a_user_gets_the_desktop_of_a_session_host_container(
     name = unique_name("desktop", max_length=30)
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
     logs.append((f"container {name} log", lambda: podman("logs", name, check=False)[-4000:]))
-    display = VirtualDisplay(80 + os.getpid() % 9, tmp_path / "xvfb.log")
+    display = VirtualDisplay(tmp_path / "xvfb.log")
     client: RdpClient | None = None
     started = time.monotonic()
     podman(

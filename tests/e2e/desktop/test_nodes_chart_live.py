@@ -382,7 +382,7 @@ def test_pod_backed_desktops_run_on_the_real_node(
     )
     logs.append(("broker log", lambda: broker.log_tail(60)))
     broker.start()
-    display = VirtualDisplay(70 + os.getpid() % 9, tmp_path / "xvfb.log")
+    display = VirtualDisplay(tmp_path / "xvfb.log")
     client: RdpClient | None = None
     try:
         with display:
@@ -637,7 +637,7 @@ def test_personal_desktops_keep_their_data_on_the_real_node(
     )  # fmt: skip
     logs.append(("broker log", lambda: broker.log_tail(60)))
     broker.start()
-    display = VirtualDisplay(60 + os.getpid() % 9, tmp_path / "xvfb.log")
+    display = VirtualDisplay(tmp_path / "xvfb.log")
     client: RdpClient | None = None
     tokens = {user: keycloak_token(keycloak, user) for user in PERSONAL_PASSWORDS}
 
@@ -869,7 +869,7 @@ def test_single_sign_on_to_pods_on_the_real_node(
         nodes.kube.create(ns, pool)
     logs.append(("pods", lambda: kubectl(nodes, "-n", ns, "get", "pods,pvc", "-o", "wide")))
     token = pod_keycloak.token(REALM, CLIENT, CLIENT_SECRET, PERSON, f"{PERSON}-pw")
-    display = VirtualDisplay(60 + os.getpid() % 9, tmp_path / "xvfb.log")
+    display = VirtualDisplay(tmp_path / "xvfb.log")
     record = f"/api/v1/namespaces/{ns}/configmaps/{uids.record_name(PERSON)}"
 
     def signed_on(pool: str, step: str) -> tuple[Obj, RdpClient]:

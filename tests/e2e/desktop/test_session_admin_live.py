@@ -15,7 +15,6 @@ FreeRDP clients, and the administrator's commands run as their own processes.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Mapping
@@ -68,11 +67,6 @@ class LogoffRecorder(RequestRecorder):
         super()._record(event, obj)
 
 
-def display_base() -> int:
-    """Virtual displays of this module's clients (apart from the other desktop tests')."""
-    return 84 + os.getpid() % 3 * 2
-
-
 def kubectl_hostpool(kube: Kube, namespace: str, *args: str) -> list[str]:
     """The argv of ``kubectl hostpool ARGS`` (the console script) with the suite's login."""
     return [str(PLUGIN), *args, "--kubeconfig", str(kube.kubeconfig), "-n", namespace]
@@ -102,8 +96,8 @@ def test_a_disconnected_session_is_logged_off_after_the_limit_and_its_slot_reuse
     )
     agents[HOST].start()
     desktops = {
-        u: Desktop(hosts, u, display_base() + i, tmp_path, host=HOST, password=USERS[u])
-        for i, u in enumerate(USERS)
+        u: Desktop(hosts, u, tmp_path, host=HOST, password=USERS[u])
+        for u in USERS
     }
     recorder = LogoffRecorder(kube.kubeconfig, cluster.namespace)
     try:
@@ -187,8 +181,8 @@ def test_kubectl_hostpool_message_and_drain_in_real_desktops(
     cluster.setup_pool(pool, "DepthFirst", 4, hosts=[HOST])
     agents[HOST].start()
     desktops = {
-        u: Desktop(hosts, u, display_base() + i, tmp_path, host=HOST, password=USERS[u])
-        for i, u in enumerate(USERS)
+        u: Desktop(hosts, u, tmp_path, host=HOST, password=USERS[u])
+        for u in USERS
     }
     drain: subprocess.Popen[str] | None = None
     try:

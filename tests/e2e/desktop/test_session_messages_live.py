@@ -12,7 +12,6 @@ host; ``status.notice``, ``status.disconnect``, ``status.logoff``).
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import socket
@@ -165,10 +164,9 @@ def test_a_notice_shows_in_desktops_and_a_disconnect_keeps_the_session(
     hosts, agent = host
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
     timings: dict[str, float] = {}
-    base = 50 + os.getpid() % 5 * 2
     desktops = {
-        u: Desktop(hosts, u, base + i, tmp_path, host=HOST, password=USERS[u])
-        for i, u in enumerate(USERS)
+        u: Desktop(hosts, u, tmp_path, host=HOST, password=USERS[u])
+        for u in USERS
     }
     try:
         for desktop in desktops.values():
@@ -308,7 +306,7 @@ def test_idle_time_is_the_x_servers_and_an_idle_disconnect_respects_input(
     hosts, _ = host
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
     desktop = Desktop(
-        hosts, "alice", 56 + os.getpid() % 3, tmp_path, host=HOST, password=USERS["alice"]
+        hosts, "alice", tmp_path, host=HOST, password=USERS["alice"]
     )
     with desktop.display:
         try:
@@ -362,7 +360,7 @@ def test_a_forced_logoffs_message_is_shown_once_across_a_restart(
     hosts, agent = host
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
     desktop = Desktop(
-        hosts, "bob", 58 + os.getpid() % 3, tmp_path, host=HOST, password=USERS["bob"]
+        hosts, "bob", tmp_path, host=HOST, password=USERS["bob"]
     )
     with desktop.display:
         try:
@@ -469,11 +467,10 @@ def test_session_limits_warn_then_disconnect_or_log_off_real_desktops(
     for user, pool in pools.items():
         cluster.create_request(user, pool, user)
     cluster.wait_assigned(pools)
-    base = 70 + os.getpid() % 4 * 3
     desktops = {}
-    for i, user in enumerate(pools):
+    for user in pools:
         host = (cluster.request(user).get("status") or {})["host"]
-        desktop = Desktop(hosts, user, base + i, tmp_path, host=host, password=LIMIT_USERS[user])
+        desktop = Desktop(hosts, user, tmp_path, host=host, password=LIMIT_USERS[user])
         desktops[user] = desktop
     busy: KeepsBusy | None = None
     timings: dict[str, float] = {}
@@ -598,7 +595,7 @@ def test_the_agent_in_the_session_host_image_shows_a_notice_and_disconnects(
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
     kept: list[str] = []  # the container's log, read before the container is removed
     logs.append((f"container {name} log", lambda: "".join(kept)[-8000:]))
-    display = VirtualDisplay(62 + os.getpid() % 3, tmp_path / "xvfb.log")
+    display = VirtualDisplay(tmp_path / "xvfb.log")
     client: RdpClient | None = None
     podman(
         "run", "-d", "--name", name,

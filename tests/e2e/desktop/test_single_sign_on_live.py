@@ -82,7 +82,7 @@ def test_freerdp_signs_on_with_the_one_time_password_once(
     assert logon["password"] not in rdp.read_text()
 
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
-    display = VirtualDisplay(70 + os.getpid() % 9, tmp_path / "xvfb.log")
+    display = VirtualDisplay(tmp_path / "xvfb.log")
     with display:
         client = RdpClient(display, rdp, logon["password"], tmp_path / "xfreerdp.log", tmp_path)
         logs.append(("xfreerdp log", client.log_text))
@@ -182,7 +182,7 @@ def test_credentials_that_are_not_this_persons_start_no_session(
     }
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
     refusals = hosts.directory / HOST / "logon" / "refusals.jsonl"
-    display = VirtualDisplay(70 + os.getpid() % 9, tmp_path / "xvfb.log")
+    display = VirtualDisplay(tmp_path / "xvfb.log")
     try:
         with display:
             for n, case in enumerate(CASES, start=1):
