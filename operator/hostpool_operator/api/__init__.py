@@ -1,7 +1,7 @@
 """The hostpool.io/v1alpha1 API: pydantic models, the single source of truth.
 
 One module per kind (``pool``, ``host``, ``request``, ``plan``), their shared parts
-(``base``, ``workload``), the names written on objects (``vocabulary``), conditions and
+(``base``, ``workload``, ``update``), the names written on objects (``vocabulary``), conditions and
 timestamps in the API conventions, and the CRD generator (``crdgen``). Everything a caller
 needs is importable from here: ``from hostpool_operator.api import HostPool``.
 """
@@ -217,6 +217,33 @@ from .request import (
 )
 from .request import (
     SessionRequestStatus as SessionRequestStatus,
+)
+from .update import (
+    MAX_LOGOFF_MESSAGE as MAX_LOGOFF_MESSAGE,
+)
+from .update import (
+    REVISION_HISTORY as REVISION_HISTORY,
+)
+from .update import (
+    Canary as Canary,
+)
+from .update import (
+    UpdatePhase as UpdatePhase,
+)
+from .update import (
+    UpdateSpec as UpdateSpec,
+)
+from .update import (
+    UpdateStatus as UpdateStatus,
+)
+from .update import (
+    UpdateStrategy as UpdateStrategy,
+)
+from .update import (
+    resolve_count as resolve_count,
+)
+from .update import (
+    template_revision as template_revision,
 )
 from .workload import (
     ADDRESS_FROM_PATTERN as ADDRESS_FROM_PATTERN,

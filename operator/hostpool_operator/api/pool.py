@@ -41,6 +41,7 @@ from .base import (
 )
 from .host import HostFeatures, HostLogonStorm
 from .plan import PoolScalingPlan
+from .update import UpdateSpec, UpdateStatus
 from .workload import (
     MAX_CLAIM_TEMPLATES,
     TemplateMetadata,
@@ -481,6 +482,13 @@ class HostPoolSpec(ApiModel):
             "fieldPath": ".personal",
             "reason": "FieldValueForbidden",
         },
+        {
+            "rule": "!has(self.update) || !has(self.update.canary) || !has(self.scaling) "
+            "|| self.update.canary.hosts <= self.scaling.maxHosts",
+            "message": "update.canary.hosts must not exceed scaling.maxHosts: the canary "
+            "could never be made; lower canary.hosts or raise maxHosts",
+            "fieldPath": ".update.canary.hosts",
+        },
     ]
 
     type: PoolType = Field(
@@ -539,6 +547,11 @@ class HostPoolSpec(ApiModel):
         default=None,
         description="When sessions end by time (disconnected, idle, session length); absent "
         "= sessions never end by time.",
+    )
+    update: UpdateSpec | None = Field(
+        default=None,
+        description="How hosts made from an earlier scaling.hostTemplate are replaced "
+        "(absent: WaitForLogoff, one host at a time, one extra host).",
     )
 
     #: The load balancer was not given but implied (a Personal pool without one): the wire
@@ -606,6 +619,25 @@ class HostPoolSpec(ApiModel):
         return self
 
     @property
+    def update_settings(self) -> UpdateSpec:
+        """The update settings in force (defaults when the pool sets none)."""
+        return self.update if self.update is not None else UpdateSpec()
+
+    @model_validator(mode="after")
+    def _canary_fits(self) -> HostPoolSpec:
+        canary = self.update.canary if self.update is not None else None
+        if (
+            canary is not None
+            and self.scaling is not None
+            and canary.hosts > self.scaling.max_hosts
+        ):
+            raise ValueError(
+                "update.canary.hosts must not exceed scaling.maxHosts: the canary could "
+                "never be made; lower canary.hosts or raise maxHosts"
+            )
+        return self
+
+    @property
     def horizon_settings(self) -> HorizonSettings:
         """The Horizon settings in force (defaults when the pool sets none)."""
         return self.horizon if self.horizon is not None else HorizonSettings()
@@ -654,6 +686,10 @@ class HostPoolStatus(ApiModel):
     capacity: Capacity = Field(default_factory=Capacity, description="Session slots.")
     pending_requests: int = Field(
         default=0, ge=0, le=MAX_COUNT, description="SessionRequests waiting for a host."
+    )
+    update: UpdateStatus | None = Field(
+        default=None,
+        description="The host template's revision and the hosts made from it and earlier ones.",
     )
     scaling_plan: PoolScalingPlan | None = Field(
         default=None,

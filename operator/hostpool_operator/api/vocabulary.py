@@ -7,6 +7,12 @@ from __future__ import annotations
 #: The resources (plurals) of the hostpool.io kinds.
 POOLS, HOSTS, REQUESTS, PLANS = "hostpools", "sessionhosts", "sessionrequests", "scalingplans"
 
+#: Label on every host (and its workload) the operator makes: the revision of the pool's host
+#: template it was made from (status.update.revision is the current one).
+TEMPLATE_REVISION_LABEL = "hostpool.io/template-revision"
+#: Annotation the operator puts on an outdated host it drains for an update (ForceLogoff):
+#: when it drained it (RFC 3339); the users' logoff deadline counts from it.
+UPDATE_DRAINED_ANNOTATION = "hostpool.io/drained-by-update"
 #: Label put on hosts the operator creates (scaling); only those are ever removed.
 MANAGED_LABEL = "hostpool.io/managed-by"
 MANAGER = "hostpool-operator"

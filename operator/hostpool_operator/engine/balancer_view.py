@@ -27,6 +27,9 @@ class BalancerHost:
     order: int = -1
     #: The host's own logon-storm thresholds (spec.logonStorm); None: the pool's.
     logon_storm: HostLogonStorm | None = None
+    #: Made from an earlier host template while the pool's hosts are being updated: it takes
+    #: a new session only when no updated host can.
+    outdated: bool = False
 
     def supports(self, demand: Demand) -> bool:
         if demand.protocol is not None and demand.protocol not in self.features.protocols:

@@ -16,6 +16,9 @@ Rules common to every algorithm:
   lowering the limit evicts nobody.
 * A request asking for a protocol, or unauthenticated access, only goes to hosts that
   support it.
+* While the pool's hosts are being **updated** to a new template, the algorithm chooses among
+  the updated hosts first; an outdated host gets a new session only when no updated host can
+  take it (so no logon waits for an update, and outdated hosts empty as their users leave).
 
 Algorithms:
 
@@ -60,6 +63,19 @@ from .horizon import NO_LOAD_INDEX, HorizonEntry, HorizonIndex, load_index, logo
 from .ledger import SessionLedger
 
 
+class _Candidates:
+    """The hosts of one tier that may take a new session, indexed for the algorithm."""
+
+    __slots__ = ("hz", "index", "lacking")
+
+    def __init__(self) -> None:
+        self.index: SortedList = SortedList()
+        # How many indexed hosts lack each feature: a request needing a feature no indexed
+        # host lacks may take the O(log n) path.
+        self.lacking: dict[str, int] = {}
+        self.hz = HorizonIndex()
+
+
 class PoolBalancer:
     """Observed state of one pool plus the indexes that make each decision cheap."""
 
@@ -79,11 +95,9 @@ class PoolBalancer:
         self._hosts: dict[str, BalancerHost] = {}
         self._ledger = ledger if ledger is not None else SessionLedger()
         self._next_order = 0
-        self._index: SortedList = SortedList()
-        # How many indexed hosts lack each feature: a request needing a feature no indexed host
-        # lacks may take the O(log n) path.
-        self._lacking: dict[str, int] = {}
-        self._hz = HorizonIndex()
+        # The hosts that may take a new session: the preferred tier (hosts of the pool's
+        # current template), then the outdated ones, each with the algorithm's own index.
+        self._tiers = (_Candidates(), _Candidates())
         self._configure(spec)
         for host in hosts:
             self._add(host)
@@ -280,30 +294,33 @@ class PoolBalancer:
 
     # ------------------------------------------------------------------ indexes
 
+    def _tier(self, host: BalancerHost) -> _Candidates:
+        return self._tiers[1 if host.outdated else 0]
+
     def _index_host(self, host: BalancerHost) -> None:
         if self._is_horizon:
             self._hz_index(host)
             return
         if host.drain_mode or host.sessions >= self._limit:
             return
-        self._index.add(self._key(host))
+        tier = self._tier(host)
+        tier.index.add(self._key(host))
         for feature in self._lacks(host):
-            self._lacking[feature] = self._lacking.get(feature, 0) + 1
+            tier.lacking[feature] = tier.lacking.get(feature, 0) + 1
 
     def _unindex(self, host: BalancerHost) -> None:
+        tier = self._tier(host)
         if self._is_horizon:
-            self._hz.discard(host.name)
+            tier.hz.discard(host.name)
             return
         if host.drain_mode or host.sessions >= self._limit:
             return
-        self._index.remove(self._key(host))
+        tier.index.remove(self._key(host))
         for feature in self._lacks(host):
-            self._lacking[feature] -= 1
+            tier.lacking[feature] -= 1
 
     def _rebuild_index(self) -> None:
-        self._index = SortedList()
-        self._lacking = {}
-        self._hz = HorizonIndex()
+        self._tiers = (_Candidates(), _Candidates())
         for host in self._hosts.values():
             self._index_host(host)
 
@@ -322,15 +339,23 @@ class PoolBalancer:
         if not host.features.unauthenticated_access:
             yield "unauthenticated"
 
-    def _universal(self, demand: Demand) -> bool:
-        """Can every indexed host serve this request?"""
-        if demand.protocol is not None and self._lacking.get(demand.protocol.value, 0):
+    @staticmethod
+    def _universal(tier: _Candidates, demand: Demand) -> bool:
+        """Can every host indexed in this tier serve this request?"""
+        if demand.protocol is not None and tier.lacking.get(demand.protocol.value, 0):
             return False
-        return not (demand.unauthenticated and self._lacking.get("unauthenticated", 0))
+        return not (demand.unauthenticated and tier.lacking.get("unauthenticated", 0))
 
     def _indexed_choice(self, demand: Demand) -> BalancerHost | None:
-        index = self._index
-        if self._universal(demand):
+        for tier in self._tiers:
+            chosen = self._choice_in(tier, demand)
+            if chosen is not None:
+                return chosen
+        return None
+
+    def _choice_in(self, tier: _Candidates, demand: Demand) -> BalancerHost | None:
+        index = tier.index
+        if self._universal(tier, demand):
             if not index:
                 return None
             if self._depth_first:
@@ -363,6 +388,7 @@ class PoolBalancer:
         load = load_index(self._horizon.load_index, host.metrics, host.sessions, self._limit)
         if self._logon_storm_blocks(host, load):
             return
+        hz = self._tier(host).hz
         server = self._horizon.connection_server
         under_connecting = host.connecting < server.rds_connecting_session_threshold
         ranked = load != NO_LOAD_INDEX and under_connecting
@@ -370,11 +396,13 @@ class PoolBalancer:
         bucket2 = (
             ranked and not host.features.all_default and load < server.rds_load_index_threshold
         )
-        self._hz.add(HorizonEntry(host.name, host.order, load, candidate, bucket2, host.connecting))
+        hz.add(HorizonEntry(host.name, host.order, load, candidate, bucket2, host.connecting))
 
-    def _threshold(self) -> int:
+    def _threshold(self, hz: HorizonIndex | None = None) -> int:
+        """The raised bucket-1 threshold among these hosts (default: the preferred tier's,
+        which holds every host while no update runs)."""
         server = self._horizon.connection_server
-        return self._hz.raised_threshold(
+        return (hz or self._tiers[0].hz).raised_threshold(
             server.rds_load_index_threshold, server.min_rds_servers_in_lb_queue
         )
 
@@ -388,15 +416,16 @@ class PoolBalancer:
         Buckets 2 and 3 take the lowest load index (then fewest connecting, query order)
         among the hosts that support the request.
         """
-        hz = self._hz
-        name = hz.bucket_one_choice(self._threshold())
-        if name is not None:
-            return self._hosts[name]
-        for pool in (hz.bucket2, hz.queue):
-            for key in pool:
-                host = self._hosts[key[3]]
-                if host.supports(demand):
-                    return host
+        for tier in self._tiers:
+            hz = tier.hz
+            name = hz.bucket_one_choice(self._threshold(hz))
+            if name is not None:
+                return self._hosts[name]
+            for pool in (hz.bucket2, hz.queue):
+                for key in pool:
+                    host = self._hosts[key[3]]
+                    if host.supports(demand):
+                        return host
         return None
 
     # ------------------------------------------------------------------ pending reasons

@@ -14,7 +14,7 @@ it themselves. One :class:`PoolState` per pool, driven by one task
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import InitVar, dataclass, field
 from datetime import datetime, timedelta
 
@@ -27,6 +27,8 @@ from ..api import (
     SessionState,
 )
 from ..api.timestamps import parse_time
+from ..api.update import UpdatePhase, template_revision
+from ..api.vocabulary import TEMPLATE_REVISION_LABEL
 from .balancer_view import Placement
 from .host_views import HostViews
 from .ledger import Session, SessionLedger
@@ -77,6 +79,11 @@ class PoolState:
     #: if drained, while the drain is written (else the emptiest host, the one a ramp-down
     #: drains, is where breadth-first sends the next logons, whose users it then logs off).
     plan_closed: frozenset[str] = frozenset()
+    #: The revision of the pool's host template (None: it has none), and the revision whose
+    #: update failed (status.update; None: none did). While an update of the current
+    #: revision runs, placement prefers the hosts made from it.
+    revision: str | None = None
+    failed_revision: str | None = None
     #: Metrics freshness, each host's view and the balancer built from them.
     views: HostViews = field(init=False, repr=False, compare=False)
     #: The session limits' looks and the forced logoffs' deadlines.
@@ -144,6 +151,19 @@ class PoolState:
             now=now,
         )
 
+    def is_outdated(self, host: HostRecord) -> bool:
+        """A host the operator made from an earlier template of the pool, while the update
+        to the current one has not failed. (A host without the label is the current
+        revision's: hosts made before revisions were kept are adopted, not replaced.)"""
+        made_from = host.meta.labels.get(TEMPLATE_REVISION_LABEL)
+        return (
+            made_from is not None
+            and self.revision is not None
+            and made_from != self.revision
+            and self.failed_revision != self.revision
+            and host.managed
+        )
+
     def address_of(self, host: HostRecord) -> str | None:
         return host_address(host, self.workloads.get(host.meta.name))
 
@@ -186,10 +206,14 @@ class PoolState:
         old = self.pool
         self.pool = record
         balancer = self.views.balancer
+        revisions = (self.revision, self.failed_revision)
+        self.revision, self.failed_revision = update_revisions(record)
         if record is None or record.spec is None:
             self.views.balancer = None
         elif balancer is None or old is None or old.spec is None:
             self.rebuild_balancer(now)
+        elif revisions != (self.revision, self.failed_revision):
+            self.rebuild_balancer(now)  # which hosts are outdated changed: every view
         elif old.spec != record.spec:
             balancer.set_spec(self.placement_spec() or record.spec)
         # Connecting sessions are timed again when the timeout changes, and when the pool first
@@ -445,6 +469,19 @@ class PoolState:
 
 
 # ------------------------------------------------------------------ for status
+
+
+def update_revisions(record: PoolRecord | None) -> tuple[str | None, str | None]:
+    """(the pool's template revision, the revision whose update failed) of a pool record."""
+    spec = record.spec if record is not None else None
+    if record is None or spec is None or spec.scaling is None:
+        return None, None
+    revision = template_revision(spec.scaling.host_template)
+    update = record.status.get("update")
+    failed = None
+    if isinstance(update, Mapping) and update.get("phase") == UpdatePhase.FAILED.value:
+        failed = update.get("revision") if isinstance(update.get("revision"), str) else None
+    return revision, failed
 
 
 def pending_count(state: PoolState) -> int:
