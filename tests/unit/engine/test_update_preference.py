@@ -38,7 +38,7 @@ def hosts(
             order=i,
             outdated=i in outdated,
             drain_mode=i in drain,
-            metrics=HostMetrics(cpuPercent=10, memoryPercent=10),
+            metrics=HostMetrics(cpu_percent=10, memory_percent=10),
         )
         for i, n in enumerate(sessions)
     ]
