@@ -86,12 +86,22 @@ DIRECTORY_MARKERS: tuple[tuple[Path, str], ...] = (
     (TESTS_DIR / "e2e" / "desktop", "desktop"),
 )
 
-#: Tests that need what the machine has one of share a worker: the desktop tests' virtual
-#: displays and hosts, and real kubelet nodes (their bridges, containerd, the nodes' subnet).
+#: Tests that need what the machine has one of share a worker: the desktop tests' xrdp hosts
+#: (local users, the hosts' display ranges) in one group, the real kubelet nodes (their
+#: bridges, containerd, the nodes' subnet) in another. The two share nothing else (the
+#: clients' X displays are allocated, the nodes' desktops are containers), so they run on
+#: two workers at once: together they were the suite's critical path.
 DESKTOP_GROUP = "desktop"
+REAL_NODE_GROUP = "real-nodes"
 REAL_NODE_FILES = frozenset(
-    TESTS_DIR / "e2e" / name for name in ("test_real_nodes_live.py", "test_add_nodes_live.py")
+    (
+        TESTS_DIR / "e2e" / "test_real_nodes_live.py",
+        TESTS_DIR / "e2e" / "test_add_nodes_live.py",
+        TESTS_DIR / "e2e" / "desktop" / "test_nodes_chart_live.py",
+    )
 )
+#: The groups handed out first (longest first).
+LONG_GROUPS = (DESKTOP_GROUP, REAL_NODE_GROUP)
 #: The order work is handed out in, longest first, so that no long test starts last: the
 #: desktop group, then the other end-to-end tests, the API tests, the chart, the unit tests.
 RANKS: tuple[Path, ...] = (TESTS_DIR / "e2e", TESTS_DIR / "api", TESTS_DIR / "chart")
@@ -113,16 +123,18 @@ def directory_markers(path: Path, fixturenames: Iterable[str]) -> list[str]:
 
 
 def group_of(path: Path) -> str:
-    """The group of a test in ``path`` that one worker runs: the desktop group, else its
-    file (a module's fixtures are set up once, on one worker)."""
-    if path.is_relative_to(TESTS_DIR / "e2e" / "desktop") or path in REAL_NODE_FILES:
+    """The group of a test in ``path`` that one worker runs: the real nodes' or the desktop
+    group, else its file (a module's fixtures are set up once, on one worker)."""
+    if path in REAL_NODE_FILES:
+        return REAL_NODE_GROUP
+    if path.is_relative_to(TESTS_DIR / "e2e" / "desktop"):
         return DESKTOP_GROUP
     return str(path.relative_to(TESTS_DIR) if path.is_relative_to(TESTS_DIR) else path)
 
 
 def schedule_rank(path: Path) -> int:
     """Where a test in ``path`` comes in the order work is handed out (lower: sooner)."""
-    if group_of(path) == DESKTOP_GROUP:
+    if group_of(path) in LONG_GROUPS:
         return 0
     for rank, directory in enumerate(RANKS, start=1):
         if path.is_relative_to(directory):
