@@ -233,6 +233,11 @@ class UpdateStatus(ApiModel):
         max_length=MAX_MESSAGE,
         description="What the update is doing or why it stopped.",
     )
+    canary_passed: bool | None = Field(
+        default=None,
+        description="The canary hosts of this revision were watched without a failure: the "
+        "rest follow (absent without a canary).",
+    )
 
 
 #: Hex digits of a template's revision: as short as a label stays readable, long enough that

@@ -10,6 +10,9 @@ POOLS, HOSTS, REQUESTS, PLANS = "hostpools", "sessionhosts", "sessionrequests", 
 #: Label on every host (and its workload) the operator makes: the revision of the pool's host
 #: template it was made from (status.update.revision is the current one).
 TEMPLATE_REVISION_LABEL = "hostpool.io/template-revision"
+#: Annotation the operator puts on an outdated host before it makes the host's replacement:
+#: the new host's name. Written first, so a restart never makes a second replacement.
+REPLACED_BY_ANNOTATION = "hostpool.io/replaced-by"
 #: Annotation the operator puts on an outdated host it drains for an update (ForceLogoff):
 #: when it drained it (RFC 3339); the users' logoff deadline counts from it.
 UPDATE_DRAINED_ANNOTATION = "hostpool.io/drained-by-update"

@@ -1,0 +1,284 @@
+"""One step of a pool's image update: which outdated hosts get a replacement, which are
+deleted, which are drained for a forced logoff, and where the update stands.
+
+Pure: a function of the hosts as the API shows them, the pool's update settings and ``now``.
+Every decision is read back from the cluster (the template-revision label, the
+``replaced-by`` annotation an outdated host gets before its replacement is made), so an
+operator that restarts, or a standby that takes over, carries on where the last one stopped:
+a host is never replaced twice, and none is forgotten.
+
+The rules (a Deployment's rolling update, but for hosts that hold people's sessions):
+
+* **Wanted size** ``W``: the pool's hosts, counting a pair (an outdated host and its
+  replacement) once. ``maxSurge`` and ``maxUnavailable`` are resolved against it.
+* **Capacity**: hosts taking sessions never fall below ``W - maxUnavailable`` through the
+  update, and hosts never exceed ``W + maxSurge`` (the canary's hosts count as surge, at
+  least ``canary.hosts`` of them).
+* An **empty** outdated host is replaced at once: its replacement is made, and it is deleted
+  in the same step when that keeps capacity (else once the replacement serves).
+* An outdated host **with sessions** gets a replacement made ahead (surge), which the
+  placement fills first; it is deleted when its last session ends. ``WaitForLogoff`` ends no
+  session; ``ForceLogoff`` drains it (its users get the pool's notice and are logged off
+  ``logoffDelayMinutes`` later).
+* **Canary**: the first ``canary.hosts`` replacements are made alone and watched; one not
+  Ready within ``readyTimeoutMinutes`` fails the update, and then no outdated host is touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from ..api.update import UpdatePhase, UpdateSpec, UpdateStrategy, resolve_count
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutHost:
+    """What an update needs to know of one host the operator made."""
+
+    name: str
+    #: The template revision it was made from (its label; None: made before revisions were
+    #: kept, and adopted as the current revision's).
+    revision: str | None
+    sessions: int = 0
+    #: Takes new sessions now: its workload Ready, not draining.
+    serving: bool = True
+    created: datetime | None = None
+    #: Its workload has not become Ready, and why (the workload's own words: ErrImagePull...);
+    #: None when it is Ready (or has no workload).
+    not_ready: str | None = None
+    #: When its workload became Ready (the canary's watch counts from it).
+    ready_since: datetime | None = None
+    #: The replacement made for it (the ``replaced-by`` annotation), if any.
+    replaced_by: str | None = None
+    #: When the update drained it for a forced logoff (None: it did not).
+    drained_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why the update stopped: the host, and the cause in words."""
+
+    host: str
+    cause: str
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """The wanted size and the update's room around it."""
+
+    wanted: int
+    max_surge: int
+    max_unavailable: int
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutStep:
+    """What an update does now, and what its status says."""
+
+    phase: UpdatePhase | None
+    updated: int
+    outdated: int
+    message: str
+    #: Outdated hosts to give a replacement now (annotated first, then the new host made).
+    replace: tuple[str, ...] = ()
+    #: Outdated hosts to delete now (empty, and their capacity is not needed).
+    delete: tuple[str, ...] = ()
+    #: ForceLogoff: outdated hosts to drain now (their users' logoff counts from it).
+    drain: tuple[str, ...] = ()
+    #: A failed canary's hosts: drained, so nobody lands on a host that fails logons.
+    close: tuple[str, ...] = ()
+    failure: Failure | None = None
+    #: The canary has been watched long enough: the rest follow (kept in status).
+    canary_passed: bool = False
+    #: When something becomes due without an event (notBefore, a canary's deadline).
+    wake_at: datetime | None = None
+    #: The wanted size and bounds the step kept (for status and the tests).
+    bounds: Bounds | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateHistory:
+    """What the pool's status remembers of the update (status.update)."""
+
+    phase: UpdatePhase | None = None
+    revision: str | None = None
+    message: str | None = None
+    canary_passed: bool = False
+
+
+def bounds(spec: UpdateSpec, wanted: int) -> Bounds:
+    """``maxSurge`` and ``maxUnavailable`` as counts for a pool of ``wanted`` hosts. Two
+    percentages that both round to 0 would stall the update: one host may then be
+    unavailable (as a Deployment does)."""
+    surge = resolve_count(spec.max_surge, wanted, round_up=True)
+    unavailable = resolve_count(spec.max_unavailable, wanted, round_up=False)
+    if surge == 0 and unavailable == 0:
+        unavailable = 1
+    return Bounds(wanted, surge, unavailable)
+
+
+def decide(
+    spec: UpdateSpec,
+    revision: str,
+    hosts: Sequence[RolloutHost],
+    history: UpdateHistory,
+    now: datetime,
+) -> RolloutStep:
+    """The update's step for the operator's hosts of one pool (those being removed left out)."""
+    by_name = {h.name: h for h in hosts}
+    current = [h for h in hosts if h.revision in (None, revision)]
+    outdated = [h for h in hosts if h.revision not in (None, revision)]
+    pairs = {h.name: h.replaced_by for h in outdated if _paired(h, by_name, revision)}
+    limits = bounds(spec, len(hosts) - len(pairs))
+    base = RolloutStep(
+        UpdatePhase.PROGRESSING, len(current), len(outdated), message="", bounds=limits
+    )
+    if history.phase is UpdatePhase.FAILED and history.revision == revision:
+        return replace(base, phase=UpdatePhase.FAILED, message=history.message or "failed")
+    if not outdated:
+        if history.phase is None:
+            return replace(base, phase=None, message="all hosts are on the current revision")
+        return replace(
+            base, phase=UpdatePhase.COMPLETE, message=f"all {len(current)} host(s) updated"
+        )
+    if spec.strategy is UpdateStrategy.ON_DELETE:
+        message = f"{len(outdated)} outdated host(s), each made again when deleted (OnDelete)"
+        return replace(base, message=message)
+    if spec.paused:
+        return replace(base, phase=UpdatePhase.PAUSED, message="paused (spec.update.paused)")
+    if spec.not_before is not None and now < spec.not_before:
+        message = f"waiting for notBefore {spec.not_before.isoformat()}"
+        return replace(base, message=message, wake_at=spec.not_before)
+    canary_passed = history.canary_passed and history.revision == revision
+    if spec.canary is not None and not canary_passed:
+        step = _canary(spec, base, outdated, pairs, by_name, now)
+        if step is not None:
+            return step
+    return _roll(spec, base, outdated, pairs, by_name)
+
+
+def _paired(host: RolloutHost, by_name: dict[str, RolloutHost], revision: str) -> bool:
+    """Has this outdated host a replacement of the current revision that still exists? (One
+    of a failed revision, or one removed since, no longer counts: it is given another.)"""
+    made = by_name.get(host.replaced_by) if host.replaced_by else None
+    return made is not None and made.revision in (None, revision)
+
+
+def _fewest_sessions_first(hosts: Sequence[RolloutHost]) -> list[RolloutHost]:
+    # Hosts that take no sessions now cost no capacity; then the emptiest: they end soonest.
+    return sorted(hosts, key=lambda h: (h.sessions, h.serving, h.name))
+
+
+def _canary(
+    spec: UpdateSpec,
+    base: RolloutStep,
+    outdated: Sequence[RolloutHost],
+    pairs: dict[str, str | None],
+    by_name: dict[str, RolloutHost],
+    now: datetime,
+) -> RolloutStep | None:
+    """The canary stage: its hosts made (as surge) and watched. None once it has passed."""
+    canary = spec.canary
+    assert canary is not None
+    made = [by_name[name] for name in pairs.values() if name in by_name]
+    deadlines: list[datetime] = []
+    watched = 0
+    for host in sorted(made, key=lambda h: h.name):
+        started = host.created or now
+        ready_by = started + timedelta(minutes=canary.ready_timeout_minutes)
+        if host.ready_since is None:
+            if now >= ready_by:
+                cause = host.not_ready or "not Ready"
+                failure = Failure(
+                    host.name,
+                    f"canary host {host.name} not Ready {canary.ready_timeout_minutes} min "
+                    f"after it was made: {cause}",
+                )
+                return replace(
+                    base,
+                    phase=UpdatePhase.FAILED,
+                    message=failure.cause,
+                    failure=failure,
+                    close=tuple(h.name for h in made),
+                )
+            deadlines.append(ready_by)
+            continue
+        watched_until = host.ready_since + timedelta(minutes=canary.observe_minutes)
+        if now >= watched_until:
+            watched += 1
+        else:
+            deadlines.append(watched_until)
+    if watched >= canary.hosts:
+        return None
+    unpaired = [h for h in _fewest_sessions_first(outdated) if h.name not in pairs]
+    more = tuple(h.name for h in unpaired[: max(0, canary.hosts - len(made))])
+    message = (
+        f"canary: {watched} of {canary.hosts} host(s) watched for {canary.observe_minutes} min"
+    )
+    return replace(
+        base, message=message, replace=more, wake_at=min(deadlines) if deadlines else None
+    )
+
+
+def _roll(
+    spec: UpdateSpec,
+    base: RolloutStep,
+    outdated: Sequence[RolloutHost],
+    pairs: dict[str, str | None],
+    by_name: dict[str, RolloutHost],
+) -> RolloutStep:
+    """Past the canary (or without one): replace, delete and drain within the bounds."""
+    limits = base.bounds
+    assert limits is not None
+    hosts = by_name.values()
+    serving = sum(1 for h in hosts if h.serving)
+    # How many serving hosts may go out of service now, and how many hosts may be made.
+    spare = serving - (limits.wanted - limits.max_unavailable)
+    room = limits.wanted + limits.max_surge - len(by_name)
+    made_for: list[str] = []
+    delete: list[str] = []
+    drain: list[str] = []
+    for host in _fewest_sessions_first(outdated):
+        made = by_name.get(pairs[host.name] or "") if host.name in pairs else None
+        if host.sessions == 0:
+            if made is None:
+                if not host.serving or spare > 0:  # replaced at once: made and deleted
+                    spare -= host.serving
+                    made_for.append(host.name)
+                    delete.append(host.name)
+                elif room > 0:  # made first; deleted once the new one serves
+                    room -= 1
+                    made_for.append(host.name)
+            elif not host.serving or spare > 0:
+                # A serving host going costs capacity whatever its replacement does: that one
+                # is counted among the serving already.
+                spare -= host.serving
+                delete.append(host.name)
+            continue
+        if made is None and room > 0:
+            room -= 1
+            made_for.append(host.name)
+        force = spec.strategy is UpdateStrategy.FORCE_LOGOFF
+        if force and host.drained_at is None and host.serving and spare > 0:
+            spare -= 1
+            drain.append(host.name)
+    waiting = sum(1 for h in outdated if h.sessions > 0)
+    then = (
+        "their users logged off after the notice"
+        if spec.strategy is UpdateStrategy.FORCE_LOGOFF
+        else "each replaced when its last session ends"
+    )
+    message = (
+        f"{base.updated} host(s) updated, {len(outdated)} outdated "
+        f"({waiting} with sessions: {then})"
+    )
+    return replace(
+        base,
+        message=message,
+        replace=tuple(made_for),
+        delete=tuple(delete),
+        drain=tuple(drain),
+        canary_passed=spec.canary is not None,
+    )
