@@ -297,6 +297,32 @@ class PoolFacts:
     #: The plan the pool follows, with the phase and algorithm in force
     #: (``status.scalingPlan``; None: no plan, and a stored one is cleared).
     scaling_plan: Mapping[str, Any] | None = None
+    #: ``status.update`` (None: the pool has no template; a stored one is left as it is).
+    update: Mapping[str, Any] | None = None
+
+
+#: The Updating and UpdateFailed conditions of each update phase: (Updating, its reason,
+#: UpdateFailed).
+UPDATE_CONDITIONS = {
+    "Progressing": ("True", "Progressing", "False"),
+    "Paused": ("True", "Paused", "False"),
+    "Complete": ("False", "UpdateComplete", "False"),
+    "Failed": ("False", "UpdateFailed", "True"),
+}
+
+
+def _update_conditions(update: Mapping[str, Any]) -> list[cond.Cond]:
+    """Updating and UpdateFailed, once the pool's template has changed (a phase)."""
+    phase = update.get("phase")
+    if phase not in UPDATE_CONDITIONS:
+        return []
+    updating, reason, failed = UPDATE_CONDITIONS[phase]
+    message = str(update.get("message") or "")
+    failed_reason = "UpdateFailed" if failed == "True" else "NoFailure"
+    return [
+        cond.Cond("Updating", updating, reason, message),
+        cond.Cond("UpdateFailed", failed, failed_reason, message if failed == "True" else ""),
+    ]
 
 
 def pool_status(pool: PoolRecord, facts: PoolFacts, *, now: datetime) -> dict[str, Any]:
@@ -309,6 +335,8 @@ def pool_status(pool: PoolRecord, facts: PoolFacts, *, now: datetime) -> dict[st
         limited, message = facts.scaling_limited
         reason = "MaxHostsReached" if limited else "WithinLimits"
         desired.append(cond.Cond("ScalingLimited", "True" if limited else "False", reason, message))
+    if facts.update is not None:
+        desired.extend(_update_conditions(facts.update))
     status: dict[str, Any] = {
         "observedGeneration": pool.meta.generation,
         "hosts": hosts,
@@ -324,6 +352,8 @@ def pool_status(pool: PoolRecord, facts: PoolFacts, *, now: datetime) -> dict[st
     if facts.scaling_plan is not None or pool.status.get("scalingPlan") is not None:
         plan = facts.scaling_plan
         status["scalingPlan"] = None if plan is None else dict(plan)
+    if facts.update is not None:
+        status["update"] = dict(facts.update)
     return status
 
 

@@ -6,11 +6,12 @@ Pure functions of a :class:`PoolState` and ``now``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from ..api.timestamps import parse_time
-from ..api.update import UpdatePhase
+from ..api.update import UpdatePhase, UpdateSpec, UpdateStrategy
 from ..api.vocabulary import (
     REPLACED_BY_ANNOTATION,
     TEMPLATE_REVISION_LABEL,
@@ -20,6 +21,26 @@ from ..engine.pool_state import PoolState
 from ..engine.records import HostRecord
 from ..engine.workloads import Gate
 from .step import RolloutHost, RolloutStep, UpdateHistory, decide
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateLogoff:
+    """ForceLogoff: ``status.logoff`` to write on a request of a host the update drained."""
+
+    request: str
+    host: str
+    message: str
+    deadline: datetime
+
+
+def logoff_message(spec: UpdateSpec, deadline: datetime) -> str:
+    """What the notice says: the pool's text, else one with the time of the logoff."""
+    if spec.logoff_message:
+        return spec.logoff_message
+    return (
+        "This desktop is being updated to a new image. Save your work: you will be logged "
+        f"off at {deadline.strftime('%H:%M')} UTC and can connect again at once."
+    )
 
 
 def annotation(host: HostRecord, key: str) -> str | None:
@@ -96,6 +117,44 @@ def step(state: PoolState, now: datetime) -> RolloutStep | None:
     spec = state.spec
     if spec is None or spec.scaling is None or state.revision is None:
         return None
-    return decide(
-        spec.update_settings, state.revision, rollout_hosts(state, now), history(state), now
-    )
+    revision = state.revision
+    made = [
+        record
+        for name, record in state.hosts.items()
+        if record.managed and name not in state.removing
+    ]
+    if all(record.meta.labels.get(TEMPLATE_REVISION_LABEL) in (None, revision) for record in made):
+        # Nothing outdated (the usual case, every pass): the decision reads no host's state.
+        hosts = [
+            RolloutHost(record.meta.name, record.meta.labels.get(TEMPLATE_REVISION_LABEL))
+            for record in made
+        ]
+    else:
+        hosts = rollout_hosts(state, now)
+    return decide(spec.update_settings, revision, hosts, history(state), now)
+
+
+def update_logoffs(state: PoolState, sent: Collection[str] = ()) -> list[UpdateLogoff]:
+    """ForceLogoff: the requests holding sessions on an outdated host the update drained that
+    carry no logoff yet (stored, or ``sent`` and not seen stored): each gets the notice, and
+    the logoff ``logoffDelayMinutes`` after the drain."""
+    spec = state.spec
+    if spec is None or state.revision is None:
+        return []
+    update = spec.update_settings
+    if update.strategy is not UpdateStrategy.FORCE_LOGOFF:
+        return []
+    orders = []
+    for name, host in sorted(state.hosts.items()):
+        drained_at = parse_time(annotation(host, UPDATE_DRAINED_ANNOTATION))
+        if drained_at is None or not state.is_outdated(host):
+            continue
+        deadline = drained_at + timedelta(minutes=update.logoff_delay_minutes)
+        message = logoff_message(update, deadline)
+        for user in sorted(state.ledger.users_on(name)):
+            session = state.ledger.session_of(user)
+            for holder in sorted(session.holders) if session is not None else ():
+                record = state.requests.get(holder)
+                if record is not None and not record.logoff and holder not in sent:
+                    orders.append(UpdateLogoff(holder, name, message, deadline))
+    return orders

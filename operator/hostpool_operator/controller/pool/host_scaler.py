@@ -16,7 +16,13 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ...api.vocabulary import HOSTS, MANAGED_LABEL, MANAGER, POOL_LABEL
+from ...api.vocabulary import (
+    HOSTS,
+    MANAGED_LABEL,
+    MANAGER,
+    POOL_LABEL,
+    TEMPLATE_REVISION_LABEL,
+)
 from ...engine.pool_state import PoolState
 from ...engine.records import HostRecord
 from ...kube.backoff import Backoff
@@ -65,6 +71,8 @@ class HostScaler:
         self._create_refused = False
         #: The ScalingLimited condition (status, message); None without a scaling spec.
         self.limited: tuple[bool, str] | None = None
+        #: Why the last host could not be created (the API server's words).
+        self.last_error: str | None = None
 
     def stop(self) -> None:
         if self.task is not None:
@@ -122,7 +130,7 @@ class HostScaler:
         self._create_refused = False
         while remaining > 0:
             batch = min(remaining, CREATE_BATCH)
-            results = await asyncio.gather(*(self._create_one(decided) for _ in range(batch)))
+            results = await asyncio.gather(*(self.create_one(decided) for _ in range(batch)))
             created += sum(1 for made in results if made)
             remaining -= batch
             if not all(results) or self.workloads.refused is not None:
@@ -139,21 +147,29 @@ class HostScaler:
             )
         self._wake()
 
-    async def _create_one(self, decided: float) -> bool:
-        """One host from the template, then its workload. False when either failed."""
+    async def create_one(self, decided: float, name: str | None = None) -> bool:
+        """One host from the template (named ``name``, else a fresh name), then its
+        workload. False when either failed."""
         state = self.state
         spec = state.spec
-        if spec is None or spec.scaling is None or state.pool is None:
+        if spec is None or spec.scaling is None or state.pool is None or state.revision is None:
             return False  # the pool went away or became invalid meanwhile
         template = spec.scaling.host_template
+        if name is None and template.workload is not None:
+            # Named here, so the host's workloadRef is in the one write that creates it.
+            name = host_name(state.name)
+        labels = {
+            POOL_LABEL: state.name,
+            MANAGED_LABEL: MANAGER,
+            TEMPLATE_REVISION_LABEL: state.revision,
+        }
         manifest = host_manifest(
             template,
             pool=state.name,
             namespace=state.namespace,
             pool_uid=state.pool.meta.uid,
-            labels={POOL_LABEL: state.name, MANAGED_LABEL: MANAGER},
-            # Named here, so the host's workloadRef is in the one write that creates it.
-            name=host_name(state.name) if template.workload is not None else None,
+            labels=labels,
+            name=name,
         )
         try:
             obj = await self.deps.client.create(HOSTS, state.namespace, manifest)
@@ -162,6 +178,7 @@ class HostScaler:
             self._create_failed(error)
             return False
         # Known at once, so the next decision counts it (the watch event follows).
+        self.last_error = None
         self._host_created(obj)
         if template.workload is None:
             return True
@@ -191,9 +208,15 @@ class HostScaler:
             )
         self._wake()
 
+    @property
+    def busy(self) -> bool:
+        """A change is on its way: its result is observed before the next decision."""
+        return self.task is not None and not self.task.done()
+
     def _create_failed(self, error: BaseException) -> None:
         state = self.state
         self._create_refused = True
+        self.last_error = str(error)
         log.warning("%s/%s: could not create a host: %s", state.namespace, state.name, error)
         self.deps.events.post(
             self._pool_body(),

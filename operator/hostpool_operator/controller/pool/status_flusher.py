@@ -57,12 +57,14 @@ class StatusFlusher:
         wake: Callable[[], None],
         workload_failure: Callable[[], tuple[bool, str, str] | None] = lambda: None,
         scaling_plan: Callable[[], dict[str, Any] | None] = lambda: None,
+        update: Callable[[], dict[str, Any] | None] = lambda: None,
     ) -> None:
         self.state = state
         self.deps = deps
         self._scaling_limited = scaling_limited
         self._workload_failure = workload_failure
         self._scaling_plan = scaling_plan
+        self._update = update
         self._wake = wake
         self.pool_dirty = True
         self.hosts_dirty = True
@@ -232,6 +234,7 @@ class StatusFlusher:
             workload_failure=self._workload_failure(),
             agent_silent=len(state.views.stale_hosts & state.hosts.keys()),
             scaling_plan=self._scaling_plan(),
+            update=self._update(),
         )
         status = pool_status(pool, facts, now=now)
         self.deps.metrics.pool_state(state.namespace, state.name, status)

@@ -28,6 +28,7 @@ from ...scaling import pool as pool_scaling
 from ..deps import Deps
 from .data_keeper import DataKeeper
 from .host_scaler import HostScaler
+from .host_updater import HostUpdater
 from .plan_keeper import PlanKeeper
 from .power_keeper import PowerKeeper
 from .request_writer import RequestWriter
@@ -98,6 +99,15 @@ class PoolWorker:
             wake=self.wake,
             mark_dirty=self.mark_dirty,
         )
+        self.updater = HostUpdater(
+            self.state,
+            deps,
+            self.scaler,
+            host_changed=lambda obj: router.on_host_event("MODIFIED", obj),
+            request_changed=lambda obj: router.on_request_event("MODIFIED", obj),
+            wake=self.wake,
+            mark_dirty=self.mark_dirty,
+        )
         self.plans = PlanKeeper(
             self.state,
             deps,
@@ -114,6 +124,7 @@ class PoolWorker:
             wake=self.wake,
             workload_failure=self.keeper.workload_failure,
             scaling_plan=self.plans.pool_status,
+            update=self.updater.status,
         )
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -133,6 +144,7 @@ class PoolWorker:
         forgotten runs no further pass, so no status flush brings its metric series back."""
         self.flusher.stop()
         self.scaler.stop()
+        self.updater.stop()
         self.plans.stop()
         if self.task is not None:
             self.task.cancel()
@@ -358,7 +370,11 @@ class PoolWorker:
         # first placements (a pass looks at LIMIT_LOOKS_PER_PASS; the next pass follows at once).
         self._apply_limits(now)
         self.power.apply(now)
-        self.scaler.scale(now, plan)
+        # Scaling and the image update change the same hosts: one change at a time.
+        if not self.updater.busy:
+            self.scaler.scale(now, plan)
+        if not self.scaler.busy:
+            self.updater.update(now)
         self.plans.apply(plan, now)
         self._report_not_ready(now)
         ended = state.take_sessions_ended()
@@ -438,6 +454,9 @@ class PoolWorker:
         plan_retry = self.plans.retry_in(now)
         if plan_retry is not None:
             timers.append(plan_retry + 0.05)
+        update_due = self.updater.wake_at()
+        if update_due is not None:
+            timers.append((update_due - now).total_seconds() + 0.05)
         for ready_by in pool_scaling.start_deadlines(state, now):
             timers.append((ready_by - now).total_seconds() + 0.05)
         retry = self.keeper.retry_in(time.monotonic())
