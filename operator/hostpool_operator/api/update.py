@@ -55,7 +55,7 @@ IntOrPercent = Annotated[
     WithJsonSchema(
         {
             "x-kubernetes-int-or-string": True,
-            "description": "A count of hosts, or a percentage of the pool's size (\"25%\").",
+            "description": 'A count of hosts, or a percentage of the pool\'s size ("25%").',
         }
     ),
 ]

@@ -85,6 +85,9 @@ class RolloutStep:
     replace: tuple[str, ...] = ()
     #: Outdated hosts to delete now (empty, and their capacity is not needed).
     delete: tuple[str, ...] = ()
+    #: Of ``delete``, those replaced at once that must go before their replacement is made:
+    #: there is no room for both at the same moment (maxSurge in use).
+    delete_first: tuple[str, ...] = ()
     #: ForceLogoff: outdated hosts to drain now (their users' logoff counts from it).
     drain: tuple[str, ...] = ()
     #: A failed canary's hosts: drained, so nobody lands on a host that fails logons.
@@ -239,6 +242,7 @@ def _roll(
     room = limits.wanted + limits.max_surge - len(by_name)
     made_for: list[str] = []
     delete: list[str] = []
+    delete_first: list[str] = []
     drain: list[str] = []
     for host in _fewest_sessions_first(outdated):
         made = by_name.get(pairs[host.name] or "") if host.name in pairs else None
@@ -248,6 +252,13 @@ def _roll(
                     spare -= host.serving
                     made_for.append(host.name)
                     delete.append(host.name)
+                    # Made before it is deleted, both are there for a moment (all of a
+                    # step's hosts are made before its deletes): that takes room, else it
+                    # goes first.
+                    if room > 0:
+                        room -= 1
+                    else:
+                        delete_first.append(host.name)
                 elif room > 0:  # made first; deleted once the new one serves
                     room -= 1
                     made_for.append(host.name)
@@ -279,6 +290,7 @@ def _roll(
         message=message,
         replace=tuple(made_for),
         delete=tuple(delete),
+        delete_first=tuple(delete_first),
         drain=tuple(drain),
         canary_passed=spec.canary is not None,
     )

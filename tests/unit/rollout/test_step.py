@@ -57,13 +57,22 @@ def test_empty_outdated_hosts_are_replaced_at_once_within_max_unavailable() -> N
     assert step.replace == ("a", "b")
     assert step.delete == ("a", "b")
     assert step.drain == ()
+    assert step.delete_first == ("a", "b")  # no room for a new host beside them
 
 
-def test_with_surge_an_empty_host_beyond_max_unavailable_gets_its_replacement_first() -> None:
+def test_a_replacement_made_before_its_host_goes_takes_the_room_of_max_surge() -> None:
+    # a is replaced at once, its new host made first: for that moment there is one extra
+    # host, the one maxSurge allows; b waits for the next step.
     hosts = [old("a"), old("b"), old("c", 2)]
     step = decide(spec(maxSurge=1, maxUnavailable=1), NEW, hosts, UpdateHistory(), NOW)
-    assert step.replace == ("a", "b")  # a: made and deleted; b: made first (surge)
-    assert step.delete == ("a",)
+    assert step.replace == step.delete == ("a",)
+    assert step.delete_first == ()
+
+
+def test_without_room_for_both_an_empty_host_goes_before_its_replacement_is_made() -> None:
+    hosts = [old("a"), old("b"), old("c", 2)]
+    step = decide(spec(maxSurge=0, maxUnavailable=2), NEW, hosts, UpdateHistory(), NOW)
+    assert step.replace == step.delete == step.delete_first == ("a", "b")
 
 
 def test_a_host_with_sessions_gets_a_replacement_ahead_and_keeps_its_users() -> None:

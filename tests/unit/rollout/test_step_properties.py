@@ -34,7 +34,12 @@ class World:
         self.ended_by_update = 0
         self.drained_at: dict[str, datetime] = {}
 
-    def apply(self, step: RolloutStep, now: datetime) -> None:
+    def apply(self, step: RolloutStep, now: datetime, bound: int) -> None:
+        """Carry out the step in the operator's order (delete_first, the replacements, the
+        deletes), checking after each that there are never more than ``bound`` hosts."""
+        for name in step.delete_first:
+            assert self.hosts[name].sessions == 0, f"deleted {name} with sessions"
+            self.hosts[name] = replace(self.hosts[name], revision="gone")
         for name in step.replace:
             self.made += 1
             new_name = f"new-{self.made}"
@@ -42,6 +47,8 @@ class World:
             self.hosts[new_name] = RolloutHost(
                 new_name, NEW, serving=False, created=now, not_ready="starting"
             )
+        live = sum(1 for h in self.hosts.values() if h.revision != "gone")
+        assert live <= bound, f"{live} hosts at one moment, bound {bound}"
         for name in step.delete:
             assert self.hosts[name].sessions == 0, f"deleted {name} with sessions"
             del self.hosts[name]
@@ -99,7 +106,7 @@ def test_an_update_keeps_its_bounds_ends_no_session_unless_forced_and_finishes(
         _, before_serving, _ = capacity(world)
         step = decide(spec, NEW, list(world.hosts.values()), world.history, now)
         assert step.phase is not UpdatePhase.FAILED
-        world.apply(step, now)
+        world.apply(step, now, bound=wanted + max(surge, 1 if canary else 0))
         after_wanted, serving, total = capacity(world)
         assert after_wanted == wanted, "the wanted size moved"
         # Never below wanted - maxUnavailable through the update's own doing, never above
@@ -134,7 +141,7 @@ def test_a_failed_canary_never_touches_an_outdated_host(
     now = START
     for _ in range(10):
         step = decide(spec, NEW, list(world.hosts.values()), world.history, now)
-        world.apply(step, now)
+        world.apply(step, now, bound=len(sessions) + canary_hosts)
         # The canary's image cannot be pulled: its hosts never become Ready.
         now += TICK
     assert world.history.phase is UpdatePhase.FAILED

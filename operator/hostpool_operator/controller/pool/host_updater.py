@@ -70,6 +70,8 @@ class HostUpdater:
         self._announced: tuple[UpdatePhase | None, str | None] | None = None
         #: Logoffs written and not seen stored yet.
         self._logoffs_sent: set[str] = set()
+        #: The replacement names marked in this step (a host deleted first keeps its own).
+        self._marked: dict[str, str] = {}
         #: (revision, the API server's words) when it refused that revision's host or workload.
         self.refused: tuple[str | None, str] | None = None
 
@@ -160,6 +162,11 @@ class HostUpdater:
     # -------------------------------------------------------------- writing
 
     async def _apply(self, step: RolloutStep, logoffs: list[rollout_pool.UpdateLogoff]) -> None:
+        log.debug(
+            "%s/%s: update step: replace %s, delete %s (first %s), drain %s, close %s",
+            *self._key(), step.replace, step.delete, step.delete_first, step.drain, step.close,
+        )  # fmt: skip
+        self._marked.clear()
         try:
             for name in self._unlabelled():
                 await self._patch_host(name, {"metadata": {"labels": {
@@ -170,14 +177,21 @@ class HostUpdater:
                     "metadata": {"annotations": {UPDATE_DRAINED_ANNOTATION: rfc3339(now)}},
                     "spec": {"drainMode": True},
                 })  # fmt: skip
+            # Replaced at once with no room for both: the mark, the delete, then the new host.
+            gone = set()
+            for name in step.delete_first:
+                if await self._mark(name) is not None and await self._delete(name, None):
+                    gone.add(name)
             made = {}
             for name in step.replace:
+                if name in step.delete_first and name not in gone:
+                    continue  # it could not go first: no new host beside it
                 new = await self._replace(name)
                 if new is not None:
                     made[name] = new
             for name in step.delete:
-                if name in step.replace and name not in made:
-                    continue  # its replacement was not made: it stays, and serves
+                if name in gone or (name in step.replace and name not in made):
+                    continue  # gone already, or its replacement was not made: it serves on
                 await self._delete(name, made.get(name))
             for order in logoffs:
                 await self._logoff(order)
@@ -199,19 +213,34 @@ class HostUpdater:
         self._host_changed(obj)
         return True
 
-    async def _replace(self, name: str) -> str | None:
-        """The replacement's name written on the outdated host first, then the new host made
-        with it: a restart in between finds the mark, and makes that host (same name) or
-        counts it made."""
-        record = self.state.hosts.get(name)
+    async def _mark(self, name: str) -> str | None:
+        """The name of the outdated host's replacement, written on it before the new host is
+        made: a restart in between finds the mark and makes that host (same name), or counts
+        it made. A mark naming a host of another revision (a failed one) is written anew.
+        None when the mark could not be written."""
+        if name in self._marked:
+            return self._marked[name]
+        state = self.state
+        record = state.hosts.get(name)
         if record is None:
             return None
         new = rollout_pool.annotation(record, REPLACED_BY_ANNOTATION)
-        if new is None or new not in self.state.hosts:
-            new = host_name(self.state.name)
+        made = state.hosts.get(new) if new is not None else None
+        stale = made is not None and made.meta.labels.get(TEMPLATE_REVISION_LABEL) != state.revision
+        if new is None or stale:
+            new = host_name(state.name)
             body = {"metadata": {"annotations": {REPLACED_BY_ANNOTATION: new}}}
             if not await self._patch_host(name, body):
                 return None
+        self._marked[name] = new
+        return new
+
+    async def _replace(self, name: str) -> str | None:
+        """The outdated host's replacement made (after its mark)."""
+        new = await self._mark(name)
+        self._marked.pop(name, None)
+        if new is None:
+            return None
         if new in self.state.hosts:
             return new
         made = await self.scaler.create_one(time.monotonic(), name=new)
@@ -221,11 +250,12 @@ class HostUpdater:
             return new if made else None
         return new
 
-    async def _delete(self, name: str, replacement: str | None) -> None:
+    async def _delete(self, name: str, replacement: str | None) -> bool:
+        """Delete an emptied outdated host (True once it is gone)."""
         state = self.state
         record = state.hosts.get(name)
         if record is None or state.ledger.count_on(name):
-            return  # gone already, or a session arrived since the step was decided
+            return False  # gone already, or a session arrived since the step was decided
         state.begin_removal([name])
         try:
             await self.deps.client.delete(
@@ -234,15 +264,16 @@ class HostUpdater:
             )  # fmt: skip
         except (ApiError, ApiTransportError) as error:
             if isinstance(error, ApiError) and error.not_found:
-                return
+                return True
             log.warning("%s/%s: update could not delete %s: %s", *self._key(), name, error)
             state.abort_removal(name, datetime.now(UTC))
-            return
+            return False
         replaced_by = replacement or rollout_pool.annotation(record, REPLACED_BY_ANNOTATION)
         message = f"outdated host {name} replaced by {replaced_by} (revision {state.revision})"
         log.info("%s/%s: %s", *self._key(), message)
         self.deps.metrics.scaled(state.namespace, state.name, "update", 1)
         self.deps.events.post(self._pool_body(), "HostPool", "HostUpdated", message, "Normal")
+        return True
 
     async def _logoff(self, order: rollout_pool.UpdateLogoff) -> None:
         state = self.state

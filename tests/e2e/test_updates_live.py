@@ -1,0 +1,251 @@
+"""Image updates end to end, on pod-backed hosts (kwok's nodes run the pods): a new host
+template replaces the pool's hosts without ending a session, placement sends new logons to
+the updated hosts, the update completes when the last outdated host empties, and a canary
+that never becomes Ready stops the update with its cause, the outdated hosts untouched."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any
+
+import pytest
+
+from support.cluster import Cluster
+from support.conditions import cond_is, host_of, phase, status
+from support.operator_process import OperatorProcess
+
+POOL = "desk"
+MANAGED = "hostpool.io/managed-by"
+REVISION = "hostpool.io/template-revision"
+IMAGE = "registry.k8s.io/pause:3.10"
+TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+
+Obj = dict[str, Any]
+
+
+def template(tag: str, **spec: Any) -> Obj:
+    """hostTemplate.workload: a Pod of the desktop image ``tag`` (on kwok's nodes)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"labels": {"app": "desktop", "image-tag": tag}},
+        "spec": {
+            "tolerations": [TOLERATION],
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "desktop", "image": f"{IMAGE}-{tag}"}],
+            **spec,
+        },
+    }
+
+
+def scaling(workload: Obj, **kw: Any) -> Obj:
+    return {
+        "minHosts": 3,
+        "maxHosts": 6,
+        "scaleDownDelaySeconds": 600,
+        "hostTemplate": {"workload": workload},
+        **kw,
+    }
+
+
+def made(cluster: Cluster) -> dict[str, Obj]:
+    return {
+        name: h
+        for name, h in cluster.hosts().items()
+        if h["metadata"].get("labels", {}).get(MANAGED) == "hostpool-operator"
+    }
+
+
+def revision_of(host: Obj) -> str | None:
+    labels: dict[str, str] = host["metadata"].get("labels", {})
+    return labels.get(REVISION)
+
+
+def update_of(cluster: Cluster) -> Obj:
+    found: Obj = status(cluster.pool(POOL)).get("update") or {}
+    return found
+
+
+class Census:
+    """Samples the pool's hosts while the update runs: the most there were at once, and the
+    fewest taking sessions: a host not being deleted whose Pod is Ready (what placement goes
+    by; the hosts' Available conditions are written a moment after)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.most = 0
+        self.fewest_serving: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        path = f"/api/v1/namespaces/{self.cluster.namespace}/pods"
+        while not self._stop.wait(0.1):
+            hosts = made(self.cluster)
+            pods = self.cluster.kube.call("GET", path)["items"]
+            self.most = max(self.most, len(hosts))
+            live = {n for n, h in hosts.items() if not h["metadata"].get("deletionTimestamp")}
+            serving = sum(
+                1
+                for pod in pods
+                if pod["metadata"]["name"] in live
+                and not hosts[pod["metadata"]["name"]]["spec"].get("drainMode")
+                and any(
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in pod.get("status", {}).get("conditions", [])
+                )
+            )
+            if self.fewest_serving is None or serving < self.fewest_serving:
+                self.fewest_serving = serving
+
+    def __enter__(self) -> Census:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+@pytest.fixture
+def pool_of_three(cluster: Cluster, operator_process: OperatorProcess) -> Obj:
+    """A depth-first pool (2 sessions a host) of three pod-backed hosts, all Ready."""
+    del operator_process
+    update = {"maxSurge": 1, "maxUnavailable": 0}
+    cluster.create_pool(POOL, "DepthFirst", 2, scaling=scaling(template("v1")), update=update)
+    cluster.wait(
+        lambda: (
+            (
+                len(made(cluster)) == 3
+                and all(cond_is(h, "Available", "True") for h in made(cluster).values())
+            )
+            or None
+        ),
+        "three hosts taking sessions",
+        timeout=60,
+    )
+    return cluster.pool(POOL)
+
+
+def test_wait_for_logoff_replaces_hosts_as_they_empty_and_ends_no_session(
+    cluster: Cluster, pool_of_three: Obj
+) -> None:
+    first = made(cluster)
+    revisions = {revision_of(h) for h in first.values()}
+    assert len(revisions) == 1
+    (old,) = revisions
+    assert old
+    cluster.wait_pool(
+        POOL,
+        lambda p: (status(p).get("update") or {}).get("revision") == old,
+        "status.update.revision",
+    )
+    # Three users: depth-first fills the first host, then the second.
+    for i in range(3):
+        cluster.create_request(f"u{i}", POOL, f"user{i}")
+    assigned = cluster.wait_assigned([f"u{i}" for i in range(3)])
+    busy = {host_of(obj) for obj in assigned.values()}
+    assert len(busy) == 2
+    (idle,) = set(first) - busy
+
+    spec = copy.deepcopy(pool_of_three["spec"]["scaling"])
+    spec["hostTemplate"]["workload"] = template("v2")
+    with Census(cluster) as census:
+        cluster.patch("HostPool", POOL, {"spec": {"scaling": spec}})
+        new = cluster.wait(
+            lambda: (
+                (u := update_of(cluster)).get("revision") not in (None, old) and u.get("revision")
+            ),
+            "a new revision in status.update",
+        )
+        # The empty host is replaced at once; the busy ones keep their sessions.
+        cluster.wait(lambda: idle not in cluster.hosts() or None, f"{idle} replaced", timeout=60)
+        cluster.wait(
+            lambda: (
+                (
+                    sum(1 for h in made(cluster).values() if revision_of(h) == new) >= 1
+                    and all(
+                        cond_is(h, "Available", "True")
+                        for h in made(cluster).values()
+                        if revision_of(h) == new
+                    )
+                )
+                or None
+            ),
+            "an updated host taking sessions",
+            timeout=60,
+        )
+        # A new logon goes to an updated host, not to the outdated host with room.
+        cluster.create_request("late", POOL, "late-user")
+        late = cluster.wait_assigned(["late"])["late"]
+        assert revision_of(cluster.host(host_of(late) or "")) == new
+        for i in range(3):
+            obj = cluster.request(f"u{i}")
+            assert phase(obj) == "Assigned", obj
+            assert host_of(obj) == host_of(assigned[f"u{i}"])
+        pool = cluster.pool(POOL)
+        assert cond_is(pool, "Updating", "True", "Progressing")
+        assert update_of(cluster).get("phase") == "Progressing"
+        assert update_of(cluster).get("outdatedHosts") == 2
+
+        # Their users log off: each outdated host goes when its last session ends.
+        for i in range(3):
+            cluster.delete("SessionRequest", f"u{i}")
+        cluster.wait(
+            lambda: update_of(cluster).get("phase") == "Complete" or None,
+            "the update complete",
+            timeout=90,
+        )
+    hosts = made(cluster)
+    assert all(revision_of(h) == new for h in hosts.values()), hosts
+    assert not set(first) & set(hosts), "every first host replaced"
+    assert len(hosts) == 3
+    # maxSurge 1: never more than 4 hosts; maxUnavailable 0: never fewer than 3 serving.
+    assert census.most <= 4, census.most
+    assert census.fewest_serving is not None
+    assert census.fewest_serving >= 3, census.fewest_serving
+    assert phase(cluster.request("late")) == "Assigned"
+    reasons = [e.get("reason") for e in cluster.events_for(POOL)]
+    for reason in ("UpdateStarted", "HostUpdated", "UpdateComplete"):
+        assert reason in reasons, reasons
+    pool = cluster.pool(POOL)
+    assert cond_is(pool, "Updating", "False", "UpdateComplete")
+    assert cond_is(pool, "UpdateFailed", "False")
+
+
+def test_a_canary_that_never_becomes_ready_fails_the_update_and_touches_nothing(
+    cluster: Cluster, pool_of_three: Obj
+) -> None:
+    first = made(cluster)
+    cluster.create_request("u0", POOL, "user0")
+    cluster.wait_assigned(["u0"])
+    spec = copy.deepcopy(pool_of_three["spec"]["scaling"])
+    # No node has this label: the canary's Pod stays Pending (Unschedulable).
+    spec["hostTemplate"]["workload"] = template("v2", nodeSelector={"hostpool-e2e/none": "x"})
+    update = {"canary": {"hosts": 1, "readyTimeoutMinutes": 1, "observeMinutes": 1}}
+    cluster.patch("HostPool", POOL, {"spec": {"scaling": spec, "update": update}})
+    failed = cluster.wait(
+        lambda: (update_of(cluster).get("phase") == "Failed" and update_of(cluster)) or None,
+        "the update Failed",
+        timeout=120,
+    )
+    assert "not Ready" in failed["message"], failed
+    assert "Unschedulable" in failed["message"] or "nodes are available" in failed["message"]
+    pool = cluster.pool(POOL)
+    assert cond_is(pool, "UpdateFailed", "True", "UpdateFailed")
+    events = [e for e in cluster.events_for(POOL) if e.get("reason") == "UpdateFailed"]
+    assert events, "an UpdateFailed Event"
+    canary = [n for n, h in made(cluster).items() if n not in first]
+    assert len(canary) == 1
+    assert canary[0] in events[0]["message"]
+    # The outdated hosts: all there, none drained, the session where it was.
+    now = made(cluster)
+    for name in first:
+        assert name in now
+        assert not now[name]["spec"].get("drainMode"), now[name]
+    assert phase(cluster.request("u0")) == "Assigned"
+    # A new logon still finds an outdated host (the failed revision takes none).
+    cluster.create_request("u1", POOL, "user1")
+    placed = cluster.wait_assigned(["u1"])["u1"]
+    assert host_of(placed) in first
