@@ -40,6 +40,7 @@ ALERTS = (
     "HostPoolAgentsSilent",
     "HostPoolApiErrorsRising",
     "HostPoolLeaderWritesPaused",
+    "HostPoolUpdateStalled",
 )
 #: Metrics of Prometheus itself that alerts may read besides the operator's.
 PROMETHEUS_METRICS = {"up"}

@@ -124,6 +124,43 @@ def test_pool_saturated_and_limited_is_healthy_with_both_named() -> None:
     assert "scaling limited: MaxHostsReached" in got["message"]
 
 
+def with_update(obj: Obj, phase: str, updated: int, outdated: int, message: str) -> Obj:
+    """The pool as the operator writes it during an image update (engine.status)."""
+    out = copy.deepcopy(obj)
+    out["status"]["update"] = {
+        "revision": "1e4c0d23f9",
+        "updatedHosts": updated,
+        "outdatedHosts": outdated,
+        "phase": phase,
+        "message": message,
+    }
+    updating, reason, failed = {
+        "Progressing": ("True", "Progressing", "False"),
+        "Complete": ("False", "UpdateComplete", "False"),
+        "Failed": ("False", "UpdateFailed", "True"),
+    }[phase]
+    out = set_condition(out, "Updating", updating, reason, message)
+    return set_condition(out, "UpdateFailed", failed, "UpdateFailed", message)
+
+
+def test_pool_updating_is_progressing_with_its_hosts() -> None:
+    pool = with_update(load_fixture("hostpool-ready"), "Progressing", 1, 2, "1 host(s) updated")
+    got = health("HostPool", pool)
+    assert got["status"] == "Progressing"
+    assert "image update Progressing: 1 updated, 2 outdated" in got["message"], got
+
+
+def test_pool_update_failed_is_degraded_with_the_cause() -> None:
+    cause = "canary host desk-x not Ready 1 min after it was made: ErrImagePull"
+    got = health("HostPool", with_update(load_fixture("hostpool-ready"), "Failed", 1, 3, cause))
+    assert got == {"status": "Degraded", "message": f"image update failed: UpdateFailed: {cause}"}
+
+
+def test_pool_update_complete_is_healthy() -> None:
+    pool = with_update(load_fixture("hostpool-ready"), "Complete", 3, 0, "all 3 host(s) updated")
+    assert health("HostPool", pool)["status"] == "Healthy"
+
+
 def test_pool_with_empty_conditions_is_progressing() -> None:
     pool = load_fixture("hostpool-ready")
     pool["status"]["conditions"] = []

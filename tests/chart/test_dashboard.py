@@ -44,6 +44,8 @@ SHOWN = {
     "API errors": "hostpool_api_errors_total",
     "leader": "hostpool_leader",
     "saturation": "hostpool_pool_saturated",
+    "image update hosts": "hostpool_update_hosts",
+    "image update phase": "hostpool_update_phase",
 }
 #: The metrics of the operator process, not of a pool: filtered by $job only.
 OPERATOR_METRICS = {

@@ -161,6 +161,16 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
             "priority": 1,
         },
         _column("Hosts", "integer", ".status.hosts.total", "Hosts in the pool."),
+        _column(
+            "Updated",
+            "integer",
+            ".status.update.updatedHosts",
+            "Hosts made from the current host template (of Hosts).",
+        ),
+        {
+            **_column("Update", "string", ".status.update.phase", "The image update's phase."),
+            "priority": 1,
+        },
         _column("Sessions", "integer", ".status.sessions.total", "Sessions in the pool."),
         _column("Free", "integer", ".status.capacity.free", "Free session slots."),
         _column("Pending", "integer", ".status.pendingRequests", "Requests waiting."),

@@ -24,12 +24,16 @@ from prometheus_client import (
 from ..api import LimitAction, SessionLimit
 from ..api.conditions import find
 from ..api.plan import PlanPhase
+from ..api.update import UpdatePhase
 from ..kube.sinks import MetricsSink
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 #: Not "total" as well: it is the sum of these, and a sum() over the states counted it twice.
 SESSION_STATES = ("connecting", "active", "disconnected")
 PLAN_PHASES = tuple(phase.value for phase in PlanPhase)
+UPDATE_PHASES = tuple(phase.value for phase in UpdatePhase)
+#: The states of a pool's hosts against its host template (hostpool_update_hosts).
+REVISION_STATES = ("updated", "outdated")
 HOST_START_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60)
 
@@ -168,6 +172,21 @@ class PrometheusMetrics(MetricsSink):
             [*labels, "phase"],
             registry=self.registry,
         )
+        self.update_hosts = Gauge(
+            "hostpool_update_hosts",
+            "The operator's hosts of the pool by their template: made from the current "
+            "revision (updated) or an earlier one (outdated); no series for a pool without a "
+            "host template.",
+            [*labels, "state"],
+            registry=self.registry,
+        )
+        self.update_phase = Gauge(
+            "hostpool_update_phase",
+            "1 for the image update's phase (Progressing, Paused, Complete, Failed), 0 for the "
+            "others (no series before the pool's first template change).",
+            [*labels, "phase"],
+            registry=self.registry,
+        )
         self.saturated = Gauge(
             "hostpool_pool_saturated",
             "1 while the pool's Saturated condition is True, else 0.",
@@ -264,6 +283,7 @@ class PrometheusMetrics(MetricsSink):
         for state in SESSION_STATES:
             value = status.get("sessions", {}).get(state, 0)
             self.sessions.labels(namespace, pool, state).set(value)
+        self._update_state(namespace, pool, status.get("update"))
         plan = status.get("scalingPlan")
         current = plan.get("phase") if isinstance(plan, Mapping) else None
         for phase in PLAN_PHASES:
@@ -272,6 +292,24 @@ class PrometheusMetrics(MetricsSink):
                     self.plan_phase.remove(namespace, pool, phase)
             else:
                 self.plan_phase.labels(namespace, pool, phase).set(phase == current)
+
+    def _update_state(self, namespace: str, pool: str, update: object) -> None:
+        """hostpool_update_hosts and hostpool_update_phase from status.update."""
+        given = update if isinstance(update, Mapping) else {}
+        counts = {"updated": given.get("updatedHosts"), "outdated": given.get("outdatedHosts")}
+        for state, value in counts.items():
+            if isinstance(value, int):
+                self.update_hosts.labels(namespace, pool, state).set(value)
+            else:
+                with contextlib.suppress(KeyError):
+                    self.update_hosts.remove(namespace, pool, state)
+        current = given.get("phase")
+        for phase in UPDATE_PHASES:
+            if current is None:
+                with contextlib.suppress(KeyError):
+                    self.update_phase.remove(namespace, pool, phase)
+            else:
+                self.update_phase.labels(namespace, pool, phase).set(phase == current)
 
     def forget_pool(self, namespace: str, pool: str) -> None:
         series: list[tuple[Any, tuple[str, ...]]] = [
@@ -294,6 +332,9 @@ class PrometheusMetrics(MetricsSink):
         series += [(self.scale_actions, (way,)) for way in ("up", "down")]
         series += [(self.sessions, (state,)) for state in SESSION_STATES]
         series += [(self.plan_phase, (phase,)) for phase in PLAN_PHASES]
+        series += [(self.update_phase, (phase,)) for phase in UPDATE_PHASES]
+        series += [(self.update_hosts, (state,)) for state in REVISION_STATES]
+        series += [(self.scale_actions, ("update",))]
         series += [
             (self.limit_actions, (limit.value, action.value))
             for limit in SessionLimit

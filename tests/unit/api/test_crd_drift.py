@@ -52,7 +52,7 @@ SHORT_NAMES = {
 }
 
 REQUIRED_COLUMNS = {
-    "HostPool": ["Type", "Hosts", "Sessions", "Free", "Ready", "Age"],
+    "HostPool": ["Type", "Hosts", "Updated", "Sessions", "Free", "Ready", "Age"],
     "SessionHost": ["Pool", "Sessions", "Load", "Drain", "Available"],
     "SessionRequest": ["Pool", "User", "Phase", "Host", "Reason"],
     "ScalingPlan": ["Pools", "Phase", "Ready", "Age"],

@@ -82,6 +82,28 @@ def test_plan_phase_is_one_for_the_phase_in_force_and_absent_without_a_plan() ->
     assert "hostpool_plan_phase{" not in exposition(metrics)
 
 
+def test_update_hosts_and_phase_follow_status_update_and_go_with_the_pool() -> None:
+    metrics = PrometheusMetrics()
+    metrics.pool_state("ns", "p", {**STATUS, "update": {"revision": "r", "updatedHosts": 3,
+                                                        "outdatedHosts": 0}})  # fmt: skip
+    text = exposition(metrics)
+    assert 'hostpool_update_hosts{namespace="ns",pool="p",state="updated"} 3.0' in text
+    assert "hostpool_update_phase{" not in text  # no template change yet
+    update = {"revision": "s", "updatedHosts": 1, "outdatedHosts": 2, "phase": "Progressing"}
+    metrics.pool_state("ns", "p", {**STATUS, "update": update})
+    text = exposition(metrics)
+    assert 'hostpool_update_hosts{namespace="ns",pool="p",state="outdated"} 2.0' in text
+    assert 'hostpool_update_phase{namespace="ns",phase="Progressing",pool="p"} 1.0' in text
+    assert 'hostpool_update_phase{namespace="ns",phase="Failed",pool="p"} 0.0' in text
+    metrics.pool_state("ns", "p", STATUS)  # the template removed: no series
+    assert "hostpool_update_hosts{" not in exposition(metrics)
+    metrics.pool_state("ns", "p", {**STATUS, "update": update})
+    metrics.forget_pool("ns", "p")
+    text = exposition(metrics)
+    assert "hostpool_update_hosts{" not in text
+    assert "hostpool_update_phase{" not in text
+
+
 def test_sessions_by_state_add_up_to_the_total() -> None:
     # A sum() over the states must not count the sessions twice: no state="total" series.
     metrics = PrometheusMetrics()

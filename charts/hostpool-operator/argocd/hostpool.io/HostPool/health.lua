@@ -1,7 +1,8 @@
 -- Argo CD health check for hostpool.io/v1alpha1 HostPool (hostpool-operator).
 -- Healthy: condition Ready is True and status.observedGeneration is the current generation.
 -- Progressing: the operator has not observed this generation yet, or Ready is missing/Unknown.
--- Degraded: Ready is False (the spec is invalid).
+-- Degraded: Ready is False (the spec is invalid), or the image update failed (UpdateFailed).
+-- Progressing also: an image update runs (Updating is True), with its hosts in the message.
 -- Saturation and the scaling limit do not change the status; they are named in the message.
 local hs = {}
 
@@ -58,6 +59,22 @@ end
 if ready.status ~= "True" then
   hs.status = "Progressing"
   hs.message = "Ready is " .. tostring(ready.status) .. ": " .. describe(ready)
+  return hs
+end
+
+local failed = condition(status, "UpdateFailed")
+if failed ~= nil and failed.status == "True" then
+  hs.status = "Degraded"
+  hs.message = "image update failed: " .. describe(failed)
+  return hs
+end
+local updating = condition(status, "Updating")
+if updating ~= nil and updating.status == "True" then
+  hs.status = "Progressing"
+  local update = status.update or {}
+  hs.message = "image update " .. (updating.reason or "") .. ": " ..
+    tostring(update.updatedHosts or 0) .. " updated, " ..
+    tostring(update.outdatedHosts or 0) .. " outdated; " .. (updating.message or "")
   return hs
 end
 
