@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from support import allocate
 from support.controlplane import ControlPlane, ensure_tools
 from support.kube import Kube, crd_files, make_api_client, unique_name
 from support.paths import REPO_ROOT
@@ -49,9 +50,6 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 KUBECONFIG_ENV = "HOSTPOOL_TEST_KUBECONFIG"
-#: Workers of one run at the most: each has a bridge and a /24 of its own (10.251.1-7;
-#: the desktop demo's is 10.251.0.0/24, the node test's 10.251.8.0/24).
-MAX_WORKERS = 7
 
 
 def worker_index() -> int:
@@ -61,12 +59,10 @@ def worker_index() -> int:
 
 
 def hosts_bridge() -> str:
-    """This worker's bridge for xrdp session hosts in network namespaces (tests/e2e/desktop);
-    the API server serves on its address so the hosts' agents reach it."""
-    n = worker_index()
-    if n >= MAX_WORKERS:
-        raise pytest.UsageError(f"at most {MAX_WORKERS} workers (-n): each needs a subnet")
-    return f"hptest{n}:10.251.{n + 1}.1/24"
+    """This worker's bridge for xrdp session hosts in network namespaces (tests/e2e/desktop),
+    allocated: a name and /24 no other worker or run holds (support.allocate); the API server
+    serves on its address so the hosts' agents reach it."""
+    return allocate.bridge().spec
 
 
 def can_make_bridges() -> bool:

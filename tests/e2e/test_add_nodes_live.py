@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
+from support import allocate
 from support.controlplane import ControlPlane
 from support.kube import wait_for
 from support.real_nodes import (
@@ -46,10 +47,6 @@ from support.real_nodes import (
     pid_of,
     require_nodes,
 )
-
-#: Its own bridge and subnet: the suite workers' (hptest0-6) and the demo's (hpdemo0) stay
-#: untouched.
-BRIDGE = "hptest8:10.251.8.1/24"
 
 
 def cluster_sh(
@@ -133,12 +130,20 @@ def node_bin_dir() -> Path:
 
 
 @pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory, node_bin_dir: Path) -> Iterator[ControlPlane]:
+def bridge() -> allocate.Bridge:
+    """Its own bridge and subnet, allocated (neither a worker's nor the demo's)."""
+    return allocate.bridge()
+
+
+@pytest.fixture(scope="module")
+def running(
+    tmp_path_factory: pytest.TempPathFactory, node_bin_dir: Path, bridge: allocate.Bridge
+) -> Iterator[ControlPlane]:
     with ControlPlane(
         node_cluster_dir(tmp_path_factory, "add-nodes"),
         bin_dir=node_bin_dir,
         fake_nodes=1,
-        hosts_bridge=BRIDGE,
+        hosts_bridge=bridge.spec,
         timeout=300,
     ) as cp:
         yield cp
@@ -302,7 +307,8 @@ def test_a_node_joins_the_running_cluster_and_leaves_nothing(running: ControlPla
     cp.stop()
     left = leftovers(traces)
     assert not left, "left behind after cluster.sh down:\n  " + "\n  ".join(left)
-    assert not Path("/sys/class/net", BRIDGE.split(":")[0]).exists()
+    assert cp.hosts_bridge is not None
+    assert not Path("/sys/class/net", cp.hosts_bridge.split(":")[0]).exists()
     print(f"\nadd-nodes 1 on a running cluster: {took:.1f} s")
 
 
