@@ -14,7 +14,7 @@ import base64
 import contextlib
 import json
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -113,7 +113,7 @@ class _AgedTokenClient(KubeClient):
         method: str,
         path: str,
         *,
-        body: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | Sequence[Any] | None = None,
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
     ) -> bytes:

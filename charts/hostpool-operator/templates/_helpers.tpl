@@ -106,6 +106,9 @@ system:discovery ClusterRole allows it to every authenticated identity.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+- apiGroups: ["apps"]
+  resources: ["controllerrevisions"]
+  verbs: ["list", "create", "delete"]
 {{- if .Values.workloadResources }}
 - apiGroups: ["hostpool.io"]
   resources: ["sessionhosts/finalizers"]

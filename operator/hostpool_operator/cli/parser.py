@@ -11,6 +11,7 @@ from ..kube.program import add_logging_flags
 from ..recommend.recommender import Options
 from ..recommend.sources import prometheus
 from . import assignment, crds, recommend, run, sessions, simulate
+from . import rollout as rollout_cli
 from .errors import UsageError
 
 PROG = "hostpool-operator"
@@ -62,7 +63,44 @@ def build_parser() -> argparse.ArgumentParser:
     commands = admin.add_subparsers(dest="action", required=True, metavar="COMMAND")
     add_session_commands(commands)
     add_assignment_commands(commands)
+    add_rollout_commands(commands)
     return parser
+
+
+def add_rollout_commands(sub: argparse._SubParsersAction[Any]) -> None:
+    """``rollout status|history|pause|resume|undo POOL``: a pool's image update."""
+    rollout = sub.add_parser(
+        "rollout", help="a pool's image update: follow it, list its templates, pause, undo"
+    )
+    actions = rollout.add_subparsers(dest="rollout_action", required=True, metavar="ACTION")
+    status = actions.add_parser(
+        "status", help="follow the update until Complete (exit 0) or Failed (exit 1)"
+    )
+    status.add_argument(
+        "-w",
+        "--watch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="wait for the update to end (--no-watch: say where it stands and exit)",
+    )
+    status.add_argument(
+        "--timeout", metavar="DURATION", help="give up after this long (exit 1; e.g. 30m)"
+    )
+    status.set_defaults(func=rollout_cli.status_command)
+    history = actions.add_parser("history", help="the host templates kept (the last 10)")
+    history.set_defaults(func=rollout_cli.history_command)
+    pause = actions.add_parser("pause", help="hold the update where it is")
+    pause.set_defaults(func=rollout_cli.pause_command)
+    resume = actions.add_parser("resume", help="let a paused update go on")
+    resume.set_defaults(func=rollout_cli.resume_command)
+    undo = actions.add_parser("undo", help="put an earlier host template back")
+    undo.add_argument(
+        "--to-revision", type=int, metavar="N", help="this revision (default: the previous one)"
+    )
+    undo.set_defaults(func=rollout_cli.undo_command)
+    for action in (status, history, pause, resume, undo):
+        action.add_argument("pool", metavar="POOL")
+        _add_login(action)
 
 
 def build_plugin_parser() -> argparse.ArgumentParser:
@@ -76,6 +114,7 @@ def build_plugin_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="action", required=True, metavar="COMMAND")
     add_session_commands(commands)
     add_assignment_commands(commands)
+    add_rollout_commands(commands)
     return parser
 
 

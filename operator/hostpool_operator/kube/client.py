@@ -17,7 +17,7 @@ import builtins
 import logging
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 from urllib.parse import quote
 
@@ -149,7 +149,7 @@ class KubeClient:
         method: str,
         path: str,
         *,
-        body: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | Sequence[Any] | None = None,
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
     ) -> JSON:
@@ -164,7 +164,7 @@ class KubeClient:
         method: str,
         path: str,
         *,
-        body: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | Sequence[Any] | None = None,
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
     ) -> bytes:

@@ -20,6 +20,7 @@ from ...api.timestamps import rfc3339
 from ...api.update import UpdatePhase
 from ...api.vocabulary import (
     HOSTS,
+    POOL_LABEL,
     REPLACED_BY_ANNOTATION,
     REQUESTS,
     TEMPLATE_REVISION_LABEL,
@@ -27,6 +28,7 @@ from ...api.vocabulary import (
 )
 from ...engine.pool_state import PoolState
 from ...kube.errors import ApiError, ApiTransportError
+from ...rollout import history as kept
 from ...rollout import pool as rollout_pool
 from ...rollout.step import RolloutStep
 from ..deps import Deps
@@ -70,6 +72,8 @@ class HostUpdater:
         self._announced: tuple[UpdatePhase | None, str | None] | None = None
         #: Logoffs written and not seen stored yet.
         self._logoffs_sent: set[str] = set()
+        #: The revision last kept as a ControllerRevision by this operator.
+        self._recorded: str | None = None
         #: The replacement names marked in this step (a host deleted first keeps its own).
         self._marked: dict[str, str] = {}
         #: (revision, the API server's words) when it refused that revision's host or workload.
@@ -107,8 +111,10 @@ class HostUpdater:
             return
         self._logoffs_sent &= {n for n, r in state.requests.items() if not r.logoff}
         logoffs = rollout_pool.update_logoffs(state, self._logoffs_sent)
-        if step.replace or step.delete or step.drain or step.close or logoffs or self._unlabelled():
-            self.task = self.deps.spawn(self._apply(step, logoffs))
+        record = self._unrecorded()
+        acts = step.replace or step.delete or step.drain or step.close or logoffs
+        if acts or record or self._unlabelled():
+            self.task = self.deps.spawn(self._apply(step, logoffs, record))
 
     def status(self) -> dict[str, Any] | None:
         """``status.update`` (None: nothing to say, the pool has no template)."""
@@ -161,13 +167,61 @@ class HostUpdater:
 
     # -------------------------------------------------------------- writing
 
-    async def _apply(self, step: RolloutStep, logoffs: list[rollout_pool.UpdateLogoff]) -> None:
+    def _unrecorded(self) -> bool:
+        """The current template is not kept as a ControllerRevision yet, as far as the pool's
+        status says (it names the revision once it is)."""
+        state = self.state
+        stored = rollout_pool.history(state).revision
+        return state.revision is not None and state.revision not in (stored, self._recorded)
+
+    async def _record(self) -> None:
+        """Keep the current template as a ControllerRevision (an existing one of the same
+        revision is kept as it is: an undo brings back its number), then prune past ten."""
+        state = self.state
+        spec, pool = state.spec, state.pool
+        if spec is None or spec.scaling is None or pool is None or state.revision is None:
+            return
+        body = kept.revision_manifest(
+            pool=state.name, pool_uid=pool.meta.uid, namespace=state.namespace,
+            revision=state.revision, template=spec.scaling.host_template.to_api(),
+            number=pool.meta.generation,
+        )  # fmt: skip
+        # Tried once per revision: a refusal (no RBAC for it, say) is logged, not retried
+        # every pass; the update itself does not depend on it.
+        self._recorded = state.revision
+        try:
+            await self.deps.client.create(
+                kept.CONTROLLER_REVISIONS, state.namespace, body, api_version=kept.APPS_V1
+            )
+            listing = await self.deps.client.list(
+                kept.CONTROLLER_REVISIONS, state.namespace, api_version=kept.APPS_V1,
+                label_selector=f"{POOL_LABEL}={state.name}",
+            )  # fmt: skip
+        except (ApiError, ApiTransportError) as error:
+            if not (isinstance(error, ApiError) and error.conflict):  # 409: kept already
+                log.warning("%s/%s: could not keep revision %s as a ControllerRevision: %s",
+                            *self._key(), state.revision, error)  # fmt: skip
+            return
+        found = [k for obj in listing["items"] if (k := kept.KeptRevision.of(obj)) is not None]
+        for name in kept.to_prune(found, state.revision):
+            try:
+                await self.deps.client.delete(
+                    kept.CONTROLLER_REVISIONS, state.namespace, name, api_version=kept.APPS_V1
+                )
+            except (ApiError, ApiTransportError) as error:
+                log.info("%s/%s: could not prune revision %s: %s", *self._key(), name, error)
+
+    async def _apply(
+        self, step: RolloutStep, logoffs: list[rollout_pool.UpdateLogoff], record: bool
+    ) -> None:
         log.debug(
             "%s/%s: update step: replace %s, delete %s (first %s), drain %s, close %s",
             *self._key(), step.replace, step.delete, step.delete_first, step.drain, step.close,
         )  # fmt: skip
         self._marked.clear()
         try:
+            if record:
+                await self._record()
             for name in self._unlabelled():
                 await self._patch_host(name, {"metadata": {"labels": {
                     TEMPLATE_REVISION_LABEL: self.state.revision}}})  # fmt: skip
