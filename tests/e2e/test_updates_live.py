@@ -6,7 +6,10 @@ that never becomes Ready stops the update with its cause, the outdated hosts unt
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -249,3 +252,60 @@ def test_a_canary_that_never_becomes_ready_fails_the_update_and_touches_nothing(
     cluster.create_request("u1", POOL, "user1")
     placed = cluster.wait_assigned(["u1"])["u1"]
     assert host_of(placed) in first
+
+
+PLUGIN = Path(sys.executable).parent / "kubectl-hostpool"
+
+
+def rollout(cluster: Cluster, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``kubectl hostpool rollout ARGS POOL`` (the console script) with the suite's login."""
+    argv = [str(PLUGIN), "rollout", *args, POOL, "--kubeconfig", str(cluster.kube.kubeconfig)]
+    return subprocess.run(
+        [*argv, "-n", cluster.namespace], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_rollout_history_pause_resume_status_and_undo(cluster: Cluster, pool_of_three: Obj) -> None:
+    first = cluster.wait(lambda: update_of(cluster).get("revision"), "the first revision")
+    cluster.create_request("u0", POOL, "user0")
+    busy = host_of(cluster.wait_assigned(["u0"])["u0"])
+    # Paused before the new template comes: nothing is replaced, and status says so.
+    assert rollout(cluster, "pause").returncode == 0
+    spec = copy.deepcopy(pool_of_three["spec"]["scaling"])
+    spec["hostTemplate"]["workload"] = template("v2")
+    cluster.patch("HostPool", POOL, {"spec": {"scaling": spec}})
+    cluster.wait(lambda: update_of(cluster).get("phase") == "Paused" or None, "Paused")
+    assert set(made(cluster)) >= {busy}
+    now = rollout(cluster, "status", "--no-watch")
+    assert now.returncode == 0, now.stderr
+    assert "Paused" in now.stdout, now.stdout
+    history = rollout(cluster, "history")
+    assert history.returncode == 0, history.stderr
+    lines = history.stdout.splitlines()
+    assert lines[0].split()[:3] == ["REVISION", "HASH", "CURRENT"], lines
+    assert len(lines) == 3, lines  # both templates kept
+    assert any(first in line and f"{IMAGE}-v1" in line for line in lines), lines
+    assert any("*" in line.split() and f"{IMAGE}-v2" in line for line in lines), lines
+    # Resumed, the user logs off: status follows it to the end and exits 0.
+    assert rollout(cluster, "resume").returncode == 0
+    cluster.delete("SessionRequest", "u0")
+    followed = rollout(cluster, "status", "--timeout", "90s", timeout=120)
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    assert "Complete" in followed.stdout, followed.stdout
+    # Undo: the first template is back, and the pool's hosts follow it.
+    undone = rollout(cluster, "undo")
+    assert undone.returncode == 0, undone.stderr
+    assert f"({first})" in undone.stdout, undone.stdout
+    cluster.wait(
+        lambda: (
+            (update_of(cluster).get("revision") == first
+            and update_of(cluster).get("phase") == "Complete"
+            and all(revision_of(h) == first for h in made(cluster).values()))
+            or None
+        ),
+        "every host back on the first revision",
+        timeout=90,
+    )
+    missing = rollout(cluster, "undo", "--to-revision", "999")
+    assert missing.returncode != 0
+    assert "no revision 999" in missing.stderr, missing.stderr

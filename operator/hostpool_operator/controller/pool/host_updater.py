@@ -107,11 +107,11 @@ class HostUpdater:
             self.step = step
             self._mark_dirty()
         self._announce(step)
-        if step is None or (step.phase is None and not self._unlabelled()):
+        record = self._unrecorded()
+        if step is None or (step.phase is None and not record and not self._unlabelled()):
             return
         self._logoffs_sent &= {n for n, r in state.requests.items() if not r.logoff}
         logoffs = rollout_pool.update_logoffs(state, self._logoffs_sent)
-        record = self._unrecorded()
         acts = step.replace or step.delete or step.drain or step.close or logoffs
         if acts or record or self._unlabelled():
             self.task = self.deps.spawn(self._apply(step, logoffs, record))
@@ -121,12 +121,17 @@ class HostUpdater:
         step = self.step
         if step is None or self.state.revision is None:
             return None
+        # The revision is named once it is kept as a ControllerRevision (so a restart that
+        # reads it there knows it is kept); until then, for a moment, the one before.
+        stored = rollout_pool.history(self.state).revision
+        revision = self.state.revision if self._recorded == self.state.revision else stored
         body: dict[str, Any] = {
-            "revision": self.state.revision,
             "updatedHosts": step.updated,
             "outdatedHosts": step.outdated,
             "message": step.message,
         }
+        if revision is not None:
+            body["revision"] = revision
         if step.phase is not None:
             body["phase"] = step.phase.value
         if step.canary_passed:
@@ -189,6 +194,7 @@ class HostUpdater:
         # Tried once per revision: a refusal (no RBAC for it, say) is logged, not retried
         # every pass; the update itself does not depend on it.
         self._recorded = state.revision
+        self._mark_dirty()  # status.update names the revision from now on
         try:
             await self.deps.client.create(
                 kept.CONTROLLER_REVISIONS, state.namespace, body, api_version=kept.APPS_V1
