@@ -1,0 +1,86 @@
+"""An update read from a pool's state: which hosts are outdated (and placed last), the step,
+and ForceLogoff's logoffs for the users of the hosts it drained."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from hostpool_operator.api import UpdatePhase, template_revision
+from hostpool_operator.api.pool import HostTemplate
+from hostpool_operator.api.timestamps import parse_time
+from hostpool_operator.engine.records import HostRecord, PoolRecord
+from hostpool_operator.rollout import pool as rollout_pool
+from support.state_builders import T0, Pool, host_obj, pool_obj
+
+MANAGED = {"hostpool.io/managed-by": "hostpool-operator"}
+TEMPLATE: dict[str, Any] = {"metadata": {"labels": {"image": "v2"}}}
+NEW = template_revision(HostTemplate.model_validate(TEMPLATE))
+
+
+def made(name: str, revision: str | None, **annotations: str) -> dict[str, Any]:
+    labels = {**MANAGED, **({"hostpool.io/template-revision": revision} if revision else {})}
+    obj = host_obj(name, labels=labels)
+    obj["metadata"]["annotations"] = annotations
+    return obj
+
+
+def pool(**update: Any) -> Pool:
+    scaling = {"maxHosts": 6, "hostTemplate": TEMPLATE}
+    return Pool(pool_obj(2, scaling=scaling, update=update or None))
+
+
+def test_a_host_of_another_revision_is_outdated_and_one_without_a_label_is_not() -> None:
+    p = pool()
+    for obj in (made("old", "0123456789"), made("new", NEW), made("adopted", None)):
+        p.state.put_host(HostRecord.of(obj), T0)
+    outdated = {n for n, h in p.state.hosts.items() if p.state.is_outdated(h)}
+    assert outdated == {"old"}
+    assert p.state.views.balancer is not None
+    view = p.state.views.balancer.host("old")
+    assert view is not None
+    assert view.outdated
+
+
+def test_a_new_template_makes_every_earlier_host_outdated_and_placement_avoids_them() -> None:
+    p = Pool(pool_obj(2, scaling={"maxHosts": 6}), [made("a", None), made("b", None)])
+    p.session("r1", "alice", "a")
+    # Both labelled with the pool's revision (as the operator adopts them), then the
+    # template changes.
+    old = template_revision(HostTemplate())
+    for name in ("a", "b"):
+        p.state.put_host(HostRecord.of(made(name, old)), T0)
+    assert not any(p.state.is_outdated(h) for h in p.state.hosts.values())
+    changed = pool_obj(2, scaling={"maxHosts": 6, "hostTemplate": TEMPLATE})
+    p.state.set_pool(PoolRecord.of(changed), T0)
+    assert {n for n, h in p.state.hosts.items() if p.state.is_outdated(h)} == {"a", "b"}
+    step = rollout_pool.step(p.state, T0)
+    assert step is not None
+    assert step.phase is UpdatePhase.PROGRESSING
+    assert (step.updated, step.outdated) == (0, 2)
+    assert step.replace  # b is empty: replaced
+
+
+def test_force_logoff_writes_a_logoff_for_each_user_of_a_drained_outdated_host() -> None:
+    p = pool(strategy="ForceLogoff", logoffDelayMinutes=20, logoffMessage="New image tonight")
+    drained = made("old", "0123456789", **{"hostpool.io/drained-by-update": "2026-01-05T08:00:00Z"})
+    for obj in (drained, made("other", "0123456789"), made("new", NEW)):
+        p.state.put_host(HostRecord.of(obj), T0)
+    p.session("r1", "alice", "old")
+    p.session("r2", "bob", "old")
+    p.session("r3", "carol", "other")  # not drained: no logoff yet
+    orders = rollout_pool.update_logoffs(p.state)
+    assert [(o.request, o.host) for o in orders] == [("r1", "old"), ("r2", "old")]
+    assert {o.message for o in orders} == {"New image tonight"}
+    deadline = parse_time("2026-01-05T08:00:00Z")
+    assert deadline is not None
+    assert {o.deadline for o in orders} == {deadline + timedelta(minutes=20)}
+    assert rollout_pool.update_logoffs(p.state, sent={"r1"})[0].request == "r2"
+
+
+def test_wait_for_logoff_writes_no_logoff() -> None:
+    p = pool()
+    drained = made("old", "0123456789", **{"hostpool.io/drained-by-update": "2026-01-05T08:00:00Z"})
+    p.state.put_host(HostRecord.of(drained), T0)
+    p.session("r1", "alice", "old")
+    assert rollout_pool.update_logoffs(p.state) == []
