@@ -7,7 +7,7 @@ Pure functions of a :class:`PoolState` and ``now``.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from ..api.timestamps import parse_time
@@ -131,7 +131,17 @@ def step(state: PoolState, now: datetime) -> RolloutStep | None:
         ]
     else:
         hosts = rollout_hosts(state, now)
-    return decide(spec.update_settings, revision, hosts, history(state), now)
+    step = decide(spec.update_settings, revision, hosts, history(state), now)
+    if spec.is_personal and step.phase is UpdatePhase.PROGRESSING:
+        # A personal host holds its user's files: it is never replaced like a pooled one.
+        # (Made again at its next stop is not built yet: it is only counted.)
+        message = (
+            f"{step.outdated} outdated personal host(s): personal pools are not updated yet "
+            "(their hosts keep their users' files)"
+        )
+        return replace(step, message=message, replace=(), delete=(), delete_first=(),
+                       drain=(), close=())  # fmt: skip
+    return step
 
 
 def update_logoffs(state: PoolState, sent: Collection[str] = ()) -> list[UpdateLogoff]:
