@@ -15,6 +15,9 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from ..api import LoadBalancerType, StopHostsWhen
+from ..api.update import UpdatePhase
+from ..rollout.step import RolloutHost, UpdateHistory
+from ..rollout.step import decide as decide_update
 from ..scaling.plans import (
     PhaseInForce,
     PlanHost,
@@ -34,9 +37,11 @@ from .replay_state import (
     LOGOFF,
     MAX_SESSION,
     READY,
+    UPDATE,
     ReplayInput,
     ReplayResult,
     State,
+    UpdateOutcome,
 )
 
 #: Passes at one instant while they add capacity (each adds a host at least).
@@ -58,6 +63,8 @@ class _Run:
 
     def __init__(self, given: ReplayInput) -> None:
         self.state = State(given)
+        #: What the pool's status would remember of the update (its phase, the canary).
+        self.update_history = UpdateHistory()
 
     # -------------------------------------------------------------- decisions
 
@@ -69,6 +76,7 @@ class _Run:
         for _ in range(MAX_PASSES):
             taking = state.taking_count
             self.decide(now)
+            self.roll(now)
             state.place_waiting(now)
             if state.taking_count <= taking:
                 break
@@ -86,6 +94,71 @@ class _Run:
             self.use_algorithm(phase.load_balancer_type)
             if not (self.skip_quiet_passes and self.plan_pass_from_counters(phase, now)):
                 self.follow_plan(phase, now)
+
+    def roll(self, now: float) -> None:
+        """The image update's step (``rollout.step.decide``), carried out as the operator
+        would: replacements made (ready at once, or after hostStartMinutes), emptied hosts
+        removed, ForceLogoff's drains with their users' logoffs."""
+        state = self.state
+        spec, outcome = state.given.update, state.update
+        if spec is None or outcome is None or outcome.completed is not None:
+            return
+        step = decide_update(spec, "new", self.rollout_hosts(), self.update_history,
+                             state.instant(now))  # fmt: skip
+        self.update_history = UpdateHistory(step.phase, "new", step.message, step.canary_passed)
+        for name in step.delete_first:
+            state.remove_host(name, now)
+        for name in step.replace:
+            made = state.add_host(now)
+            if name in state.hosts:
+                state.hosts[name].replaced_by = made
+        for name in step.delete:
+            view = state.balancer.host(name)
+            if name in state.hosts and (view is None or view.sessions == 0):
+                state.remove_host(name, now)
+        for name in step.drain:
+            self.drain_for_update(name, now)
+        outcome.peak_hosts = max(outcome.peak_hosts, len(state.hosts))
+        if step.phase is UpdatePhase.COMPLETE:
+            outcome.completed = now
+
+    def drain_for_update(self, name: str, now: float) -> None:
+        """ForceLogoff: the host takes no new session, and its users are logged off
+        ``logoffDelayMinutes`` from now."""
+        state = self.state
+        spec = state.given.update
+        assert spec is not None
+        state.set_drain(name, True, now)
+        host = state.hosts[name]
+        host.drained_by_plan, host.drained_at = False, None  # the update's, not the plan's
+        host.update_drained_at = now
+        deadline = now + spec.logoff_delay_minutes * 60.0
+        for user in sorted(state.balancer.ledger.users_on(name)):
+            state.logoffs[user] = deadline
+            state.update_logoffs.add(user)
+            state.push(deadline, LOGOFF, user)
+
+    def rollout_hosts(self) -> list[RolloutHost]:
+        state = self.state
+        hosts = []
+        for host in state.hosts.values():
+            view = state.balancer.host(host.name)
+            ready = None if host.ready_at is None else state.instant(host.ready_at)
+            drained = host.update_drained_at
+            hosts.append(
+                RolloutHost(
+                    host.name,
+                    "new" if host.revision == state.revision else "old",
+                    sessions=view.sessions if view is not None else 0,
+                    serving=view is not None and not view.drain_mode,
+                    created=state.instant(host.created),
+                    not_ready="starting" if host.starting else None,
+                    ready_since=ready,
+                    replaced_by=host.replaced_by,
+                    drained_at=None if drained is None else state.instant(drained),
+                )
+            )
+        return hosts
 
     def free_slots(self) -> int:
         """Free slots on the hosts not draining, starting ones included (none is ever over
@@ -311,6 +384,8 @@ class _Run:
         logons = given.logons
         for _ in range(given.hosts):
             state.add_host(0.0, ready=True)
+        if given.update is not None:
+            state.push(given.update_at, UPDATE, "")
         self.settle(0.0)
         steps: list[dict[str, Any]] = []
         hosts: list[int] = []
@@ -341,6 +416,7 @@ class _Run:
             ended_by=dict(state.ended_by),
             disconnected_by=dict(state.disconnected_by),
             disconnected_seconds=state.disconnected_until(total),
+            update=state.update,
         )
 
     def events_until(self, end: float, arrived: int) -> int:
@@ -376,6 +452,9 @@ class _Run:
             state.disconnect(name, at)
         elif kind == MAX_SESSION:
             state.max_session_reached(name, at)
+        elif kind == UPDATE:
+            state.start_update()
+            state.update = UpdateOutcome(started=at, peak_hosts=len(state.hosts))
         else:
             assert kind == DISCONNECTED_LIMIT
             state.disconnected_limit_reached(name, at)

@@ -28,6 +28,7 @@ from ..api import HostPoolSpec, LoadBalancerType
 from ..api.base import LimitAction, SessionLimit
 from ..api.plan import PlanRules
 from ..api.pool import SessionLimits
+from ..api.update import UpdateSpec
 from ..engine.balancer_view import BalancerHost
 from ..engine.balancing import PoolBalancer
 from ..engine.demand import Demand
@@ -43,6 +44,8 @@ READY = 3
 DISCONNECT = 4
 MAX_SESSION = 5
 DISCONNECTED_LIMIT = 6
+#: The pool's host template changes (an image update starts).
+UPDATE = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,9 @@ class ReplayInput:
     record_steps: bool = True
     #: The pool's session limits to replay (None: sessions end only when they end).
     session_limits: SessionLimits | None = None
+    #: An image update, and when it starts (seconds after the origin).
+    update: UpdateSpec | None = None
+    update_at: float = 0.0
 
 
 @dataclass(slots=True)
@@ -99,6 +105,19 @@ class ReplayResult:
     disconnected_by: dict[SessionLimit, int] = field(default_factory=dict)
     #: Session-seconds spent Disconnected within the run (each holding a slot).
     disconnected_seconds: float = 0.0
+    #: The image update: when it started and completed (offsets; None: not in the run),
+    #: the sessions its forced logoffs ended, and the most hosts at once meanwhile.
+    update: UpdateOutcome | None = None
+
+
+@dataclass(slots=True)
+class UpdateOutcome:
+    """What an image update did in a run."""
+
+    started: float
+    completed: float | None = None
+    sessions_ended: int = 0
+    peak_hosts: int = 0
 
 
 def _key(index: int) -> str:
@@ -117,6 +136,13 @@ class Host:
     drained_at: datetime | None = None
     #: Added and not yet taking sessions (hostStartMinutes): not in the engine until ready.
     starting: bool = False
+    #: The template revision it was made from (0 before any update), when it was made and
+    #: became ready (offsets), its replacement, and when the update drained it.
+    revision: int = 0
+    created: float = 0.0
+    ready_at: float | None = None
+    replaced_by: str | None = None
+    update_drained_at: float | None = None
 
 
 class State:
@@ -166,6 +192,11 @@ class State:
         self.disconnected_seconds = 0.0
         self.ended_by: dict[SessionLimit, int] = {}
         self.disconnected_by: dict[SessionLimit, int] = {}
+        #: The pool's template revision (0 until an update) and the update's outcome.
+        self.revision = 0
+        self.update: UpdateOutcome | None = None
+        #: Sessions the update's ForceLogoff logs off.
+        self.update_logoffs: set[str] = set()
         limits = given.session_limits
         self.max_session_seconds: float | None = None
         self.disconnected_limit_seconds: float | None = None
@@ -188,18 +219,24 @@ class State:
 
     # -------------------------------------------------------------- hosts
 
-    def add_host(self, now: float, *, ready: bool = False) -> None:
+    def add_host(self, now: float, *, ready: bool = False) -> str:
         self.created += 1
         name = f"host-{self.created:04d}"
         if ready or self.start_seconds <= 0:
             self.balancer.upsert_host(BalancerHost(name=name))
-            self.hosts[name] = Host(name, empty_since=self.instant(now))
+            self.hosts[name] = Host(
+                name, empty_since=self.instant(now), revision=self.revision, created=now,
+                ready_at=now,
+            )  # fmt: skip
             self.taking_count += 1
             self.empty.add(name)
-            return
-        self.hosts[name] = Host(name, empty_since=None, starting=True)
+            return name
+        self.hosts[name] = Host(
+            name, empty_since=None, starting=True, revision=self.revision, created=now
+        )
         self.starting += 1
         self.push(now + self.start_seconds, READY, name)
+        return name
 
     def host_ready(self, name: str, now: float) -> None:
         host = self.hosts.get(name)
@@ -207,8 +244,9 @@ class State:
             return
         host.starting = False
         host.empty_since = self.instant(now)
+        host.ready_at = now
         self.starting -= 1
-        self.balancer.upsert_host(BalancerHost(name=name))
+        self.balancer.upsert_host(BalancerHost(name=name, outdated=host.revision < self.revision))
         self.taking_count += 1
         self.empty.add(name)
         self.place_waiting(now)
@@ -250,11 +288,23 @@ class State:
                 sessions=view.sessions,
                 connecting=view.connecting,
                 order=view.order,
+                outdated=view.outdated,
             )
         )
         host = self.hosts[name]
         host.drained_by_plan = drain
         host.drained_at = self.instant(now) if drain else None
+
+    def start_update(self) -> None:
+        """The template changes: every host made so far is outdated (placed last)."""
+        self.revision += 1
+        for view in list(self.balancer.hosts()):
+            view_now = BalancerHost(
+                name=view.name, drain_mode=view.drain_mode, sessions=view.sessions,
+                connecting=view.connecting, order=view.order, metrics=view.metrics,
+                outdated=True,
+            )  # fmt: skip
+            self.balancer.upsert_host(view_now)
 
     def starting_hosts(self) -> list[Host]:
         if not self.starting:
@@ -345,6 +395,9 @@ class State:
 
     def forced_logoff(self, user: str, now: float) -> None:
         if self.logoffs.get(user) == now:
+            if user in self.update_logoffs and self.update is not None:
+                self.update.sessions_ended += 1
+            self.update_logoffs.discard(user)
             self.end(user, now)
 
     def disconnect(self, user: str, now: float, limit: SessionLimit | None = None) -> None:

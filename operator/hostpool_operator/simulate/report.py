@@ -37,12 +37,28 @@ def format_timeline_table(result: dict[str, Any]) -> str:
         lines.append(line + (f"  {step.get('disconnected', 0):>5}" if with_disconnected else ""))
     lines.append("")
     lines.extend(_limit_lines(result))
+    lines.extend(_update_lines(result))
     peak_hosts = max((s["hosts"] for s in steps), default=0)
     lines.append(
         f"host-hours {result['hostHours']:g}; placed {result['placed']} sessions; "
         f"peak pending {result['peakPending']}; peak hosts {peak_hosts}"
     )
     return "\n".join(lines)
+
+
+def _update_lines(result: dict[str, Any]) -> list[str]:
+    """When the image update completed, and the sessions a ForceLogoff ended."""
+    update = result.get("update")
+    if not update:
+        return []
+    if update["tookMinutes"] is None:
+        when = "did not complete within the run"
+    else:
+        when = f"completed {update['tookMinutes']:g} min after it started"
+    return [
+        f"image update at minute {update['startedMinutes']:g}: {when}; sessions ended by it "
+        f"{update['sessionsEnded']}; peak hosts meanwhile {update['peakHosts']}"
+    ]
 
 
 def _limit_lines(result: dict[str, Any]) -> list[str]:

@@ -120,6 +120,13 @@ def _recorded_logons(
     return out
 
 
+def update_offset(timeline: Timeline, zone: tzinfo, origin: datetime) -> float:
+    """Seconds from the origin to the update (0 without one)."""
+    if timeline.update is None:
+        return 0.0
+    return (timeline.update.at.replace(tzinfo=zone).astimezone(UTC) - origin).total_seconds()
+
+
 def replay_input(timeline: Timeline) -> ReplayInput:
     """The run a validated document describes."""
     zone: tzinfo = UTC if timeline.plan is None else timeline.plan.zone
@@ -143,6 +150,8 @@ def replay_input(timeline: Timeline) -> ReplayInput:
         seed=timeline.seed,
         host_start_seconds=timeline.host_start_minutes * 60.0,
         session_limits=timeline.pool.session_limits,
+        update=timeline.update,
+        update_at=update_offset(timeline, zone, origin),
     )
 
 
@@ -206,6 +215,23 @@ def timeline_result(
         "sessionsDisconnectedByLimits": disconnected,
         "disconnectedSessionHours": round(run.disconnected_seconds / 3600, 4),
         "notes": list(notes or []),
+        **({} if run.update is None else {"update": update_result(run)}),
+    }
+
+
+def update_result(run: ReplayResult) -> dict[str, Any]:
+    """``update``: when it started and completed (minutes after the start; completed null
+    when it did not within the run), how long it took, the sessions ForceLogoff ended and
+    the most hosts at once."""
+    outcome = run.update
+    assert outcome is not None
+    done = outcome.completed
+    return {
+        "startedMinutes": round(outcome.started / 60, 2),
+        "completedMinutes": None if done is None else round(done / 60, 2),
+        "tookMinutes": None if done is None else round((done - outcome.started) / 60, 2),
+        "sessionsEnded": outcome.sessions_ended,
+        "peakHosts": outcome.peak_hosts,
     }
 
 

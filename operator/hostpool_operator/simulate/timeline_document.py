@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from ..api import MAX_HOSTS, ApiModel, HostPoolSpec, describe_validation_error
 from ..api.base import MAX_USER
 from ..api.plan import SimulatedPlan
+from ..api.update import UpdateSpec
 
 MAX_HOURS = 168
 MAX_PER_HOUR = 100_000
@@ -111,6 +112,22 @@ class RecordedSession(ApiModel):
         return self
 
 
+class SimulatedUpdate(UpdateSpec):
+    """An image update in a timeline: the pool's template changes at ``at`` (a local time,
+    like ``start``), and ``spec.update``'s fields say how its hosts follow. Hosts are made
+    ready at once (or after ``hostStartMinutes``), so a canary passes when watched long
+    enough."""
+
+    at: datetime
+
+    @field_validator("at")
+    @classmethod
+    def _local_time(cls, value: datetime) -> datetime:
+        if value.tzinfo is not None:
+            raise ValueError("must be a local time without an offset, like start")
+        return value
+
+
 class Timeline(ApiModel):
     """The contract's timeline document."""
 
@@ -130,6 +147,8 @@ class Timeline(ApiModel):
     sessions: list[RecordedSession] | None = Field(default=None, max_length=MAX_LOGONS)
     #: The wait bound that ``waitedOverMaxPercent`` reports against.
     max_wait_minutes: float | None = Field(default=None, ge=0, le=MAX_WAIT_MINUTES)
+    #: An image update during the run (the pool needs scaling: its hosts are the operator's).
+    update: SimulatedUpdate | None = None
 
     @field_validator("start")
     @classmethod
@@ -172,6 +191,11 @@ def parse_timeline(document: Any) -> Timeline:
     if timeline.sessions is None and timeline.session_minutes is None:
         # Said here, by name: the model cannot require it only when sessions are absent.
         raise TimelineError("sessionMinutes: Field required (or give sessions instead)")
+    if timeline.update is not None:
+        if timeline.pool.scaling is None:
+            raise TimelineError("update: the pool needs scaling (its hosts are the operator's)")
+        if not timeline.start <= timeline.update.at:
+            raise TimelineError("update.at: must not be before start")
     if timeline.plan is not None:
         # What the operator reports as ScalingRequired on the plan.
         if timeline.pool.scaling is None:
