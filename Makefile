@@ -11,7 +11,7 @@ SHELL_SCRIPTS = $(shell git ls-files '*.sh' 2>/dev/null)
 GO_CHECK := (cd hack/bench/barecontroller && test -z "$$(gofmt -l .)" && go vet .) && \
 	(cd hack/cluster/provisioner && test -z "$$(gofmt -l volumehelper)" && go vet ./volumehelper)
 
-.PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-packages test-prepare test test-faults test-unit lint shellcheck crds bench-engine bench-recommend bench bench-hosts bench-scale bench-portal bench-relay-flood bench-portal-events web-client tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-portal demo-down clean
+.PHONY: help venv image image-session-host test-image test-image-session-host test-keycloak test-packages test-prepare test test-faults test-unit lint shellcheck crds bench-engine bench-recommend bench bench-hosts bench-scale bench-portal bench-relay-flood bench-portal-events bench-update web-client tools tools-cluster tools-nodes cluster-up cluster-down demo demo-broker demo-desktop demo-portal demo-update demo-down clean
 
 ##@ Getting started
 
@@ -39,6 +39,9 @@ demo-desktop: $(STAMP) ## after make demo (as root): an xrdp host, a desktop Pod
 
 demo-portal: $(STAMP) ## after make demo: Keycloak and the broker's portal in your browser (as root also make demo-desktop's desktops, opened in the page); prints the URL, users and passwords
 	$(PY) hack/demo/portal.py
+
+demo-update: $(STAMP) ## after make demo: a new image for the demo's pool, its hosts replaced as their users log off (kubectl hostpool rollout)
+	$(PY) hack/demo/update.py
 
 demo-down: ## stop the demo's operator, agents, broker and Keycloak, desktops, and the local control plane
 	-test -x $(PY) && $(PY) hack/demo/desktop.py down
@@ -127,6 +130,9 @@ bench-relay-flood: $(STAMP) tools-cluster web-client ## (root) one user flooding
 
 bench-portal-events: $(STAMP) tools-cluster ## what open portal pages cost the broker: memory and CPU for 100..1,000 event streams
 	@$(PY) hack/bench/portal_events.py
+
+bench-update: $(STAMP) tools-cluster ## a new image on a full pool of 50 pod-backed hosts under churn: WaitForLogoff and ForceLogoff, time to complete, hosts out of service, sessions ended
+	@$(PY) hack/bench/update.py
 
 bench-recommend: $(STAMP) ## recommend-plan over four weeks of 5,000 sessions a day: run time and the plan's figures
 	$(PY) hack/bench/recommend.py

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 import select
 import shutil
@@ -170,10 +171,11 @@ class VirtualDisplay:
     """An Xvfb display for RDP clients, and screenshots of it.
 
     The display number is allocated, not chosen: each candidate of :data:`CLIENT_DISPLAYS`
-    is tried in turn, and the X server's own lock (an atomic create of ``/tmp/.X<n>-lock``)
-    decides who has it. This Xvfb is ready when it writes its number on ``-displayfd``; one
-    that exits instead lost that number to another server (or a socket left behind), and the
-    next is tried. A socket file is never taken as the sign: anyone may have left it."""
+    is tried in turn (from a random one on), and the X server's own lock (an atomic create
+    of ``/tmp/.X<n>-lock``) decides who has it. This Xvfb is ready when it writes the number
+    it serves on ``-displayfd`` (its own search may move it on from a number whose sockets
+    are partly taken); one that exits, or says nothing in time, is stopped and the next
+    number tried. A socket file is never taken as the sign: anyone may have left it."""
 
     def __init__(self, log: Path, size: str = "1024x768") -> None:
         self.log = log
@@ -188,7 +190,11 @@ class VirtualDisplay:
         return f":{self.number}"
 
     def __enter__(self) -> VirtualDisplay:
-        for number in CLIENT_DISPLAYS:
+        # From a random place in the range: processes starting at once rarely try the same
+        # number first (the X server's lock decides either way).
+        first = random.randrange(len(CLIENT_DISPLAYS))
+        for offset in range(len(CLIENT_DISPLAYS)):
+            number = CLIENT_DISPLAYS[(first + offset) % len(CLIENT_DISPLAYS)]
             if self._try(number):
                 return self
         raise DesktopError(
@@ -219,12 +225,14 @@ class VirtualDisplay:
             os.close(read_end)
             if write_end >= 0:
                 os.close(write_end)
-        if answer.strip() == str(number) and proc.poll() is None:
-            self.number, self.proc = number, proc
+        served = answer.strip()
+        if served.isdigit() and proc.poll() is None:
+            # Where it serves: this number, or (-displayfd's own search, when only part of
+            # this one's sockets could be had) the next it found whole.
+            self.number, self.proc = int(served), proc
             return True
-        if proc.poll() is None:  # neither ready nor gone within the time: not ours to wait on
-            _stop(proc)
-            raise DesktopError(f"Xvfb :{number} did not start: {self.log.read_text()[-500:]}")
+        # Gone (the display is another's), or silent past the time: the next number.
+        _stop(proc)
         return False
 
     def __exit__(self, *exc: object) -> None:

@@ -81,6 +81,7 @@ class PoolWorker:
             workload_created=self._on_workload_written,
             wake=self.wake,
             mark_dirty=self.mark_dirty,
+            host_changed=lambda obj: router.on_host_event("MODIFIED", obj),
         )
         self.power = PowerKeeper(self.state, deps, self.keeper, mark_dirty=self.mark_dirty)
         self.data = DataKeeper(

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...api import Clipboard
-from ...api.vocabulary import HOST_LABEL
+from ...api.vocabulary import HOST_LABEL, HOSTS, TEMPLATE_REVISION_LABEL
 from ...api.workload import VolumeClaimTemplate, WorkloadTemplate
 from ...engine.personal import DataStep
 from ...engine.pool_state import PoolState
@@ -55,10 +55,12 @@ class WorkloadKeeper:
         workload_created: Callable[[str, WorkloadRecord], None],
         wake: Callable[[], None],
         mark_dirty: Callable[[], None],
+        host_changed: Callable[[Mapping[str, Any]], None] = lambda obj: None,
     ) -> None:
         self.state = state
         self.deps = deps
         self._workload_created = workload_created
+        self._host_changed = host_changed
         self._wake = wake
         self._mark_dirty = mark_dirty
         #: Why workloads cannot be created (reason, message); None: they can.
@@ -219,12 +221,30 @@ class WorkloadKeeper:
             return False
         # Known at once, so no pass takes it for missing before the watch event arrives.
         self._workload_created(host.meta.name, WorkloadRecord.of(obj, template.kind))
+        await self._made_from_current(host)
         if self.refused is not None:
             self.refused = None
             self._mark_dirty()
         self._backoff.reset()
         self._retry_at = 0.0
         return True
+
+    async def _made_from_current(self, host: HostRecord) -> None:
+        """A workload made (again) from the current template makes its host the current
+        revision's: an image update has nothing left to replace there (a Pod that was
+        missing, a personal host started again)."""
+        state = self.state
+        revision = state.revision
+        if revision is None or host.meta.labels.get(TEMPLATE_REVISION_LABEL) == revision:
+            return
+        body = {"metadata": {"labels": {TEMPLATE_REVISION_LABEL: revision}}}
+        try:
+            obj = await self.deps.client.patch(HOSTS, state.namespace, host.meta.name, body)
+        except (ApiError, ApiTransportError) as error:
+            log.warning("%s/%s: revision label not written: %s", state.namespace,
+                        host.meta.name, error)  # fmt: skip
+            return
+        self._host_changed(obj)
 
     def claim_templates(self) -> list[VolumeClaimTemplate]:
         spec = self.state.spec
