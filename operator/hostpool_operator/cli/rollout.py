@@ -46,10 +46,9 @@ def _update(pool: Mapping[str, Any]) -> dict[str, Any]:
 
 def _line(name: str, update: Mapping[str, Any]) -> str:
     phase = update.get("phase") or "no update yet"
-    return (
-        f'pool "{name}" revision {update.get("revision", "?")}: {phase}, '
-        f"{update.get('updatedHosts', 0)} updated, {update.get('outdatedHosts', 0)} outdated"
-        + (f" ({update['message']})" if update.get("message") else "")
+    counts = f"{update.get('updatedHosts', 0)} updated, {update.get('outdatedHosts', 0)} outdated"
+    return f'pool "{name}" revision {update.get("revision", "?")}: {phase}: ' + str(
+        update.get("message") or counts
     )
 
 
