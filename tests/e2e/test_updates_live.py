@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +15,10 @@ import pytest
 
 from support.cluster import Cluster
 from support.conditions import cond_is, host_of, phase, status
+from support.host_census import HostCensus, made
 from support.operator_process import OperatorProcess
 
 POOL = "desk"
-MANAGED = "hostpool.io/managed-by"
 REVISION = "hostpool.io/template-revision"
 IMAGE = "registry.k8s.io/pause:3.10"
 TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
@@ -52,14 +51,6 @@ def scaling(workload: Obj, **kw: Any) -> Obj:
     }
 
 
-def made(cluster: Cluster) -> dict[str, Obj]:
-    return {
-        name: h
-        for name, h in cluster.hosts().items()
-        if h["metadata"].get("labels", {}).get(MANAGED) == "hostpool-operator"
-    }
-
-
 def revision_of(host: Obj) -> str | None:
     labels: dict[str, str] = host["metadata"].get("labels", {})
     return labels.get(REVISION)
@@ -68,47 +59,6 @@ def revision_of(host: Obj) -> str | None:
 def update_of(cluster: Cluster) -> Obj:
     found: Obj = status(cluster.pool(POOL)).get("update") or {}
     return found
-
-
-class Census:
-    """Samples the pool's hosts while the update runs: the most there were at once, and the
-    fewest taking sessions: a host not being deleted whose Pod is Ready (what placement goes
-    by; the hosts' Available conditions are written a moment after)."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
-        self.most = 0
-        self.fewest_serving: int | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        path = f"/api/v1/namespaces/{self.cluster.namespace}/pods"
-        while not self._stop.wait(0.1):
-            hosts = made(self.cluster)
-            pods = self.cluster.kube.call("GET", path)["items"]
-            self.most = max(self.most, len(hosts))
-            live = {n for n, h in hosts.items() if not h["metadata"].get("deletionTimestamp")}
-            serving = sum(
-                1
-                for pod in pods
-                if pod["metadata"]["name"] in live
-                and not hosts[pod["metadata"]["name"]]["spec"].get("drainMode")
-                and any(
-                    c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in pod.get("status", {}).get("conditions", [])
-                )
-            )
-            if self.fewest_serving is None or serving < self.fewest_serving:
-                self.fewest_serving = serving
-
-    def __enter__(self) -> Census:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
 
 
 @pytest.fixture
@@ -154,7 +104,7 @@ def test_wait_for_logoff_replaces_hosts_as_they_empty_and_ends_no_session(
 
     spec = copy.deepcopy(pool_of_three["spec"]["scaling"])
     spec["hostTemplate"]["workload"] = template("v2")
-    with Census(cluster) as census:
+    with HostCensus(cluster) as census:
         cluster.patch("HostPool", POOL, {"spec": {"scaling": spec}})
         new = cluster.wait(
             lambda: (
@@ -298,9 +248,11 @@ def test_rollout_history_pause_resume_status_and_undo(cluster: Cluster, pool_of_
     assert f"({first})" in undone.stdout, undone.stdout
     cluster.wait(
         lambda: (
-            (update_of(cluster).get("revision") == first
-            and update_of(cluster).get("phase") == "Complete"
-            and all(revision_of(h) == first for h in made(cluster).values()))
+            (
+                update_of(cluster).get("revision") == first
+                and update_of(cluster).get("phase") == "Complete"
+                and all(revision_of(h) == first for h in made(cluster).values())
+            )
             or None
         ),
         "every host back on the first revision",

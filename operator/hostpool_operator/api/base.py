@@ -43,6 +43,20 @@ MAX_LABEL_VALUE = 1_024
 MAX_ANNOTATION_VALUE = 8_192
 
 
+def pool_owner(pool: str, uid: str, *, block_deletion: bool) -> dict[str, object]:
+    """The owner reference that makes ``pool`` the controller of an object the operator
+    makes for it (so deleting the pool deletes it); ``block_deletion`` for those a
+    foreground deletion of the pool must wait for (its hosts)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "HostPool",
+        "name": pool,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": block_deletion,
+    }
+
+
 class ApiModel(BaseModel):
     """Base for every API model: camelCase on the wire, snake_case in Python."""
 

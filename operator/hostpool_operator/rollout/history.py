@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..api import API_VERSION
+from ..api.base import pool_owner
 from ..api.update import REVISION_HISTORY
 from ..api.vocabulary import POOL_LABEL, TEMPLATE_REVISION_LABEL
 
@@ -43,16 +43,7 @@ def revision_manifest(
             "name": revision_name(pool, revision),
             "namespace": namespace,
             "labels": {POOL_LABEL: pool, TEMPLATE_REVISION_LABEL: revision},
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": "HostPool",
-                    "name": pool,
-                    "uid": pool_uid,
-                    "controller": True,
-                    "blockOwnerDeletion": False,
-                }
-            ],
+            "ownerReferences": [pool_owner(pool, pool_uid, block_deletion=False)],
         },
         "data": {"hostTemplate": dict(template)},
         "revision": number,

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from ..api import API_VERSION, HostTemplate, Scaling
+from ..api.base import pool_owner
 from ..engine.balancer_view import free_slots
 from ..engine.workloads import workload_ref
 
@@ -142,16 +143,7 @@ def host_manifest(
         "namespace": namespace,
         "labels": {**template.metadata.labels, **labels},
         "annotations": dict(template.metadata.annotations),
-        "ownerReferences": [
-            {
-                "apiVersion": API_VERSION,
-                "kind": "HostPool",
-                "name": pool,
-                "uid": pool_uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
+        "ownerReferences": [pool_owner(pool, pool_uid, block_deletion=True)],
     }
     if name is not None:
         metadata["name"] = name

@@ -5,7 +5,6 @@ forgotten, never more hosts than wanted + maxSurge, and no session ends under Wa
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,12 +14,12 @@ import pytest
 
 from support.cluster import Cluster
 from support.conditions import host_of, phase, status
+from support.host_census import HostCensus, made
 from support.identity import Identity, install_identity, leaked_secrets, remove_identity
 from support.kube import Kube
 from support.operator_process import OperatorProcess
 
 POOL = "desk"
-MANAGED = "hostpool.io/managed-by"
 REVISION = "hostpool.io/template-revision"
 TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
 HOSTS = 6
@@ -40,39 +39,6 @@ def template(tag: str) -> Obj:
             "containers": [{"name": "desktop", "image": f"registry.k8s.io/pause:3.10-{tag}"}],
         },
     }
-
-
-def made(cluster: Cluster) -> dict[str, Obj]:
-    return {
-        n: h
-        for n, h in cluster.hosts().items()
-        if h["metadata"].get("labels", {}).get(MANAGED) == "hostpool-operator"
-    }
-
-
-class Watcher:
-    """Every host the API showed while the update ran, and the most at once."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
-        self.seen: set[str] = set()
-        self.most = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            hosts = made(self.cluster)
-            self.seen |= set(hosts)
-            self.most = max(self.most, len(hosts))
-
-    def __enter__(self) -> Watcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
 
 
 @pytest.fixture
@@ -103,7 +69,7 @@ def test_an_update_carries_on_after_the_operator_is_killed_twice(
             cluster.create_request(user, POOL, user)
         placed = {n: host_of(o) for n, o in cluster.wait_assigned(users, timeout=60).items()}
 
-        with Watcher(cluster) as watcher:
+        with HostCensus(cluster, every=0.05) as watcher:
             scaling["hostTemplate"] = {"workload": template("v2")}
             cluster.patch("HostPool", POOL, {"spec": {"scaling": scaling}})
             # Killed as soon as the first outdated host is replaced: its marks are half done.
