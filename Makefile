@@ -65,12 +65,11 @@ lint: $(STAMP) shellcheck ## ruff (with its complexity and size gates), mypy, im
 
 # The suite's tests wait on servers far more than they compute: TEST_WORKERS pytest-xdist
 # workers run files at once, each with its own control plane (tests/conftest.py: the groups
-# and the order). Four on two cores: three left the cores half idle while the desktops'
-# and the real nodes' groups waited on their servers. TEST_WORKERS=0 runs it in one process. The few tests that read the
+# and the order). TEST_WORKERS=0 runs it in one process. The few tests that read the
 # machine's own load (marker solo) run afterwards, alone; the fault tests among them (they
 # leave the API server busy) with a control plane of their own. Each test's time is in
 # .cluster/test-report*.xml (hack/test_times.py sums them by tier).
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 
 test: lint test-prepare ## everything: lint, then unit, property, CRD, end-to-end and image tests (TEST_WORKERS at once)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30 -m "not solo" --junitxml=.cluster/test-report.xml

@@ -57,6 +57,12 @@ OPERATOR_RULES: list[Obj] = [
     },
     {"apiGroups": ["hostpool.io"], "resources": ["hostpools/finalizers"], "verbs": ["update"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    # An image update keeps each host template as a ControllerRevision (the last ten).
+    {
+        "apiGroups": ["apps"],
+        "resources": ["controllerrevisions"],
+        "verbs": ["list", "create", "delete"],
+    },
 ]
 #: The verbs of every workload rule: informers (get, list, watch), a pool's hostTemplate
 #: creating a host's workload, and a terminally failed workload deleted and created again.
