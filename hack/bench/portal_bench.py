@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -201,7 +202,8 @@ def verifier_seconds(tmp_path: Path, runs: int) -> dict[str, Any]:
     keys, state, homes = tmp_path / "keys.pem", tmp_path / "state", tmp_path / "homes"
     keys.write_bytes(credential.public_pem(key))
     homes.mkdir()
-    user = f"hpbench{os.getpid() % 100000}"
+    # A name nobody has (the logon refuses an account that exists and is not its own).
+    user = f"hpbench{secrets.token_hex(3)}"
     program = str(Path(sys.executable).with_name("hostpool-logon"))
     argv = [program, "--host", "bench", "--public-keys", str(keys), "--state", str(state)]
     argv += ["--home-root", str(homes)]
@@ -259,7 +261,7 @@ def test_bench_portal(
     )
     # Single sign-on: its own pool and host, and a person no host knows yet.
     private, public, _ = make_keys(tmp_path)
-    sso_user = f"webs{os.getpid() % 10000:04d}"
+    sso_user = f"webs{secrets.token_hex(3)}"  # a person no host knows yet
     add_keycloak_users(keycloak, [sso_user])
     _, sso_agents = agent_hosts([SSO_HOST], {}, first=FIRST_ADDRESS + 5, signon=public)
     cluster.setup_pool(
