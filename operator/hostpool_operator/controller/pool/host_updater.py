@@ -110,8 +110,13 @@ class HostUpdater:
         record = self._unrecorded()
         if step is None or (step.phase is None and not record and not self._unlabelled()):
             return
-        self._logoffs_sent &= {n for n, r in state.requests.items() if not r.logoff}
-        logoffs = rollout_pool.update_logoffs(state, self._logoffs_sent)
+        logoffs: list[rollout_pool.UpdateLogoff] = []
+        if self._logoffs_sent or step.phase is UpdatePhase.PROGRESSING:
+            # Those seen stored are dropped (a scan of the requests: only while it matters).
+            self._logoffs_sent = {
+                n for n in self._logoffs_sent if (r := state.requests.get(n)) and not r.logoff
+            }
+            logoffs = rollout_pool.update_logoffs(state, self._logoffs_sent)
         acts = step.replace or step.delete or step.drain or step.close or logoffs
         if acts or record or self._unlabelled():
             self.task = self.deps.spawn(self._apply(step, logoffs, record))
