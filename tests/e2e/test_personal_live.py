@@ -34,6 +34,7 @@ from support.kube import MERGE_PATCH, Kube
 from support.operator_process import OperatorProcess
 
 POOL = "desks"
+REVISION = "hostpool.io/template-revision"
 
 
 def personal_pool(cluster: Cluster, hosts: list[str], **personal: Any) -> None:
@@ -551,3 +552,64 @@ def test_unassign_keep_data_keeps_the_claim_for_that_user_alone(
     host = cluster.host(mine)
     assert "keepData" not in host["spec"]  # hers again: kept no longer
     assert host["metadata"]["annotations"][DATA_OF] == "alice"
+
+
+def test_an_image_update_makes_each_users_host_again_in_place_keeping_their_files(
+    cluster: Cluster,
+    kube: Kube,
+    operator_process: OperatorProcess,
+    node_label: Callable[[], list[str]],  # noqa: F811
+) -> None:
+    """A new host template on a personal pool: alice, logged off, has her Pod made again
+    from the new template on the same host, her claim (her files) the same; bob, still
+    connected, keeps his Pod until he logs off, then his is made again; no host is replaced
+    or added, and the update completes."""
+    del operator_process
+    node_label()
+    home_pool(cluster, max_hosts=2)
+    alices, alices_claim, alices_pod = first_desktop(cluster, kube, "alice-1", "alice")
+    cluster.create_request("bob-1", POOL, "bob")
+    bobs = status(cluster.wait_request("bob-1", phase_="Assigned", reason="Personal", timeout=60))[
+        "host"
+    ]
+    bobs_pod = workloads.get_pod(kube, cluster.namespace, bobs)
+    assert bobs_pod is not None
+    old = cluster.host(bobs)["metadata"]["labels"][REVISION]
+
+    tag = {"spec": {"scaling": {"hostTemplate": {"workload": {"metadata": {"labels": {
+        "image-tag": "v2"}}}}}}}  # fmt: skip
+    cluster.patch("HostPool", POOL, tag)
+
+    def new_pod(host: str) -> dict[str, Any] | None:
+        pod = workloads.get_pod(kube, cluster.namespace, host)
+        labels = (pod or {}).get("metadata", {}).get("labels", {})
+        return pod if labels.get("image-tag") == "v2" else None
+
+    remade = cluster.wait(lambda: new_pod(alices), "alice's Pod made from the new template")
+    assert remade["metadata"]["uid"] != alices_pod
+    home = claim(kube, cluster, f"home-{alices}")
+    assert home is not None and home["metadata"]["uid"] == alices_claim  # her files kept
+    new = cluster.wait_host(
+        alices, lambda h: h["metadata"]["labels"].get(REVISION) != old, "alice's host updated"
+    )
+    assert new["spec"]["assignedUser"] == "alice"
+
+    # bob's session holds his host as it is, pass after pass.
+    until = time.monotonic() + 3
+    while time.monotonic() < until:
+        pod = workloads.get_pod(kube, cluster.namespace, bobs)
+        assert pod is not None and pod["metadata"]["uid"] == bobs_pod["metadata"]["uid"]
+        time.sleep(0.3)
+    progress = status(cluster.pool(POOL)).get("update", {})
+    assert progress.get("phase") == "Progressing", progress
+    assert "1 wait for their user to log off" in progress.get("message", ""), progress
+
+    cluster.delete("SessionRequest", "bob-1")
+    cluster.wait(lambda: new_pod(bobs), "bob's Pod made from the new template once he left")
+    done = cluster.wait_pool(
+        POOL, lambda p: status(p).get("update", {}).get("phase") == "Complete", "update Complete"
+    )
+    assert status(done)["update"]["updatedHosts"] == 2, status(done)
+    assert sorted(cluster.hosts()) == sorted({alices, bobs})  # made again, never replaced
+    updated = [e["message"] for e in cluster.events_for(POOL) if e["reason"] == "HostUpdated"]
+    assert any(alices in m and "volumes kept" in m for m in updated), updated

@@ -31,4 +31,3 @@ HOST_LABEL = "hostpool.io/host"
 #: placed there and removed only once they are deleted. A session administrator cannot
 #: change it (the session-admin policy), so no one skips the deletion by editing it.
 DATA_OF_ANNOTATION = "hostpool.io/data-of"
-

@@ -67,6 +67,10 @@ class DataStep(enum.Enum):
     REFUSE = "Refuse"
 
 
+#: A host's files in these steps keep it from getting a workload: it would mount a former
+#: user's claims while they are being deleted, or for a user they are not kept for.
+NO_WORKLOAD = frozenset({DataStep.DELETE, DataStep.DELETE_WHEN_EMPTY, DataStep.REFUSE})
+
 #: Steps after which the host opens to its user (or to anyone) without anyone acting.
 _ON_ITS_WAY = frozenset({DataStep.RECORD, DataStep.DELETE, DataStep.DELETE_WHEN_EMPTY})
 

@@ -7,7 +7,7 @@ Pure functions of a :class:`PoolState` and ``now``.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..api.timestamps import parse_time
@@ -17,6 +17,7 @@ from ..api.vocabulary import (
     TEMPLATE_REVISION_LABEL,
     UPDATE_DRAINED_ANNOTATION,
 )
+from ..engine.personal import NO_WORKLOAD
 from ..engine.pool_state import PoolState
 from ..engine.records import HostRecord
 from ..engine.workloads import Gate
@@ -74,8 +75,11 @@ def rollout_hosts(state: PoolState, now: datetime) -> list[RolloutHost]:
         view = state.views.view(record, now)
         workload = state.workload_state(record, now)
         not_ready = None
+        stopped = name in state.power_off
         if workload is not None and workload.gate is not Gate.OPEN:
             not_ready = workload.message
+        if state.personal.data_step(name) in NO_WORKLOAD:
+            not_ready, stopped = "its files are being kept or deleted", False
         hosts.append(
             RolloutHost(
                 name=name,
@@ -87,6 +91,7 @@ def rollout_hosts(state: PoolState, now: datetime) -> list[RolloutHost]:
                 ready_since=ready_since(state, record),
                 replaced_by=annotation(record, REPLACED_BY_ANNOTATION),
                 drained_at=parse_time(annotation(record, UPDATE_DRAINED_ANNOTATION)),
+                stopped=stopped,
             )
         )
     return hosts
@@ -131,17 +136,9 @@ def step(state: PoolState, now: datetime) -> RolloutStep | None:
         ]
     else:
         hosts = rollout_hosts(state, now)
-    step = decide(spec.update_settings, revision, hosts, history(state), now)
-    if spec.is_personal and step.phase is UpdatePhase.PROGRESSING:
-        # A personal host holds its user's files: it is never replaced like a pooled one.
-        # (Made again at its next stop is not built yet: it is only counted.)
-        message = (
-            f"{step.outdated} outdated personal host(s): personal pools are not updated yet "
-            "(their hosts keep their users' files)"
-        )
-        return replace(step, message=message, replace=(), delete=(), delete_first=(),
-                       drain=(), close=())  # fmt: skip
-    return step
+    return decide(
+        spec.update_settings, revision, hosts, history(state), now, personal=spec.is_personal
+    )
 
 
 def update_logoffs(state: PoolState, sent: Collection[str] = ()) -> list[UpdateLogoff]:

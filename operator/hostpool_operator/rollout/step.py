@@ -54,6 +54,8 @@ class RolloutHost:
     replaced_by: str | None = None
     #: When the update drained it for a forced logoff (None: it did not).
     drained_at: datetime | None = None
+    #: Personal pools: stopped (its workload deleted, its volumes kept).
+    stopped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +94,12 @@ class RolloutStep:
     drain: tuple[str, ...] = ()
     #: A failed canary's hosts: drained, so nobody lands on a host that fails logons.
     close: tuple[str, ...] = ()
+    #: Personal pools: idle outdated hosts whose workload is made again (deleted; the
+    #: operator makes it anew from the current template, the volumes kept).
+    remake: tuple[str, ...] = ()
+    #: Personal pools: stopped outdated hosts, labelled with the current revision: their
+    #: workload is made from it when they start.
+    relabel: tuple[str, ...] = ()
     failure: Failure | None = None
     #: The canary has been watched long enough: the rest follow (kept in status).
     canary_passed: bool = False
@@ -128,8 +136,12 @@ def decide(
     hosts: Sequence[RolloutHost],
     history: UpdateHistory,
     now: datetime,
+    *,
+    personal: bool = False,
 ) -> RolloutStep:
-    """The update's step for the operator's hosts of one pool (those being removed left out)."""
+    """The update's step for the operator's hosts of one pool (those being removed left out).
+    A personal pool's hosts are made again in place, never replaced (see
+    :func:`personal_step`)."""
     by_name = {h.name: h for h in hosts}
     current = [h for h in hosts if h.revision in (None, revision)]
     outdated = [h for h in hosts if h.revision not in (None, revision)]
@@ -138,28 +150,70 @@ def decide(
     base = RolloutStep(
         UpdatePhase.PROGRESSING, len(current), len(outdated), message="", bounds=limits
     )
-    if history.phase is UpdatePhase.FAILED and history.revision == revision:
-        return replace(base, phase=UpdatePhase.FAILED, message=history.message or "failed")
-    if not outdated:
-        if history.phase is None:
-            return replace(base, phase=None, message="all hosts are on the current revision")
-        return replace(
-            base, phase=UpdatePhase.COMPLETE, message=f"all {len(current)} host(s) updated"
-        )
-    if spec.strategy is UpdateStrategy.ON_DELETE:
-        message = f"{len(outdated)} outdated host(s), each made again when deleted (OnDelete)"
-        return replace(base, message=message)
-    if spec.paused:
-        return replace(base, phase=UpdatePhase.PAUSED, message="paused (spec.update.paused)")
-    if spec.not_before is not None and now < spec.not_before:
-        message = f"waiting for notBefore {spec.not_before.isoformat()}"
-        return replace(base, message=message, wake_at=spec.not_before)
+    held = _held(spec, base, revision, history, now)
+    if held is not None:
+        return held
+    if personal:
+        return personal_step(base, outdated, hosts)
     canary_passed = history.canary_passed and history.revision == revision
     if spec.canary is not None and not canary_passed:
         step = _canary(spec, base, outdated, pairs, by_name, now)
         if step is not None:
             return step
     return _roll(spec, base, outdated, pairs, by_name)
+
+
+def _held(
+    spec: UpdateSpec, base: RolloutStep, revision: str, history: UpdateHistory, now: datetime
+) -> RolloutStep | None:
+    """The step when nothing is to be done now: failed, complete, OnDelete, paused, or
+    before notBefore (None: the update acts)."""
+    if history.phase is UpdatePhase.FAILED and history.revision == revision:
+        return replace(base, phase=UpdatePhase.FAILED, message=history.message or "failed")
+    if not base.outdated:
+        if history.phase is None:
+            return replace(base, phase=None, message="all hosts are on the current revision")
+        return replace(
+            base, phase=UpdatePhase.COMPLETE, message=f"all {base.updated} host(s) updated"
+        )
+    if spec.strategy is UpdateStrategy.ON_DELETE:
+        message = f"{base.outdated} outdated host(s), each made again when deleted (OnDelete)"
+        return replace(base, message=message)
+    if spec.paused:
+        return replace(base, phase=UpdatePhase.PAUSED, message="paused (spec.update.paused)")
+    if spec.not_before is not None and now < spec.not_before:
+        message = f"waiting for notBefore {spec.not_before.isoformat()}"
+        return replace(base, message=message, wake_at=spec.not_before)
+    return None
+
+
+def personal_step(
+    base: RolloutStep, outdated: Sequence[RolloutHost], hosts: Sequence[RolloutHost]
+) -> RolloutStep:
+    """A personal pool's update: each host holds its user's files, so it is made again in
+    place (its volume claims kept), never replaced, and never while a session is on it.
+
+    * A **stopped** outdated host is labelled with the current revision: its workload is
+      made from the new template when it starts.
+    * An **idle** running one (no session, not even a disconnected one) has its workload
+      made again now, ``maxUnavailable`` at a time (hosts starting count against it).
+    * One **with a session** waits for its user to log off (or for its next stop).
+      ForceLogoff does not apply: a person's own desktop is not taken from them.
+    """
+    limits = base.bounds
+    assert limits is not None
+    starting = sum(1 for h in hosts if not h.stopped and h.not_ready is not None)
+    room = max(0, limits.max_unavailable - starting)
+    relabel = tuple(h.name for h in outdated if h.stopped)
+    idle = [h for h in outdated if not h.stopped and h.sessions == 0 and h.serving]
+    remake = tuple(h.name for h in idle[:room])
+    busy = sum(1 for h in outdated if not h.stopped and h.sessions > 0)
+    message = (
+        f"{base.updated} personal host(s) updated, {base.outdated} outdated: stopped ones "
+        f"start on the new revision, idle ones are made again ({limits.max_unavailable} at "
+        f"a time), {busy} wait for their user to log off"
+    )
+    return replace(base, message=message, remake=remake, relabel=relabel)
 
 
 def _paired(host: RolloutHost, by_name: dict[str, RolloutHost], revision: str) -> bool:

@@ -86,13 +86,15 @@ def test_wait_for_logoff_writes_no_logoff() -> None:
     assert rollout_pool.update_logoffs(p.state) == []
 
 
-def test_a_personal_pools_hosts_are_never_replaced_by_an_update() -> None:
+def test_a_personal_pools_hosts_are_made_again_in_place_never_replaced() -> None:
     personal = {"type": "Personal", "scaling": {"maxHosts": 6, "hostTemplate": TEMPLATE}}
     p = Pool({"metadata": pool_obj()["metadata"], "spec": personal})
-    for name in ("mine", "yours"):
+    for name in ("busy", "idle", "off"):
         p.state.put_host(HostRecord.of(made(name, "0123456789")), T0)
+    p.session("r1", "alice", "busy")
+    p.state.power_off.add("off")
     step = rollout_pool.step(p.state, T0)
     assert step is not None
-    assert step.outdated == 2
+    assert step.outdated == 3
     assert step.replace == step.delete == step.drain == ()
-    assert "personal" in step.message
+    assert (step.remake, step.relabel) == (("idle",), ("off",))

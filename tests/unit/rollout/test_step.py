@@ -191,3 +191,42 @@ def test_the_canary_is_watched_before_the_rest_follow() -> None:
     later = decide(spec(**CANARY), NEW, hosts, UpdateHistory(), NOW + timedelta(minutes=6))
     assert later.canary_passed
     assert set(later.delete) == {"a", "b"}
+
+
+def personal(hosts: list[RolloutHost], **fields: Any) -> Any:
+    return decide(spec(**fields), NEW, hosts, UpdateHistory(), NOW, personal=True)
+
+
+def test_a_personal_host_is_made_again_in_place_only_when_idle() -> None:
+    step = personal(
+        [old("idle"), old("busy", sessions=1), old("off", stopped=True, serving=False), new("n")],
+        maxUnavailable=2,
+    )
+    assert step.phase is UpdatePhase.PROGRESSING
+    assert step.remake == ("idle",)
+    assert step.relabel == ("off",)
+    # Never replaced or drained: the host holds its user's files and session.
+    assert step.replace == step.delete == step.drain == step.close == ()
+    assert "1 wait for their user to log off" in step.message
+
+
+def test_personal_hosts_are_made_again_max_unavailable_at_a_time_starting_ones_counted() -> None:
+    idle = [old(f"h{i}") for i in range(4)]
+    assert personal(idle, maxUnavailable=2).remake == ("h0", "h1")
+    starting = new("s", not_ready="ContainerCreating", ready_since=None)
+    assert personal([*idle, starting], maxUnavailable=2).remake == ("h0",)
+    # Stopped hosts cost nothing: all are labelled at once.
+    stopped = [old(f"off{i}", stopped=True, serving=False) for i in range(3)]
+    assert personal([*stopped, starting], maxUnavailable=1).relabel == ("off0", "off1", "off2")
+
+
+def test_force_logoff_does_not_apply_to_a_personal_pool() -> None:
+    step = personal([old("busy", sessions=2)], strategy="ForceLogoff")
+    assert step.drain == step.remake == ()
+
+
+def test_a_personal_pool_is_held_like_any_other() -> None:
+    hosts = [old("idle"), old("off", stopped=True, serving=False)]
+    for fields in ({"paused": True}, {"strategy": "OnDelete"}):
+        step = personal(hosts, **fields)
+        assert step.remake == step.relabel == ()

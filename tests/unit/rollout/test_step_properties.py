@@ -150,3 +150,48 @@ def test_a_failed_canary_never_touches_an_outdated_host(
     assert all(
         h.serving and h.drained_at is None for h in world.hosts.values() if h.revision == OLD
     )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    sessions=st.lists(st.integers(0, 3), min_size=1, max_size=12),
+    stopped=st.lists(st.booleans(), min_size=12, max_size=12),
+    unavailable=st.integers(1, 3),
+    seed=st.integers(0, 2**32),
+)
+def test_personal_hosts_are_made_again_only_when_idle_and_all_get_there(
+    sessions: list[int], stopped: list[bool], unavailable: int, seed: int
+) -> None:
+    """A personal pool: no host is made again while a session is on it, at most
+    ``maxUnavailable`` are out at once, none is ever replaced, and as users log off every
+    host ends on the new revision (the update completes)."""
+    rng = random.Random(seed)
+    off = [stopped[i] and n == 0 for i, n in enumerate(sessions)]
+    hosts = {
+        f"h{i}": RolloutHost(f"h{i}", OLD, sessions=n, stopped=off[i], serving=not off[i])
+        for i, n in enumerate(sessions)
+    }
+    update = UpdateSpec.model_validate({"maxUnavailable": unavailable, "maxSurge": 0})
+    history = UpdateHistory()
+    now = START
+    for _ in range(200):
+        step = decide(update, NEW, list(hosts.values()), history, now, personal=True)
+        history = UpdateHistory(step.phase, NEW, step.message)
+        if step.phase is UpdatePhase.COMPLETE:
+            break
+        assert step.replace == step.delete == step.drain == ()
+        starting = sum(1 for h in hosts.values() if h.not_ready is not None)
+        assert starting + len(step.remake) <= unavailable
+        for name in step.remake:
+            assert hosts[name].sessions == 0, f"{name} made again under a session"
+            hosts[name] = replace(hosts[name], revision=NEW, serving=False, not_ready="starting")
+        for name in step.relabel:
+            assert hosts[name].stopped
+            hosts[name] = replace(hosts[name], revision=NEW)
+        now += TICK
+        for name, host in hosts.items():
+            if host.not_ready is not None:
+                hosts[name] = replace(host, serving=True, not_ready=None)
+            elif host.sessions and rng.random() < 0.3:
+                hosts[name] = replace(host, sessions=host.sessions - 1)
+    assert all(h.revision == NEW for h in hosts.values()), hosts

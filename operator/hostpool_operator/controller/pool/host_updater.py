@@ -117,7 +117,10 @@ class HostUpdater:
                 n for n in self._logoffs_sent if (r := state.requests.get(n)) and not r.logoff
             }
             logoffs = rollout_pool.update_logoffs(state, self._logoffs_sent)
-        acts = step.replace or step.delete or step.drain or step.close or logoffs
+        acts = (
+            step.replace or step.delete or step.drain or step.close or step.remake
+            or step.relabel or logoffs
+        )  # fmt: skip
         if acts or record or self._unlabelled():
             self.task = self.deps.spawn(self._apply(step, logoffs, record))
 
@@ -260,6 +263,10 @@ class HostUpdater:
                 await self._delete(name, made.get(name))
             for order in logoffs:
                 await self._logoff(order)
+            for name in step.relabel:
+                await self._relabel(name)
+            for name in step.remake:
+                await self._remake(name)
         finally:
             self._wake()
 
@@ -334,11 +341,39 @@ class HostUpdater:
             state.abort_removal(name, datetime.now(UTC))
             return False
         replaced_by = replacement or rollout_pool.annotation(record, REPLACED_BY_ANNOTATION)
-        message = f"outdated host {name} replaced by {replaced_by} (revision {state.revision})"
-        log.info("%s/%s: %s", *self._key(), message)
         self.deps.metrics.scaled(state.namespace, state.name, "update", 1)
-        self.deps.events.post(self._pool_body(), "HostPool", "HostUpdated", message, "Normal")
+        self._updated(f"outdated host {name} replaced by {replaced_by} (revision {state.revision})")
         return True
+
+    async def _relabel(self, name: str) -> None:
+        """A stopped personal host: its workload is made from the current template when it
+        starts, so it is the current revision's from now on."""
+        state = self.state
+        if name not in state.power_off:
+            return  # started since the step was decided: made from the current template
+        body = {"metadata": {"labels": {TEMPLATE_REVISION_LABEL: state.revision}}}
+        if await self._patch_host(name, body):
+            self._updated(f"stopped personal host {name} starts on revision {state.revision}")
+
+    async def _remake(self, name: str) -> None:
+        """An idle personal host's workload made again from the current template (its
+        volume claims, its user's files, kept)."""
+        state = self.state
+        record = state.hosts.get(name)
+        if record is None or state.ledger.count_on(name) or name in state.power_off:
+            return  # a session arrived, or it stopped, since the step was decided
+        workload = state.workloads.get(name)
+        if workload is None or not workload.ready:
+            return
+        if await self.scaler.workloads.remake(record, workload):
+            self._updated(
+                f"idle personal host {name} made again from revision {state.revision} "
+                "(its volumes kept)"
+            )
+
+    def _updated(self, message: str) -> None:
+        log.info("%s/%s: %s", *self._key(), message)
+        self.deps.events.post(self._pool_body(), "HostPool", "HostUpdated", message, "Normal")
 
     async def _logoff(self, order: rollout_pool.UpdateLogoff) -> None:
         state = self.state

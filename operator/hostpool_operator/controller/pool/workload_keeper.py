@@ -18,7 +18,7 @@ from typing import Any
 from ...api import Clipboard
 from ...api.vocabulary import HOST_LABEL, HOSTS, TEMPLATE_REVISION_LABEL
 from ...api.workload import VolumeClaimTemplate, WorkloadTemplate
-from ...engine.personal import DataStep
+from ...engine.personal import NO_WORKLOAD
 from ...engine.pool_state import PoolState
 from ...engine.records import HostRecord
 from ...engine.workloads import (
@@ -35,10 +35,6 @@ log = logging.getLogger(__name__)
 
 #: Where a host's PersistentVolumeClaims are made (the core group's plural).
 CLAIMS = "persistentvolumeclaims"
-
-#: A host's files in these steps keep it from getting a workload: it would mount a former
-#: user's claims while they are being deleted, or for a user they are not kept for.
-NO_WORKLOAD = frozenset({DataStep.DELETE, DataStep.DELETE_WHEN_EMPTY, DataStep.REFUSE})
 
 #: Back-off of workload creation after a refusal: first wait, then doubled up to the max.
 RETRY_FIRST = 5.0
@@ -394,9 +390,20 @@ class WorkloadKeeper:
     async def stop(self, host: HostRecord, workload: WorkloadRecord | None) -> None:
         """Delete a personal host's workload (the operator's own, by uid); its volumes,
         owned by the host, stay."""
+        await self._delete_workload(host, workload, "stop")
+
+    async def remake(self, host: HostRecord, workload: WorkloadRecord | None) -> bool:
+        """An image update of a personal host: its workload deleted (its volumes stay) and,
+        as for any missing workload of a running host, made again from the current template.
+        True when the deletion was accepted."""
+        return await self._delete_workload(host, workload, "make again")
+
+    async def _delete_workload(
+        self, host: HostRecord, workload: WorkloadRecord | None, why: str
+    ) -> bool:
         template = self.template()
         if template is None or workload is None or workload.owner_host_uid != host.meta.uid:
-            return
+            return False
         try:
             await self.deps.client.delete(
                 await self._plural(template),
@@ -407,9 +414,12 @@ class WorkloadKeeper:
             )
         except ApiError as error:
             if not error.not_found:
-                log.warning("%s: could not stop: %s", host.meta.name, error)
+                log.warning("%s: could not %s: %s", host.meta.name, why, error)
+            return False
         except ApiTransportError as error:
-            log.warning("%s: could not stop: %s", host.meta.name, error)
+            log.warning("%s: could not %s: %s", host.meta.name, why, error)
+            return False
+        return True
 
     def _refuse(self, reason: str, message: str) -> None:
         """The API server refused a workload: the pool says so, and the next try waits."""
