@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -69,7 +70,9 @@ def fresh_namespace(core: Any) -> None:
     core.create_namespace({"metadata": {"name": NAMESPACE}})
 
 
-def start_operator(path: Path, log_path: Path) -> subprocess.Popen[bytes]:
+def start_operator(
+    path: Path, log_path: Path, extra: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
     command = [
         sys.executable,
         "-m",
@@ -80,6 +83,7 @@ def start_operator(path: Path, log_path: Path) -> subprocess.Popen[bytes]:
         "--no-leader-election",
         "--log-format",
         "text",
+        *extra,
     ]
     env = {**os.environ, "KUBECONFIG": str(path), "PYTHONPATH": str(ROOT / "operator")}
     process = subprocess.Popen(

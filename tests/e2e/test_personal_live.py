@@ -588,7 +588,8 @@ def test_an_image_update_makes_each_users_host_again_in_place_keeping_their_file
     remade = cluster.wait(lambda: new_pod(alices), "alice's Pod made from the new template")
     assert remade["metadata"]["uid"] != alices_pod
     home = claim(kube, cluster, f"home-{alices}")
-    assert home is not None and home["metadata"]["uid"] == alices_claim  # her files kept
+    assert home is not None
+    assert home["metadata"]["uid"] == alices_claim
     new = cluster.wait_host(
         alices, lambda h: h["metadata"]["labels"].get(REVISION) != old, "alice's host updated"
     )
@@ -598,7 +599,8 @@ def test_an_image_update_makes_each_users_host_again_in_place_keeping_their_file
     until = time.monotonic() + 3
     while time.monotonic() < until:
         pod = workloads.get_pod(kube, cluster.namespace, bobs)
-        assert pod is not None and pod["metadata"]["uid"] == bobs_pod["metadata"]["uid"]
+        assert pod is not None
+        assert pod["metadata"]["uid"] == bobs_pod["metadata"]["uid"]
         time.sleep(0.3)
     progress = status(cluster.pool(POOL)).get("update", {})
     assert progress.get("phase") == "Progressing", progress

@@ -92,8 +92,12 @@ def busy_samples() -> list[tuple[Sample, str]]:
             {"type": "ScalingLimited", "status": "False"},
         ],
         "scalingPlan": {"phase": "Peak"},
-        "update": {"revision": "1e4c0d23f9", "updatedHosts": 2, "outdatedHosts": 2,
-                   "phase": "Progressing"},
+        "update": {
+            "revision": "1e4c0d23f9",
+            "updatedHosts": 2,
+            "outdatedHosts": 2,
+            "phase": "Progressing",
+        },
     }
     metrics.pool_state("vdi", "finance", status)
     for seconds in (0.02, 0.3, 4.0):

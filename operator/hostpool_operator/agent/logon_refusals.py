@@ -5,12 +5,16 @@ the user and the reason (never the credential). Pure: the caller reads the file.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 #: The verifier's file of refusals, in its state directory.
 REFUSALS_FILE = "refusals.jsonl"
 #: The Event reason of a refusal that is about a home, not the credential.
 HOME_REASON = "HomeOwnedByAnotherUser"
+#: A reason the host's status takes (the API's pattern for lastLogonRefusal.reason).
+REASON = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +31,13 @@ class Refusal:
     @property
     def message(self) -> str:
         return f"single sign-on of {self.user!r} refused: {self.reason}"
+
+    def status_fields(self) -> dict[str, str]:
+        """``status.agent.lastLogonRefusal``: when, and the reason if it is one word (the
+        API server would refuse anything else, and the whole write with it)."""
+        reason = self.reason if REASON.fullmatch(self.reason) else "Unknown"
+        at = datetime.fromtimestamp(self.at, UTC).isoformat(timespec="seconds")
+        return {"at": at.replace("+00:00", "Z"), "reason": reason}
 
 
 def refusals_after(text: str, after: float) -> tuple[list[Refusal], float]:

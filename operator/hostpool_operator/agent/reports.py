@@ -212,3 +212,13 @@ class HostReports:
         for refusal in refusals:
             log.info("%s", refusal.message)
             await self.event(refusal.event_reason, refusal.message)
+        if refusals:
+            # On the host too: an image update's canary reads it there.
+            latest = max(refusals, key=lambda r: r.at)
+            last = {"lastLogonRefusal": latest.status_fields()}
+            try:
+                self.host_object = await self.client.patch_status(
+                    HOSTS, self.options.namespace, self.options.host, {"agent": last}
+                )
+            except (ApiError, ApiTransportError) as error:
+                log.warning("could not report the refusal on %s: %s", self.options.host, error)

@@ -104,6 +104,18 @@ class HostMetrics(ApiModel):
     sampled_at: datetime | None = Field(default=None, description="When these were sampled.")
 
 
+class LogonRefusal(ApiModel):
+    """A logon the host refused, as its agent read it from the host's verifier."""
+
+    at: datetime = Field(description="When the logon was refused.")
+    reason: str = Field(
+        max_length=64,
+        pattern=r"^[A-Za-z][A-Za-z0-9]*$",
+        description="Why, in the verifier's word (UidMismatch, Expired, "
+        "HomeOwnedByAnotherUser...).",
+    )
+
+
 class HostAgent(ApiModel):
     """What the host's agent says about itself (written by the agent, not the operator)."""
 
@@ -125,6 +137,12 @@ class HostAgent(ApiModel):
         "64 lowercase hex digits: `openssl x509 -outform DER | sha256sum`), as the agent reads "
         "it (for xrdp: xrdp.ini's certificate=). The broker relays a browser's desktop only to "
         "a host presenting this certificate; absent: to none.",
+    )
+    last_logon_refusal: LogonRefusal | None = Field(
+        default=None,
+        description="The last logon the host refused (single sign-on: the credential, the "
+        "uid, the home), as the agent reports it: an image update's canary fails on one "
+        "refused while it is watched.",
     )
 
 

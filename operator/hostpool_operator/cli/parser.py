@@ -289,6 +289,13 @@ def _add_run(parser: argparse.ArgumentParser) -> None:
         help="seconds between pool/host status writes (debounce; default %(default)g)",
     )
     parser.add_argument(
+        "--update-placement",
+        choices=("prefer-updated", "ignore-revisions"),
+        default="prefer-updated",
+        help="during an image update, new sessions go to updated hosts first (default); "
+        "ignore-revisions places as if no update ran, only to measure the difference",
+    )
+    parser.add_argument(
         "--metrics-stale-after",
         type=float,
         default=defaults.metrics_stale_after,

@@ -67,6 +67,7 @@ def settings_of(args: argparse.Namespace) -> ControllerSettings:
         logoff_grace=args.logoff_grace,
         write_concurrency=args.write_concurrency,
         status_concurrency=args.status_concurrency,
+        prefer_updated=args.update_placement == "prefer-updated",
     )
 
 

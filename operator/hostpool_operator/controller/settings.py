@@ -64,3 +64,6 @@ class ControllerSettings:
     status_concurrency: int = 16
     #: The same Event (object, reason) is posted at most this often (seconds).
     event_interval: float = 30.0
+    #: During an image update new sessions go to updated hosts first; False places as if
+    #: no update ran (``--update-placement ignore-revisions``: for comparison benches only).
+    prefer_updated: bool = True

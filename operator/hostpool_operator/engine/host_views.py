@@ -36,7 +36,7 @@ class PoolRecords(Protocol):
     def plan_closed(self) -> AbstractSet[str]: ...
     def workload_state(self, host: HostRecord, now: datetime) -> WorkloadState | None: ...
     def address_of(self, host: HostRecord) -> str | None: ...
-    def is_outdated(self, host: HostRecord) -> bool: ...
+    def placed_last(self, host: HostRecord) -> bool: ...
 
 
 class HostViews:
@@ -149,7 +149,7 @@ class HostViews:
             metrics=self._metrics_for(host, now),
             order=query_order(host.meta.created),
             logon_storm=host.spec.logon_storm,
-            outdated=pool.is_outdated(host),
+            outdated=pool.placed_last(host),
         )
 
     def rebuild(self, spec: HostPoolSpec | None, now: datetime) -> bool:

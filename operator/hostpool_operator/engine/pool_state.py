@@ -48,6 +48,9 @@ class PoolState:
     name: str
     #: Host metrics sampled longer ago than this (seconds) are treated as never reported.
     metrics_stale_after: InitVar[float] = 120.0
+    #: During an image update, new sessions go to updated hosts first (False: placement as
+    #: if no update ran, only to measure what the preference brings: bench-update).
+    prefer_updated: bool = True
     pool: PoolRecord | None = None
     hosts: dict[str, HostRecord] = field(default_factory=dict)
     requests: dict[str, RequestRecord] = field(default_factory=dict)
@@ -163,6 +166,10 @@ class PoolState:
             and self.failed_revision != self.revision
             and host.managed
         )
+
+    def placed_last(self, host: HostRecord) -> bool:
+        """An outdated host, which placement chooses only when no updated host has room."""
+        return self.prefer_updated and self.is_outdated(host)
 
     def address_of(self, host: HostRecord) -> str | None:
         return host_address(host, self.workloads.get(host.meta.name))

@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from ..api.base import SessionState
 from ..api.timestamps import parse_time
 from ..api.update import UpdatePhase, UpdateSpec, UpdateStrategy
 from ..api.vocabulary import (
@@ -66,8 +67,49 @@ def ready_since(state: PoolState, host: HostRecord) -> datetime | None:
     return workload.created
 
 
+def agent_failure(
+    state: PoolState, host: HostRecord, since: datetime, until: datetime, now: datetime
+) -> str | None:
+    """What the host's agent reported going wrong from ``since`` to ``until`` (the canary's
+    watch), in words (None: nothing):
+    a logon it refused (``status.agent.lastLogonRefusal``), or a session assigned to it that
+    its agent never saw start within the pool's connecting timeout. (A host without an agent
+    reports nothing, so nothing counts against it.)"""
+    agent = host.status.get("agent")
+    if not isinstance(agent, Mapping) or not agent.get("version"):
+        return None
+    refusal = agent.get("lastLogonRefusal")
+    if isinstance(refusal, Mapping):
+        at = parse_time(refusal.get("at"))
+        if at is not None and since <= at <= until:
+            reason = refusal.get("reason")
+            return f"a logon refused ({reason}) at {at.strftime('%H:%M:%S')}, as its agent reports"
+    timeout = state.connecting_timeout()
+    for user in sorted(state.ledger.users_on(host.meta.name)):
+        session = state.ledger.session_of(user)
+        for holder in session.holders if session is not None else ():
+            record = state.requests.get(holder)
+            assigned = record.assigned_at if record is not None else None
+            if (
+                record is not None
+                and assigned is not None
+                and since <= assigned <= until
+                and record.session_state == SessionState.CONNECTING.value
+                and now >= assigned + timeout
+            ):
+                return (
+                    f"the session of {user!r} did not start within {timeout.total_seconds():g} s "
+                    "(its agent never saw it)"
+                )
+    return None
+
+
 def rollout_hosts(state: PoolState, now: datetime) -> list[RolloutHost]:
-    """The hosts the operator made for the pool, except those being removed."""
+    """The hosts the operator made for the pool, except those being removed. While a canary
+    is watched, the updated hosts carry what their agents reported going wrong."""
+    update = state.spec.update_settings if state.spec is not None else None
+    past = history(state)
+    passed = past.canary_passed and past.revision == state.revision
     hosts = []
     for name, record in sorted(state.hosts.items()):
         if not record.managed or name in state.removing:
@@ -80,18 +122,31 @@ def rollout_hosts(state: PoolState, now: datetime) -> list[RolloutHost]:
             not_ready = workload.message
         if state.personal.data_step(name) in NO_WORKLOAD:
             not_ready, stopped = "its files are being kept or deleted", False
+        since = ready_since(state, record)
+        revision = record.meta.labels.get(TEMPLATE_REVISION_LABEL)
+        failure = None
+        if (
+            update is not None
+            and update.canary is not None
+            and not passed
+            and since is not None
+            and revision == state.revision
+        ):
+            until = since + timedelta(minutes=update.canary.observe_minutes)
+            failure = agent_failure(state, record, since, until, now)
         hosts.append(
             RolloutHost(
                 name=name,
-                revision=record.meta.labels.get(TEMPLATE_REVISION_LABEL),
+                revision=revision,
                 sessions=state.ledger.count_on(name),
                 serving=view is not None and not view.drain_mode,
                 created=parse_time(record.meta.created),
                 not_ready=not_ready,
-                ready_since=ready_since(state, record),
+                ready_since=since,
                 replaced_by=annotation(record, REPLACED_BY_ANNOTATION),
                 drained_at=parse_time(annotation(record, UPDATE_DRAINED_ANNOTATION)),
                 stopped=stopped,
+                failure=failure,
             )
         )
     return hosts

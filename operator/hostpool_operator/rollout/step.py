@@ -56,6 +56,9 @@ class RolloutHost:
     drained_at: datetime | None = None
     #: Personal pools: stopped (its workload deleted, its volumes kept).
     stopped: bool = False
+    #: A failure its agent reported since it became Ready (a logon refused, a session that
+    #: did not start), in words; read for the canary's hosts only.
+    failure: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,20 +251,20 @@ def _canary(
         if host.ready_since is None:
             if now >= ready_by:
                 cause = host.not_ready or "not Ready"
-                failure = Failure(
-                    host.name,
-                    f"canary host {host.name} not Ready {canary.ready_timeout_minutes} min "
-                    f"after it was made: {cause}",
-                )
-                return replace(
+                return _canary_failed(
                     base,
-                    phase=UpdatePhase.FAILED,
-                    message=failure.cause,
-                    failure=failure,
-                    close=tuple(h.name for h in made),
+                    Failure(
+                        host.name,
+                        f"canary host {host.name} not Ready {canary.ready_timeout_minutes} "
+                        f"min after it was made: {cause}",
+                    ),
+                    made,
                 )
             deadlines.append(ready_by)
             continue
+        if host.failure is not None:
+            cause = f"canary host {host.name}: {host.failure}"
+            return _canary_failed(base, Failure(host.name, cause), made)
         watched_until = host.ready_since + timedelta(minutes=canary.observe_minutes)
         if now >= watched_until:
             watched += 1
@@ -276,6 +279,17 @@ def _canary(
     )
     return replace(
         base, message=message, replace=more, wake_at=min(deadlines) if deadlines else None
+    )
+
+
+def _canary_failed(base: RolloutStep, failure: Failure, made: Sequence[RolloutHost]) -> RolloutStep:
+    """The update stops; the canary's hosts are closed, the outdated ones untouched."""
+    return replace(
+        base,
+        phase=UpdatePhase.FAILED,
+        message=failure.cause,
+        failure=failure,
+        close=tuple(h.name for h in made),
     )
 
 

@@ -95,10 +95,7 @@ def test_a_disconnected_session_is_logged_off_after_the_limit_and_its_slot_reuse
         pool, "DepthFirst", 1, hosts=[HOST], sessionLimits={"disconnectedMinutes": 1}
     )
     agents[HOST].start()
-    desktops = {
-        u: Desktop(hosts, u, tmp_path, host=HOST, password=USERS[u])
-        for u in USERS
-    }
+    desktops = {u: Desktop(hosts, u, tmp_path, host=HOST, password=USERS[u]) for u in USERS}
     recorder = LogoffRecorder(kube.kubeconfig, cluster.namespace)
     try:
         with recorder:
@@ -180,10 +177,7 @@ def test_kubectl_hostpool_message_and_drain_in_real_desktops(
     ns = cluster.namespace
     cluster.setup_pool(pool, "DepthFirst", 4, hosts=[HOST])
     agents[HOST].start()
-    desktops = {
-        u: Desktop(hosts, u, tmp_path, host=HOST, password=USERS[u])
-        for u in USERS
-    }
+    desktops = {u: Desktop(hosts, u, tmp_path, host=HOST, password=USERS[u]) for u in USERS}
     drain: subprocess.Popen[str] | None = None
     try:
         for user in USERS:

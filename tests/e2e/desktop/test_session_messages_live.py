@@ -164,10 +164,7 @@ def test_a_notice_shows_in_desktops_and_a_disconnect_keeps_the_session(
     hosts, agent = host
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
     timings: dict[str, float] = {}
-    desktops = {
-        u: Desktop(hosts, u, tmp_path, host=HOST, password=USERS[u])
-        for u in USERS
-    }
+    desktops = {u: Desktop(hosts, u, tmp_path, host=HOST, password=USERS[u]) for u in USERS}
     try:
         for desktop in desktops.values():
             desktop.display.__enter__()
@@ -305,9 +302,7 @@ def test_idle_time_is_the_x_servers_and_an_idle_disconnect_respects_input(
     out: doneAt set, the client stays connected."""
     hosts, _ = host
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
-    desktop = Desktop(
-        hosts, "alice", tmp_path, host=HOST, password=USERS["alice"]
-    )
+    desktop = Desktop(hosts, "alice", tmp_path, host=HOST, password=USERS["alice"])
     with desktop.display:
         try:
             assign(cluster, "alice")
@@ -359,9 +354,7 @@ def test_a_forced_logoffs_message_is_shown_once_across_a_restart(
 ) -> None:
     hosts, agent = host
     logs = request.node.stash.setdefault(EXTRA_LOGS, [])
-    desktop = Desktop(
-        hosts, "bob", tmp_path, host=HOST, password=USERS["bob"]
-    )
+    desktop = Desktop(hosts, "bob", tmp_path, host=HOST, password=USERS["bob"])
     with desktop.display:
         try:
             assign(cluster, "bob")

@@ -133,6 +133,13 @@ def test_freerdp_signs_on_with_the_one_time_password_once(
             )
             assert "Replayed" in event["message"]
             assert logon["password"] not in event["message"]
+            # ... and on the host itself, where an image update's canary reads it.
+            last = cluster.wait_host(
+                HOST,
+                lambda h: bool(h.get("status", {}).get("agent", {}).get("lastLogonRefusal")),
+                "status.agent.lastLogonRefusal",
+            )["status"]["agent"]["lastLogonRefusal"]
+            assert last["reason"] == "Replayed", last
             displays = [args for _, args in session_processes(user) if "Xorg" in args]
             assert len(displays) == 1
             again.kill()

@@ -21,7 +21,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from hostpool_operator.agent import signon
-from hostpool_operator.agent.logon_refusals import REFUSALS_FILE, refusals_after
+from hostpool_operator.agent.logon_refusals import REFUSALS_FILE, Refusal, refusals_after
+from hostpool_operator.api.host import LogonRefusal
 from hostpool_operator.logon import credential
 
 KEY = Ed25519PrivateKey.from_private_bytes(b"b" * 32)
@@ -220,3 +221,12 @@ def test_the_agent_reads_each_refusal_once_and_passes_over_what_it_cannot_read()
     assert "Replayed" in found[0].message
     assert latest == 21.0
     assert refusals_after(text, latest) == ([], 21.0)
+
+
+def test_a_refusal_goes_on_the_host_as_when_and_one_word() -> None:
+    refusal = Refusal(1796601600.0, "alice", "UidMismatch")
+    assert refusal.status_fields() == {"at": "2026-12-07T00:00:00Z", "reason": "UidMismatch"}
+    odd = Refusal(1796601600.0, "alice", "not one word\n")
+    assert odd.status_fields()["reason"] == "Unknown"
+    model = LogonRefusal.model_validate(refusal.status_fields())
+    assert model.reason == "UidMismatch"

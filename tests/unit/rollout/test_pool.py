@@ -11,7 +11,7 @@ from hostpool_operator.api.pool import HostTemplate
 from hostpool_operator.api.timestamps import parse_time
 from hostpool_operator.engine.records import HostRecord, PoolRecord
 from hostpool_operator.rollout import pool as rollout_pool
-from support.state_builders import T0, Pool, host_obj, pool_obj
+from support.state_builders import T0, Pool, assigned, host_obj, pool_obj, request_obj
 
 MANAGED = {"hostpool.io/managed-by": "hostpool-operator"}
 TEMPLATE: dict[str, Any] = {"metadata": {"labels": {"image": "v2"}}}
@@ -59,6 +59,19 @@ def test_a_new_template_makes_every_earlier_host_outdated_and_placement_avoids_t
     assert step.phase is UpdatePhase.PROGRESSING
     assert (step.updated, step.outdated) == (0, 2)
     assert step.replace  # b is empty: replaced
+    assert p.state.views.balancer is not None
+    assert p.state.views.balancer.host("a").outdated  # placed last
+
+
+def test_placement_that_ignores_revisions_places_no_host_last() -> None:
+    p = Pool(pool_obj(2, scaling={"maxHosts": 6}), [made("a", "0123456789")])
+    p.state.prefer_updated = False
+    p.state.set_pool(
+        PoolRecord.of(pool_obj(2, scaling={"maxHosts": 6, "hostTemplate": TEMPLATE})), T0
+    )
+    assert p.state.is_outdated(p.state.hosts["a"])  # the update still sees it
+    assert p.state.views.balancer is not None
+    assert not p.state.views.balancer.host("a").outdated
 
 
 def test_force_logoff_writes_a_logoff_for_each_user_of_a_drained_outdated_host() -> None:
@@ -98,3 +111,65 @@ def test_a_personal_pools_hosts_are_made_again_in_place_never_replaced() -> None
     assert step.outdated == 3
     assert step.replace == step.delete == step.drain == ()
     assert (step.remake, step.relabel) == (("idle",), ("off",))
+
+
+def canary_pool() -> Pool:
+    canary = {"hosts": 1, "observeMinutes": 10, "readyTimeoutMinutes": 10}
+    return pool(canary=canary)
+
+
+def canary_host(**agent: Any) -> dict[str, Any]:
+    obj = made("n1", NEW)
+    obj["metadata"]["creationTimestamp"] = "2026-01-01T11:59:00Z"
+    obj.setdefault("status", {})["agent"] = {"version": "1.0", **agent}
+    return obj
+
+
+def test_a_logon_its_agent_refused_while_watched_fails_the_canary() -> None:
+    p = canary_pool()
+    p.state.put_host(
+        HostRecord.of(made("a", "0123456789", **{"hostpool.io/replaced-by": "n1"})), T0
+    )
+    refusal = {"at": "2026-01-01T12:00:00Z", "reason": "UidMismatch"}
+    p.state.put_host(HostRecord.of(canary_host(lastLogonRefusal=refusal)), T0)
+    step = rollout_pool.step(p.state, T0)
+    assert step is not None
+    assert step.phase is UpdatePhase.FAILED, step.message
+    assert step.failure is not None
+    assert "logon refused (UidMismatch)" in step.failure.cause
+    assert step.close == ("n1",)
+
+
+def test_a_refusal_before_the_host_was_ready_or_a_host_without_agent_counts_nothing() -> None:
+    p = canary_pool()
+    p.state.put_host(
+        HostRecord.of(made("a", "0123456789", **{"hostpool.io/replaced-by": "n1"})), T0
+    )
+    before = {"at": "2026-01-01T11:58:00Z", "reason": "UidMismatch"}
+    p.state.put_host(HostRecord.of(canary_host(lastLogonRefusal=before)), T0)
+    step = rollout_pool.step(p.state, T0)
+    assert step is not None
+    assert step.phase is UpdatePhase.PROGRESSING, step.message
+    host = canary_host()
+    del host["status"]["agent"]
+    p.session("r1", "alice", "n1")
+    p.state.put_host(HostRecord.of(host), T0)
+    late = rollout_pool.step(p.state, T0 + timedelta(minutes=5))
+    assert late is not None
+    assert late.phase is UpdatePhase.PROGRESSING, late.message
+
+
+def test_a_session_its_agent_never_saw_start_fails_the_canary() -> None:
+    p = canary_pool()
+    p.state.put_host(
+        HostRecord.of(made("a", "0123456789", **{"hostpool.io/replaced-by": "n1"})), T0
+    )
+    p.state.put_host(HostRecord.of(canary_host()), T0)
+    p.put(request_obj("r1", "alice", status=assigned("n1", state="Connecting")), now=T0)
+    early = rollout_pool.step(p.state, T0 + timedelta(seconds=30))
+    assert early is not None
+    assert early.phase is UpdatePhase.PROGRESSING, early.message  # still within the timeout
+    step = rollout_pool.step(p.state, T0 + timedelta(minutes=5))
+    assert step is not None
+    assert step.phase is UpdatePhase.FAILED, step.message
+    assert "the session of 'alice' did not start" in step.message

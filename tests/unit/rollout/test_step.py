@@ -230,3 +230,16 @@ def test_a_personal_pool_is_held_like_any_other() -> None:
     for fields in ({"paused": True}, {"strategy": "OnDelete"}):
         step = personal(hosts, **fields)
         assert step.remake == step.relabel == ()
+
+
+def test_a_canary_whose_agent_reports_a_failure_fails_the_update_and_is_closed() -> None:
+    refused = new(
+        "n1", ready_since=NOW - timedelta(minutes=2), failure="a logon refused (UidMismatch)"
+    )
+    hosts = [old("a", replaced_by="n1"), old("b", 2), refused]
+    step = decide(spec(**CANARY), NEW, hosts, UpdateHistory(), NOW)
+    assert step.phase is UpdatePhase.FAILED
+    assert step.failure is not None
+    assert step.failure.cause == "canary host n1: a logon refused (UidMismatch)"
+    assert step.close == ("n1",)
+    assert step.replace == step.delete == step.drain == ()

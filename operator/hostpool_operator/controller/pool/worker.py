@@ -70,7 +70,10 @@ class PoolWorker:
         self.namespace = namespace
         self.name = name
         self.state = PoolState(
-            namespace, name, metrics_stale_after=deps.settings.metrics_stale_after
+            namespace,
+            name,
+            metrics_stale_after=deps.settings.metrics_stale_after,
+            prefer_updated=deps.settings.prefer_updated,
         )
         self.writer = RequestWriter(self.state, deps, self)
         #: Second hosts of a user being taken back (host, user): one write each at a time.
