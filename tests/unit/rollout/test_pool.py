@@ -60,7 +60,9 @@ def test_a_new_template_makes_every_earlier_host_outdated_and_placement_avoids_t
     assert (step.updated, step.outdated) == (0, 2)
     assert step.replace  # b is empty: replaced
     assert p.state.views.balancer is not None
-    assert p.state.views.balancer.host("a").outdated  # placed last
+    view = p.state.views.balancer.host("a")
+    assert view is not None
+    assert view.outdated  # placed last
 
 
 def test_placement_that_ignores_revisions_places_no_host_last() -> None:
@@ -71,7 +73,9 @@ def test_placement_that_ignores_revisions_places_no_host_last() -> None:
     )
     assert p.state.is_outdated(p.state.hosts["a"])  # the update still sees it
     assert p.state.views.balancer is not None
-    assert not p.state.views.balancer.host("a").outdated
+    view = p.state.views.balancer.host("a")
+    assert view is not None
+    assert not view.outdated
 
 
 def test_force_logoff_writes_a_logoff_for_each_user_of_a_drained_outdated_host() -> None:
