@@ -984,3 +984,240 @@ def test_twenty_users_connecting_at_once_get_twenty_desktops_on_the_real_node(
         180,
         what="the pool's claims to go with it",
     )
+
+
+#: The notice window's title band (operator/hostpool_operator/agent/desktop.py HEADER).
+NOTICE_HEADER = "#1f3a5f"
+REVISION = "hostpool.io/template-revision"
+
+
+def colour_share(png: Path, colour: str) -> float:
+    """The share of a picture's pixels that are exactly ``colour`` (``#rrggbb``)."""
+    out = subprocess.run(
+        ["convert", str(png), "-alpha", "off", "-format", "%c", "histogram:info:-"],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+    total = found = 0
+    for line in out.splitlines():
+        count, _, rest = line.strip().partition(":")
+        if not count.isdigit():
+            continue
+        total += int(count)
+        if f"#{colour[1:].upper()}" in rest.upper().split():
+            found += int(count)
+    return found / total if total else 0.0
+
+
+def tag_image(nodes: RealCluster, image: str, tag: str) -> str:
+    """``image`` under another tag in the node's containerd (a second image of the same
+    content, as a patched image would be): the new name."""
+    name = f"{image.rpartition(':')[0]}:{tag}"
+    sock = nodes.cp.directory / "nodes" / NODE / "containerd.sock"
+    subprocess.run(
+        ["ctr", "--address", str(sock), "--namespace", "k8s.io", "images", "tag", "--force",
+         image, name],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    return name
+
+
+def update_pods(nodes: RealCluster) -> dict[str, Obj]:
+    return {
+        p["metadata"]["name"]: p
+        for p in nodes.kube.call("GET", f"/api/v1/namespaces/{nodes.namespace}/pods")["items"]
+        if p["metadata"]["name"].startswith("upd-")
+    }
+
+
+def image_of(pod: Obj) -> str:
+    (desktop,) = [c for c in pod["spec"]["containers"] if c["name"] == "desktop"]
+    return str(desktop["image"])
+
+
+def set_image(cluster: Cluster, pool: Obj, image: str, **update: Any) -> None:
+    """The pool's template with ``image`` in both containers (a new revision), and
+    ``update`` merged into spec.update."""
+    workload = pool["spec"]["scaling"]["hostTemplate"]["workload"]
+    for container in workload["spec"]["containers"] + workload["spec"]["initContainers"]:
+        container["image"] = image
+        container["imagePullPolicy"] = "IfNotPresent"
+    body = {"spec": {"scaling": {"hostTemplate": {"workload": workload}}, "update": update}}
+    cluster.patch("HostPool", "upd", body)
+
+
+def pool_update(cluster: Cluster) -> Obj:
+    found: Obj = status(cluster.pool("upd")).get("update") or {}
+    return found
+
+
+def update_in(cluster: Cluster, phase: str, what: str, timeout: float) -> Obj:
+    """Wait until the pool's status.update is in ``phase``: that status."""
+    found: Obj = cluster.wait(
+        lambda: (lambda u: u if u.get("phase") == phase else None)(pool_update(cluster)),
+        what,
+        timeout=timeout,
+    )
+    return found
+
+
+def test_an_image_update_on_the_real_node_keeps_desktops_until_logoff(
+    nodes: RealCluster,
+    operator_pod: Obj,
+    keycloak: Keycloak,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Two tags of the session-host image on the real node. alice's FreeRDP desktop is on
+    the pool's one Pod (tag A). (1) A canary of an image that cannot be pulled fails the
+    update with the kubelet's ErrImagePull, her Pod untouched. (2) Tag B with WaitForLogoff:
+    a Pod of tag B is made beside hers, her desktop keeps running; when she logs off her
+    Pod is replaced. (3) Tag A again with ForceLogoff: the notice shows in her desktop (she
+    is on tag B now), she is logged off at its deadline, and her Pod is replaced."""
+    del operator_pod
+    install_client()
+    ns = nodes.namespace
+    cluster = Cluster(nodes.kube, ns)
+    logs = request.node.stash.setdefault(EXTRA_LOGS, [])
+    logs.append(("pools, hosts and requests", cluster.describe))
+    put_desktop_users(nodes, PERSONAL_PASSWORDS)
+    first_image = nodes.images["--session-host"]
+    second_image = tag_image(nodes, first_image, "update-b")
+    pool = session_host_pool(first_image, agent_interval=1)
+    pool["metadata"]["name"] = "upd"
+    spec = pool["spec"]
+    spec["loadBalancer"]["maxSessionLimit"] = 2
+    spec["entitlements"] = {"users": ["alice"]}
+    spec["scaling"].update(minHosts=1, maxHosts=3, bufferSessions=0, scaleDownDelaySeconds=600)
+    spec["update"] = {"maxSurge": 1, "maxUnavailable": 0}
+    nodes.kube.create(ns, pool)
+    (old,) = wait_for(
+        lambda: [p for p in update_pods(nodes).values() if ready(p)] or None,
+        120, what="the pool's first Pod to become Ready",
+    )  # fmt: skip
+    old_name, old_uid = old["metadata"]["name"], old["metadata"]["uid"]
+    cluster.wait(lambda: host_ready(cluster, old_name), f"{old_name} to take sessions", timeout=30)
+
+    broker = BrokerProcess(
+        nodes.cp.kubeconfig, keycloak.issuer(REALM), CLIENT, [ns], tmp_path / "broker.log"
+    )
+    logs.append(("broker log", lambda: broker.log_tail(60)))
+    broker.start()
+    token = keycloak_token(keycloak, "alice")
+    display = VirtualDisplay(tmp_path / "xvfb.log")
+    clients: list[RdpClient] = []
+
+    def desktop(what: str) -> tuple[Obj, RdpClient]:
+        answer, _ = connect_until_placed(broker, ns, "upd", token)
+        rdp = tmp_path / f"alice-{len(clients)}.rdp"
+        rdp.write_text(answer["rdpFile"], newline="")
+        client = RdpClient(
+            display, rdp, DESKTOP_PASSWORD, tmp_path / f"xfreerdp-{len(clients)}.log",
+            tmp_path / "home",
+        )  # fmt: skip
+        clients.append(client)
+        logs.append((f"xfreerdp log ({what})", client.log_text))
+        client.start()
+        cluster.wait(
+            lambda: status(cluster.request(answer["request"])).get("sessionState") == "Active",
+            f"alice Active ({what})", timeout=45,
+        )  # fmt: skip
+        return answer, client
+
+    def showing(colour: str, name: str) -> bool:
+        return pixel(display.screenshot(tmp_path / name), *BACKGROUND) == colour
+
+    try:
+        with display:
+            answer, client = desktop("tag A")
+            assert answer["host"] == old_name
+            wait_for(lambda: showing(IMAGE_COLOUR, "a.png"), 15, what="alice's desktop")
+
+            # (1) A canary that cannot be pulled: the update fails, alice's Pod untouched.
+            missing = f"{first_image.rpartition(':')[0]}:not-there"
+            canary = {"canary": {"hosts": 1, "readyTimeoutMinutes": 1, "observeMinutes": 0}}
+            set_image(cluster, pool, missing, **canary)
+            failed = update_in(cluster, "Failed", "the canary to fail the update", 150)
+            events = [e for e in cluster.events_for("upd") if e["reason"] == "UpdateFailed"]
+            assert events, cluster.events_for("upd")
+            assert (
+                "ErrImagePull" in events[0]["message"] or "ImagePullBackOff" in events[0]["message"]
+            ), events[0]["message"]
+            nodes.timings["update: canary of an unpullable image -> Failed"] = failed["message"]
+            assert update_pods(nodes)[old_name]["metadata"]["uid"] == old_uid
+            assert status(cluster.request(answer["request"]))["sessionState"] == "Active"
+            assert showing(IMAGE_COLOUR, "a-after-canary.png")
+
+            # (2) Tag B, WaitForLogoff: a Pod of tag B beside alice's, her desktop on.
+            set_image(cluster, pool, second_image, canary=None)
+            started = time.monotonic()
+            new = wait_for(
+                lambda: next((p for n, p in update_pods(nodes).items()
+                              if n != old_name and image_of(p) == second_image and ready(p)),
+                             None),
+                120, what="a Pod of tag B beside alice's",
+            )  # fmt: skip
+            nodes.timings["update: new tag -> replacement Pod Ready"] = (
+                f"{time.monotonic() - started:.1f} s"
+            )
+            time.sleep(3)  # passes go by: the update ends no session
+            assert update_pods(nodes)[old_name]["metadata"]["uid"] == old_uid
+            assert status(cluster.request(answer["request"]))["sessionState"] == "Active"
+            assert showing(IMAGE_COLOUR, "a-during-update.png")
+            assert pool_update(cluster).get("phase") == "Progressing", pool_update(cluster)
+            client.kill()
+            reply = broker.end_session(ns, "upd", token)  # alice logs off
+            assert reply.status in (200, 202, 204), reply.text
+            logged_off = time.monotonic()
+            cluster.wait(
+                lambda: old_name not in update_pods(nodes) or None,
+                "alice's old Pod to go once she logged off", timeout=120,
+            )  # fmt: skip
+            nodes.timings["update: logoff -> outdated Pod deleted"] = (
+                f"{time.monotonic() - logged_off:.1f} s"
+            )
+            done = update_in(cluster, "Complete", "the update to complete", 60)
+            assert done["updatedHosts"] == 1, done
+            assert [image_of(p) for p in update_pods(nodes).values()] == [second_image]
+
+            # (3) Tag A again with ForceLogoff: the notice in her desktop, then the logoff.
+            answer, client = desktop("tag B")
+            assert answer["host"] == new["metadata"]["name"]
+            wait_for(lambda: showing(IMAGE_COLOUR, "b.png"), 15, what="alice's desktop on tag B")
+            force = {
+                "strategy": "ForceLogoff",
+                "logoffDelayMinutes": 1,
+                "logoffMessage": "Your desktop moves to a new image: save your work.",
+            }
+            set_image(cluster, pool, first_image, **force)
+            drained = time.monotonic()
+            noticed = wait_for(
+                lambda: (status(cluster.request(answer["request"])).get("logoff") or {}).get(
+                    "shownAt"
+                ),
+                120, what="the agent to show alice the logoff notice",
+            )  # fmt: skip
+            shot = tmp_path / "notice.png"
+            wait_for(
+                lambda: colour_share(display.screenshot(shot), NOTICE_HEADER) > 0.005,
+                15, what="the notice window in alice's desktop (its title band)",
+            )  # fmt: skip
+            logs.append(("notice screenshot", lambda: str(shot)))
+            deadline = status(cluster.request(answer["request"]))["logoff"]["deadline"]
+            cluster.wait(
+                lambda: new["metadata"]["name"] not in update_pods(nodes) or None,
+                "alice logged off at the deadline and her Pod replaced", timeout=150,
+            )  # fmt: skip
+            took = time.monotonic() - drained
+            nodes.timings["update ForceLogoff: notice shown at"] = noticed
+            nodes.timings["update ForceLogoff: logoff deadline"] = deadline
+            nodes.timings["update ForceLogoff: new tag -> old Pod gone"] = f"{took:.1f} s"
+            assert took >= 50, took  # not before the deadline, a minute after the drain
+            update_in(cluster, "Complete", "the ForceLogoff update to complete", 60)
+            assert [image_of(p) for p in update_pods(nodes).values()] == [first_image]
+            reasons = {e["reason"] for e in cluster.events_for("upd")}
+            assert {"UpdateStarted", "HostUpdated", "UpdateComplete"} <= reasons, reasons
+    finally:
+        for client in clients:
+            client.kill()
+        broker.stop()
+        cluster.delete("HostPool", "upd")
