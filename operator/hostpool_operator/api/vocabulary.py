@@ -13,6 +13,9 @@ TEMPLATE_REVISION_LABEL = "hostpool.io/template-revision"
 #: Annotation the operator puts on an outdated host before it makes the host's replacement:
 #: the new host's name. Written first, so a restart never makes a second replacement.
 REPLACED_BY_ANNOTATION = "hostpool.io/replaced-by"
+#: ... and the revision that replacement is of: a mark of another revision (a failed
+#: update's canary, deleted since) names a host never to be made again under that name.
+REPLACED_FOR_ANNOTATION = "hostpool.io/replaced-for-revision"
 #: Annotation the operator puts on an outdated host it drains for an update (ForceLogoff):
 #: when it drained it (RFC 3339); the users' logoff deadline counts from it.
 UPDATE_DRAINED_ANNOTATION = "hostpool.io/drained-by-update"

@@ -145,25 +145,54 @@ def decide(
     """The update's step for the operator's hosts of one pool (those being removed left out).
     A personal pool's hosts are made again in place, never replaced (see
     :func:`personal_step`)."""
-    by_name = {h.name: h for h in hosts}
-    current = [h for h in hosts if h.revision in (None, revision)]
-    outdated = [h for h in hosts if h.revision not in (None, revision)]
-    pairs = {h.name: h.replaced_by for h in outdated if _paired(h, by_name, revision)}
-    limits = bounds(spec, len(hosts) - len(pairs))
+    pool = _Hosts.of(hosts, revision)
+    limits = bounds(spec, len(hosts) - len(pool.pairs) - len(pool.extra))
     base = RolloutStep(
-        UpdatePhase.PROGRESSING, len(current), len(outdated), message="", bounds=limits
+        UpdatePhase.PROGRESSING,
+        len(hosts) - len(pool.outdated),
+        len(pool.outdated),
+        message="",
+        bounds=limits,
     )
     held = _held(spec, base, revision, history, now)
     if held is not None:
         return held
     if personal:
-        return personal_step(base, outdated, hosts)
+        return personal_step(base, pool.outdated, hosts)
     canary_passed = history.canary_passed and history.revision == revision
     if spec.canary is not None and not canary_passed:
-        step = _canary(spec, base, outdated, pairs, by_name, now)
+        step = _canary(spec, base, pool, now)
         if step is not None:
             return step
-    return _roll(spec, base, outdated, pairs, by_name)
+    return _roll(spec, base, pool)
+
+
+@dataclass(frozen=True, slots=True)
+class _Hosts:
+    """The pool's hosts as one step reads them."""
+
+    by_name: dict[str, RolloutHost]
+    outdated: list[RolloutHost]
+    #: Outdated host -> its replacement of the current revision, still there.
+    pairs: dict[str, str | None]
+    #: Outdated hosts made as another outdated host's replacement by an earlier update (a
+    #: failed canary, say): extra hosts, not part of the pool's size. Each goes once empty,
+    #: with no replacement.
+    extra: frozenset[str]
+
+    @classmethod
+    def of(cls, hosts: Sequence[RolloutHost], revision: str) -> _Hosts:
+        by_name = {h.name: h for h in hosts}
+        outdated = [h for h in hosts if h.revision not in (None, revision)]
+        pairs = {h.name: h.replaced_by for h in outdated if _paired(h, by_name, revision)}
+        extra = frozenset(
+            made.name
+            for h in outdated
+            if h.replaced_by is not None
+            and (made := by_name.get(h.replaced_by)) is not None
+            and made.revision not in (None, revision)
+        )
+        return cls(by_name, outdated, pairs, extra)
 
 
 def _held(
@@ -231,17 +260,11 @@ def _fewest_sessions_first(hosts: Sequence[RolloutHost]) -> list[RolloutHost]:
     return sorted(hosts, key=lambda h: (h.sessions, h.serving, h.name))
 
 
-def _canary(
-    spec: UpdateSpec,
-    base: RolloutStep,
-    outdated: Sequence[RolloutHost],
-    pairs: dict[str, str | None],
-    by_name: dict[str, RolloutHost],
-    now: datetime,
-) -> RolloutStep | None:
+def _canary(spec: UpdateSpec, base: RolloutStep, pool: _Hosts, now: datetime) -> RolloutStep | None:
     """The canary stage: its hosts made (as surge) and watched. None once it has passed."""
     canary = spec.canary
     assert canary is not None
+    by_name, pairs = pool.by_name, pool.pairs
     made = [by_name[name] for name in pairs.values() if name in by_name]
     deadlines: list[datetime] = []
     watched = 0
@@ -272,7 +295,11 @@ def _canary(
             deadlines.append(watched_until)
     if watched >= canary.hosts:
         return None
-    unpaired = [h for h in _fewest_sessions_first(outdated) if h.name not in pairs]
+    unpaired = [
+        h
+        for h in _fewest_sessions_first(pool.outdated)
+        if h.name not in pairs and h.name not in pool.extra
+    ]
     more = tuple(h.name for h in unpaired[: max(0, canary.hosts - len(made))])
     message = (
         f"canary: {watched} of {canary.hosts} host(s) watched for {canary.observe_minutes} min"
@@ -293,16 +320,11 @@ def _canary_failed(base: RolloutStep, failure: Failure, made: Sequence[RolloutHo
     )
 
 
-def _roll(
-    spec: UpdateSpec,
-    base: RolloutStep,
-    outdated: Sequence[RolloutHost],
-    pairs: dict[str, str | None],
-    by_name: dict[str, RolloutHost],
-) -> RolloutStep:
+def _roll(spec: UpdateSpec, base: RolloutStep, pool: _Hosts) -> RolloutStep:
     """Past the canary (or without one): replace, delete and drain within the bounds."""
     limits = base.bounds
     assert limits is not None
+    by_name, pairs, outdated = pool.by_name, pool.pairs, pool.outdated
     hosts = by_name.values()
     serving = sum(1 for h in hosts if h.serving)
     # How many serving hosts may go out of service now, and how many hosts may be made.
@@ -314,6 +336,11 @@ def _roll(
     drain: list[str] = []
     for host in _fewest_sessions_first(outdated):
         made = by_name.get(pairs[host.name] or "") if host.name in pairs else None
+        if host.name in pool.extra:  # an earlier update's extra host: goes once empty
+            if host.sessions == 0 and (not host.serving or spare > 0):
+                spare -= host.serving
+                delete.append(host.name)
+            continue
         if host.sessions == 0:
             if made is None:
                 if not host.serving or spare > 0:  # replaced at once: made and deleted

@@ -243,3 +243,18 @@ def test_a_canary_whose_agent_reports_a_failure_fails_the_update_and_is_closed()
     assert step.failure.cause == "canary host n1: a logon refused (UidMismatch)"
     assert step.close == ("n1",)
     assert step.replace == step.delete == step.drain == ()
+
+
+def test_a_failed_canary_is_an_extra_host_the_next_revision_removes_not_replaces() -> None:
+    """Revision "failed" made canary c for a (a has a session); the template changes again:
+    c goes once empty with no replacement, a gets a replacement of the new revision, and
+    the pool's size stays one."""
+    canary = RolloutHost("c", "failed", serving=False, created=NOW - timedelta(minutes=5))
+    hosts = [old("a", 1, replaced_by="c"), canary]
+    step = decide(spec(maxSurge=1, maxUnavailable=0), NEW, hosts, UpdateHistory(), NOW)
+    assert step.bounds is not None
+    assert step.bounds.wanted == 1
+    assert step.delete == ("c",)
+    assert step.replace == ()  # no room beside both: once c is gone
+    after = decide(spec(maxSurge=1, maxUnavailable=0), NEW, hosts[:1], UpdateHistory(), NOW)
+    assert after.replace == ("a",)

@@ -22,6 +22,7 @@ from ...api.vocabulary import (
     HOSTS,
     POOL_LABEL,
     REPLACED_BY_ANNOTATION,
+    REPLACED_FOR_ANNOTATION,
     REQUESTS,
     TEMPLATE_REVISION_LABEL,
     UPDATE_DRAINED_ANNOTATION,
@@ -298,10 +299,16 @@ class HostUpdater:
             return None
         new = rollout_pool.annotation(record, REPLACED_BY_ANNOTATION)
         made = state.hosts.get(new) if new is not None else None
-        stale = made is not None and made.meta.labels.get(TEMPLATE_REVISION_LABEL) != state.revision
+        stale = (
+            made.meta.labels.get(TEMPLATE_REVISION_LABEL) != state.revision
+            if made is not None
+            # Not made (yet): the mark holds only if it was written for this revision.
+            else rollout_pool.annotation(record, REPLACED_FOR_ANNOTATION) != state.revision
+        )
         if new is None or stale:
             new = host_name(state.name)
-            body = {"metadata": {"annotations": {REPLACED_BY_ANNOTATION: new}}}
+            body = {"metadata": {"annotations": {
+                REPLACED_BY_ANNOTATION: new, REPLACED_FOR_ANNOTATION: state.revision}}}  # fmt: skip
             if not await self._patch_host(name, body):
                 return None
         self._marked[name] = new
@@ -342,7 +349,12 @@ class HostUpdater:
             return False
         replaced_by = replacement or rollout_pool.annotation(record, REPLACED_BY_ANNOTATION)
         self.deps.metrics.scaled(state.namespace, state.name, "update", 1)
-        self._updated(f"outdated host {name} replaced by {replaced_by} (revision {state.revision})")
+        if replaced_by is None:  # an extra host an earlier update made (a failed canary)
+            self._updated(f"outdated host {name} removed: an extra host of an earlier update")
+        else:
+            self._updated(
+                f"outdated host {name} replaced by {replaced_by} (revision {state.revision})"
+            )
         return True
 
     async def _relabel(self, name: str) -> None:

@@ -207,8 +207,16 @@ class WorkloadKeeper:
                 plural, state.namespace, manifest, api_version=template.api_version
             )
         except ApiError as error:
-            if error.conflict and await self._ours_already(template, plural, host):
+            found = await self._existing(template, plural, host) if error.conflict else None
+            if found == "ours":
                 return True  # created by an earlier try whose answer was lost
+            if found == "leaving":
+                # A former host's workload of the same name, still being deleted: it goes,
+                # then this one is made (not a refusal of the template).
+                log.info("%s/%s: waiting for the former %s of this name to go",
+                         state.namespace, host.meta.name, template.kind)  # fmt: skip
+                self._retry_at = time.monotonic() + self._backoff.next()
+                return False
             self._refuse("FailedCreate", f"{template.kind} {host.meta.name!r}: {error.message}")
             return False
         except ApiTransportError as error:
@@ -300,21 +308,23 @@ class WorkloadKeeper:
         obj = await self.deps.client.get(CLAIMS, self.state.namespace, name, api_version="v1")
         return WorkloadRecord.of(obj, "PersistentVolumeClaim").owner_host_uid
 
-    async def _ours_already(
+    async def _existing(
         self, template: WorkloadTemplate, plural: str, host: HostRecord
-    ) -> bool:
-        """A workload of the host's name exists: is it the one this host controls?"""
+    ) -> str | None:
+        """A workload of the host's name exists: "ours" (the one this host controls),
+        "leaving" (another's, being deleted) or None (another's, staying)."""
         try:
             obj = await self.deps.client.get(
                 plural, self.state.namespace, host.meta.name, api_version=template.api_version
             )
         except (ApiError, ApiTransportError):
-            return False
+            return None
         record = WorkloadRecord.of(obj, template.kind)
         if record.owner_host_uid != host.meta.uid:
-            return False
+            leaving = (obj.get("metadata") or {}).get("deletionTimestamp")
+            return "leaving" if leaving else None
         self._workload_created(host.meta.name, record)
-        return True
+        return "ours"
 
     async def start(self, host: HostRecord) -> None:
         """Make a stopped personal host's workload again (its volumes are there)."""
