@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from datetime import datetime
 from typing import ClassVar
 
@@ -96,6 +97,99 @@ class Notice(ApiModel):
     )
 
 
+class ConnectOutcome(enum.StrEnum):
+    """How a connect ended (absent while it is under way)."""
+
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    ABANDONED = "Abandoned"
+
+
+class ConnectPhase(enum.StrEnum):
+    """The parts of a connect, in order, each measured by the component that sees it."""
+
+    BROKER = "broker"
+    QUEUE = "queue"
+    HOST_START = "hostStart"
+    TRANSPORT = "transport"
+    AUTHENTICATION = "authentication"
+    SESSION_START = "sessionStart"
+    FIRST_FRAME = "firstFrame"
+
+
+#: Connects kept on a request (the latest).
+MAX_CONNECTS = 5
+#: The longest a phase may say it took (seconds): a day.
+MAX_PHASE_SECONDS = 86400
+#: A connect's reference, as the person is shown it: 8 of base32's letters and digits.
+CONNECT_REF_PATTERN = r"^[A-Z2-7]{8}$"
+
+
+class ConnectPhases(ApiModel):
+    """Seconds spent in each phase; a phase that did not happen is absent (not zero)."""
+
+    broker: float | None = Field(
+        default=None, ge=0, le=MAX_PHASE_SECONDS,
+        description="The broker: entitlement checked and the request written (the broker).",
+    )  # fmt: skip
+    queue: float | None = Field(
+        default=None, ge=0, le=MAX_PHASE_SECONDS,
+        description="Pending until assigned, less hostStart (the operator).",
+    )  # fmt: skip
+    host_start: float | None = Field(
+        default=None, ge=0, le=MAX_PHASE_SECONDS,
+        description="Waiting for a stopped or new host to take sessions (the operator).",
+    )  # fmt: skip
+    transport: float | None = Field(
+        default=None, ge=0, le=MAX_PHASE_SECONDS,
+        description="The relay's connection and TLS to the host, its pin checked (the broker; "
+        "browser desktops).",
+    )  # fmt: skip
+    authentication: float | None = Field(
+        default=None, ge=0, le=MAX_PHASE_SECONDS,
+        description="The host's PAM: the credential checked, the account and home made (the "
+        "host's agent, from its single sign-on verifier).",
+    )  # fmt: skip
+    session_start: float | None = Field(
+        default=None, ge=0, le=MAX_PHASE_SECONDS,
+        description="Until the desktop session runs, new or reattached, as the host's agent "
+        "sees it.",
+    )  # fmt: skip
+    first_frame: float | None = Field(
+        default=None, ge=0, le=MAX_PHASE_SECONDS,
+        description="Browser desktops: until the page drew the first frame (the page, through "
+        "the broker; bounded).",
+    )  # fmt: skip
+
+
+class Connect(ApiModel):
+    """One connect of the request's user: where its time went, and how it ended."""
+
+    ref: str = Field(
+        pattern=CONNECT_REF_PATTERN,
+        description="The connect's reference, shown to the person on a failure (kubectl "
+        "hostpool diagnose --id).",
+    )
+    started_at: datetime = Field(description="When the connect began (the broker's click).")
+    reconnect: bool | None = Field(default=None, description="To a session the user already had.")
+    phases: ConnectPhases = Field(default_factory=ConnectPhases, description="Seconds by phase.")
+    outcome: ConnectOutcome | None = Field(
+        default=None, description="Succeeded, Failed or Abandoned; absent while under way."
+    )
+    failed_phase: ConnectPhase | None = Field(
+        default=None, description="The phase a failed connect failed in."
+    )
+    reason: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=r"^[A-Za-z][A-Za-z0-9]*$",
+        description="Why it failed, in one word (UidMismatch, HostNotTrusted, HostLost...).",
+    )
+    message: str | None = Field(
+        default=None, max_length=MAX_MESSAGE, description="The failure in words."
+    )
+
+
 class SessionRequestStatus(ApiModel):
     """Where the session was placed, or why it is waiting."""
 
@@ -153,6 +247,12 @@ class SessionRequestStatus(ApiModel):
         default=None,
         description="A message the host's agent shows once in the session (a session limit's "
         "warning, or an administrator's message).",
+    )
+    connects: list[Connect] | None = Field(
+        default=None,
+        max_length=MAX_CONNECTS,
+        description="The last connects of this request's user, oldest first, each with the "
+        "seconds of its phases (logon diagnostics: kubectl hostpool diagnose).",
     )
     conditions: Conditions
 

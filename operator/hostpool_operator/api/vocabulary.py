@@ -34,3 +34,8 @@ HOST_LABEL = "hostpool.io/host"
 #: placed there and removed only once they are deleted. A session administrator cannot
 #: change it (the session-admin policy), so no one skips the deletion by editing it.
 DATA_OF_ANNOTATION = "hostpool.io/data-of"
+
+#: Annotation the broker puts on a request it creates: the connect it began (JSON: its
+#: reference, when it began, the broker's own seconds), which the operator carries into
+#: status.connects with its assignment (logon diagnostics).
+CONNECT_ANNOTATION = "hostpool.io/connect"

@@ -26,7 +26,13 @@ from ..api import (
 )
 from ..api.plan import ScalingPlanSpec
 from ..api.timestamps import parse_time
-from ..api.vocabulary import DATA_OF_ANNOTATION, MANAGED_LABEL, MANAGER, PLAN_DRAINED_ANNOTATION
+from ..api.vocabulary import (
+    CONNECT_ANNOTATION,
+    DATA_OF_ANNOTATION,
+    MANAGED_LABEL,
+    MANAGER,
+    PLAN_DRAINED_ANNOTATION,
+)
 from .demand import Demand
 
 
@@ -137,6 +143,8 @@ class RequestRecord:
     assigned: str | None = None  # status.assignedAt as stored
     logoff: bool = False  # status.logoff is set
     rest: bytes | None = None  # every other status field, orjson-encoded (None: none)
+    #: The broker's mark of the connect it began (annotation hostpool.io/connect), as written.
+    connect_mark: str | None = None
     seq: int = 0
     seen: float = 0.0  # monotonic time the operator first saw the request
 
@@ -176,6 +184,10 @@ class RequestRecord:
         except ValidationError as exc:
             error = describe_validation_error(exc, under="spec")
         record = cls(Meta.of(obj, labels=False), intern(pool_ref(obj)), demand, error)
+        annotations = (obj.get("metadata") or {}).get("annotations")
+        if isinstance(annotations, Mapping):
+            mark = annotations.get(CONNECT_ANNOTATION)
+            record.connect_mark = mark if isinstance(mark, str) and len(mark) <= 256 else None
         status = obj.get("status")
         if not isinstance(status, Mapping) or not status:
             return record

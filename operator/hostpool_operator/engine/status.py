@@ -15,8 +15,9 @@ from typing import Any
 
 from ..api import Phase, PowerState, Reason, SessionState
 from ..api import conditions as cond
-from ..api.timestamps import rfc3339
+from ..api.timestamps import parse_time, rfc3339
 from ..api.vocabulary import POOL_LABEL
+from ..diagnostics import connects
 from .balancer_view import BalancerHost, Placement
 from .balancing import PoolBalancer
 from .horizon import logon_storm_block
@@ -39,10 +40,16 @@ def zero_counts() -> dict[str, int]:
 
 
 def assigned_status(
-    record: RequestRecord, placement: Placement, address: str | None, now: datetime
+    record: RequestRecord,
+    placement: Placement,
+    address: str | None,
+    now: datetime,
+    host_start: float | None = None,
 ) -> dict[str, Any]:
     """The request's status once it holds a session on ``placement.host``: the stored status
-    with the decision on top (the write replaces the whole status), without empty fields."""
+    with the decision on top (the write replaces the whole status), without empty fields.
+    The connect under way gets its queue (and ``host_start``: seconds it waited for a host
+    to start), riding this write."""
     reason = placement.reason.value
     if placement.reason is Reason.RECONNECTED:
         message = f"reconnected to the session on {placement.host}"
@@ -69,7 +76,20 @@ def assigned_status(
             generation=record.meta.generation,
         ),
     }
-    status = {**record.status, **decision}
+    stored = record.status
+    decision["connects"] = (
+        connects.assigned(
+            connects.connects_of(stored),
+            mark=connects.BrokerMark.parse(record.connect_mark),
+            seed=record.meta.uid,
+            created=parse_time(record.meta.created),
+            now=now,
+            host_start=host_start,
+            reconnect=placement.reason is Reason.RECONNECTED,
+        )
+        or None
+    )
+    status = {**stored, **decision}
     return {key: value for key, value in status.items() if value is not None}
 
 

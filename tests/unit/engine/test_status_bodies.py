@@ -146,6 +146,11 @@ def counts_of(total: int = 0, **states: int) -> dict[str, int]:
 def test_assigned_status_says_where_and_why(reason: Reason, message: str) -> None:
     record = request({"phase": "Pending", "reason": "PoolSaturated", "message": "wait"})
     status = assigned_status(record, Placement("h1", reason), "10.0.0.1", NOW)
+    # Made without the broker: the connect begins at the request's creation, and the
+    # assignment writes its queue.
+    (connect,) = status.pop("connects")
+    assert set(connect["phases"]) == {"queue"}
+    assert connect.get("reconnect", False) is (reason is Reason.RECONNECTED)
     assert status == {
         "observedGeneration": REQUEST_GENERATION,
         "phase": "Assigned",
