@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 
 #: The verifier's file of refusals, in its state directory.
 REFUSALS_FILE = "refusals.jsonl"
+#: ... and of the logons it signed on: when each ended and the seconds it took.
+LOGONS_FILE = "logons.jsonl"
 #: The Event reason of a refusal that is about a home, not the credential.
 HOME_REASON = "HomeOwnedByAnotherUser"
 #: A reason the host's status takes (the API's pattern for lastLogonRefusal.reason).
@@ -55,3 +57,27 @@ def refusals_after(text: str, after: float) -> tuple[list[Refusal], float]:
             found.append(refusal)
             latest = max(latest, refusal.at)
     return found, latest
+
+
+@dataclass(frozen=True, slots=True)
+class Logon:
+    """A logon the verifier signed on: when it ended (epoch seconds), how long it took."""
+
+    at: float
+    user: str
+    seconds: float
+
+
+def latest_logons(text: str) -> dict[str, Logon]:
+    """Each user's last logon in the verifier's file (a line that cannot be read is passed
+    over)."""
+    found: dict[str, Logon] = {}
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+            logon = Logon(float(record["at"]), str(record["user"]), float(record["seconds"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+        if 0 <= logon.seconds <= 3600:
+            found[logon.user] = logon
+    return found

@@ -36,6 +36,7 @@ from ..kube.client import KubeClient
 from .assigned import AssignedRequests
 from .commands import run_command
 from .figures import Counters, load_figures
+from .logon_refusals import Logon
 from .machine import XrdpMachine
 from .options import AgentOptions
 from .orders import SessionOrders
@@ -45,6 +46,7 @@ from .sessions import (
     LogoffTracker,
     SessionTracker,
     UnknownIdle,
+    connect_fields,
     idle_fields,
     parse_session_lines,
     state_fields,
@@ -209,11 +211,19 @@ class Agent:
             return
         _, deletes = self.sessions.sample(requests, reported)
         now = datetime.now(UTC)
+        logons: dict[str, Logon] | None = None  # read once, when a connect ends
         for request in requests:
             state = reported.get(request.user)
             if state is None:
                 continue
             fields = state_fields(request, state, now)
+            if "sessionState" in fields:
+                if logons is None:
+                    logons = await self.reports.logons()
+                logon = logons.get(request.user)
+                fields |= connect_fields(
+                    request, state, now, (logon.at, logon.seconds) if logon else None
+                )
             if self.options.sessions_command:
                 fields |= idle_fields(request.idle_since, self.idle.get(request.user), now)
             if fields:

@@ -22,7 +22,7 @@ from ..kube.errors import ApiError, ApiTransportError
 from ..kube.events import post_event
 from .commands import run_command
 from .figures import custom_load_value
-from .logon_refusals import REFUSALS_FILE, refusals_after
+from .logon_refusals import LOGONS_FILE, REFUSALS_FILE, Logon, latest_logons, refusals_after
 from .machine import XrdpMachine, rdp_certificate_in
 from .options import AgentOptions
 
@@ -194,6 +194,17 @@ class HostReports:
         self._warned_at = {k: t for k, t in self._warned_at.items() if now - t < EVENT_REPEAT}
         self._warned_at[message] = now
         log.warning("%s", message)
+
+    async def logons(self) -> dict[str, Logon]:
+        """Each user's last logon the single sign-on verifier signed on (none without it)."""
+        if self.options.logon_state is None:
+            return {}
+        path = Path(self.options.logon_state) / LOGONS_FILE
+        try:
+            text = await asyncio.to_thread(path.read_text, encoding="utf-8")
+        except OSError:
+            return {}
+        return latest_logons(text)
 
     async def report_logon_refusals(self) -> None:
         """An Event for each logon the single sign-on verifier refused since the last look

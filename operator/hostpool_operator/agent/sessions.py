@@ -12,11 +12,13 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..api.base import SessionLimit, SessionState
+from ..api.request import ConnectPhase
 from ..api.timestamps import parse_time, rfc3339
+from ..diagnostics import connects as diagnostics
 
 #: Samples in a row a reported user must be missing before the request is deleted (logoff):
 #: one missed sample may be a command that raced a reconnect.
@@ -169,6 +171,16 @@ class HostRequest:
     disconnect: DisconnectAsk | None = None
     notice: NoticeAsk | None = None
     resource_version: str = ""
+    assigned_at: datetime | None = None
+    #: status.connects as stored (JSON text: the record stays hashable); "" when none.
+    connects_json: str = ""
+
+    @property
+    def connects(self) -> list[dict[str, Any]]:
+        if not self.connects_json:
+            return []
+        found = json.loads(self.connects_json)
+        return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> HostRequest | None:
@@ -203,6 +215,10 @@ class HostRequest:
             disconnect=_disconnect_ask(status.get("disconnect")),
             notice=_notice_ask(status.get("notice")),
             resource_version=str(meta.get("resourceVersion", "")),
+            assigned_at=parse_time(status.get("assignedAt")),
+            connects_json=json.dumps(status["connects"])
+            if isinstance(status.get("connects"), list)
+            else "",
         )
 
 
@@ -298,6 +314,31 @@ def state_fields(request: HostRequest, state: str, now: datetime) -> dict[str, A
     if request.logon_at is None:
         fields["logonAt"] = rfc3339(now)
     return fields
+
+
+def connect_fields(
+    request: HostRequest, state: str, now: datetime, logon: tuple[float, float] | None
+) -> dict[str, Any]:
+    """The connect under way, ended as the agent sees it: once the session runs (Active),
+    its authentication (``logon``: the verifier's last logon of the user, when it ended in
+    epoch seconds and how long it took, if it came after the assignment) and its session's
+    start (from that logon, else from the assignment, until now), Succeeded. Empty: nothing
+    to write."""
+    if state != SessionState.ACTIVE.value or request.session_state == state:
+        return {}
+    stored = request.connects
+    if diagnostics.under_way(stored) is None or request.assigned_at is None:
+        return {}
+    phases: dict[ConnectPhase, float] = {}
+    began = request.assigned_at
+    if logon is not None and logon[0] >= request.assigned_at.timestamp():
+        phases[ConnectPhase.AUTHENTICATION] = logon[1]
+        began = datetime.fromtimestamp(logon[0], UTC)
+    phases[ConnectPhase.SESSION_START] = max(0.0, (now - began).total_seconds())
+    written = diagnostics.record(
+        stored, phases, owner=diagnostics.AGENT_PHASES, ending=diagnostics.SUCCEEDED
+    )
+    return {"connects": written}
 
 
 def idle_fields(stored: datetime | None, idle: float | None, now: datetime) -> dict[str, Any]:

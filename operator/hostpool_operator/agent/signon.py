@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..logon import credential
-from .logon_refusals import REFUSALS_FILE
+from .logon_refusals import LOGONS_FILE, REFUSALS_FILE
 
 #: Absolute paths: pam_exec runs this with an empty environment (no PATH).
 GROUPADD = "/usr/sbin/groupadd"
@@ -113,9 +113,21 @@ class UsedCredentials:
 
 def record_refusal(state: Path, user: str, reason: str, now: float) -> None:
     """One line for the agent to report (the user's name is cut to what PAM may pass)."""
-    path = state / REFUSALS_FILE
-    state.mkdir(parents=True, exist_ok=True, mode=0o700)
     line = json.dumps({"at": round(now, 3), "user": user[:64], "reason": reason})
+    _append(state / REFUSALS_FILE, line)
+
+
+def record_logon(state: Path, user: str, seconds: float, now: float) -> None:
+    """A logon signed on: when it ended and how long the check took (authentication, for
+    logon diagnostics; the agent reads it when the session runs)."""
+    line = json.dumps({"at": round(now, 3), "user": user[:64], "seconds": round(seconds, 3)})
+    _append(state / LOGONS_FILE, line)
+
+
+def _append(path: Path, line: str) -> None:
+    """One line at the end of a JSON-lines file of the state directory, the oldest dropped
+    past MAX_REFUSALS lines (under a lock: logons may run at once)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(path, "a+", encoding="utf-8") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         handle.seek(0)
@@ -226,6 +238,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1  # a typed password: the next PAM rule checks it, nothing to report
     reason = sign_on(settings, user, password, now) if user else "NoUser"
     if reason is None:
+        done = time.time()
+        with contextlib.suppress(OSError):
+            record_logon(settings.state, user, done - now, done)
         return 0
     with contextlib.suppress(OSError):
         record_refusal(settings.state, user, reason, now)

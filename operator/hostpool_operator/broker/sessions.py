@@ -18,7 +18,8 @@ from ..access.connect import Answer, Caller, error
 from ..access.names import is_namespace, is_object_name
 from ..access.views import RequestView
 from ..api.timestamps import rfc3339
-from ..api.vocabulary import REQUESTS
+from ..api.vocabulary import CONNECT_ANNOTATION, REQUESTS
+from ..diagnostics import connects
 from ..kube.errors import ApiError, ApiTransportError
 from .directory import Directory
 from .gate import Gate, RefusalError, api_failure, printable
@@ -82,6 +83,7 @@ class Sessions:
 
     async def connect(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
+        clicked = dt.datetime.now(dt.UTC)
         user = "-"
         try:
             caller = await self.gate.caller(request)
@@ -89,7 +91,7 @@ class Sessions:
             namespace, pool_name = self.gate.names(request)
             await self._connect_body(request)
             self.gate.ready()
-            answer = await self._connect(namespace, pool_name, caller)
+            answer = await self._connect(namespace, pool_name, caller, (clicked, started))
         except RefusalError as refusal:
             answer = refusal.answer
         elapsed = time.perf_counter() - started
@@ -129,7 +131,10 @@ class Sessions:
         if "protocol" in body and body["protocol"] != "RDP":
             raise RefusalError(error(400, "InvalidBody", "protocol: only RDP is offered"))
 
-    async def _connect(self, namespace: str, pool_name: str, caller: Caller) -> Answer:
+    async def _connect(
+        self, namespace: str, pool_name: str, caller: Caller, began: tuple[dt.datetime, float]
+    ) -> Answer:
+        """``began``: when the connect arrived (wall clock, and perf_counter)."""
         directory = self.directory
         key = (namespace, pool_name, caller.user)
         async with directory.user_lock(key):
@@ -143,7 +148,7 @@ class Sessions:
             if isinstance(decision, decisions.Reuse):
                 view, reused = decision.request, True
             else:
-                view, reused = await self._create(namespace, pool_name, caller, decision)
+                view, reused = await self._create(namespace, pool_name, caller, decision, began)
         if not decisions.placed_or_final(view):
             found = await directory.wait_for(
                 (namespace, view.name),
@@ -159,7 +164,12 @@ class Sessions:
         return answer
 
     async def _create(
-        self, namespace: str, pool_name: str, caller: Caller, decision: decisions.Create
+        self,
+        namespace: str,
+        pool_name: str,
+        caller: Caller,
+        decision: decisions.Create,
+        began: tuple[dt.datetime, float],
     ) -> tuple[RequestView, bool]:
         """The caller's request, created (after deleting the failed one it replaces); a
         namesake that exists already (another replica, or this one before a restart, got
@@ -180,6 +190,9 @@ class Sessions:
                 "name": decision.name,
                 "namespace": namespace,
                 "labels": {BROKER_LABEL: "true"},
+                # The connect this begins, for logon diagnostics: the operator carries it
+                # into status.connects with its assignment (no write of the broker's own).
+                "annotations": {CONNECT_ANNOTATION: _mark(namespace, decision.name, began)},
             },
             "spec": {"poolRef": {"name": pool_name}, "user": caller.user, "protocol": "RDP"},
         }
@@ -273,6 +286,14 @@ class Sessions:
                 return api_failure(exc)
         body = {"requests": ended, "reason": "LogoffRequested"}
         return Answer(202, "LogoffRequested", body)
+
+
+def _mark(namespace: str, name: str, began: tuple[dt.datetime, float]) -> str:
+    """The broker's mark of a connect: its reference, when it began, and the broker's own
+    seconds until it writes the request."""
+    clicked, started = began
+    ref = connects.reference(f"{namespace}/{name}/{rfc3339(clicked)}/{started}")
+    return connects.BrokerMark(ref, clicked, time.perf_counter() - started).annotation()
 
 
 def _now() -> str:
