@@ -238,11 +238,36 @@ def test_sessions_command_drives_state_and_logoff_frees_the_slot(
         15,
     )
     assert phase(cluster.request("bob")) == "Pending"  # a disconnected session keeps its slot
+    # Logon diagnostics: alice's connect, begun at her request's creation (no broker here),
+    # has the operator's queue and the agent's session start, and Succeeded.
+    (connect,) = status(cluster.request("alice"))["connects"]
+    assert connect["outcome"] == "Succeeded", connect
+    assert set(connect["phases"]) == {"queue", "sessionStart"}, connect
+    waited_from = time.monotonic()
     write_sessions(sessions, {})  # alice logged off
     cluster.wait(lambda: "alice" not in cluster.requests() or None, "alice's request deleted", 15)
     bob = cluster.wait_request("bob", phase_="Assigned", timeout=15)
     assert host_of(bob) == "h1"
     assert "could not delete" not in agents["h1"].log()
+    (queued,) = status(bob)["connects"]
+    assert queued["phases"]["queue"] >= time.monotonic() - waited_from - 1, queued
+    report = diagnose(cluster, "bob@corp")
+    assert f"connect {queued['ref']}  pool {POOL}  request bob" in report.stdout, report.stdout
+    assert "queue" in report.stdout
+    unknown = diagnose(cluster, "zed@corp")
+    assert unknown.returncode == 1
+    assert f"No requests of zed@corp in namespace {cluster.namespace}." in unknown.stderr
+    bad = diagnose(cluster, "bob@corp", "--id", "not-a-ref")
+    assert bad.returncode != 0
+    assert "--id 'not-a-ref': a reference is 8 capital letters" in bad.stderr
+
+
+def diagnose(cluster: Cluster, user: str, *more: str) -> subprocess.CompletedProcess[str]:
+    """``hostpool-operator sessions diagnose`` (what ``kubectl hostpool diagnose`` runs)."""
+    login = ["--kubeconfig", str(cluster.kube.kubeconfig), "-n", cluster.namespace]
+    command = [sys.executable, "-m", "hostpool_operator", "sessions", "diagnose", user, *login]
+    command += more
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_a_failing_sessions_command_logs_nobody_off(

@@ -11,6 +11,7 @@ from ..kube.program import add_logging_flags
 from ..recommend.recommender import Options
 from ..recommend.sources import prometheus
 from . import assignment, crds, recommend, run, sessions, simulate
+from . import diagnose as diagnose_cli
 from . import rollout as rollout_cli
 from .errors import UsageError
 
@@ -184,6 +185,19 @@ def add_session_commands(sub: argparse._SubParsersAction[Any]) -> None:
     )
     _add_login(listing, all_namespaces=True)
     listing.set_defaults(func=sessions.list_command)
+
+    diagnose = sub.add_parser(
+        "diagnose",
+        help="why a user's logon was slow or failed: each recent connect, phase by phase",
+    )
+    diagnose.add_argument("user", metavar="USER")
+    diagnose.add_argument("--pool", metavar="POOL", help="only this pool's connects")
+    diagnose.add_argument(
+        "--id", metavar="REF", help="the connect of this reference (as the person was shown)"
+    )
+    diagnose.add_argument("-o", "--output", choices=("json",), help="json: for scripts")
+    _add_login(diagnose)
+    diagnose.set_defaults(func=diagnose_cli.diagnose_command)
 
     logoff = sub.add_parser(
         "logoff", help="log a user off (the host's agent tells them, then logs them off)"

@@ -35,6 +35,8 @@ UPDATE_PHASES = tuple(phase.value for phase in UpdatePhase)
 #: The states of a pool's hosts against its host template (hostpool_update_hosts).
 REVISION_STATES = ("updated", "outdated")
 HOST_START_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+#: Logon phases: from a broker's milliseconds to a host's minutes of starting.
+LOGON_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60)
 
 
@@ -159,6 +161,21 @@ class PrometheusMetrics(MetricsSink):
             buckets=HOST_START_BUCKETS,
             registry=self.registry,
         )
+        self.logon_phase = Histogram(
+            "hostpool_logon_phase_seconds",
+            "Seconds a connect spent in each phase (broker, queue, hostStart, transport, "
+            "authentication, sessionStart, firstFrame), as the component that saw it measured "
+            "them, counted when the connect ends.",
+            (*labels, "phase"),
+            buckets=LOGON_BUCKETS,
+            registry=self.registry,
+        )
+        self.logon_failures = Counter(
+            "hostpool_logon_failures_total",
+            "Connects that failed, by the phase they failed in and the reason.",
+            (*labels, "phase", "reason"),
+            registry=self.registry,
+        )
         self.not_ready = Gauge(
             "hostpool_hosts_not_ready",
             "SessionHosts whose workload is missing or not Ready.",
@@ -255,6 +272,18 @@ class PrometheusMetrics(MetricsSink):
 
     def scaled(self, namespace: str, pool: str, direction: str, hosts: int) -> None:
         self.scale_actions.labels(namespace, pool, direction).inc(hosts)
+
+    def connect_ended(
+        self,
+        namespace: str,
+        pool: str,
+        phases: Mapping[str, float],
+        failure: tuple[str, str] | None,
+    ) -> None:
+        for phase, seconds in phases.items():
+            self.logon_phase.labels(namespace, pool, phase).observe(seconds)
+        if failure is not None:
+            self.logon_failures.labels(namespace, pool, *failure).inc()
 
     def session_limit_action(self, namespace: str, pool: str, limit: str, action: str) -> None:
         self.limit_actions.labels(namespace, pool, limit, action).inc()

@@ -39,6 +39,8 @@ BROKER_PHASES = frozenset({ConnectPhase.BROKER, ConnectPhase.TRANSPORT, ConnectP
 OPERATOR_PHASES = frozenset({ConnectPhase.QUEUE, ConnectPhase.HOST_START})
 AGENT_PHASES = frozenset({ConnectPhase.AUTHENTICATION, ConnectPhase.SESSION_START})
 REF = re.compile(CONNECT_REF_PATTERN)
+#: A reason as status.connects takes it: one word of letters and digits.
+WORD = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
 #: The phases in order, as the contract names them.
 ORDER: tuple[ConnectPhase, ...] = tuple(ConnectPhase)
 
@@ -146,8 +148,8 @@ class Ending:
         if self.outcome is ConnectOutcome.FAILED:
             if self.failed_phase is not None:
                 found["failedPhase"] = self.failed_phase.value
-            if self.reason:
-                found["reason"] = self.reason[:64]
+            if self.reason and WORD.fullmatch(self.reason):
+                found["reason"] = self.reason
             if self.message:
                 found["message"] = self.message[:1024]
         return found
@@ -261,3 +263,10 @@ def assigned(
         starting = min(max(0.0, host_start), waited)
         phases = {ConnectPhase.QUEUE: waited - starting, ConnectPhase.HOST_START: starting}
     return record(connects, phases, owner=OPERATOR_PHASES)
+
+
+def ended_since(before: Sequence[Obj], after: Sequence[Obj]) -> list[Obj]:
+    """The connects of ``after`` that have ended and had not in ``before`` (under way
+    there, or not there yet)."""
+    done_before = {c.get("ref") for c in before if c.get("outcome") is not None}
+    return [c for c in after if c.get("outcome") is not None and c.get("ref") not in done_before]

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..api import Phase, PowerState, Reason, SessionState
 from ..api import conditions as cond
+from ..api.request import ConnectOutcome, ConnectPhase
 from ..api.timestamps import parse_time, rfc3339
 from ..api.vocabulary import POOL_LABEL
 from ..diagnostics import connects
@@ -137,7 +138,19 @@ def failed_status(
     still ending (the broker kept its user waiting for good). The session is over, which is
     all a logoff asks; cleared whether or not this copy shows one, as one may have landed
     just before."""
-    return {**_unassigned(record, Phase.FAILED, reason, message, now), "logoff": None}
+    body = {**_unassigned(record, Phase.FAILED, reason, message, now), "logoff": None}
+    stored = connects.connects_of(record.status)
+    if connects.under_way(stored) is not None:
+        # The connect under way failed where the request was: waiting, or on its host
+        # before the session ran.
+        where = (
+            ConnectPhase.SESSION_START
+            if record.phase == Phase.ASSIGNED.value
+            else ConnectPhase.QUEUE
+        )
+        ending = connects.Ending(ConnectOutcome.FAILED, where, reason, message)
+        body["connects"] = connects.record(stored, {}, owner=frozenset(), ending=ending)
+    return body
 
 
 def says_pending(record: RequestRecord, reason: Reason) -> bool:

@@ -56,6 +56,16 @@ class MetricsSink:
         """A host the operator added has its workload Ready, ``seconds`` after the scale-up
         decision that made it."""
 
+    def connect_ended(
+        self,
+        namespace: str,
+        pool: str,
+        phases: Mapping[str, float],
+        failure: tuple[str, str] | None,
+    ) -> None:
+        """A connect ended: the seconds of each of its phases, and (phase, reason) when it
+        failed (logon diagnostics)."""
+
     def session_limit_action(self, namespace: str, pool: str, limit: str, action: str) -> None:
         """A pool's session limit (Disconnected, Idle, MaxSession) acted on a session:
         ``action`` Disconnect or Logoff."""

@@ -102,3 +102,12 @@ def test_a_mark_that_is_not_the_brokers_is_no_mark() -> None:
     for text in (None, "", "{", "[]", '{"ref":"abc","startedAt":"x","broker":1}', "x" * 300,
                  '{"ref":"ABCDEFGH","startedAt":"2026-12-07T09:00:00Z","broker":-1}'):  # fmt: skip
         assert BrokerMark.parse(text) is None
+
+
+def test_a_connect_is_counted_once_when_it_ends() -> None:
+    begun = connects.begin([], "AAAAAAAA", T0)
+    done = connects.record(begun, {}, owner=AGENT_PHASES, ending=connects.SUCCEEDED)
+    assert [c["ref"] for c in connects.ended_since(begun, done)] == ["AAAAAAAA"]
+    assert connects.ended_since(done, done) == []
+    failed = Ending(ConnectOutcome.FAILED, ConnectPhase.QUEUE, "not one word!", "x")
+    assert "reason" not in connects.record(begun, {}, owner=AGENT_PHASES, ending=failed)[0]

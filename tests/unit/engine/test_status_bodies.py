@@ -1125,3 +1125,17 @@ def test_pool_scaling_plan_absent_when_neither_stored_nor_given() -> None:
     assert "scalingPlan" not in pool_status_with_plan(
         pool(LIMIT_2, status={"scalingPlan": None}), None
     )
+
+
+def test_a_request_that_fails_ends_its_connect_under_way_where_it_was() -> None:
+    waiting = request({"phase": "Pending", "reason": "HostsStarting", "connects": [
+        {"ref": "ABCDEFGH", "startedAt": "2026-01-01T00:00:00Z"}]})  # fmt: skip
+    (connect,) = failed_status(waiting, "PoolDeleted", "the pool was deleted", NOW)["connects"]
+    assert (connect["outcome"], connect["failedPhase"], connect["reason"]) == (
+        "Failed",
+        "queue",
+        "PoolDeleted",
+    )
+    ended = {"ref": "ABCDEFGH", "startedAt": "2026-01-01T00:00:00Z", "outcome": "Succeeded"}
+    done = request({"phase": "Assigned", "connects": [ended]})
+    assert "connects" not in failed_status(done, "HostDeleted", "gone", NOW)

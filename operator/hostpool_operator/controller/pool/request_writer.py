@@ -74,6 +74,10 @@ class RequestRouter(Protocol):
     def mark_dirty(self) -> None: ...
 
 
+#: Requests whose wait for a host is timed at once (the oldest forgotten past it).
+MAX_STARTING = 10_000
+
+
 class RequestWriter:
     """Writes one pool's request statuses and recovers from failed writes."""
 
@@ -85,6 +89,8 @@ class RequestWriter:
         self.pending_writes: dict[str, asyncio.Task[None]] = {}  # Pending statuses on their way
         #: Personal pools: the back-off of each (host, user) whose claim the API refused.
         self._claim_backoff: dict[tuple[str, str], Backoff] = {}
+        #: Since when (monotonic) each request has waited for a host to start.
+        self.starting_since: dict[str, float] = {}
 
     # -------------------------------------------------------------- assignments
 
@@ -115,7 +121,9 @@ class RequestWriter:
             record = current
         host = state.hosts.get(placement.host or "")
         address = state.address_of(host) if host is not None else None
-        status = assigned_status(record, placement, address, datetime.now(UTC))
+        starting = self.starting_since.pop(name, None)
+        host_start = time.monotonic() - starting if starting is not None else None
+        status = assigned_status(record, placement, address, datetime.now(UTC), host_start)
         try:
             async with self.deps.write_slots.slot(self._key):
                 queued = time.monotonic() - record.seen
@@ -389,6 +397,13 @@ class RequestWriter:
     async def write_pending(self, record: RequestRecord, reason: Reason, message: str) -> None:
         state = self.state
         name = record.meta.name
+        if reason is Reason.HOSTS_STARTING:
+            # Logon diagnostics: from now on the request waits for a host to start (its
+            # hostStart, written with its assignment; an operator that restarts meanwhile
+            # counts the wait as queue).
+            if len(self.starting_since) >= MAX_STARTING:
+                self.starting_since.pop(next(iter(self.starting_since)))
+            self.starting_since.setdefault(name, time.monotonic())
         await self._patch(record, pending_status(record, reason, message, datetime.now(UTC)))
         said = state.pending_said.get(name)
         current = state.requests.get(name)

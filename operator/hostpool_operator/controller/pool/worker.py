@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from ...api import Phase
+from ...diagnostics.connects import connects_of, ended_since, phases_of
 from ...engine.personal import Assignment
 from ...engine.placement import Assign, Reject, Wait, place_pending
 from ...engine.pool_state import PoolState, reports_metrics
@@ -305,6 +306,9 @@ class PoolWorker:
             self.wake()
 
     def on_request(self, record: RequestRecord) -> None:
+        before = self.state.requests.get(record.meta.name)
+        if before is not None and record.rest is not None and b'"outcome"' in record.rest:
+            self._connects_ended(before, record)
         lost = self.state.put_request(record, _now(), seq=self.deps.next_seq, seen=time.monotonic())
         self.plans.observe_request(record)
         if lost is not None and lost.host is not None:
@@ -315,6 +319,19 @@ class PoolWorker:
             self._wake.set()  # to be placed, or a released slot to fill
         elif name in self.state.limit_watch.looks:
             self._wake.set()  # the session limits look at its new version
+
+    def _connects_ended(self, before: RequestRecord, after: RequestRecord) -> None:
+        """Logon diagnostics into the metrics: each connect this version ended (counted
+        once, by the operator that saw it under way or begun: not again after a restart)."""
+        for connect in ended_since(
+            connects_of(before.status) if before.rest is not None else [],
+            connects_of(after.status),
+        ):
+            failure = None
+            if connect.get("outcome") == "Failed":
+                failure = (str(connect.get("failedPhase", "")), str(connect.get("reason", "")))
+            phases = {p.value: v for p, v in phases_of(connect).items()}
+            self.deps.metrics.connect_ended(self.namespace, self.name, phases, failure)
 
     def on_request_deleted(self, name: str) -> None:
         self._ended.pop(name, None)
