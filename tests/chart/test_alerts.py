@@ -41,6 +41,7 @@ ALERTS = (
     "HostPoolApiErrorsRising",
     "HostPoolLeaderWritesPaused",
     "HostPoolUpdateStalled",
+    "HostPoolSlowLogons",
 )
 #: Metrics of Prometheus itself that alerts may read besides the operator's.
 PROMETHEUS_METRICS = {"up"}

@@ -106,6 +106,8 @@ def busy_samples() -> list[tuple[Sample, str]]:
     metrics.scaled("vdi", "finance", "up", 2)
     metrics.scaled("vdi", "finance", "down", 1)
     metrics.host_started("vdi", "finance", 12.0)
+    metrics.connect_ended("vdi", "finance", {"queue": 0.1, "sessionStart": 2.0}, "Succeeded", None)
+    metrics.connect_ended("vdi", "finance", {"queue": 0.1}, "Failed", ("queue", "PoolDeleted"))
     return [
         (sample, family.type)
         for family in metrics.registry.collect()

@@ -24,6 +24,7 @@ from prometheus_client import (
 from ..api import LimitAction, SessionLimit
 from ..api.conditions import find
 from ..api.plan import PlanPhase
+from ..api.request import ConnectPhase
 from ..api.update import UpdatePhase
 from ..kube.sinks import MetricsSink
 
@@ -43,6 +44,8 @@ QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5
 class PrometheusMetrics(MetricsSink):
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        #: The (phase, reason) of each pool's failed connects: its series to remove.
+        self._failures_seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
         # Not prometheus_client's global registry (one PrometheusMetrics per test), so the
         # process_* and python_info collectors it carries are added here.
         ProcessCollector(registry=self.registry)
@@ -170,6 +173,14 @@ class PrometheusMetrics(MetricsSink):
             buckets=LOGON_BUCKETS,
             registry=self.registry,
         )
+        self.logon_total = Histogram(
+            "hostpool_logon_seconds",
+            "Seconds from the click to the desktop of each connect that succeeded (its phases "
+            "added up).",
+            labels,
+            buckets=LOGON_BUCKETS,
+            registry=self.registry,
+        )
         self.logon_failures = Counter(
             "hostpool_logon_failures_total",
             "Connects that failed, by the phase they failed in and the reason.",
@@ -278,12 +289,16 @@ class PrometheusMetrics(MetricsSink):
         namespace: str,
         pool: str,
         phases: Mapping[str, float],
+        outcome: str,
         failure: tuple[str, str] | None,
     ) -> None:
         for phase, seconds in phases.items():
             self.logon_phase.labels(namespace, pool, phase).observe(seconds)
+        if outcome == "Succeeded":
+            self.logon_total.labels(namespace, pool).observe(sum(phases.values()))
         if failure is not None:
             self.logon_failures.labels(namespace, pool, *failure).inc()
+            self._failures_seen.setdefault((namespace, pool), set()).add(failure)
 
     def session_limit_action(self, namespace: str, pool: str, limit: str, action: str) -> None:
         self.limit_actions.labels(namespace, pool, limit, action).inc()
@@ -355,7 +370,13 @@ class PrometheusMetrics(MetricsSink):
                 self.saturated,
                 self.scaling_limited,
                 self.session_ends,
+                self.logon_total,
             )
+        ]
+        series += [(self.logon_phase, (phase.value,)) for phase in ConnectPhase]
+        series += [
+            (self.logon_failures, labels)
+            for labels in self._failures_seen.pop((namespace, pool), set())
         ]
         series += [(self.assignments, (reason,)) for reason in ("NewSession", "Reconnected")]
         series += [(self.scale_actions, (way,)) for way in ("up", "down")]

@@ -61,10 +61,11 @@ class MetricsSink:
         namespace: str,
         pool: str,
         phases: Mapping[str, float],
+        outcome: str,
         failure: tuple[str, str] | None,
     ) -> None:
-        """A connect ended: the seconds of each of its phases, and (phase, reason) when it
-        failed (logon diagnostics)."""
+        """A connect ended (``outcome``): the seconds of each of its phases, and (phase,
+        reason) when it failed (logon diagnostics)."""
 
     def session_limit_action(self, namespace: str, pool: str, limit: str, action: str) -> None:
         """A pool's session limit (Disconnected, Idle, MaxSession) acted on a session:

@@ -212,3 +212,21 @@ def test_api_errors_are_counted_by_code() -> None:
     assert 'hostpool_api_errors_total{code="409"} 2.0' in text
     assert 'hostpool_api_errors_total{code="429"} 1.0' in text
     assert 'hostpool_api_errors_total{code="transport"} 1.0' in text
+
+
+def test_a_connect_that_ends_is_counted_by_phase_and_a_failure_by_reason() -> None:
+    metrics = PrometheusMetrics()
+    metrics.connect_ended("ns", "p", {"queue": 0.2, "sessionStart": 3.0}, "Succeeded", None)
+    metrics.connect_ended("ns", "p", {"queue": 40.0}, "Failed", ("queue", "PoolDeleted"))
+    text = exposition(metrics)
+    assert 'hostpool_logon_phase_seconds_count{namespace="ns",phase="queue",pool="p"} 2.0' in text
+    assert 'hostpool_logon_seconds_count{namespace="ns",pool="p"} 1.0' in text  # succeeded only
+    assert 'hostpool_logon_seconds_sum{namespace="ns",pool="p"} 3.2' in text
+    failures = (
+        'hostpool_logon_failures_total{namespace="ns",phase="queue",pool="p",reason="PoolDeleted"}'
+    )
+    assert f"{failures} 1.0" in text
+    metrics.forget_pool("ns", "p")
+    text = exposition(metrics)
+    assert "hostpool_logon_failures_total{" not in text
+    assert "hostpool_logon_phase_seconds_count{" not in text

@@ -331,7 +331,8 @@ class PoolWorker:
             if connect.get("outcome") == "Failed":
                 failure = (str(connect.get("failedPhase", "")), str(connect.get("reason", "")))
             phases = {p.value: v for p, v in phases_of(connect).items()}
-            self.deps.metrics.connect_ended(self.namespace, self.name, phases, failure)
+            outcome = str(connect.get("outcome"))
+            self.deps.metrics.connect_ended(self.namespace, self.name, phases, outcome, failure)
 
     def on_request_deleted(self, name: str) -> None:
         self._ended.pop(name, None)
