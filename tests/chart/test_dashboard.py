@@ -46,6 +46,9 @@ SHOWN = {
     "saturation": "hostpool_pool_saturated",
     "image update hosts": "hostpool_update_hosts",
     "image update phase": "hostpool_update_phase",
+    "time to connect by phase": "hostpool_logon_phase_seconds_bucket",
+    "slow logons": "hostpool_logon_seconds_bucket",
+    "logon failures": "hostpool_logon_failures_total",
 }
 #: The metrics of the operator process, not of a pool: filtered by $job only.
 OPERATOR_METRICS = {
