@@ -49,6 +49,7 @@ from .sessions import (
     connect_fields,
     idle_fields,
     parse_session_lines,
+    refused_fields,
     state_fields,
 )
 
@@ -168,7 +169,17 @@ class Agent:
             await self.orders.carry_out_disconnects(self.idle, self.follow_sessions)
             for user in await self.orders.carry_out_logoffs(self.requests.current(), self.idle):
                 self.sessions.forget(user)  # logged off: their next session is new, left alone
-            await self.reports.report_logon_refusals()
+            for refusal in await self.reports.report_logon_refusals():
+                await self.connect_refused(refusal.user, refusal.reason, refusal.message)
+
+    async def connect_refused(self, user: str, reason: str, message: str) -> None:
+        """A logon the host's verifier refused ends the user's connect under way here:
+        Failed in authentication, with the verifier's reason."""
+        for request in self.requests.current():
+            if request.user == user:
+                fields = refused_fields(request, reason, message)
+                if fields:
+                    await self.requests.write_fields(request, fields)
 
     # -------------------------------------------------------------- sessions
 

@@ -22,7 +22,14 @@ from ..kube.errors import ApiError, ApiTransportError
 from ..kube.events import post_event
 from .commands import run_command
 from .figures import custom_load_value
-from .logon_refusals import LOGONS_FILE, REFUSALS_FILE, Logon, latest_logons, refusals_after
+from .logon_refusals import (
+    LOGONS_FILE,
+    REFUSALS_FILE,
+    Logon,
+    Refusal,
+    latest_logons,
+    refusals_after,
+)
 from .machine import XrdpMachine, rdp_certificate_in
 from .options import AgentOptions
 
@@ -206,11 +213,11 @@ class HostReports:
             return {}
         return latest_logons(text)
 
-    async def report_logon_refusals(self) -> None:
+    async def report_logon_refusals(self) -> list[Refusal]:
         """An Event for each logon the single sign-on verifier refused since the last look
         (those before the agent started were reported by the agent before it)."""
         if self.options.logon_state is None:
-            return
+            return []
         path = Path(self.options.logon_state) / REFUSALS_FILE
         try:
             text = await asyncio.to_thread(path.read_text, encoding="utf-8")
@@ -218,7 +225,7 @@ class HostReports:
             text = ""
         except OSError as exc:
             self.warn_now_and_then(f"the logon refusals could not be read: {exc}")
-            return
+            return []
         refusals, self._refusals_after = refusals_after(text, self._refusals_after)
         for refusal in refusals:
             log.info("%s", refusal.message)
@@ -233,3 +240,4 @@ class HostReports:
                 )
             except (ApiError, ApiTransportError) as error:
                 log.warning("could not report the refusal on %s: %s", self.options.host, error)
+        return refusals

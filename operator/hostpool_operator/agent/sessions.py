@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..api.base import SessionLimit, SessionState
-from ..api.request import ConnectPhase
+from ..api.request import ConnectOutcome, ConnectPhase
 from ..api.timestamps import parse_time, rfc3339
 from ..diagnostics import connects as diagnostics
 
@@ -338,6 +338,16 @@ def connect_fields(
     written = diagnostics.record(
         stored, phases, owner=diagnostics.AGENT_PHASES, ending=diagnostics.SUCCEEDED
     )
+    return {"connects": written}
+
+
+def refused_fields(request: HostRequest, reason: str, message: str) -> dict[str, Any]:
+    """The connect under way, Failed in authentication: the host refused the logon."""
+    stored = request.connects
+    if diagnostics.under_way(stored) is None:
+        return {}
+    ending = diagnostics.Ending(ConnectOutcome.FAILED, ConnectPhase.AUTHENTICATION, reason, message)
+    written = diagnostics.record(stored, {}, owner=diagnostics.AGENT_PHASES, ending=ending)
     return {"connects": written}
 
 

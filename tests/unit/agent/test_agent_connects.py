@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hostpool_operator.agent.logon_refusals import LOGONS_FILE, latest_logons
-from hostpool_operator.agent.sessions import HostRequest, connect_fields
+from hostpool_operator.agent.sessions import HostRequest, connect_fields, refused_fields
 from hostpool_operator.agent.signon import record_logon
 
 ASSIGNED = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)
@@ -61,3 +61,13 @@ def test_the_verifier_keeps_each_users_last_logon(tmp_path: Path) -> None:
     found = latest_logons((tmp_path / LOGONS_FILE).read_text())
     assert (found["alice"].at, found["alice"].seconds) == (102.0, 0.75)
     assert found["bob"].seconds == 0.5
+
+
+def test_a_refused_logon_fails_the_connect_in_authentication() -> None:
+    (connect,) = refused_fields(request(), "UidMismatch", "uid 70001 is not alice's")["connects"]
+    assert (connect["outcome"], connect["failedPhase"], connect["reason"]) == (
+        "Failed",
+        "authentication",
+        "UidMismatch",
+    )
+    assert refused_fields(request(outcome="Succeeded"), "Replayed", "again") == {}
