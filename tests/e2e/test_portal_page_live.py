@@ -17,6 +17,8 @@ import itertools
 import re
 import secrets
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -255,10 +257,13 @@ def test_a_full_pool_says_hosts_are_starting_and_connect_waits_for_the_new_host(
             )
             expect(grow).to_have_attribute("data-state", "Pending", timeout=LIVE_MS)
             # The broker holds a connect up to its connect timeout, then answers 202; the
-            # page says so and asks again after the Retry-After.
+            # page says what the connect is waiting for, with the seconds so far, and asks
+            # again after the Retry-After.
             expect(grow.locator(".message")).to_have_text(
-                "Waiting for a host…", timeout=CONNECT_TIMEOUT_MS + LIVE_MS
+                re.compile(r"Starting your desktop… \(\d+ s\)"),
+                timeout=CONNECT_TIMEOUT_MS + LIVE_MS,
             )
+            ref = grow.get_attribute("data-connect")
             for node in nodes:  # now the host's Pod can be scheduled and become Ready
                 patch = {"metadata": {"labels": {label: "yes"}}}
                 kube.call("PATCH", f"/api/v1/nodes/{node}", body=patch, content_type=MERGE_PATCH)
@@ -269,6 +274,20 @@ def test_a_full_pool_says_hosts_are_starting_and_connect_waits_for_the_new_host(
             kube.request("PATCH", f"/api/v1/nodes/{node}", body=unlabel, content_type=MERGE_PATCH)
     placed = cluster.request(request_name(ns, "grow", "alice"))
     assert placed["status"]["host"] != "h1"  # the host that was started for her
+    # The reference the page was given finds her connect for the help desk: its wait for
+    # the new host is its hostStart, the slowest phase.
+    assert ref is not None
+    assert re.fullmatch(r"[A-Z2-7]{8}", ref), ref
+    (connect,) = placed["status"]["connects"]
+    assert connect["ref"] == ref
+    assert connect["phases"]["hostStart"] > 0, connect
+    login = ["--kubeconfig", str(cluster.kube.kubeconfig), "-n", ns, "--id", ref]
+    report = subprocess.run(
+        [sys.executable, "-m", "hostpool_operator", "sessions", "diagnose", "alice", *login],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert f"connect {ref}  pool grow" in report, report
+    assert any("hostStart" in line and "<- slowest" in line for line in report.splitlines())
     expect(grow.locator(".message")).to_contain_text("grow.rdp")
     expect(grow).to_have_attribute("data-state", re.compile("Connecting|Assigned"))
     assert page.evaluate("window.notReloaded") is True

@@ -183,6 +183,8 @@ def answer(request: RequestView, pool: PoolView, caller: Caller, *, reused: bool
             "reason": str(reason),
             "rdpFile": rdp,
         }
+        if request.connect_ref:
+            body["connect"] = request.connect_ref
         return Answer(200, str(reason), body, rdp=rdp)
     if request.ending:
         return waiting(request, "SessionEnding")
@@ -217,6 +219,8 @@ def waiting(request: RequestView, reason: str) -> Answer:
     retry = RETRY_AFTER.get(reason, DEFAULT_RETRY_AFTER)
     phase = str(request.phase) if request.phase else str(Phase.PENDING)
     body = {"request": request.name, "phase": phase, "reason": reason}
+    if request.connect_ref:
+        body["connect"] = request.connect_ref
     return Answer(202, reason, body, retry)
 
 

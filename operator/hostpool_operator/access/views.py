@@ -23,6 +23,8 @@ from ..api import (
 from ..api.address import is_host_address
 from ..api.host import RDP_CERTIFICATE_SHA256_PATTERN
 from ..api.timestamps import parse_time
+from ..api.vocabulary import CONNECT_ANNOTATION
+from ..diagnostics.connects import BrokerMark
 
 JSON = dict[str, Any]
 _SHA256 = re.compile(RDP_CERTIFICATE_SHA256_PATTERN)
@@ -158,6 +160,9 @@ class RequestView:
     #: When a disconnect was last asked for (status.disconnect.requestedAt, as written; a
     #: session limit's): a page does not reconnect a session disconnected on purpose.
     disconnect_requested_at: str | None = None
+    #: The reference of the connect the broker began with it (its hostpool.io/connect mark):
+    #: what a person is shown, for the help desk's ``diagnose --id``.
+    connect_ref: str | None = None
 
     @classmethod
     def from_api(cls, obj: JSON) -> RequestView:
@@ -184,6 +189,7 @@ class RequestView:
             deleting=bool(meta.get("deletionTimestamp")),
             logoff=bool(status.get("logoff")),
             disconnect_requested_at=_text(_field(status, "disconnect", "requestedAt")),
+            connect_ref=_connect_ref(meta),
         )
 
     @property
@@ -195,6 +201,14 @@ class RequestView:
     def live(self) -> bool:
         """Counts as the user's session in the pool: not failed, not ending."""
         return self.phase is not Phase.FAILED and not self.ending
+
+
+def _connect_ref(meta: Mapping[str, Any]) -> str | None:
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, Mapping):
+        return None
+    mark = BrokerMark.parse(annotations.get(CONNECT_ANNOTATION))
+    return mark.ref if mark is not None else None
 
 
 def addressed(request: RequestView, hosts: Mapping[tuple[str, str], HostView]) -> RequestView:

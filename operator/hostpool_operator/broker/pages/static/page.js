@@ -174,8 +174,29 @@
     setTimeout(() => URL.revokeObjectURL(url), 60000);
   }
 
+  // What a connect that waits is doing, in the person's words, with the seconds so far.
+  function waitingText(body, began) {
+    const seconds = Math.round((Date.now() - began) / 1000);
+    const step = { HostsStarting: "waiting_start", PoolSaturated: "waiting_room" }[body.reason];
+    return step ? say(step, { seconds }) : say("waiting");
+  }
+
+  async function failedText(response) {
+    let body = {};
+    try {
+      body = await response.clone().json();
+    } catch (_) {
+      // not JSON: the status says it
+    }
+    const message = await reason(response);
+    return body.connect
+      ? say("failed_reference", { message, ref: body.connect })
+      : say("failed", { message });
+  }
+
   async function runConnect(parts) {
     parts.connect.disabled = true;
+    const began = Date.now();
     try {
       for (let round = 0; round < MAX_WAIT_ROUNDS && !signedOut; round++) {
         const signOn = Boolean(parts.pool.singleSignOn);
@@ -196,11 +217,18 @@
         }
         if (response.status !== 202 && response.status !== 503) {
           if (response.status !== 401) {
-            parts.message.textContent = say("failed", { message: await reason(response) });
+            parts.message.textContent = await failedText(response);
           }
           return;
         }
-        parts.message.textContent = say("waiting");
+        let waitBody = {};
+        try {
+          waitBody = await response.clone().json();
+        } catch (_) {
+          // a 503 without a body: waiting all the same
+        }
+        parts.message.textContent = waitingText(waitBody, began);
+        parts.tile.dataset.connect = waitBody.connect || "";
         const wait = Number(response.headers.get("Retry-After")) || 2;
         await sleep(Math.min(Math.max(wait, 1), 60) * 1000);
       }
