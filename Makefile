@@ -68,9 +68,9 @@ lint: $(STAMP) shellcheck ## ruff (with its complexity and size gates), mypy, im
 # and the order). TEST_WORKERS=0 runs it in one process. The few tests that read the
 # machine's own load (marker solo) run afterwards, alone; the fault tests among them (they
 # leave the API server busy) with a control plane of their own. Each test's time is in
-# .cluster/test-report*.xml (hack/test_times.py sums them by tier). Four on two cores: most
-# of a worker's time is a wait (a minute's session limit, a Pod starting, a browser).
-TEST_WORKERS ?= 4
+# .cluster/test-report*.xml (hack/test_times.py sums them by tier). Three on two cores: with
+# four every test ran slower (6,000 s of work where three do 4,000) and the whole took longer.
+TEST_WORKERS ?= 3
 
 test: lint test-prepare ## everything: lint, then unit, property, CRD, end-to-end and image tests (TEST_WORKERS at once)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30 -m "not solo" --junitxml=.cluster/test-report.xml

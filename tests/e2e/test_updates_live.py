@@ -1,7 +1,8 @@
 """Image updates end to end, on pod-backed hosts (kwok's nodes run the pods): a new host
 template replaces the pool's hosts without ending a session, placement sends new logons to
-the updated hosts, the update completes when the last outdated host empties, and a canary
-that never becomes Ready stops the update with its cause, the outdated hosts untouched."""
+the updated hosts, the update completes when the last outdated host empties, and the rollout
+commands. (A canary that fails is shown on the real node: tests/e2e/desktop/
+test_nodes_chart_live.py, with the kubelet's ErrImagePull.)"""
 
 from __future__ import annotations
 
@@ -165,43 +166,6 @@ def test_wait_for_logoff_replaces_hosts_as_they_empty_and_ends_no_session(
     pool = cluster.pool(POOL)
     assert cond_is(pool, "Updating", "False", "UpdateComplete")
     assert cond_is(pool, "UpdateFailed", "False")
-
-
-def test_a_canary_that_never_becomes_ready_fails_the_update_and_touches_nothing(
-    cluster: Cluster, pool_of_three: Obj
-) -> None:
-    first = made(cluster)
-    cluster.create_request("u0", POOL, "user0")
-    cluster.wait_assigned(["u0"])
-    spec = copy.deepcopy(pool_of_three["spec"]["scaling"])
-    # No node has this label: the canary's Pod stays Pending (Unschedulable).
-    spec["hostTemplate"]["workload"] = template("v2", nodeSelector={"hostpool-e2e/none": "x"})
-    update = {"canary": {"hosts": 1, "readyTimeoutMinutes": 1, "observeMinutes": 1}}
-    cluster.patch("HostPool", POOL, {"spec": {"scaling": spec, "update": update}})
-    failed = cluster.wait(
-        lambda: (update_of(cluster).get("phase") == "Failed" and update_of(cluster)) or None,
-        "the update Failed",
-        timeout=120,
-    )
-    assert "not Ready" in failed["message"], failed
-    assert "Unschedulable" in failed["message"] or "nodes are available" in failed["message"]
-    pool = cluster.pool(POOL)
-    assert cond_is(pool, "UpdateFailed", "True", "UpdateFailed")
-    events = [e for e in cluster.events_for(POOL) if e.get("reason") == "UpdateFailed"]
-    assert events, "an UpdateFailed Event"
-    canary = [n for n, h in made(cluster).items() if n not in first]
-    assert len(canary) == 1
-    assert canary[0] in events[0]["message"]
-    # The outdated hosts: all there, none drained, the session where it was.
-    now = made(cluster)
-    for name in first:
-        assert name in now
-        assert not now[name]["spec"].get("drainMode"), now[name]
-    assert phase(cluster.request("u0")) == "Assigned"
-    # A new logon still finds an outdated host (the failed revision takes none).
-    cluster.create_request("u1", POOL, "user1")
-    placed = cluster.wait_assigned(["u1"])["u1"]
-    assert host_of(placed) in first
 
 
 PLUGIN = Path(sys.executable).parent / "kubectl-hostpool"

@@ -1021,11 +1021,12 @@ def tag_image(nodes: RealCluster, image: str, tag: str) -> str:
     return name
 
 
-def update_pods(nodes: RealCluster) -> dict[str, Obj]:
+def update_pods(nodes: RealCluster, pool: str) -> dict[str, Obj]:
+    """The Pods of the pool's hosts (named after the pool)."""
     return {
         p["metadata"]["name"]: p
         for p in nodes.kube.call("GET", f"/api/v1/namespaces/{nodes.namespace}/pods")["items"]
-        if p["metadata"]["name"].startswith("upd-")
+        if p["metadata"]["name"].startswith(f"{pool}-")
     }
 
 
@@ -1042,22 +1043,37 @@ def set_image(cluster: Cluster, pool: Obj, image: str, **update: Any) -> None:
         container["image"] = image
         container["imagePullPolicy"] = "IfNotPresent"
     body = {"spec": {"scaling": {"hostTemplate": {"workload": workload}}, "update": update}}
-    cluster.patch("HostPool", "upd", body)
+    cluster.patch("HostPool", pool["metadata"]["name"], body)
 
 
-def pool_update(cluster: Cluster) -> Obj:
-    found: Obj = status(cluster.pool("upd")).get("update") or {}
+def pool_update(cluster: Cluster, pool: str) -> Obj:
+    found: Obj = status(cluster.pool(pool)).get("update") or {}
     return found
 
 
-def update_in(cluster: Cluster, phase: str, what: str, timeout: float) -> Obj:
+def update_in(cluster: Cluster, pool: str, phase: str, timeout: float) -> Obj:
     """Wait until the pool's status.update is in ``phase``: that status."""
     found: Obj = cluster.wait(
-        lambda: (lambda u: u if u.get("phase") == phase else None)(pool_update(cluster)),
-        what,
+        lambda: (lambda u: u if u.get("phase") == phase else None)(pool_update(cluster, pool)),
+        f"pool {pool}'s update {phase}",
         timeout=timeout,
     )
     return found
+
+
+def update_pool(nodes: RealCluster, name: str, image: str, **spec: Any) -> Obj:
+    """A pool of the session-host image for the update test, of one Ready host (updates one
+    at a time, never below one serving), made; ``spec`` merged into its spec."""
+    pool = session_host_pool(image, agent_interval=1)
+    pool["metadata"]["name"] = name
+    pool["spec"]["loadBalancer"]["maxSessionLimit"] = 2
+    pool["spec"]["scaling"].update(
+        minHosts=1, maxHosts=3, bufferSessions=0, scaleDownDelaySeconds=600
+    )
+    pool["spec"]["update"] = {"maxSurge": 1, "maxUnavailable": 0}
+    pool["spec"].update(spec)
+    nodes.kube.create(nodes.namespace, pool)
+    return pool
 
 
 def test_an_image_update_on_the_real_node_keeps_desktops_until_logoff(
@@ -1068,11 +1084,13 @@ def test_an_image_update_on_the_real_node_keeps_desktops_until_logoff(
     request: pytest.FixtureRequest,
 ) -> None:
     """Two tags of the session-host image on the real node. alice's FreeRDP desktop is on
-    the pool's one Pod (tag A). (1) A canary of an image that cannot be pulled fails the
-    update with the kubelet's ErrImagePull, her Pod untouched. (2) Tag B with WaitForLogoff:
-    a Pod of tag B is made beside hers, her desktop keeps running; when she logs off her
-    Pod is replaced. (3) Tag A again with ForceLogoff: the notice shows in her desktop (she
-    is on tag B now), she is logged off at its deadline, and her Pod is replaced."""
+    pool upd's one Pod (tag A). (1) Tag B with WaitForLogoff: a Pod of tag B is made beside
+    hers, her desktop keeps running; when she logs off her Pod is replaced. (2) Tag A again
+    with ForceLogoff: the notice shows in her desktop (she is on tag B now), she is logged
+    off at its deadline, and her Pod is replaced. Meanwhile on pool cnr: (3) a canary of an
+    image that cannot be pulled fails the update with the kubelet's ErrImagePull, the
+    outdated Pod untouched; tag B after it completes (the failed canary removed, never
+    made again under its name)."""
     del operator_pod
     install_client()
     ns = nodes.namespace
@@ -1082,20 +1100,23 @@ def test_an_image_update_on_the_real_node_keeps_desktops_until_logoff(
     put_desktop_users(nodes, PERSONAL_PASSWORDS)
     first_image = nodes.images["--session-host"]
     second_image = tag_image(nodes, first_image, "update-b")
-    pool = session_host_pool(first_image, agent_interval=1)
-    pool["metadata"]["name"] = "upd"
-    spec = pool["spec"]
-    spec["loadBalancer"]["maxSessionLimit"] = 2
-    spec["entitlements"] = {"users": ["alice"]}
-    spec["scaling"].update(minHosts=1, maxHosts=3, bufferSessions=0, scaleDownDelaySeconds=600)
-    spec["update"] = {"maxSurge": 1, "maxUnavailable": 0}
-    nodes.kube.create(ns, pool)
-    (old,) = wait_for(
-        lambda: [p for p in update_pods(nodes).values() if ready(p)] or None,
-        120, what="the pool's first Pod to become Ready",
-    )  # fmt: skip
+    pool = update_pool(nodes, "upd", first_image, entitlements={"users": ["alice"]})
+    canaried = update_pool(nodes, "cnr", first_image)
+
+    def serving(name: str) -> Obj | None:
+        ready_pods = [p for p in update_pods(nodes, name).values() if ready(p)]
+        host = ready_pods[0]["metadata"]["name"] if ready_pods else None
+        return ready_pods[0] if host is not None and host_ready(cluster, host) else None
+
+    old = wait_for(lambda: serving("upd"), 120, what="pool upd's host taking sessions")
+    before = wait_for(lambda: serving("cnr"), 120, what="pool cnr's host taking sessions")
     old_name, old_uid = old["metadata"]["name"], old["metadata"]["uid"]
-    cluster.wait(lambda: host_ready(cluster, old_name), f"{old_name} to take sessions", timeout=30)
+
+    # (3) begins: a canary that cannot be pulled, watched for its minute while (1) and (2)
+    # run.
+    missing = f"{first_image.rpartition(':')[0]}:not-there"
+    canary = {"canary": {"hosts": 1, "readyTimeoutMinutes": 1, "observeMinutes": 0}}
+    set_image(cluster, canaried, missing, **canary)
 
     broker = BrokerProcess(
         nodes.cp.kubeconfig, keycloak.issuer(REALM), CLIENT, [ns], tmp_path / "broker.log"
@@ -1132,26 +1153,11 @@ def test_an_image_update_on_the_real_node_keeps_desktops_until_logoff(
             assert answer["host"] == old_name
             wait_for(lambda: showing(IMAGE_COLOUR, "a.png"), 15, what="alice's desktop")
 
-            # (1) A canary that cannot be pulled: the update fails, alice's Pod untouched.
-            missing = f"{first_image.rpartition(':')[0]}:not-there"
-            canary = {"canary": {"hosts": 1, "readyTimeoutMinutes": 1, "observeMinutes": 0}}
-            set_image(cluster, pool, missing, **canary)
-            failed = update_in(cluster, "Failed", "the canary to fail the update", 150)
-            events = [e for e in cluster.events_for("upd") if e["reason"] == "UpdateFailed"]
-            assert events, cluster.events_for("upd")
-            assert (
-                "ErrImagePull" in events[0]["message"] or "ImagePullBackOff" in events[0]["message"]
-            ), events[0]["message"]
-            nodes.timings["update: canary of an unpullable image -> Failed"] = failed["message"]
-            assert update_pods(nodes)[old_name]["metadata"]["uid"] == old_uid
-            assert status(cluster.request(answer["request"]))["sessionState"] == "Active"
-            assert showing(IMAGE_COLOUR, "a-after-canary.png")
-
-            # (2) Tag B, WaitForLogoff: a Pod of tag B beside alice's, her desktop on.
-            set_image(cluster, pool, second_image, canary=None)
+            # (1) Tag B, WaitForLogoff: a Pod of tag B beside alice's, her desktop on.
+            set_image(cluster, pool, second_image)
             started = time.monotonic()
             new = wait_for(
-                lambda: next((p for n, p in update_pods(nodes).items()
+                lambda: next((p for n, p in update_pods(nodes, "upd").items()
                               if n != old_name and image_of(p) == second_image and ready(p)),
                              None),
                 120, what="a Pod of tag B beside alice's",
@@ -1160,26 +1166,27 @@ def test_an_image_update_on_the_real_node_keeps_desktops_until_logoff(
                 f"{time.monotonic() - started:.1f} s"
             )
             time.sleep(3)  # passes go by: the update ends no session
-            assert update_pods(nodes)[old_name]["metadata"]["uid"] == old_uid
+            assert update_pods(nodes, "upd")[old_name]["metadata"]["uid"] == old_uid
             assert status(cluster.request(answer["request"]))["sessionState"] == "Active"
             assert showing(IMAGE_COLOUR, "a-during-update.png")
-            assert pool_update(cluster).get("phase") == "Progressing", pool_update(cluster)
+            progress = pool_update(cluster, "upd")
+            assert progress.get("phase") == "Progressing", progress
             client.kill()
             reply = broker.end_session(ns, "upd", token)  # alice logs off
             assert reply.status in (200, 202, 204), reply.text
             logged_off = time.monotonic()
             cluster.wait(
-                lambda: old_name not in update_pods(nodes) or None,
+                lambda: old_name not in update_pods(nodes, "upd") or None,
                 "alice's old Pod to go once she logged off", timeout=120,
             )  # fmt: skip
             nodes.timings["update: logoff -> outdated Pod deleted"] = (
                 f"{time.monotonic() - logged_off:.1f} s"
             )
-            done = update_in(cluster, "Complete", "the update to complete", 60)
+            done = update_in(cluster, "upd", "Complete", 60)
             assert done["updatedHosts"] == 1, done
-            assert [image_of(p) for p in update_pods(nodes).values()] == [second_image]
+            assert [image_of(p) for p in update_pods(nodes, "upd").values()] == [second_image]
 
-            # (3) Tag A again with ForceLogoff: the notice in her desktop, then the logoff.
+            # (2) Tag A again with ForceLogoff: the notice in her desktop, then the logoff.
             answer, client = desktop("tag B")
             assert answer["host"] == new["metadata"]["name"]
             wait_for(lambda: showing(IMAGE_COLOUR, "b.png"), 15, what="alice's desktop on tag B")
@@ -1203,8 +1210,25 @@ def test_an_image_update_on_the_real_node_keeps_desktops_until_logoff(
             )  # fmt: skip
             logs.append(("notice screenshot", lambda: str(shot)))
             deadline = status(cluster.request(answer["request"]))["logoff"]["deadline"]
+
+            # (3) meanwhile: the canary failed, with the kubelet's words; the outdated
+            # host untouched. Tag B after it: complete, one host.
+            failed = update_in(cluster, "cnr", "Failed", 150)
+            events = [e for e in cluster.events_for("cnr") if e["reason"] == "UpdateFailed"]
+            assert events, cluster.events_for("cnr")
+            assert "ErrImagePull" in events[0]["message"], events[0]["message"]
+            nodes.timings["update: canary of an unpullable image -> Failed"] = failed["message"]
+            cnr_pods = update_pods(nodes, "cnr")
+            assert (
+                cnr_pods[before["metadata"]["name"]]["metadata"]["uid"] == before["metadata"]["uid"]
+            )
+            assert host_ready(cluster, before["metadata"]["name"])  # still taking sessions
+            set_image(cluster, canaried, second_image, canary=None)
+            update_in(cluster, "cnr", "Complete", 120)
+            assert [image_of(p) for p in update_pods(nodes, "cnr").values()] == [second_image]
+
             cluster.wait(
-                lambda: new["metadata"]["name"] not in update_pods(nodes) or None,
+                lambda: new["metadata"]["name"] not in update_pods(nodes, "upd") or None,
                 "alice logged off at the deadline and her Pod replaced", timeout=150,
             )  # fmt: skip
             took = time.monotonic() - drained
@@ -1212,8 +1236,8 @@ def test_an_image_update_on_the_real_node_keeps_desktops_until_logoff(
             nodes.timings["update ForceLogoff: logoff deadline"] = deadline
             nodes.timings["update ForceLogoff: new tag -> old Pod gone"] = f"{took:.1f} s"
             assert took >= 50, took  # not before the deadline, a minute after the drain
-            update_in(cluster, "Complete", "the ForceLogoff update to complete", 60)
-            assert [image_of(p) for p in update_pods(nodes).values()] == [first_image]
+            update_in(cluster, "upd", "Complete", 60)
+            assert [image_of(p) for p in update_pods(nodes, "upd").values()] == [first_image]
             reasons = {e["reason"] for e in cluster.events_for("upd")}
             assert {"UpdateStarted", "HostUpdated", "UpdateComplete"} <= reasons, reasons
     finally:
@@ -1221,3 +1245,4 @@ def test_an_image_update_on_the_real_node_keeps_desktops_until_logoff(
             client.kill()
         broker.stop()
         cluster.delete("HostPool", "upd")
+        cluster.delete("HostPool", "cnr")
