@@ -776,6 +776,7 @@ AGENT_REQUEST_FIELDS = {
     "stateChangedAt",
     "logonAt",
     "idleSince",
+    "connects",
     "notice",
     "disconnect",
     "logoff",

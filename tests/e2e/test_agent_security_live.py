@@ -303,7 +303,7 @@ def test_sidecar_token_touches_only_its_own_host(
     kube: Kube, namespace: str, install_agents: Callable[[str, dict[str, Any]], Installed]
 ) -> None:
     """A pod-bound token of hostpool-agent for pod A: A's metrics and agent fields; of A's
-    requests, sessionState, stateChangedAt, logonAt, idleSince, notice, disconnect and
+    requests, sessionState, stateChangedAt, logonAt, idleSince, connects, notice, disconnect and
     logoff, and deleting them; nothing else."""
     installed = install_agents(namespace, {})
     wait_default_service_account(kube, namespace)
@@ -402,6 +402,7 @@ def test_sidecar_token_touches_only_its_own_host(
         {"notice": {"message": "hi", "sentAt": NOW}},
         {"disconnect": {"requestedAt": NOW}},
         {"logoff": {"message": "bye", "deadline": NOW}},
+        {"connects": [{"ref": "ABCDEFGH", "startedAt": NOW, "outcome": "Succeeded"}]},
     ):
         code, answer = agent.call("PATCH", ra1, {"status": write}, dryRun="All")
         assert code == 200, (write, answer)
