@@ -237,7 +237,11 @@ class Agent:
                 )
             if self.options.sessions_command:
                 fields |= idle_fields(request.idle_since, self.idle.get(request.user), now)
-            if fields:
+            written = await self.requests.write_fields(request, fields) if fields else True
+            if not written and "connects" in fields:
+                # The session's state matters more than its diagnostics (an admission
+                # policy of an older chart may not let an agent write connects).
+                del fields["connects"]
                 await self.requests.write_fields(request, fields)
         for request in deletes:
             log.info("user %s logged off: deleting %s", request.user, request.name)
