@@ -1061,6 +1061,16 @@ def update_in(cluster: Cluster, pool: str, phase: str, timeout: float) -> Obj:
     return found
 
 
+def only_image(nodes: RealCluster, pool: str, image: str) -> None:
+    """Wait until the pool's Pods are one, of ``image`` (a replaced host's Pod takes its
+    grace period to go)."""
+    wait_for(
+        lambda: [image_of(p) for p in update_pods(nodes, pool).values()] == [image] or None,
+        60,
+        what=f"pool {pool}'s one Pod to be of {image}",
+    )
+
+
 def update_pool(nodes: RealCluster, name: str, image: str, **spec: Any) -> Obj:
     """A pool of the session-host image for the update test, of one Ready host (updates one
     at a time, never below one serving), made; ``spec`` merged into its spec."""
@@ -1184,7 +1194,7 @@ def test_an_image_update_on_the_real_node_keeps_desktops_until_logoff(
             )
             done = update_in(cluster, "upd", "Complete", 60)
             assert done["updatedHosts"] == 1, done
-            assert [image_of(p) for p in update_pods(nodes, "upd").values()] == [second_image]
+            only_image(nodes, "upd", second_image)
 
             # (2) Tag A again with ForceLogoff: the notice in her desktop, then the logoff.
             answer, client = desktop("tag B")
@@ -1225,7 +1235,7 @@ def test_an_image_update_on_the_real_node_keeps_desktops_until_logoff(
             assert host_ready(cluster, before["metadata"]["name"])  # still taking sessions
             set_image(cluster, canaried, second_image, canary=None)
             update_in(cluster, "cnr", "Complete", 120)
-            assert [image_of(p) for p in update_pods(nodes, "cnr").values()] == [second_image]
+            only_image(nodes, "cnr", second_image)
 
             cluster.wait(
                 lambda: new["metadata"]["name"] not in update_pods(nodes, "upd") or None,
@@ -1237,7 +1247,7 @@ def test_an_image_update_on_the_real_node_keeps_desktops_until_logoff(
             nodes.timings["update ForceLogoff: new tag -> old Pod gone"] = f"{took:.1f} s"
             assert took >= 50, took  # not before the deadline, a minute after the drain
             update_in(cluster, "upd", "Complete", 60)
-            assert [image_of(p) for p in update_pods(nodes, "upd").values()] == [first_image]
+            only_image(nodes, "upd", first_image)
             reasons = {e["reason"] for e in cluster.events_for("upd")}
             assert {"UpdateStarted", "HostUpdated", "UpdateComplete"} <= reasons, reasons
     finally:
