@@ -327,11 +327,14 @@ def connect_fields(
     if state != SessionState.ACTIVE.value or request.session_state == state:
         return {}
     stored = request.connects
-    if diagnostics.under_way(stored) is None or request.assigned_at is None:
+    current = diagnostics.under_way(stored)
+    if current is None or request.assigned_at is None:
         return {}
     phases: dict[ConnectPhase, float] = {}
-    began = request.assigned_at
-    if logon is not None and logon[0] >= request.assigned_at.timestamp():
+    # From the assignment, or from the connect's own start when it came later (a reconnect
+    # to a session placed long before).
+    began = max(request.assigned_at, diagnostics.started_at(current) or request.assigned_at)
+    if logon is not None and logon[0] >= began.timestamp():
         phases[ConnectPhase.AUTHENTICATION] = logon[1]
         began = datetime.fromtimestamp(logon[0], UTC)
     phases[ConnectPhase.SESSION_START] = max(0.0, (now - began).total_seconds())

@@ -71,3 +71,12 @@ def test_a_refused_logon_fails_the_connect_in_authentication() -> None:
         "UidMismatch",
     )
     assert refused_fields(request(outcome="Succeeded"), "Replayed", "again") == {}
+
+
+def test_a_reconnect_counts_its_session_start_from_its_own_start() -> None:
+    later = "2026-12-07T11:00:00Z"  # two hours after the session was placed
+    now = ASSIGNED + timedelta(hours=2, seconds=3)
+    (connect,) = connect_fields(request(startedAt=later, reconnect=True), "Active", now, None)[
+        "connects"
+    ]
+    assert connect["phases"]["sessionStart"] == 3.0
