@@ -50,7 +50,7 @@ def test_broker_policy_holds_every_status_field_of_the_crd_but_logoff(render: Re
     for values in (BROKER, {"broker.create": True}):
         (rule,) = broker_policy(render(**values))["spec"]["validations"]
         fields = unchanged_fields(rule["expression"])
-        assert fields == crd_status_fields("sessionrequests") - {"logoff"}
+        assert fields == crd_status_fields("sessionrequests") - {"logoff", "connects"}
         assert {"phase", "host", "hostAddress", "sessionState", "conditions"} <= fields
         assert rule["reason"] == "Forbidden"
 
@@ -64,7 +64,10 @@ def test_broker_policy_follows_the_crd(helm: Path, tmp_path: Path) -> None:
     (rule,) = broker_policy(docs)["spec"]["validations"]
     fields = unchanged_fields(rule["expression"])
     assert "endedBy" in fields
-    assert fields == crd_status_fields("sessionrequests", chart / "files" / "crds") - {"logoff"}
+    assert fields == crd_status_fields("sessionrequests", chart / "files" / "crds") - {
+        "logoff",
+        "connects",
+    }
 
 
 # ---------------------------------------------------------------------------------------

@@ -156,6 +156,14 @@ def test_a_second_connect_is_a_reconnect_to_the_same_host(connecting: Connecting
     )
     assert (first.body["reason"], second.body["reason"]) == ("NewSession", "Reconnected")
     assert len(broker_requests(cluster)) == 1
+    # Logon diagnostics: each connect has its reference and its own entry on the request,
+    # the second a reconnect (the first, never seen running by an agent here, abandoned).
+    connects = cluster.request(first.body["request"])["status"]["connects"]
+    assert [c["ref"] for c in connects] == [first.body["connect"], second.body["connect"]]
+    assert [c.get("reconnect", False) for c in connects] == [False, True]
+    assert set(connects[0]["phases"]) == {"broker", "queue"}, connects
+    assert set(connects[1]["phases"]) == {"broker"}, connects
+    assert connects[0]["outcome"] == "Abandoned"
 
 
 def test_twenty_concurrent_connects_of_one_user_make_one_request(connecting: Connecting) -> None:

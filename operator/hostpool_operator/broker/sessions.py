@@ -5,6 +5,7 @@ log off)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import time
@@ -17,6 +18,8 @@ from ..access import connect as decisions
 from ..access.connect import Answer, Caller, error
 from ..access.names import is_namespace, is_object_name
 from ..access.views import RequestView
+from ..api import Phase
+from ..api.request import ConnectPhase
 from ..api.timestamps import rfc3339
 from ..api.vocabulary import CONNECT_ANNOTATION, REQUESTS
 from ..diagnostics import connects
@@ -147,6 +150,8 @@ class Sessions:
                 return decisions.waiting(decision.request, "SessionEnding")
             if isinstance(decision, decisions.Reuse):
                 view, reused = decision.request, True
+                if view.phase is Phase.ASSIGNED:
+                    view = await self._reconnect(namespace, view, began)
             else:
                 view, reused = await self._create(namespace, pool_name, caller, decision, began)
         if not decisions.placed_or_final(view):
@@ -162,6 +167,31 @@ class Sessions:
         if answer.status == 200 and pool.connection.single_sign_on:
             answer = await self.signon.with_logon(answer, caller, view)
         return answer
+
+    async def _reconnect(
+        self, namespace: str, view: RequestView, began: tuple[dt.datetime, float]
+    ) -> RequestView:
+        """A connect to a session the caller has: a connect of its own on the request (a
+        reconnect, for logon diagnostics), written with a precondition. Best effort: the
+        desktop is handed out whatever this write does."""
+        clicked, started = began
+        ref = connects.reference(f"{namespace}/{view.name}/{rfc3339(clicked)}/{started}")
+        client = self.directory.client
+        try:
+            current = await client.get(REQUESTS, namespace, view.name)
+            status = current.get("status") or {}
+            written = connects.begin(
+                connects.connects_of(status), ref, clicked,
+                {ConnectPhase.BROKER: time.perf_counter() - started}, reconnect=True,
+            )  # fmt: skip
+            await client.patch_status(
+                REQUESTS, namespace, view.name, {"connects": written},
+                resource_version=current["metadata"]["resourceVersion"],
+            )  # fmt: skip
+        except (ApiError, ApiTransportError, KeyError) as error:
+            log.info("connect %s/%s: reconnect not recorded: %s", namespace, view.name, error)
+            return view
+        return dataclasses.replace(view, connect_ref=ref)
 
     async def _create(
         self,
