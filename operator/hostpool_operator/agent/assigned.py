@@ -66,9 +66,13 @@ class AssignedRequests:
 
     async def write_fields(self, request: HostRequest, fields: Mapping[str, Any]) -> bool:
         """Merge-patch the agent's own fields of the request's status; the request as the
-        API server then has it is kept."""
+        API server then has it is kept. A write of status.connects (a list, written whole)
+        carries the version it was read from: a newer one (the broker's figures) wins."""
+        version = request.resource_version if "connects" in fields else None
         try:
-            obj = await self.client.patch_status(REQUESTS, self.namespace, request.name, fields)
+            obj = await self.client.patch_status(
+                REQUESTS, self.namespace, request.name, fields, resource_version=version or None
+            )
         except (ApiError, ApiTransportError) as error:
             log.warning("could not write %s of %s: %s", sorted(fields), request.name, error)
             return False

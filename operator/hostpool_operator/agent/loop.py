@@ -228,7 +228,11 @@ class Agent:
             if state is None:
                 continue
             fields = state_fields(request, state, now)
-            if "sessionState" in fields:
+            if (
+                state == "Active"
+                and request.connects_json
+                and '"outcome"' not in (request.connects_json.rsplit("{", 1)[-1])
+            ):
                 if logons is None:
                     logons = await self.reports.logons()
                 logon = logons.get(request.user)

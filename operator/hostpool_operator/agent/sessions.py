@@ -176,6 +176,11 @@ class HostRequest:
     connects_json: str = ""
 
     @property
+    def connect_under_way(self) -> bool:
+        """A connect on it has not ended yet (logon diagnostics)."""
+        return bool(self.connects_json) and diagnostics.under_way(self.connects) is not None
+
+    @property
     def connects(self) -> list[dict[str, Any]]:
         if not self.connects_json:
             return []
@@ -319,12 +324,13 @@ def state_fields(request: HostRequest, state: str, now: datetime) -> dict[str, A
 def connect_fields(
     request: HostRequest, state: str, now: datetime, logon: tuple[float, float] | None
 ) -> dict[str, Any]:
-    """The connect under way, ended as the agent sees it: once the session runs (Active),
+    """The connect under way, ended as the agent sees it: once the session runs (Active;
+    a connect begun while it ran, a takeover from another device, ends at the next look),
     its authentication (``logon``: the verifier's last logon of the user, when it ended in
     epoch seconds and how long it took, if it came after the assignment) and its session's
     start (from that logon, else from the assignment, until now), Succeeded. Empty: nothing
     to write."""
-    if state != SessionState.ACTIVE.value or request.session_state == state:
+    if state != SessionState.ACTIVE.value:
         return {}
     stored = request.connects
     current = diagnostics.under_way(stored)

@@ -19,11 +19,11 @@ from ..access.connect import Answer, Caller, error
 from ..access.names import is_namespace, is_object_name
 from ..access.views import RequestView
 from ..api import Phase
-from ..api.request import ConnectPhase
 from ..api.timestamps import rfc3339
 from ..api.vocabulary import CONNECT_ANNOTATION, REQUESTS
 from ..diagnostics import connects
 from ..kube.errors import ApiError, ApiTransportError
+from . import connect_records
 from .directory import Directory
 from .gate import Gate, RefusalError, api_failure, printable
 from .metrics import BrokerMetrics
@@ -172,24 +172,14 @@ class Sessions:
         self, namespace: str, view: RequestView, began: tuple[dt.datetime, float]
     ) -> RequestView:
         """A connect to a session the caller has: a connect of its own on the request (a
-        reconnect, for logon diagnostics), written with a precondition. Best effort: the
-        desktop is handed out whatever this write does."""
+        reconnect, for logon diagnostics)."""
         clicked, started = began
         ref = connects.reference(f"{namespace}/{view.name}/{rfc3339(clicked)}/{started}")
         client = self.directory.client
-        try:
-            current = await client.get(REQUESTS, namespace, view.name)
-            status = current.get("status") or {}
-            written = connects.begin(
-                connects.connects_of(status), ref, clicked,
-                {ConnectPhase.BROKER: time.perf_counter() - started}, reconnect=True,
-            )  # fmt: skip
-            await client.patch_status(
-                REQUESTS, namespace, view.name, {"connects": written},
-                resource_version=current["metadata"]["resourceVersion"],
-            )  # fmt: skip
-        except (ApiError, ApiTransportError, KeyError) as error:
-            log.info("connect %s/%s: reconnect not recorded: %s", namespace, view.name, error)
+        seconds = time.perf_counter() - started
+        if not await connect_records.begin_reconnect(
+            client, namespace, view.name, ref, clicked, seconds
+        ):
             return view
         return dataclasses.replace(view, connect_ref=ref)
 

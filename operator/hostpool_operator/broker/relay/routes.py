@@ -31,6 +31,8 @@ from ...access import tickets
 from ...access.connect import Answer, Caller, error
 from ...access.views import PoolView, RequestView
 from ...api import Phase
+from ...api.request import ConnectPhase
+from .. import connect_records
 from ..directory import Directory
 from ..gate import Gate, RefusalError
 from ..metrics import BrokerMetrics
@@ -112,6 +114,8 @@ class WebDesktops:
         self.used = tickets.UsedTickets()
         self.ledger = TicketLedger(directory.client)
         self.open = OpenDesktops(settings.max_per_user, settings.max_total)
+        #: Connect figures being written (kept so the tasks are not collected mid-write).
+        self._figures: set[asyncio.Task[bool]] = set()
 
     def routes(self) -> list[web.RouteDef]:
         base = "/v1/namespaces/{namespace}/pools/{pool}/session"
@@ -319,10 +323,13 @@ class WebDesktops:
         assert placed.address
         assert pdu.x224 is not None
         # The host proves who it is before a single sign-on credential is made for it.
+        linking = time.perf_counter()
         host = await self._trusted_host(opened.namespace, placed, pool.connection.port, pdu.x224)
         if isinstance(host, HostRefused):
             await ws.send_bytes(host.pdu)
             return host.outcome
+        transport = time.perf_counter() - linking
+        self._keep(opened.namespace, placed.name, {ConnectPhase.TRANSPORT: transport})
         reader, writer, confirm, certs = host
         try:
             patcher = await self._patcher(opened, placed)
@@ -390,9 +397,18 @@ class WebDesktops:
 
     # ------------------------------------------------------------------ first frame
 
+    def _keep(self, namespace: str, request: str, phases: dict[ConnectPhase, float]) -> None:
+        """Write the broker's phases on the request's connect under way, off the desktop's
+        path (a write is never waited for before the desktop's next byte)."""
+        task = asyncio.create_task(
+            connect_records.record(self.directory.client, namespace, request, phases)
+        )
+        self._figures.add(task)
+        task.add_done_callback(self._figures.discard)
+
     async def first_frame(self, request: web.Request) -> web.Response:
         async def taken() -> Answer:
-            await self._opened(request)
+            opened = await self._opened(request)
             try:
                 body = orjson.loads(await request.read())
             except orjson.JSONDecodeError:
@@ -402,6 +418,11 @@ class WebDesktops:
                 return error(400, "InvalidBody", 'the body must be {"ms": N}')
             seconds = min(max(float(ms), 0.0), MAX_FIRST_FRAME_MS) / 1000
             self.metrics.web_first_frame.observe(seconds)
+            if opened.placed is not None:
+                # The page's own figure, bounded, and only ever its own phase.
+                self._keep(
+                    opened.namespace, opened.placed.name, {ConnectPhase.FIRST_FRAME: seconds}
+                )
             return Answer(200, "OK", {"ok": True})
 
         return await self.gate.answer(request, "web-first-frame", taken)
