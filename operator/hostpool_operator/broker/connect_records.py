@@ -61,8 +61,25 @@ async def begin_reconnect(
 async def record(
     client: KubeClient, namespace: str, name: str, phases: Mapping[ConnectPhase, float]
 ) -> bool:
-    """The broker's phases (transport, firstFrame) on the connect under way."""
+    """The broker's phases (transport, firstFrame) on the request's latest connect: the
+    one the page belongs to, even when the host's agent saw the session run (and ended the
+    connect) before the page's first frame was reported."""
+
+    def change(stored: Sequence[dict[str, Any]]) -> Connects:
+        latest = str(stored[-1].get("ref")) if stored else None
+        return connects.record(stored, phases, owner=connects.BROKER_PHASES, ref=latest)
+
+    return await _rewrite(client, namespace, name, change)
+
+
+async def fail(
+    client: KubeClient,
+    namespace: str,
+    name: str,
+    ending: connects.Ending,
+) -> bool:
+    """The connect under way ended by the broker: Failed in its phase, for its reason."""
     return await _rewrite(
         client, namespace, name,
-        lambda stored: connects.record(stored, phases, owner=connects.BROKER_PHASES),
+        lambda stored: connects.record(stored, {}, owner=connects.BROKER_PHASES, ending=ending),
     )  # fmt: skip

@@ -118,7 +118,17 @@ def test_the_relay_takes_only_the_host_whose_certificate_its_agent_publishes(
     sign_in(alice_page, broker.url, "alice", SIGN_IN["alice"])
     assert 0 < open_desktop(alice_page, desktop_url, USERS["alice"]) < 60_000
     shows_colour(alice_page, colour, tmp_path / "alice.png")
-    wait_state(cluster, request_name(namespace, POOL, "alice"), "Active", "alice's session")
+    alices = request_name(namespace, POOL, "alice")
+    wait_state(cluster, alices, "Active", "alice's session")
+    # Logon diagnostics on the browser path: the relay's transport and the page's first
+    # frame (the broker's), the session's start (the agent's), one connect, Succeeded.
+    connect = wait_for(
+        lambda: (lambda c: c if c and {"transport", "firstFrame", "sessionStart"} <= set(
+            c[-1].get("phases", {})) else None)(
+            (cluster.request(alices).get("status") or {}).get("connects")),
+        15, what="alice's connect with its browser phases",
+    )[-1]  # fmt: skip
+    assert connect["outcome"] == "Succeeded", connect
     assert metric(metrics, "hostpool_broker_web_relays_total", NOT_TRUSTED) == 0
     alice_page.close()
 
@@ -150,6 +160,17 @@ def test_the_relay_takes_only_the_host_whose_certificate_its_agent_publishes(
     # bob's logon never reached the host: no session of his, his name in none of its logs.
     assert session_processes("bob") == []
     assert "bob" not in host_logs(hosts), "the logon reached the host"
+    # Logon diagnostics: his connect failed in transport, HostNotTrusted.
+    bobs = request_name(namespace, POOL, "bob")
+    failed = wait_for(
+        lambda: next(
+            (c for c in (cluster.request(bobs).get("status") or {}).get("connects", [])
+             if c.get("outcome") == "Failed"),
+            None,
+        ),
+        10, what="bob's connect to fail",
+    )  # fmt: skip
+    assert (failed["failedPhase"], failed["reason"]) == ("transport", "HostNotTrusted"), failed
 
     # 4. No fingerprint published at all: refused before the relay connects.
     cluster.patch_status("SessionHost", HOST, {"agent": {"rdpCertificateSha256": None}})

@@ -31,7 +31,8 @@ from ...access import tickets
 from ...access.connect import Answer, Caller, error
 from ...access.views import PoolView, RequestView
 from ...api import Phase
-from ...api.request import ConnectPhase
+from ...api.request import ConnectOutcome, ConnectPhase
+from ...diagnostics import connects
 from .. import connect_records
 from ..directory import Directory
 from ..gate import Gate, RefusalError
@@ -284,10 +285,11 @@ class WebDesktops:
                 with contextlib.suppress(asyncio.CancelledError):
                     await relay
 
-    async def _serve(
-        self, ws: web.WebSocketResponse, sock: socket.socket | None, opened: _Opened
-    ) -> str:
-        """The relay on an open WebSocket; its outcome (for the metrics and the log)."""
+    async def _admit(
+        self, ws: web.WebSocketResponse, opened: _Opened
+    ) -> tuple[tickets.Admitted, bytes] | str:
+        """The browser's first PDU read and its ticket admitted and taken: the admission and
+        the X.224 request to pass on, or the outcome of a refusal (answered already)."""
         first = await first_pdu(ws)
         if first is None:
             return "NoRequest"
@@ -318,15 +320,31 @@ class WebDesktops:
         taken = await self.ledger.take(admitted.ticket, admitted.placed)
         if taken != "Taken":  # used on another replica, or its use cannot be recorded
             await ws.send_bytes(rcp.error_response(403 if taken == "TicketUsed" else 503))
+            if taken == "TicketUsed":
+                used = "the one-time ticket of this desktop had been used already"
+                self._failed(opened, admitted.placed, ConnectPhase.BROKER, taken, used)
             return taken
+        assert pdu.x224 is not None
+        return admitted, pdu.x224
+
+    async def _serve(
+        self, ws: web.WebSocketResponse, sock: socket.socket | None, opened: _Opened
+    ) -> str:
+        """The relay on an open WebSocket; its outcome (for the metrics and the log)."""
+        admission = await self._admit(ws, opened)
+        if isinstance(admission, str):
+            return admission
+        admitted, x224 = admission
+        pool = opened.pool
         placed = admitted.placed
         assert placed.address
-        assert pdu.x224 is not None
         # The host proves who it is before a single sign-on credential is made for it.
         linking = time.perf_counter()
-        host = await self._trusted_host(opened.namespace, placed, pool.connection.port, pdu.x224)
+        host = await self._trusted_host(opened.namespace, placed, pool.connection.port, x224)
         if isinstance(host, HostRefused):
             await ws.send_bytes(host.pdu)
+            refused = f"the relay did not take host {placed.host}"
+            self._failed(opened, placed, ConnectPhase.TRANSPORT, host.outcome, refused)
             return host.outcome
         transport = time.perf_counter() - linking
         self._keep(opened.namespace, placed.name, {ConnectPhase.TRANSPORT: transport})
@@ -397,14 +415,23 @@ class WebDesktops:
 
     # ------------------------------------------------------------------ first frame
 
+    def _failed(
+        self, opened: _Opened, placed: RequestView, phase: ConnectPhase, reason: str, message: str
+    ) -> None:
+        """The connect under way on the request failed here (written off the answer's path)."""
+        ending = connects.Ending(ConnectOutcome.FAILED, phase, reason, message)
+        client = self.directory.client
+        self._spawn(connect_records.fail(client, opened.namespace, placed.name, ending))
+
+    def _spawn(self, write: Coroutine[Any, Any, bool]) -> None:
+        task = asyncio.create_task(write)
+        self._figures.add(task)
+        task.add_done_callback(self._figures.discard)
+
     def _keep(self, namespace: str, request: str, phases: dict[ConnectPhase, float]) -> None:
         """Write the broker's phases on the request's connect under way, off the desktop's
         path (a write is never waited for before the desktop's next byte)."""
-        task = asyncio.create_task(
-            connect_records.record(self.directory.client, namespace, request, phases)
-        )
-        self._figures.add(task)
-        task.add_done_callback(self._figures.discard)
+        self._spawn(connect_records.record(self.directory.client, namespace, request, phases))
 
     async def first_frame(self, request: web.Request) -> web.Response:
         async def taken() -> Answer:
