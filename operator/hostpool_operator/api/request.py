@@ -166,6 +166,8 @@ class Connect(ApiModel):
     """One connect of the request's user: where its time went, and how it ended."""
 
     ref: str = Field(
+        min_length=8,
+        max_length=8,
         pattern=CONNECT_REF_PATTERN,
         description="The connect's reference, shown to the person on a failure (kubectl "
         "hostpool diagnose --id).",
