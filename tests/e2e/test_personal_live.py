@@ -280,11 +280,11 @@ def test_an_unused_host_is_stopped_and_starts_again_when_its_user_connects(
     assert pod["metadata"]["uid"] != pod_uid  # a new pod for the same host
     cluster.wait_host(mine, lambda h: status(h).get("power") == "Running", "power Running")
     assert len(cluster.hosts()) == 1  # started again, not a second host
-    # Logon diagnostics: her wait for the stopped host is the connect's hostStart, not its
-    # queue.
+    # Logon diagnostics: her wait for the stopped host (short here: the nodes take Pods
+    # again at once) is the connect's hostStart, apart from its queue.
     (connect,) = status(again)["connects"]
-    assert connect["phases"]["hostStart"] >= 1, connect
-    assert connect["phases"]["queue"] < connect["phases"]["hostStart"], connect
+    assert connect["phases"]["hostStart"] > 0, connect
+    assert set(connect["phases"]) == {"queue", "hostStart"}, connect
 
 
 def test_a_claim_another_controls_is_never_mounted(

@@ -121,7 +121,8 @@ class RequestWriter:
             record = current
         host = state.hosts.get(placement.host or "")
         address = state.address_of(host) if host is not None else None
-        starting = self.starting_since.pop(name, None)
+        # Read, not taken: a write that does not apply is placed and written again.
+        starting = self.starting_since.get(name)
         host_start = time.monotonic() - starting if starting is not None else None
         status = assigned_status(record, placement, address, datetime.now(UTC), host_start)
         try:
@@ -153,6 +154,7 @@ class RequestWriter:
             await self.settle_unknown_write(record, placement, error)
             return
         state.inflight.discard(name)
+        self.starting_since.pop(name, None)
         state.assignment_written(record, new_session=placement.reason is not Reason.RECONNECTED)
         fresh = RequestRecord.of(obj)
         fresh.seq, fresh.seen = record.seq, record.seen

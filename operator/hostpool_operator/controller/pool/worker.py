@@ -336,6 +336,7 @@ class PoolWorker:
 
     def on_request_deleted(self, name: str) -> None:
         self._ended.pop(name, None)
+        self.writer.starting_since.pop(name, None)
         self.state.drop_request(name)
         self.plans.forget(request=name)
         self._changed()
