@@ -50,12 +50,17 @@ async def _rewrite(
 async def begin_reconnect(
     client: KubeClient, namespace: str, name: str, ref: str, clicked: datetime, seconds: float
 ) -> bool:
-    """A connect to a session the caller already has: a connect of its own (True: kept)."""
+    """A connect to a session the caller already has: a connect of its own (True: kept).
+    While a connect is still under way this call is part of it (a client asking again while
+    it waits, the portal's polls), and nothing is written."""
     phases = {ConnectPhase.BROKER: seconds}
-    return await _rewrite(
-        client, namespace, name,
-        lambda stored: connects.begin(stored, ref, clicked, phases, reconnect=True),
-    )  # fmt: skip
+
+    def change(stored: Sequence[dict[str, Any]]) -> Connects:
+        if connects.under_way(stored) is not None:
+            return list(stored)
+        return connects.begin(stored, ref, clicked, phases, reconnect=True)
+
+    return await _rewrite(client, namespace, name, change)
 
 
 async def record(
