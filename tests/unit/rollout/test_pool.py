@@ -118,8 +118,12 @@ def test_a_personal_pools_hosts_are_made_again_in_place_never_replaced() -> None
 
 
 def canary_pool() -> Pool:
+    """A pool with a canary under watch: outdated host a, its replacement n1 to come."""
     canary = {"hosts": 1, "observeMinutes": 10, "readyTimeoutMinutes": 10}
-    return pool(canary=canary)
+    p = pool(canary=canary)
+    outdated = made("a", "0123456789", **{"hostpool.io/replaced-by": "n1"})
+    p.state.put_host(HostRecord.of(outdated), T0)
+    return p
 
 
 def canary_host(**agent: Any) -> dict[str, Any]:
@@ -131,9 +135,6 @@ def canary_host(**agent: Any) -> dict[str, Any]:
 
 def test_a_logon_its_agent_refused_while_watched_fails_the_canary() -> None:
     p = canary_pool()
-    p.state.put_host(
-        HostRecord.of(made("a", "0123456789", **{"hostpool.io/replaced-by": "n1"})), T0
-    )
     refusal = {"at": "2026-01-01T12:00:00Z", "reason": "UidMismatch"}
     p.state.put_host(HostRecord.of(canary_host(lastLogonRefusal=refusal)), T0)
     step = rollout_pool.step(p.state, T0)
@@ -146,18 +147,17 @@ def test_a_logon_its_agent_refused_while_watched_fails_the_canary() -> None:
 
 def test_a_refusal_before_the_host_was_ready_or_a_host_without_agent_counts_nothing() -> None:
     p = canary_pool()
-    p.state.put_host(
-        HostRecord.of(made("a", "0123456789", **{"hostpool.io/replaced-by": "n1"})), T0
-    )
     before = {"at": "2026-01-01T11:58:00Z", "reason": "UidMismatch"}
     p.state.put_host(HostRecord.of(canary_host(lastLogonRefusal=before)), T0)
     step = rollout_pool.step(p.state, T0)
     assert step is not None
     assert step.phase is UpdatePhase.PROGRESSING, step.message
+    # Without an agent, a session still Connecting past the timeout is not held against it
+    # (the same session fails a canary whose host has an agent: the next test).
     host = canary_host()
     del host["status"]["agent"]
-    p.session("r1", "alice", "n1")
     p.state.put_host(HostRecord.of(host), T0)
+    p.put(request_obj("r1", "alice", status=assigned("n1", state="Connecting")), now=T0)
     late = rollout_pool.step(p.state, T0 + timedelta(minutes=5))
     assert late is not None
     assert late.phase is UpdatePhase.PROGRESSING, late.message
@@ -165,9 +165,6 @@ def test_a_refusal_before_the_host_was_ready_or_a_host_without_agent_counts_noth
 
 def test_a_session_its_agent_never_saw_start_fails_the_canary() -> None:
     p = canary_pool()
-    p.state.put_host(
-        HostRecord.of(made("a", "0123456789", **{"hostpool.io/replaced-by": "n1"})), T0
-    )
     p.state.put_host(HostRecord.of(canary_host()), T0)
     p.put(request_obj("r1", "alice", status=assigned("n1", state="Connecting")), now=T0)
     early = rollout_pool.step(p.state, T0 + timedelta(seconds=30))
